@@ -1,0 +1,7 @@
+"""`python -m handrail.cli`."""
+
+import sys
+
+from handrail.cli import main
+
+sys.exit(main())

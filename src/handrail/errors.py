@@ -1,0 +1,320 @@
+"""Every exception handrail raises, in one tree.
+
+```
+HandrailError
+├── UserError                  a developer's misuse: fix the code, not the input
+│   ├── HandlerStateError      stepping a finished handler, answering the wrong interaction
+│   ├── PolicyError            a malformed rule, pattern or policy file
+│   ├── ManifestError          a malformed handrail.toml
+│   ├── ManifestDrift          the code and the reviewed manifest disagree (lists every problem)
+│   └── ConfigError            a bad model string, a missing API key, a bad store URL
+├── ToolError                  one call failed; .disposition says whether the world changed
+│   ├── UnknownTool            NOT_SENT  the model named a tool nobody offers
+│   ├── NotGranted             NOT_SENT  the manifest does not grant the tool
+│   ├── InvalidArguments       NOT_SENT  arguments failed the input schema (model can retry)
+│   ├── PolicyDenied           NOT_SENT  the policy refused an action of the call
+│   ├── ApprovalDenied         NOT_SENT  the approver refused
+│   ├── Deferred               NOT_SENT  the approver deferred; the run is paused
+│   ├── CallCancelled          IN_DOUBT  cancelled while the body ran (NOT_SENT if it never started)
+│   ├── ToolTimeout            IN_DOUBT  the deadline passed while the body ran
+│   ├── TransportError         IN_DOUBT  the link to a remote tool broke after sending
+│   ├── ToolFailed             LANDED    the body ran and raised
+│   └── InvalidOutput          LANDED    the body ran and returned what its output schema refuses
+├── StoreError                 the run store failed or refused
+│   ├── NotFound               no run, call, request or question with that id
+│   ├── AlreadyDecided         a second decision/answer on the same pending item
+│   └── SchemaTooNew           the database was written by a newer handrail
+├── ResumeRefused              resuming would cross a boundary (no policy recorded, manifest changed)
+├── InteractionDeclined        raised inside a tool: its caller declined to answer ctx.ask/elicit
+└── ModelError                 the model provider failed
+    ├── ModelAuthError         401/403: the key is missing or wrong
+    ├── ModelNotFound          404: the model name is unknown to the provider
+    ├── ModelRequestError      400: the provider refused the request (body shown)
+    ├── ModelUnavailable       429/5xx/timeouts after every retry
+    └── ModelResponseError     the response could not be understood
+```
+
+Retrying is automatic only for `Disposition.NOT_SENT`, or when the tool declares itself
+idempotent.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+__all__ = [
+    "AlreadyDecided",
+    "ApprovalDenied",
+    "CallCancelled",
+    "ConfigError",
+    "Deferred",
+    "Disposition",
+    "HandlerStateError",
+    "HandrailError",
+    "InteractionDeclined",
+    "InvalidArguments",
+    "InvalidOutput",
+    "Issue",
+    "ManifestDrift",
+    "ManifestError",
+    "ModelAuthError",
+    "ModelError",
+    "ModelNotFound",
+    "ModelRequestError",
+    "ModelResponseError",
+    "ModelUnavailable",
+    "NotFound",
+    "NotGranted",
+    "PolicyDenied",
+    "PolicyError",
+    "ResumeRefused",
+    "SchemaTooNew",
+    "StoreError",
+    "ToolError",
+    "ToolFailed",
+    "ToolTimeout",
+    "TransportError",
+    "UnknownTool",
+    "UserError",
+]
+
+
+class Disposition(enum.Enum):
+    """Whether a failed call changed the world."""
+
+    NOT_SENT = "not_sent"
+    """The tool body never ran (or the request never left): safe to retry."""
+    IN_DOUBT = "in_doubt"
+    """The body may have run partly or wholly: only an idempotent tool may be retried blindly."""
+    LANDED = "landed"
+    """The body ran to its end (it failed, or returned invalid output): the effect happened."""
+
+
+class HandrailError(Exception):
+    """Base of every exception handrail raises."""
+
+
+class UserError(HandrailError):
+    """A developer's misuse of the API; the message says what to change."""
+
+
+class HandlerStateError(UserError):
+    """A `ToolHandler` was stepped in a state that does not accept that step."""
+
+
+class PolicyError(UserError):
+    """A policy rule, pattern or policy file is malformed."""
+
+
+class ManifestError(UserError):
+    """A manifest file is malformed (unknown key, bad ref, duplicate grant...)."""
+
+
+class ManifestDrift(UserError):
+    """The toolbox and the manifest disagree; `problems` lists every disagreement."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(
+            f"the code has drifted from the manifest ({len(self.problems)} problem"
+            f"{'s' if len(self.problems) != 1 else ''}):\n{lines}"
+        )
+
+
+class ConfigError(UserError):
+    """Configuration is missing or wrong (model string, API key, store URL)."""
+
+
+class ToolError(HandrailError):
+    """One tool call failed as an operation; `disposition` says whether the world changed.
+
+    A model-visible failure of the tool's own logic is not a ToolError but a completed
+    `ToolResult` with `is_error=True`.
+    """
+
+    default_disposition: ClassVar[Disposition]
+
+    def __init__(self, message: str, *, disposition: Disposition | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.disposition: Disposition = disposition or type(self).default_disposition
+
+
+class UnknownTool(ToolError):
+    """The model named a tool that is not offered."""
+
+    default_disposition = Disposition.NOT_SENT
+
+
+class NotGranted(ToolError):
+    """The manifest in force does not grant this tool."""
+
+    default_disposition = Disposition.NOT_SENT
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Issue:
+    """One problem found while validating arguments or output."""
+
+    path: str
+    """JSON path of the offending value, `$` for the whole payload (`$.amount`, `$.items[2]`)."""
+    message: str
+    """What is wrong with it, in words a model can act on."""
+
+
+class InvalidArguments(ToolError):
+    """The arguments failed the tool's input schema; the body did not run.
+
+    `issues` carries each problem; `str(exc)` is a rendering meant for the model so it can fix
+    the call and retry.
+    """
+
+    default_disposition = Disposition.NOT_SENT
+
+    def __init__(self, tool: str, issues: Sequence[Issue]) -> None:
+        self.tool = tool
+        self.issues = list(issues)
+        lines = "\n".join(f"- {i.path}: {i.message}" for i in self.issues)
+        super().__init__(
+            f"invalid arguments for tool '{tool}' — fix these and call it again:\n{lines}"
+        )
+
+
+class PolicyDenied(ToolError):
+    """The policy denied an action of the call.
+
+    The message is the one uniform sentence the model sees; `rule` and `layer` are for the
+    operator and are never shown to the model.
+    """
+
+    default_disposition = Disposition.NOT_SENT
+    MODEL_MESSAGE: ClassVar[str] = "This action is not permitted by the operator's policy."
+
+    def __init__(self, *, rule: str | None = None, layer: str | None = None) -> None:
+        super().__init__(self.MODEL_MESSAGE)
+        self.rule = rule
+        self.layer = layer
+
+
+class ApprovalDenied(ToolError):
+    """The approver denied the call; `reason` is shown to the model."""
+
+    default_disposition = Disposition.NOT_SENT
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"denied by the approver: {reason}")
+        self.reason = reason
+
+
+class Deferred(ToolError):
+    """The approver deferred the decision; the run pauses with the request persisted."""
+
+    default_disposition = Disposition.NOT_SENT
+
+
+class CallCancelled(ToolError):
+    """The call was cancelled by its caller (`ToolHandler.step(Cancel(...))`).
+
+    IN_DOUBT when the body had started; NOT_SENT when it never did.
+    """
+
+    default_disposition = Disposition.IN_DOUBT
+
+    def __init__(self, reason: str, *, disposition: Disposition | None = None) -> None:
+        super().__init__(f"call cancelled: {reason}", disposition=disposition)
+        self.reason = reason
+
+
+class ToolTimeout(ToolError):
+    """The call's deadline passed while the body ran."""
+
+    default_disposition = Disposition.IN_DOUBT
+
+
+class TransportError(ToolError):
+    """The connection to a remote tool broke after the request was sent."""
+
+    default_disposition = Disposition.IN_DOUBT
+
+
+class ToolFailed(ToolError):
+    """The body ran and raised; the exception is chained as `__cause__`."""
+
+    default_disposition = Disposition.LANDED
+
+
+class InvalidOutput(ToolError):
+    """The body ran and returned output its output schema refuses."""
+
+    default_disposition = Disposition.LANDED
+
+    def __init__(self, tool: str, issues: Sequence[Issue]) -> None:
+        self.tool = tool
+        self.issues = list(issues)
+        lines = "; ".join(f"{i.path}: {i.message}" for i in self.issues)
+        super().__init__(f"tool '{tool}' returned output its output schema refuses: {lines}")
+
+
+class StoreError(HandrailError):
+    """The run store failed or refused an operation."""
+
+
+class NotFound(StoreError):
+    """No run, call, request or question has that id."""
+
+
+class AlreadyDecided(StoreError):
+    """The pending approval, question or recovery was already decided."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was migrated by a newer handrail than this one."""
+
+
+class ResumeRefused(HandrailError):
+    """Resuming would cross a boundary: no policy recorded, or the manifest changed."""
+
+
+class InteractionDeclined(HandrailError):
+    """Raised inside a tool by `ctx.ask`/`ctx.elicit` when the caller declines to answer.
+
+    A tool may catch it and carry on; uncaught, the call completes as a model-visible error
+    result saying the question was declined (the tool asks before it acts, so nothing landed).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the caller declined to answer: {reason}")
+        self.reason = reason
+
+
+class ModelError(HandrailError):
+    """The model provider failed."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class ModelAuthError(ModelError):
+    """401/403 from the provider: the API key is missing, wrong or lacks access."""
+
+
+class ModelNotFound(ModelError):
+    """404 from the provider: it does not know this model."""
+
+
+class ModelRequestError(ModelError):
+    """400 from the provider: it refused the request as malformed."""
+
+
+class ModelUnavailable(ModelError):
+    """Rate limits, server errors or timeouts persisted through every retry."""
+
+
+class ModelResponseError(ModelError):
+    """The provider's response could not be understood."""

@@ -1,0 +1,211 @@
+"""The model seam's vocabulary: messages, parts, responses, usage and settings.
+
+Provider-neutral and persisted with every run, so every type here is a frozen dataclass with
+a `kind` tag; `dump_messages`/`load_messages` round-trip them through JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
+
+from handrail.tools import ToolResult
+
+__all__ = [
+    "AssistantMessage",
+    "Message",
+    "ModelResponse",
+    "ModelSettings",
+    "Part",
+    "SystemMessage",
+    "TextPart",
+    "ThinkingPart",
+    "ToolCall",
+    "ToolResultMessage",
+    "Usage",
+    "UserMessage",
+    "dump_messages",
+    "load_messages",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SystemMessage:
+    """Instructions for the model."""
+
+    text: str
+    """The instructions."""
+    kind: Literal["system"] = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    """What the user says (the task)."""
+
+    text: str
+    """The user's words."""
+    kind: Literal["user"] = "user"
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    """Text the model wrote."""
+
+    text: str
+    """The text."""
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for."""
+
+    id: str
+    """The call id; every id gets exactly one `ToolResultMessage`."""
+    name: str
+    """The model-facing tool name (`ToolId.model_name`), exactly as the model sent it."""
+    arguments: str
+    """The arguments as the JSON text the model produced (validated by the gate, not here)."""
+    kind: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingPart:
+    """Reasoning a provider returned and requires to be sent back unchanged (Anthropic)."""
+
+    text: str
+    """The visible reasoning text (empty for redacted thinking)."""
+    signature: str | None = None
+    """The provider's signature over the block."""
+    provider: str = ""
+    """Which provider produced it; other providers drop it when sending."""
+    redacted: str | None = None
+    """Opaque data of a redacted thinking block."""
+    kind: Literal["thinking"] = "thinking"
+
+
+Part = Annotated[TextPart | ToolCall | ThinkingPart, Field(discriminator="kind")]
+"""One part of an assistant message, in the order the model produced them."""
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    """One model turn: text, thinking and tool calls, in order."""
+
+    parts: Sequence[TextPart | ToolCall | ThinkingPart]
+    """The turn's parts, in the order produced."""
+    kind: Literal["assistant"] = "assistant"
+
+    def __post_init__(self) -> None:
+        if type(self.parts) is not tuple:
+            object.__setattr__(self, "parts", tuple(self.parts))
+
+    @property
+    def text(self) -> str:
+        """All text parts joined."""
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls, in order."""
+        return [p for p in self.parts if isinstance(p, ToolCall)]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultMessage:
+    """The result of one tool call, sent back to the model."""
+
+    call_id: str
+    """The id of the `ToolCall` this answers."""
+    name: str
+    """The model-facing name of the tool that was called."""
+    result: ToolResult
+    """What the model sees (may be `is_error`)."""
+    kind: Literal["tool_result"] = "tool_result"
+
+
+Message = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolResultMessage,
+    Field(discriminator="kind"),
+]
+"""Any message of a conversation."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens one model request cost."""
+
+    input_tokens: int = 0
+    """Prompt tokens (including cached)."""
+    output_tokens: int = 0
+    """Completion tokens (including reasoning)."""
+    requests: int = 1
+    """How many requests this covers."""
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.requests + other.requests,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """What a model returned for one request."""
+
+    message: AssistantMessage
+    """The assistant turn."""
+    usage: Usage = field(default_factory=Usage)
+    """What it cost."""
+    finish_reason: str | None = None
+    """The provider's stop reason, normalised: `stop`, `tool_calls`, `length`, ..."""
+    model: str | None = None
+    """The model that answered, as the provider names it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSettings:
+    """Per-request settings; None means the provider's default."""
+
+    max_tokens: int | None = None
+    """Upper bound on output tokens."""
+    temperature: float | None = None
+    """Sampling temperature."""
+    tool_choice: Literal["auto", "required", "none"] | None = None
+    """Whether the model may, must, or must not call tools."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Provider-specific fields merged into the request body."""
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[list[Any]]:
+    return TypeAdapter(list[Message])
+
+
+def dump_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """Messages as JSON-compatible dicts (tool results via `ToolResult.to_dict`)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, ToolResultMessage):
+            out.append({"kind": "tool_result", "call_id": message.call_id, "name": message.name,
+                        "result": message.result.to_dict()})
+        else:
+            out.append(_adapter().dump_python([message], mode="json")[0])
+    return out
+
+
+def load_messages(data: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Rebuild messages from `dump_messages` output."""
+    out: list[Any] = []
+    for item in data:
+        if item.get("kind") == "tool_result":
+            out.append(ToolResultMessage(item["call_id"], item["name"],
+                                         ToolResult.from_dict(item["result"])))
+        else:
+            out.append(_adapter().validate_python([item])[0])
+    return out

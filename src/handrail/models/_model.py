@@ -1,0 +1,38 @@
+"""The `Model` protocol: the one seam between the agent loop and any model provider."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from handrail.models._messages import ModelResponse, ModelSettings
+from handrail.tools import ToolSpec
+
+__all__ = ["Model"]
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Anything that answers a conversation with an assistant turn.
+
+    `tools` are the specs the model may call, each offered under `spec.id.model_name`; the
+    model's tool calls name tools by that exact string.
+    """
+
+    @property
+    def name(self) -> str:
+        """A label for records and logs (`openai:gpt-4.1-mini`, `scripted`)."""
+        ...
+
+    async def request(
+        self,
+        messages: Sequence[Any],
+        tools: Sequence[ToolSpec],
+        settings: ModelSettings | None = None,
+    ) -> ModelResponse:
+        """Send the conversation and return the model's next turn.
+
+        Raises:
+            ModelError: the provider failed (after its own retries).
+        """
+        ...

@@ -1,0 +1,108 @@
+"""`Scripted`: a deterministic model for tests, benchmarks and the demo."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from handrail.errors import ModelResponseError, UserError
+from handrail.models._messages import (
+    AssistantMessage,
+    ModelResponse,
+    ModelSettings,
+    TextPart,
+    ToolCall,
+    Usage,
+)
+from handrail.tools import ToolId, ToolSpec
+
+__all__ = ["Scripted", "Turn", "call", "calls", "reply"]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One scripted assistant turn: text and/or tool calls (`(tool_id, arguments)` pairs)."""
+
+    text: str = ""
+    """Text of the turn; a turn with no calls is the final answer."""
+    tool_calls: tuple[tuple[str, Mapping[str, Any] | str], ...] = ()
+    """Calls as `("server/name", arguments)`; a string argument is sent as raw JSON text."""
+
+
+def call(tool_id: ToolId | str, arguments: Mapping[str, Any] | str | None = None) -> Turn:
+    """A turn that calls one tool. Arguments given as a string are sent verbatim (even
+    invalid JSON, to test how a run handles it)."""
+    return Turn(tool_calls=((str(ToolId.of(tool_id)), arguments or {}),))
+
+
+def calls(items: Sequence[tuple[ToolId | str, Mapping[str, Any] | str]]) -> Turn:
+    """A turn that calls several tools at once (parallel calls)."""
+    return Turn(tool_calls=tuple((str(ToolId.of(t)), a) for t, a in items))
+
+
+def reply(text: str) -> Turn:
+    """A final answer."""
+    return Turn(text=text)
+
+
+TurnSource = Turn | Callable[[Sequence[Any], Sequence[ToolSpec]], Turn]
+
+
+class Scripted:
+    """A model that plays back `turns`, one per assistant turn.
+
+    It picks its turn by the number of assistant turns already in the history, so a run resumed
+    in a new process (with a new `Scripted`) continues where it paused. Call ids are
+    deterministic (`call_<turn>_<index>`) for the same reason. A turn may be a callable
+    `(messages, tools) -> Turn` to react to what happened.
+
+    Tool ids are `"server/name"`; calls are sent under each id's model-facing name, exactly as
+    a real provider would see them.
+    """
+
+    def __init__(self, turns: Sequence[TurnSource], *, name: str = "scripted") -> None:
+        if isinstance(turns, str | bytes) or not isinstance(turns, Sequence):
+            raise UserError("Scripted takes a list of turns (hr.models.call/calls/reply)")
+        for i, turn in enumerate(turns):
+            if not (isinstance(turn, Turn) or callable(turn)):
+                raise UserError(
+                    f"turn {i} is {turn!r}: use hr.models.call(...), calls([...]), reply(...) "
+                    "or a callable (messages, tools) -> turn"
+                )
+        self.turns = list(turns)
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The label recorded with runs."""
+        return self._name
+
+    async def request(
+        self,
+        messages: Sequence[Any],
+        tools: Sequence[ToolSpec],
+        settings: ModelSettings | None = None,
+    ) -> ModelResponse:
+        """Return the next scripted turn."""
+        index = sum(1 for m in messages if isinstance(m, AssistantMessage))
+        if index >= len(self.turns):
+            raise ModelResponseError(
+                f"the scripted model ran out of turns: it has {len(self.turns)} and the "
+                f"conversation already holds {index} assistant turns; add a reply(...) turn"
+            )
+        source = self.turns[index]
+        turn = source if isinstance(source, Turn) else source(messages, tools)
+        if not isinstance(turn, Turn):
+            raise UserError(f"scripted turn {index} returned {turn!r}, not a Turn")
+        parts: list[TextPart | ToolCall] = []
+        if turn.text:
+            parts.append(TextPart(turn.text))
+        for i, (tool_id, arguments) in enumerate(turn.tool_calls):
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            parts.append(ToolCall(f"call_{index}_{i}", ToolId.parse(tool_id).model_name, text))
+        if not parts:
+            parts.append(TextPart(""))
+        finish = "tool_calls" if turn.tool_calls else "stop"
+        return ModelResponse(AssistantMessage(tuple(parts)), Usage(0, 0), finish, self._name)

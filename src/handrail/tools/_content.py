@@ -1,0 +1,230 @@
+"""What a tool returns: `ToolResult` and its content items.
+
+Content items are frozen dataclasses discriminated by `kind`, shaped after MCP's content blocks
+so results cross the MCP bridge unchanged. A result's content is never empty.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Annotated, Any, Literal
+
+import pydantic_core
+from pydantic import Field, TypeAdapter
+
+__all__ = [
+    "Audio",
+    "Content",
+    "EmbeddedResource",
+    "Image",
+    "Json",
+    "ResourceLink",
+    "Text",
+    "ToolResult",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """Plain text."""
+
+    text: str
+    """The text."""
+    kind: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class Json:
+    """A JSON value, sent to a model as its compact JSON text."""
+
+    value: Any
+    """Any JSON-serialisable value."""
+    kind: Literal["json"] = "json"
+
+
+def _check_base64(data: str, what: str) -> None:
+    try:
+        base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"{what}.data must be base64 text: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Image:
+    """An image, as base64 data with its mime type (`image/png`, `image/jpeg`, ...)."""
+
+    data: str
+    """The image bytes, base64-encoded."""
+    mime_type: str
+    """The image's mime type."""
+    kind: Literal["image"] = "image"
+
+    def __post_init__(self) -> None:
+        if not self.mime_type.startswith("image/"):
+            raise ValueError(f"Image.mime_type must be image/*, got {self.mime_type!r}")
+        _check_base64(self.data, "Image")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, mime_type: str) -> Image:
+        """Build an Image from raw bytes."""
+        return cls(data=base64.b64encode(data).decode("ascii"), mime_type=mime_type)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Audio:
+    """Audio, as base64 data with its mime type (`audio/wav`, `audio/mpeg`, ...)."""
+
+    data: str
+    """The audio bytes, base64-encoded."""
+    mime_type: str
+    """The audio's mime type."""
+    kind: Literal["audio"] = "audio"
+
+    def __post_init__(self) -> None:
+        if not self.mime_type.startswith("audio/"):
+            raise ValueError(f"Audio.mime_type must be audio/*, got {self.mime_type!r}")
+        _check_base64(self.data, "Audio")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceLink:
+    """A pointer to a resource the caller may fetch (MCP `resource_link`)."""
+
+    uri: str
+    """The resource's URI."""
+    name: str
+    """A short name for it."""
+    mime_type: str | None = None
+    """Its mime type, when known."""
+    description: str | None = None
+    """What it is."""
+    kind: Literal["resource_link"] = "resource_link"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmbeddedResource:
+    """A resource's contents, inline: `text` or base64 `blob`, exactly one."""
+
+    uri: str
+    """The resource's URI."""
+    mime_type: str | None = None
+    """Its mime type, when known."""
+    text: str | None = None
+    """Its contents as text."""
+    blob: str | None = None
+    """Its contents as base64 bytes."""
+    kind: Literal["resource"] = "resource"
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (self.blob is None):
+            raise ValueError("EmbeddedResource needs exactly one of text= or blob=")
+
+
+Content = Annotated[
+    Text | Json | Image | Audio | ResourceLink | EmbeddedResource, Field(discriminator="kind")
+]
+"""Any content item, discriminated by `kind`."""
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A completed call's result, as the model will see it.
+
+    A model-visible failure (the tool ran and says it could not do the thing) is a result with
+    `is_error=True`; an operation failure (timeout, invalid output, denied) is a `ToolError`.
+
+    Build one with `ToolResult.text(...)`, `ToolResult.json(...)`, `ToolResult.error(...)`, or
+    directly: `ToolResult([Text("hi"), Image.from_bytes(png, "image/png")])`.
+    """
+
+    content: Sequence[Text | Json | Image | Audio | ResourceLink | EmbeddedResource]
+    """What the model is shown; never empty."""
+    structured: Any = None
+    """Structured output, checked against the tool's output schema on success."""
+    is_error: bool = False
+    """True when the tool reports a failure the model should read and act on."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """Data for the host, never shown to the model."""
+
+    def __post_init__(self) -> None:
+        content = self.content
+        if type(content) is not tuple:
+            if isinstance(content, str | bytes) or not isinstance(content, Sequence):
+                raise TypeError(
+                    "ToolResult.content must be a list of content items; "
+                    "use ToolResult.text(...) for plain text"
+                )
+            content = tuple(content)
+            object.__setattr__(self, "content", content)
+        if not content:
+            raise ValueError("ToolResult.content must not be empty")
+
+    @classmethod
+    def text(cls, text: str, *, structured: Any = None) -> ToolResult:
+        """A successful result of one text item."""
+        return cls((Text(text),), structured)
+
+    @classmethod
+    def json(cls, value: Any) -> ToolResult:
+        """A successful result carrying `value` as structured content and as JSON text."""
+        return cls((Json(value),), value)
+
+    @classmethod
+    def error(cls, message: str) -> ToolResult:
+        """A model-visible failure: the model reads `message` and may try something else."""
+        return cls((Text(message),), None, True)
+
+    def render_text(self) -> str:
+        """All content as one text, for transports that take only text.
+
+        Non-text items are described, never silently dropped.
+        """
+        return "\n".join(render_item(item) for item in self.content)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-compatible dict (for stores and wire formats); `from_dict` reverses it."""
+        return {
+            "content": _content_adapter().dump_python(list(self.content), mode="json"),
+            "structured": self.structured,
+            "is_error": self.is_error,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolResult:
+        """Rebuild a result from `to_dict` output."""
+        content = _content_adapter().validate_python(data["content"])
+        return cls(
+            tuple(content),
+            data.get("structured"),
+            bool(data.get("is_error", False)),
+            dict(data.get("metadata") or {}),
+        )
+
+
+@functools.cache
+def _content_adapter() -> TypeAdapter[list[Content]]:
+    # Built on first use: storing results is off the hot path of a call.
+    return TypeAdapter(list[Content])
+
+
+def render_item(item: Text | Json | Image | Audio | ResourceLink | EmbeddedResource) -> str:
+    """One content item as text for a model that takes only text."""
+    if isinstance(item, Text):
+        return item.text
+    if isinstance(item, Json):
+        return pydantic_core.to_json(item.value).decode()
+    if isinstance(item, Image | Audio):
+        return f"[{item.kind} {item.mime_type}, {len(item.data) * 3 // 4} bytes, not shown]"
+    if isinstance(item, ResourceLink):
+        return f"[resource {item.name}: {item.uri}]"
+    if item.text is not None:
+        return item.text
+    return f"[resource {item.uri}, binary, not shown]"

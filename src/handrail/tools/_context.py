@@ -1,0 +1,139 @@
+"""What a running tool can reach: `CallContext`, and the questions it may ask its caller."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from handrail.errors import HandlerStateError, InteractionDeclined, UserError
+from handrail.tools._names import ToolId
+
+if TYPE_CHECKING:
+    from handrail.tools._steps import Decline, Submit
+
+__all__ = ["CallContext", "Elicitation", "Question"]
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A question about intent, for whoever called the tool (or drives the agent).
+
+    An answer need not be one of `choices`, and an answer authorises nothing: approvals are a
+    separate channel.
+    """
+
+    question: str
+    """What is asked."""
+    context: str | None = None
+    """Why it is asked, or what the asker already knows."""
+    choices: Sequence[str] = ()
+    """Suggested answers; the answer may be anything."""
+    kind: Literal["question"] = "question"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.question, str) or not self.question.strip():
+            raise UserError("a Question needs non-empty question text")
+        object.__setattr__(self, "choices", tuple(self.choices))
+
+
+@dataclass(frozen=True, slots=True)
+class Elicitation:
+    """A request for structured input matching `schema` (MCP's form elicitation)."""
+
+    message: str
+    """What is asked, for a person."""
+    schema: Mapping[str, Any] = field(default_factory=dict)
+    """JSON Schema (an object) the answer must validate against."""
+    kind: Literal["form"] = "form"
+
+
+class _Suspend:
+    """Awaited by `ctx.ask`/`ctx.elicit`; the handler's driver intercepts it (see _handler)."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: Question | Elicitation) -> None:
+        self.request = request
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        response = yield self
+        return response
+
+
+class CallContext:
+    """Handed to a tool that asks for it (a parameter annotated `hr.CallContext`).
+
+    Attributes describe the call; `ask` and `elicit` suspend the call until its caller answers.
+    A tool must ask before it acts: a call resumed in a new process is re-run from the start
+    with its recorded answers, so anything done before a question may be done twice.
+    """
+
+    __slots__ = ("_interactions", "_replay", "agent", "call_id", "deps", "run_id", "tool_id",
+                 "workspace")
+
+    def __init__(
+        self,
+        *,
+        call_id: str,
+        tool_id: ToolId,
+        interactions: frozenset[str] = frozenset(),
+        run_id: str | None = None,
+        agent: str | None = None,
+        workspace: Path | None = None,
+        deps: Any = None,
+        replay: list[Submit | Decline] | None = None,
+    ) -> None:
+        self.call_id = call_id
+        """The call's id, as the model gave it."""
+        self.tool_id = tool_id
+        """The tool being called."""
+        self.run_id = run_id
+        """The run this call belongs to, when run by an agent."""
+        self.agent = agent
+        """The name of the agent making the call."""
+        self.workspace = workspace
+        """The agent's workspace root (absolute), when there is one."""
+        self.deps = deps
+        """Whatever the host passed as `deps` (a database handle, a client...)."""
+        self._interactions = interactions
+        self._replay = replay
+
+    async def ask(self, question: Question) -> str:
+        """Ask the caller `question` and wait for the answer.
+
+        Raises:
+            InteractionDeclined: the caller declined to answer.
+        """
+        if not isinstance(question, Question):
+            raise UserError(f"ctx.ask takes an hr.Question, not {type(question).__name__}")
+        self._require("question")
+        answer = await self._interact(question)
+        return str(answer)
+
+    async def elicit(self, schema: Mapping[str, Any], message: str) -> dict[str, Any]:
+        """Ask the caller for input matching the JSON Schema `schema`; returns the object.
+
+        Raises:
+            InteractionDeclined: the caller declined to answer.
+        """
+        self._require("form")
+        answer = await self._interact(Elicitation(message, dict(schema)))
+        return dict(answer)
+
+    def _require(self, kind: str) -> None:
+        if kind not in self._interactions:
+            method = "ask" if kind == "question" else "elicit"
+            raise HandlerStateError(
+                f"tool '{self.tool_id}' called ctx.{method} but does not declare the "
+                f"interaction kind {kind!r}: add interactions={{{kind!r}}} to its declaration"
+            )
+
+    async def _interact(self, request: Question | Elicitation) -> Any:
+        if self._replay:
+            recorded = self._replay.pop(0)
+            if recorded.kind == "decline":
+                raise InteractionDeclined(recorded.reason)
+            return recorded.value
+        return await _Suspend(request)

@@ -1,0 +1,451 @@
+"""Declaring tools: the `@tool` decorator and the `Tool` base class.
+
+The schema comes from the Python type, never from a second document: a function's signature
+(or a `Tool` subclass's fields) is the input schema, its return annotation the output schema,
+its docstring the description.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
+
+import anyio.to_thread
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
+
+from handrail.errors import InvalidArguments, InvalidOutput, UserError
+from handrail.tools._actions import Act, Action
+from handrail.tools._content import Text, ToolResult
+from handrail.tools._context import CallContext
+from handrail.tools._handler import ToolImpl, issues_from_validation_error
+from handrail.tools._names import DEFAULT_SERVER, ToolId
+from handrail.tools._schema import ToolSchemaGenerator, parse_docstring
+from handrail.tools._spec import ToolSpec
+
+__all__ = ["FunctionTool", "Tool", "tool"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_NO_OUTPUT_TYPES: tuple[Any, ...] = (None, type(None), Any, inspect.Signature.empty)
+
+
+class _Output:
+    """Turns a body's return value into a checked `ToolResult`."""
+
+    __slots__ = ("adapter", "is_str", "mode", "scalar", "schema", "tool")
+
+    def __init__(self, tool: str, annotation: Any, where: str) -> None:
+        self.tool = tool
+        self.adapter: TypeAdapter[Any] | None = None
+        self.schema: dict[str, Any] | None = None
+        self.is_str = annotation is str
+        # For an exact builtin scalar, type(value) is the whole check and the value is its
+        # own JSON form: skip pydantic on the hot path.
+        self.scalar: type | None = annotation if annotation in (int, float, bool, str) else None
+        if annotation is ToolResult:
+            self.mode = "result"
+        elif annotation in _NO_OUTPUT_TYPES:
+            self.mode = "raw"
+        else:
+            self.mode = "typed"
+            try:
+                self.adapter = TypeAdapter(annotation)
+                self.schema = self.adapter.json_schema(
+                    mode="serialization", schema_generator=ToolSchemaGenerator
+                )
+            except (PydanticSchemaGenerationError, PydanticUserError) as exc:
+                raise UserError(
+                    f"tool '{tool}': the return type of {where} ({annotation!r}) has no JSON "
+                    "Schema; return a pydantic-compatible type, or annotate it -> hr.ToolResult"
+                ) from exc
+
+    def convert(self, value: Any) -> ToolResult:
+        if isinstance(value, ToolResult):
+            if self.adapter is not None and not value.is_error:
+                self._check(value.structured)
+            return value
+        scalar = self.scalar
+        if scalar is not None and type(value) is scalar:
+            if scalar is str:
+                return ToolResult((Text(value),), value)
+            return ToolResult((Text(pydantic_core.to_json(value).decode()),), value)
+        if self.mode == "typed":
+            assert self.adapter is not None
+            checked = self._check(value)
+            structured = self.adapter.dump_python(checked, mode="json")
+            if self.is_str:
+                return ToolResult((Text(structured),), structured)
+            return ToolResult((Text(pydantic_core.to_json(structured).decode()),), structured)
+        if self.mode == "result":
+            raise InvalidOutput(
+                self.tool,
+                [_issue(f"expected an hr.ToolResult, got {type(value).__name__}")],
+            )
+        if isinstance(value, str):
+            return ToolResult((Text(value),))
+        try:
+            text = pydantic_core.to_json(value).decode()
+        except pydantic_core.PydanticSerializationError as exc:
+            raise InvalidOutput(self.tool, [_issue(f"not JSON-serialisable: {exc}")]) from exc
+        return ToolResult((Text(text),))
+
+    def _check(self, value: Any) -> Any:
+        assert self.adapter is not None
+        try:
+            return self.adapter.validate_python(value)
+        except ValidationError as exc:
+            raise InvalidOutput(self.tool, issues_from_validation_error(exc)) from exc
+
+
+def _issue(message: str) -> Any:
+    from handrail.errors import Issue
+
+    return Issue(path="$", message=message)
+
+
+_CONFIG = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+
+
+def _is_context(annotation: Any) -> bool:
+    return annotation is CallContext or (
+        typing.get_origin(annotation) is typing.Annotated
+        and typing.get_args(annotation)[0] is CallContext
+    )
+
+
+class FunctionTool(ToolImpl, Generic[P, R]):
+    """A tool made from a function by `@hr.tool`; still callable as the plain function."""
+
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        *,
+        server: str | None = None,
+        name: str | None = None,
+        description: str | None = None,
+        mutates: bool = True,
+        idempotent: bool = False,
+        timeout: float | None = None,
+        interactions: Iterable[str] = (),
+        actions: Callable[..., Sequence[Action]] | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise UserError(f"@hr.tool decorates a function, not {type(fn).__name__}")
+        self.fn = fn
+        qualname = getattr(fn, "__qualname__", repr(fn))
+        self.origin = f"function {getattr(fn, '__module__', '?')}.{qualname}"
+        tool_id = ToolId(server or DEFAULT_SERVER, name or getattr(fn, "__name__", ""))
+        doc_description, arg_docs = parse_docstring(inspect.getdoc(fn))
+        self._is_async = inspect.iscoroutinefunction(fn)
+        interactions = frozenset(interactions)
+        if interactions and not self._is_async:
+            raise UserError(
+                f"tool '{tool_id}' declares interactions but {qualname} is not async: only an "
+                "async tool can await ctx.ask/ctx.elicit"
+            )
+        try:
+            hints = typing.get_type_hints(fn, include_extras=True)
+        except (NameError, TypeError) as exc:
+            raise UserError(f"tool '{tool_id}': cannot resolve the annotations of {qualname}: "
+                            f"{exc}") from exc
+        self._ctx_param: str | None = None
+        fields: dict[str, Any] = {}
+        self._names: list[tuple[str, str]] = []
+        for param in inspect.signature(fn).parameters.values():
+            where = f"parameter '{param.name}' of {qualname}"
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise UserError(f"tool '{tool_id}': {where} is *args/**kwargs; a tool's "
+                                "arguments must be named")
+            if param.kind is param.POSITIONAL_ONLY:
+                raise UserError(f"tool '{tool_id}': {where} is positional-only; tools are "
+                                "called with named arguments")
+            if param.name not in hints:
+                raise UserError(f"tool '{tool_id}': {where} has no type annotation; the schema "
+                                "comes from the type, so annotate it")
+            annotation = hints[param.name]
+            if _is_context(annotation):
+                self._ctx_param = param.name
+                continue
+            default = ... if param.default is param.empty else param.default
+            field_name = param.name
+            if hasattr(BaseModel, param.name) or param.name.startswith("model_"):
+                field_name = f"arg_{param.name}"  # would shadow a BaseModel attribute
+            info = Field(default, alias=param.name if field_name != param.name else None,
+                         description=arg_docs.get(param.name))
+            fields[field_name] = (annotation, info)
+            self._names.append((param.name, field_name))
+            try:
+                TypeAdapter(annotation)
+            except (PydanticSchemaGenerationError, PydanticUserError) as exc:
+                raise UserError(
+                    f"tool '{tool_id}': {where} has type {annotation!r}, which has no JSON "
+                    "Schema; use a pydantic-compatible type"
+                ) from exc
+        self._plain = all(p == f for p, f in self._names)
+        self.needs_context = self._ctx_param is not None
+        try:
+            self._model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+                f"{tool_id.name}_arguments", __config__=_CONFIG, **fields
+            )
+            input_schema = self._model.model_json_schema(schema_generator=ToolSchemaGenerator)
+        except (PydanticSchemaGenerationError, PydanticUserError) as exc:
+            raise UserError(f"tool '{tool_id}': cannot build its input schema: {exc}") from exc
+        self._output = _Output(str(tool_id), hints.get("return", inspect.Signature.empty),
+                               f"{qualname}")
+        self._actions = actions
+        self.spec = ToolSpec(
+            tool_id,
+            description if description is not None else doc_description,
+            input_schema,
+            output_schema=self._output.schema,
+            mutates=mutates,
+            idempotent=idempotent,
+            interactions=interactions,
+            timeout=timeout,
+        )
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the underlying function directly (no validation, no policy)."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<FunctionTool {self.spec.id}>"
+
+    def validate(self, arguments: Mapping[str, Any] | str | bytes) -> BaseModel:
+        try:
+            if isinstance(arguments, str | bytes | bytearray):
+                return self._model.model_validate_json(arguments)
+            return self._model.model_validate(arguments)
+        except ValidationError as exc:
+            raise InvalidArguments(str(self.spec.id), issues_from_validation_error(exc)) from None
+
+    def _kwargs(self, validated: BaseModel) -> dict[str, Any]:
+        if self._plain:
+            return validated.__dict__
+        return {p: getattr(validated, f) for p, f in self._names}
+
+    def actions(self, validated: BaseModel) -> list[Action]:
+        if self._actions is None:
+            return [Action(Act.CALL, str(self.spec.id))]
+        return list(self._actions(**self._kwargs(validated)))
+
+    def dump_arguments(self, validated: BaseModel) -> dict[str, Any]:
+        return validated.model_dump(mode="json", by_alias=True)
+
+    async def execute(self, validated: BaseModel, ctx: CallContext | None) -> ToolResult:
+        kwargs = self._kwargs(validated)
+        if self._ctx_param is not None:
+            kwargs = {**kwargs, self._ctx_param: ctx}
+        if self._is_async:
+            value = await self.fn(**kwargs)  # type: ignore[misc]
+        else:
+            value = await anyio.to_thread.run_sync(
+                functools.partial(self.fn, **kwargs),  # type: ignore[arg-type]
+                abandon_on_cancel=self.spec.timeout is not None,
+            )
+        return self._output.convert(value)
+
+
+@overload
+def tool(fn: Callable[P, R], /) -> FunctionTool[P, R]: ...
+
+
+@overload
+def tool(
+    *,
+    server: str | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    mutates: bool = True,
+    idempotent: bool = False,
+    timeout: float | None = None,
+    interactions: Iterable[str] = (),
+    actions: Callable[..., Sequence[Action]] | None = None,
+) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
+
+
+def tool(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    server: str | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    mutates: bool = True,
+    idempotent: bool = False,
+    timeout: float | None = None,
+    interactions: Iterable[str] = (),
+    actions: Callable[..., Sequence[Action]] | None = None,
+) -> FunctionTool[P, R] | Callable[[Callable[P, R]], FunctionTool[P, R]]:
+    """Declare a tool from a sync or async function.
+
+    ```python
+    @hr.tool(server="ledger", mutates=False)
+    async def read(account: str) -> int:
+        \"\"\"Read a ledger account's balance.
+
+        Args:
+            account: The account's id.
+        \"\"\"
+    ```
+
+    Args:
+        fn: The function (when used without parentheses).
+        server: The server (namespace) of the tool; default `local`.
+        name: The tool's name; default the function's name.
+        description: What the model is told; default the docstring's text before its sections.
+        mutates: Whether a call may change the world; default True (the cautious direction).
+        idempotent: Whether repeating a call is harmless.
+        timeout: Per-call deadline in seconds.
+        interactions: Interaction kinds the tool may use: `"question"`, `"form"`.
+        actions: A function of the arguments returning the `Action`s a call touches; default
+            `CALL server/name`.
+    """
+    def wrap(f: Callable[P, R]) -> FunctionTool[P, R]:
+        return FunctionTool(
+            f, server=server, name=name, description=description, mutates=mutates,
+            idempotent=idempotent, timeout=timeout, interactions=interactions, actions=actions,
+        )
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z])(?=[a-z])", r"_\1\2", name).lower()
+
+
+class Tool(BaseModel):
+    """A tool whose arguments ARE the class: subclass, add fields, define `run`.
+
+    ```python
+    class Transfer(hr.Tool, server="ledger", name="transfer"):
+        \"\"\"Move money between two accounts.\"\"\"
+        source: str
+        target: str
+        amount: int = Field(gt=0)
+
+        def actions(self) -> list[hr.Action]:
+            return [hr.Action(hr.Act.CALL, f"ledger/transfer/{self.target}")]
+
+        async def run(self, ctx: hr.CallContext) -> hr.ToolResult:
+            return hr.ToolResult.json({"ok": True})
+    ```
+
+    Class keywords: `server`, `name` (default: the class name in snake_case), `description`
+    (default: the class docstring), `mutates` (default True), `idempotent`, `timeout`,
+    `interactions`. Field descriptions come from `Field(description=...)` or a docstring under
+    the field.
+    """
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    __handrail_tool__: ClassVar[ToolImpl]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Our class keywords are consumed in __pydantic_init_subclass__, after pydantic has
+        # built the fields; object.__init_subclass__ must not see them.
+        super().__init_subclass__()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__()
+        known = {"server", "name", "description", "mutates", "idempotent", "timeout",
+                 "interactions"}
+        unknown = set(kwargs) - known
+        if unknown:
+            raise UserError(f"class {cls.__name__}: unknown hr.Tool keyword(s) {sorted(unknown)}; "
+                            f"known: {sorted(known)}")
+        if cls.run is Tool.run:
+            if kwargs:
+                raise UserError(f"class {cls.__name__} declares tool keywords but no run()")
+            return  # an abstract intermediate class
+        cls.__handrail_tool__ = _ClassTool(cls, **kwargs)
+
+    def actions(self) -> list[Action]:
+        """What this call touches; by default `CALL server/name`."""
+        return [Action(Act.CALL, str(type(self).__handrail_tool__.spec.id))]
+
+    async def run(self, ctx: CallContext) -> Any:
+        """The tool's body; receives the validated arguments as `self`."""
+        raise NotImplementedError
+
+
+class _ClassTool(ToolImpl):
+    def __init__(
+        self,
+        cls: type[Tool],
+        *,
+        server: str | None = None,
+        name: str | None = None,
+        description: str | None = None,
+        mutates: bool = True,
+        idempotent: bool = False,
+        timeout: float | None = None,
+        interactions: Iterable[str] = (),
+    ) -> None:
+        self.cls = cls
+        self.origin = f"class {cls.__module__}.{cls.__qualname__}"
+        tool_id = ToolId(server or DEFAULT_SERVER, name or _snake(cls.__name__))
+        run = cls.run
+        self._is_async = inspect.iscoroutinefunction(run)
+        interactions = frozenset(interactions)
+        if interactions and not self._is_async:
+            raise UserError(f"tool '{tool_id}' declares interactions but {cls.__name__}.run is "
+                            "not async")
+        try:
+            ret = typing.get_type_hints(run).get("return", inspect.Signature.empty)
+        except (NameError, TypeError) as exc:
+            raise UserError(f"tool '{tool_id}': cannot resolve {cls.__name__}.run's return "
+                            f"annotation: {exc}") from exc
+        self._output = _Output(str(tool_id), ret, f"{cls.__name__}.run")
+        doc = cls.__doc__ if cls.__doc__ is not Tool.__doc__ else None
+        self.spec = ToolSpec(
+            tool_id,
+            description if description is not None else parse_docstring(doc)[0],
+            _without_description(cls.model_json_schema(schema_generator=ToolSchemaGenerator)),
+            output_schema=self._output.schema,
+            mutates=mutates,
+            idempotent=idempotent,
+            interactions=interactions,
+            timeout=timeout,
+        )
+
+    def validate(self, arguments: Mapping[str, Any] | str | bytes) -> Tool:
+        try:
+            if isinstance(arguments, str | bytes | bytearray):
+                return self.cls.model_validate_json(arguments)
+            return self.cls.model_validate(arguments)
+        except ValidationError as exc:
+            raise InvalidArguments(str(self.spec.id), issues_from_validation_error(exc)) from None
+
+    def actions(self, validated: Tool) -> list[Action]:
+        return list(validated.actions())
+
+    def dump_arguments(self, validated: Tool) -> dict[str, Any]:
+        return validated.model_dump(mode="json", by_alias=True)
+
+    async def execute(self, validated: Tool, ctx: CallContext | None) -> ToolResult:
+        assert ctx is not None
+        if self._is_async:
+            value = await validated.run(ctx)
+        else:
+            value = await anyio.to_thread.run_sync(
+                validated.run, ctx, abandon_on_cancel=self.spec.timeout is not None  # type: ignore[arg-type]
+            )
+        return self._output.convert(value)
+
+
+def _without_description(schema: dict[str, Any]) -> dict[str, Any]:
+    # pydantic copies the class docstring into the schema; the model already gets it as the
+    # tool's description, so sending it twice only costs tokens.
+    schema.pop("description", None)
+    return schema

@@ -1,0 +1,283 @@
+"""`Toolbox`: the registry that dispatches by tool id, once, here; and the `Toolset` protocol."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from handrail.errors import (
+    HandlerStateError,
+    InvalidArguments,
+    UnknownTool,
+    UserError,
+)
+from handrail.tools._content import ToolResult
+from handrail.tools._context import CallContext
+from handrail.tools._handler import (
+    DEFAULT_MAX_ARGUMENT_BYTES,
+    ToolHandler,
+    ToolImpl,
+)
+from handrail.tools._names import DEFAULT_SERVER, ToolId
+from handrail.tools._spec import ToolSpec
+from handrail.tools._steps import Finished, Invoke
+
+if TYPE_CHECKING:
+    from handrail.manifest import Manifest
+
+__all__ = ["SchemaTool", "Toolbox", "Toolset", "as_impl"]
+
+
+@runtime_checkable
+class Toolset(Protocol):
+    """Anything that offers tools: a Toolbox, an MCP server's tools, injected host tools."""
+
+    def impls(self) -> Iterable[ToolImpl]:
+        """Every tool this set offers."""
+        ...
+
+
+class SchemaTool(ToolImpl):
+    """A tool declared by a `ToolSpec` (plain JSON Schema) and run by an async function.
+
+    The building block for tools with no Python type: injected host tools, subprocess tools.
+    Arguments are validated against `spec.input_schema` (JSON Schema 2020-12) and, on success,
+    `structured` against `spec.output_schema`.
+    """
+
+    def __init__(
+        self,
+        spec: ToolSpec,
+        run: Callable[[dict[str, Any], CallContext], Awaitable[ToolResult]],
+        *,
+        origin: str | None = None,
+    ) -> None:
+        import jsonschema  # lazily: Python tools never need it
+
+        self.spec = spec
+        self.origin = origin or f"spec {spec.id}"
+        self._run = run
+        try:
+            jsonschema.Draft202012Validator.check_schema(dict(spec.input_schema))
+            if spec.output_schema is not None:
+                jsonschema.Draft202012Validator.check_schema(dict(spec.output_schema))
+        except jsonschema.SchemaError as exc:
+            raise UserError(f"tool '{spec.id}': invalid JSON Schema: {exc.message}") from exc
+        self._input = jsonschema.Draft202012Validator(dict(spec.input_schema))
+        self._output = (
+            jsonschema.Draft202012Validator(dict(spec.output_schema))
+            if spec.output_schema is not None else None
+        )
+
+    def validate(self, arguments: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
+        from handrail.errors import Issue
+
+        if isinstance(arguments, str | bytes | bytearray):
+            import json
+
+            try:
+                arguments = json.loads(arguments)
+            except ValueError as exc:
+                raise InvalidArguments(
+                    str(self.spec.id), [Issue(path="$", message=f"not valid JSON: {exc}")]
+                ) from None
+        if not isinstance(arguments, Mapping):
+            raise InvalidArguments(
+                str(self.spec.id),
+                [Issue(path="$", message="arguments must be a JSON object")],
+            )
+        data = dict(arguments)
+        errors = sorted(self._input.iter_errors(data), key=lambda e: list(e.absolute_path))
+        if errors:
+            raise InvalidArguments(
+                str(self.spec.id), [Issue(path=e.json_path, message=e.message) for e in errors]
+            )
+        return data
+
+    def dump_arguments(self, validated: dict[str, Any]) -> dict[str, Any]:
+        return validated
+
+    async def execute(self, validated: dict[str, Any], ctx: CallContext | None) -> ToolResult:
+        assert ctx is not None
+        result = await self._run(validated, ctx)
+        if not isinstance(result, ToolResult):
+            from handrail.errors import InvalidOutput, Issue
+
+            raise InvalidOutput(
+                str(self.spec.id), [Issue(path="$", message="expected an hr.ToolResult")]
+            )
+        if self._output is not None and not result.is_error:
+            from handrail.errors import InvalidOutput, Issue
+
+            errors = list(self._output.iter_errors(result.structured))
+            if errors:
+                raise InvalidOutput(
+                    str(self.spec.id), [Issue(path=e.json_path, message=e.message) for e in errors]
+                )
+        return result
+
+
+def as_impl(obj: object) -> ToolImpl:
+    """The `ToolImpl` behind a decorated function, a `Tool` subclass, or an impl itself."""
+    if isinstance(obj, ToolImpl):
+        return obj
+    impl = getattr(obj, "__handrail_tool__", None)
+    if isinstance(impl, ToolImpl):
+        return impl
+    raise UserError(
+        f"{obj!r} is not a tool: decorate a function with @hr.tool, subclass hr.Tool (with a "
+        "run method), or pass a Toolset"
+    )
+
+
+_call_ids = itertools.count(1)
+
+
+class Toolbox:
+    """The registry of tools an agent may be offered; dispatches by id.
+
+    ```python
+    box = hr.Toolbox([read, Transfer])
+    result = await box.call("ledger/read", {"account": "a"})
+    ```
+
+    Takes decorated functions, `Tool` subclasses, `ToolImpl`s and other Toolsets (whose tools
+    are merged). Two tools with one id raise `UserError` naming both.
+
+    Args:
+        tools: What to register.
+        max_argument_bytes: Arguments larger than this (as JSON) are refused; default 1 MiB.
+    """
+
+    def __init__(
+        self,
+        tools: Iterable[object] = (),
+        *,
+        max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+    ) -> None:
+        if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
+            raise UserError("Toolbox takes a list of tools")
+        if not isinstance(max_argument_bytes, int) or max_argument_bytes <= 0:
+            raise UserError("max_argument_bytes must be a positive integer")
+        self.max_argument_bytes = max_argument_bytes
+        self._impls: dict[str, ToolImpl] = {}
+        self._by_model_name: dict[str, ToolImpl] = {}
+        for item in tools:
+            self.add(item)
+
+    def add(self, item: object) -> None:
+        """Register one tool, or every tool of a Toolset."""
+        if isinstance(item, Toolset) and not isinstance(item, ToolImpl):
+            for impl in item.impls():
+                self._add(impl)
+            return
+        self._add(as_impl(item))
+
+    def _add(self, impl: ToolImpl) -> None:
+        key = str(impl.spec.id)
+        existing = self._impls.get(key)
+        if existing is not None:
+            raise UserError(
+                f"two tools have the id '{key}': {existing.origin} and {impl.origin}; give one "
+                "of them another name= or server="
+            )
+        self._impls[key] = impl
+        self._by_model_name[impl.spec.id.model_name] = impl
+
+    def impls(self) -> Iterable[ToolImpl]:
+        """Every registered tool, in registration order (the Toolset protocol)."""
+        return list(self._impls.values())
+
+    def specs(self) -> list[ToolSpec]:
+        """What a model may be offered, in registration order."""
+        return [impl.spec for impl in self._impls.values()]
+
+    def get(self, tool_id: ToolId | str) -> ToolImpl:
+        """The tool with this id.
+
+        Raises:
+            UnknownTool: no tool has that id.
+        """
+        impl = self._impls.get(str(tool_id))
+        if impl is None and isinstance(tool_id, str) and "/" not in tool_id:
+            impl = self._impls.get(f"{DEFAULT_SERVER}/{tool_id}")
+        if impl is None:
+            raise UnknownTool(
+                f"no tool '{tool_id}' is offered; known tools: "
+                f"{', '.join(sorted(self._impls)) or '(none)'}"
+            )
+        return impl
+
+    def by_model_name(self, model_name: str) -> ToolImpl | None:
+        """The tool whose model-facing name is exactly `model_name`, or None."""
+        return self._by_model_name.get(model_name)
+
+    def __contains__(self, tool_id: object) -> bool:
+        return str(tool_id) in self._impls
+
+    def __len__(self) -> int:
+        return len(self._impls)
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self.specs())
+
+    def handler(self, tool_id: ToolId | str, **context: Any) -> ToolHandler:
+        """A new `ToolHandler` for one call of `tool_id`.
+
+        Keyword arguments (`run_id`, `agent`, `workspace`, `deps`) reach the tool's
+        `CallContext`.
+        """
+        return ToolHandler(self.get(tool_id), max_argument_bytes=self.max_argument_bytes,
+                           **context)
+
+    async def call(
+        self,
+        tool_id: ToolId | str,
+        arguments: Mapping[str, Any] | str | bytes,
+        *,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        """Validate and run one call of a tool that asks nothing; returns its result.
+
+        No policy applies here: this is the tool core. Agents call tools through the gate.
+
+        Raises:
+            UnknownTool: no tool has that id.
+            InvalidArguments: the arguments fail the schema; the body did not run.
+            ToolError: the call failed (see its `disposition`).
+            HandlerStateError: the tool asked a question; use `handler()` to answer it.
+        """
+        impl = self._impls.get(tool_id if type(tool_id) is str else str(tool_id))
+        if impl is None:
+            impl = self.get(tool_id)
+        if call_id is None:
+            call_id = f"call-{next(_call_ids)}"
+        spec = impl.spec
+        if not spec.interactions and spec.timeout is None:
+            return await ToolHandler.run_once(impl, arguments, call_id, self.max_argument_bytes)
+        handler = ToolHandler(impl, max_argument_bytes=self.max_argument_bytes)
+        out = await handler.step(Invoke(call_id, arguments))
+        if type(out) is Finished:
+            return out.result
+        await _cancel_quietly(handler)
+        raise HandlerStateError(
+            f"tool '{tool_id}' asked a question during box.call(); drive it with "
+            "box.handler(...).step(...) to answer"
+        )
+
+    def check_against(self, manifest: Manifest) -> None:
+        """Raise `ManifestDrift` listing every disagreement with `manifest`."""
+        from handrail.manifest import check_against
+
+        check_against(self, manifest)
+
+
+async def _cancel_quietly(handler: ToolHandler) -> None:
+    from handrail.errors import CallCancelled
+    from handrail.tools._steps import Cancel
+
+    try:
+        await handler.step(Cancel("box.call() cannot answer questions"))
+    except CallCancelled:
+        pass
