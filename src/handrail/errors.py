@@ -24,7 +24,7 @@ HandrailError
 │   ├── NotFound               no run, call, request or question with that id
 │   ├── AlreadyDecided         a second decision/answer on the same pending item
 │   └── SchemaTooNew           the database was written by a newer handrail
-├── ResumeRefused              resuming would cross a boundary (no policy recorded, manifest changed)
+├── ResumeRefused              resuming would cross a boundary (no policy, manifest changed)
 ├── InteractionDeclined        raised inside a tool: its caller declined to answer ctx.ask/elicit
 └── ModelError                 the model provider failed
     ├── ModelAuthError         401/403: the key is missing or wrong
@@ -96,6 +96,19 @@ class Disposition(enum.Enum):
 class HandrailError(Exception):
     """Base of every exception handrail raises."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses take other constructor arguments than their message, so the default
+        # reduction (calling the class with `self.args`) would fail to unpickle them. Records
+        # and worker processes move these errors across process boundaries.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[HandrailError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class UserError(HandrailError):
     """A developer's misuse of the API; the message says what to change."""
@@ -141,7 +154,15 @@ class ToolError(HandrailError):
     def __init__(self, message: str, *, disposition: Disposition | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.disposition: Disposition = disposition or type(self).default_disposition
+        if disposition is None:
+            disposition = getattr(type(self), "default_disposition", None)
+            if disposition is None:
+                raise TypeError(
+                    f"{type(self).__name__} declares no default_disposition: pass disposition="
+                )
+        if not isinstance(disposition, Disposition):
+            raise TypeError(f"disposition must be an hr.Disposition, not {disposition!r}")
+        self.disposition: Disposition = disposition
 
 
 class UnknownTool(ToolError):

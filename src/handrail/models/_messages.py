@@ -21,10 +21,16 @@ __all__ = [
     "ModelResponse",
     "ModelSettings",
     "Part",
+    "ResponseDone",
+    "StreamEvent",
     "SystemMessage",
+    "TextDelta",
     "TextPart",
+    "ThinkingDelta",
     "ThinkingPart",
     "ToolCall",
+    "ToolCallDelta",
+    "ToolCallStart",
     "ToolResultMessage",
     "Usage",
     "UserMessage",
@@ -180,6 +186,59 @@ class ModelSettings:
     """Whether the model may, must, or must not call tools."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Provider-specific fields merged into the request body."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A fragment of assistant text, as it streams in."""
+
+    text: str
+    """The new text; concatenating every delta gives the turn's text."""
+    kind: Literal["text_delta"] = "text_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    """A fragment of the model's visible reasoning, as it streams in."""
+
+    text: str
+    """The new reasoning text."""
+    kind: Literal["thinking_delta"] = "thinking_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    """The model began a tool call; its arguments follow as `ToolCallDelta`s."""
+
+    id: str
+    """The call id (invented when the provider sent none), as in the final `ToolCall`."""
+    name: str
+    """The model-facing tool name, exactly as the provider sent it."""
+    kind: Literal["tool_call_start"] = "tool_call_start"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of a tool call's JSON arguments text."""
+
+    id: str
+    """The id of the call the fragment belongs to (a `ToolCallStart` came first)."""
+    arguments_fragment: str
+    """Raw text; the fragments of one call concatenated are its `ToolCall.arguments`."""
+    kind: Literal["tool_call_delta"] = "tool_call_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseDone:
+    """The stream ended; always the last event, carrying the whole assembled response."""
+
+    response: ModelResponse
+    """The same response `Model.request` would have returned."""
+    kind: Literal["response_done"] = "response_done"
+
+
+StreamEvent = TextDelta | ThinkingDelta | ToolCallStart | ToolCallDelta | ResponseDone
+"""One event of a streamed model response; `ResponseDone` is always last."""
 
 
 @functools.cache

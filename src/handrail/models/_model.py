@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from handrail.models._messages import ModelResponse, ModelSettings
+from handrail.models._messages import ModelResponse, ModelSettings, StreamEvent
 from handrail.tools import ToolSpec
 
-__all__ = ["Model"]
+__all__ = ["Model", "StreamingModel"]
 
 
 @runtime_checkable
@@ -34,5 +34,31 @@ class Model(Protocol):
 
         Raises:
             ModelError: the provider failed (after its own retries).
+        """
+        ...
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A `Model` that can also stream its turn as it is generated (`OpenAIChat`, `Anthropic`).
+
+    `isinstance(model, StreamingModel)` tells a caller whether `request_stream` is there.
+    """
+
+    def request_stream(
+        self,
+        messages: Sequence[Any],
+        tools: Sequence[ToolSpec],
+        settings: ModelSettings | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Send the conversation and yield the turn as it arrives.
+
+        Yields `TextDelta`, `ThinkingDelta`, `ToolCallStart` and `ToolCallDelta` events as the
+        provider produces them, then exactly one `ResponseDone` carrying the full
+        `ModelResponse`. Close the iterator (`contextlib.aclosing`) when stopping early, so the
+        connection is released.
+
+        Raises:
+            ModelError: the provider failed (retries happen only before the first event).
         """
         ...

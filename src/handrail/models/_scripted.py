@@ -32,8 +32,11 @@ class Turn:
 
 
 def call(tool_id: ToolId | str, arguments: Mapping[str, Any] | str | None = None) -> Turn:
-    """A turn that calls one tool. Arguments given as a string are sent verbatim (even
-    invalid JSON, to test how a run handles it)."""
+    """A turn that calls one tool.
+
+    Arguments given as a string are sent verbatim (even invalid JSON, to test how a run
+    handles it).
+    """
     return Turn(tool_calls=((str(ToolId.of(tool_id)), arguments or {}),))
 
 

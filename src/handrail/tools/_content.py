@@ -37,6 +37,10 @@ class Text:
     """The text."""
     kind: Literal["text"] = "text"
 
+    def __post_init__(self) -> None:
+        if type(self.text) is not str and not isinstance(self.text, str):
+            raise TypeError(f"Text.text must be a string, not {type(self.text).__name__}")
+
 
 @dataclass(frozen=True, slots=True)
 class Json:
@@ -123,6 +127,8 @@ class EmbeddedResource:
     def __post_init__(self) -> None:
         if (self.text is None) == (self.blob is None):
             raise ValueError("EmbeddedResource needs exactly one of text= or blob=")
+        if self.blob is not None:
+            _check_base64(self.blob, "EmbeddedResource")
 
 
 Content = Annotated[
@@ -131,6 +137,7 @@ Content = Annotated[
 """Any content item, discriminated by `kind`."""
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+_CONTENT_TYPES = (Text, Json, Image, Audio, ResourceLink, EmbeddedResource)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +172,12 @@ class ToolResult:
             object.__setattr__(self, "content", content)
         if not content:
             raise ValueError("ToolResult.content must not be empty")
+        for item in content:
+            if not isinstance(item, _CONTENT_TYPES):
+                raise TypeError(
+                    "ToolResult.content items must be hr.Text, hr.Json, hr.Image, hr.Audio, "
+                    f"hr.ResourceLink or hr.EmbeddedResource, not {type(item).__name__}"
+                )
 
     @classmethod
     def text(cls, text: str, *, structured: Any = None) -> ToolResult:
@@ -173,8 +186,19 @@ class ToolResult:
 
     @classmethod
     def json(cls, value: Any) -> ToolResult:
-        """A successful result carrying `value` as structured content and as JSON text."""
-        return cls((Json(value),), value)
+        """A successful result carrying `value` as structured content and as JSON text.
+
+        `value` is converted to its JSON form first (models, dataclasses, dates...), so the
+        result can be stored and sent as is.
+
+        Raises:
+            TypeError: `value` cannot be represented as JSON.
+        """
+        try:
+            plain = pydantic_core.to_jsonable_python(value)
+        except pydantic_core.PydanticSerializationError as exc:
+            raise TypeError(f"ToolResult.json needs a JSON-serialisable value: {exc}") from None
+        return cls((Json(plain),), plain)
 
     @classmethod
     def error(cls, message: str) -> ToolResult:
@@ -222,7 +246,8 @@ def render_item(item: Text | Json | Image | Audio | ResourceLink | EmbeddedResou
     if isinstance(item, Json):
         return pydantic_core.to_json(item.value).decode()
     if isinstance(item, Image | Audio):
-        return f"[{item.kind} {item.mime_type}, {len(item.data) * 3 // 4} bytes, not shown]"
+        size = len(item.data) * 3 // 4 - item.data[-2:].count("=")
+        return f"[{item.kind} {item.mime_type}, {size} bytes, not shown]"
     if isinstance(item, ResourceLink):
         return f"[resource {item.name}: {item.uri}]"
     if item.text is not None:

@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from handrail.errors import HandlerStateError, InteractionDeclined, UserError
+from handrail.errors import UserError
 from handrail.tools._names import ToolId
-
-if TYPE_CHECKING:
-    from handrail.tools._steps import Decline, Submit
 
 __all__ = ["CallContext", "Elicitation", "Question"]
 
@@ -48,6 +45,25 @@ class Elicitation:
     """JSON Schema (an object) the answer must validate against."""
     kind: Literal["form"] = "form"
 
+    def __post_init__(self) -> None:
+        import jsonschema  # lazily: only forms need it
+
+        if not isinstance(self.message, str) or not self.message.strip():
+            raise UserError("an elicitation needs a non-empty message")
+        schema = dict(self.schema)
+        if schema.get("type") != "object":
+            raise UserError(
+                "an elicitation's schema must describe a JSON object (\"type\": \"object\"), "
+                f"got {schema.get('type')!r}"
+            )
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise UserError(
+                f"an elicitation's schema is not valid JSON Schema: {exc.message}"
+            ) from None
+        object.__setattr__(self, "schema", schema)
+
 
 class _Suspend:
     """Awaited by `ctx.ask`/`ctx.elicit`; the handler's driver intercepts it (see _handler)."""
@@ -70,8 +86,7 @@ class CallContext:
     with its recorded answers, so anything done before a question may be done twice.
     """
 
-    __slots__ = ("_interactions", "_replay", "agent", "call_id", "deps", "run_id", "tool_id",
-                 "workspace")
+    __slots__ = ("_interactions", "agent", "call_id", "deps", "run_id", "tool_id", "workspace")
 
     def __init__(
         self,
@@ -83,7 +98,6 @@ class CallContext:
         agent: str | None = None,
         workspace: Path | None = None,
         deps: Any = None,
-        replay: list[Submit | Decline] | None = None,
     ) -> None:
         self.call_id = call_id
         """The call's id, as the model gave it."""
@@ -98,7 +112,6 @@ class CallContext:
         self.deps = deps
         """Whatever the host passed as `deps` (a database handle, a client...)."""
         self._interactions = interactions
-        self._replay = replay
 
     async def ask(self, question: Question) -> str:
         """Ask the caller `question` and wait for the answer.
@@ -109,31 +122,25 @@ class CallContext:
         if not isinstance(question, Question):
             raise UserError(f"ctx.ask takes an hr.Question, not {type(question).__name__}")
         self._require("question")
-        answer = await self._interact(question)
-        return str(answer)
+        answer: str = await _Suspend(question)
+        return answer
 
     async def elicit(self, schema: Mapping[str, Any], message: str) -> dict[str, Any]:
         """Ask the caller for input matching the JSON Schema `schema`; returns the object.
+
+        The answer is validated against `schema` before the tool sees it.
 
         Raises:
             InteractionDeclined: the caller declined to answer.
         """
         self._require("form")
-        answer = await self._interact(Elicitation(message, dict(schema)))
+        answer: dict[str, Any] = await _Suspend(Elicitation(message, schema))
         return dict(answer)
 
     def _require(self, kind: str) -> None:
         if kind not in self._interactions:
             method = "ask" if kind == "question" else "elicit"
-            raise HandlerStateError(
+            raise UserError(
                 f"tool '{self.tool_id}' called ctx.{method} but does not declare the "
                 f"interaction kind {kind!r}: add interactions={{{kind!r}}} to its declaration"
             )
-
-    async def _interact(self, request: Question | Elicitation) -> Any:
-        if self._replay:
-            recorded = self._replay.pop(0)
-            if recorded.kind == "decline":
-                raise InteractionDeclined(recorded.reason)
-            return recorded.value
-        return await _Suspend(request)

@@ -1,5 +1,6 @@
-"""`ToolHandler`: one call of one tool as a resumable state machine, and `ToolImpl`, the seam
-every kind of tool (Python, MCP, subprocess, injected) implements.
+"""`ToolHandler` (one call as a resumable state machine) and `ToolImpl` (the tool seam).
+
+`ToolImpl` is the seam every kind of tool (Python, MCP, subprocess, injected) implements.
 
 The handler drives the tool's coroutine itself. When the body awaits `ctx.ask`, the awaitable
 yields a private marker up the coroutine chain; the driver stops there and hands the caller an
@@ -12,8 +13,9 @@ scope the tool opened (those are bound to the task that entered them).
 from __future__ import annotations
 
 import abc
+import collections
 import enum
-import itertools
+import inspect
 from collections.abc import Coroutine, Generator, Mapping
 from typing import Any, NoReturn
 
@@ -35,7 +37,7 @@ from handrail.errors import (
 )
 from handrail.tools._actions import Act, Action
 from handrail.tools._content import ToolResult
-from handrail.tools._context import CallContext, Elicitation, _Suspend
+from handrail.tools._context import CallContext, Elicitation, Question, _Suspend
 from handrail.tools._spec import ToolSpec
 from handrail.tools._steps import (
     Cancel,
@@ -48,10 +50,20 @@ from handrail.tools._steps import (
     Submit,
 )
 
-__all__ = ["DEFAULT_MAX_ARGUMENT_BYTES", "HandlerState", "ToolHandler", "ToolImpl"]
+__all__ = [
+    "DEFAULT_MAX_ARGUMENT_BYTES",
+    "HandlerState",
+    "ToolHandler",
+    "ToolImpl",
+    "check_argument_payload",
+    "issues_from_validation_error",
+]
 
 DEFAULT_MAX_ARGUMENT_BYTES = 1 << 20
-"""Arguments larger than this (as JSON) are refused before validation: 1 MiB."""
+"""Arguments larger than this (as UTF-8 JSON) are refused before validation: 1 MiB."""
+
+CLEANUP_SECONDS = 5.0
+"""How long a cancelled body's cleanup (its `finally` blocks, `async with` exits) may take."""
 
 
 class HandlerState(enum.Enum):
@@ -130,18 +142,35 @@ def issues_from_validation_error(exc: ValidationError) -> list[Issue]:
 def check_argument_payload(
     tool: str, arguments: object, max_bytes: int
 ) -> Mapping[str, Any] | str | bytes:
-    """Refuse arguments that are not a JSON object (or its text) or that exceed `max_bytes`."""
-    if isinstance(arguments, str | bytes | bytearray):
+    """Refuse arguments that are not a JSON object (or its text) or that exceed `max_bytes`.
+
+    The size is that of the arguments as UTF-8 JSON. For a mapping of a few scalars a cheap
+    upper bound stands in for serialising it; the bound never under-estimates, and when it
+    exceeds the cap the exact size decides.
+
+    Raises:
+        InvalidArguments: not an object, or too large (NOT_SENT).
+    """
+    if isinstance(arguments, str):
+        # Each character is 1 to 4 bytes of UTF-8: count exactly only when it could matter.
         size = len(arguments)
-    elif isinstance(arguments, dict | Mapping):
-        if len(arguments) > 8 or max_bytes < 4096:
-            size = len(pydantic_core.to_json(arguments, fallback=repr))
-        else:
-            size = _small_size(arguments)
+        if size * 4 > max_bytes:
+            size = len(arguments.encode("utf-8", "surrogatepass"))
+    elif isinstance(arguments, bytes | bytearray):
+        size = len(arguments)
+    elif isinstance(arguments, Mapping):
+        size = _size_bound(arguments)
+        if size > max_bytes:
+            try:
+                size = len(pydantic_core.to_json(arguments, fallback=repr))
+            except pydantic_core.PydanticSerializationError as exc:
+                raise InvalidArguments(
+                    tool, [Issue(path="$", message=f"arguments are not JSON-encodable: {exc}")]
+                ) from None
     else:
         raise InvalidArguments(
             tool,
-            [Issue(path="$", message=f"arguments must be a JSON object, got "
+            [Issue(path="$", message="arguments must be a JSON object, got "
                    f"{type(arguments).__name__}")],
         )
     if size > max_bytes:
@@ -150,52 +179,101 @@ def check_argument_payload(
             [Issue(path="$", message=f"arguments are {size} bytes, over the limit of "
                    f"{max_bytes} bytes; send less data")],
         )
-    return arguments  # type: ignore[return-value]
+    return arguments  # type: ignore[return-value]  # Mapping narrowed from object
 
 
-def _small_size(arguments: Mapping[str, Any]) -> int:
-    # Cheap upper-ish bound for the common case of a few scalar arguments; anything nested or
-    # long falls back to exact serialisation.
-    total = 0
+_UNBOUNDED = 1 << 62
+_INT_BOUND = 10**18
+
+
+def _size_bound(arguments: Mapping[Any, Any]) -> int:
+    r"""An upper bound of `len(to_json(arguments))`, or `_UNBOUNDED` when no cheap one exists.
+
+    JSON spends at most 6 bytes per character of a string (`\u001f`; non-ASCII is raw UTF-8,
+    at most 4 bytes), so a key costs at most 6n + 4 (quotes, colon, comma), an int under 10**18
+    at most 20 bytes, a float at most 32 (`-2.2250738585072014e-308`, `-Infinity`).
+    """
+    if len(arguments) > 16:
+        return _UNBOUNDED
+    total = 2
     for key, value in arguments.items():
+        if type(key) is not str:
+            return _UNBOUNDED
+        total += 6 * len(key) + 4
         kind = type(value)
-        if kind is int or kind is float or kind is bool or value is None:
-            total += len(key) + 28
-        elif kind is str and len(value) < 512:
-            total += len(key) + len(value) * 6 + 6
+        if kind is str:
+            total += 6 * len(value) + 2
+        elif kind is int:
+            if not -_INT_BOUND < value < _INT_BOUND:
+                return _UNBOUNDED
+            total += 20
+        elif kind is float:
+            total += 32
+        elif kind is bool or value is None:
+            total += 5
         else:
-            return len(pydantic_core.to_json(arguments, fallback=repr))
+            return _UNBOUNDED
     return total
 
 
+class _Abandon(BaseException):
+    """Thrown into a suspended body whose call is cancelled, so its cleanup runs.
+
+    A BaseException, like a cancellation, so `except Exception` in a tool does not eat it.
+    """
+
+
 class _Drive:
-    """Run the tool coroutine until it finishes or awaits `ctx.ask`/`ctx.elicit`."""
+    """Run the tool coroutine until it finishes or awaits `ctx.ask`/`ctx.elicit`.
+
+    Awaiting a `_Drive` returns `(True, result)` when the body returned and `(False, marker)`
+    when it suspended on a question. Anything else the body yields goes to the event loop, and
+    whatever the loop throws back (a cancellation) is thrown into the body.
+    """
 
     __slots__ = ("coro", "exc", "value")
 
-    def __init__(self, coro: Coroutine[Any, Any, ToolResult], value: Any, exc: BaseException |
-                 None) -> None:
+    def __init__(
+        self, coro: Coroutine[Any, Any, ToolResult], value: Any, exc: BaseException | None
+    ) -> None:
         self.coro = coro
         self.value = value
         self.exc = exc
 
     def __await__(self) -> Generator[Any, Any, tuple[bool, Any]]:
         coro, send, exc = self.coro, self.value, self.exc
+        cancelled: BaseException | None = None
         while True:
             try:
                 yielded = coro.send(send) if exc is None else coro.throw(exc)
             except StopIteration as stop:
                 return True, stop.value
             if type(yielded) is _Suspend:
+                if cancelled is not None:
+                    # The body caught a cancellation and then asked a question. A call being
+                    # cancelled cannot suspend, and the cancellation is never swallowed: the
+                    # body stays suspended here and the handler cleans it up.
+                    raise cancelled
                 return False, yielded
             try:
                 send = yield yielded
                 exc = None
-            except BaseException as thrown:  # the event loop's cancellation, passed in
+            except BaseException as thrown:  # from the event loop: pass it into the body
                 send, exc = None, thrown
+                if not isinstance(thrown, Exception):
+                    cancelled = thrown  # a cancellation, GeneratorExit, KeyboardInterrupt
 
 
-_ids = itertools.count(1)
+def _close(coro: Coroutine[Any, Any, Any]) -> None:
+    try:
+        coro.close()
+    except RuntimeError:  # "coroutine ignored GeneratorExit": a body that insists on awaiting
+        pass
+
+
+def _prepare(impl: ToolImpl, arguments: object, max_bytes: int) -> Any:
+    spec = impl.spec
+    return impl.validate(check_argument_payload(str(spec.id), arguments, max_bytes))
 
 
 class ToolHandler:
@@ -210,21 +288,45 @@ class ToolHandler:
     ```
 
     Steps:
-        - `Invoke(call_id, arguments)` from NEW: validates (the body never sees bad input) and
-          runs the body until it finishes (`Finished(result)`) or asks (`Interaction`).
+        - `Invoke(call_id, arguments, answers=())` from NEW: validates (the body never sees bad
+          input) and runs the body until it finishes (`Finished(result)`) or asks
+          (`Interaction`). Recorded `answers` are given to the body's first questions, in order,
+          without returning to the caller; the interaction ids are those of the original run.
         - `Respond(interaction_id, Submit | Decline | CancelInteraction)` from SUSPENDED:
           resumes exactly the pending interaction; a wrong id or an answer of the wrong shape is
-          refused with `HandlerStateError` and leaves the state unchanged.
-        - `Cancel(reason)` from NEW or SUSPENDED: ends the call; the step raises `CallCancelled`.
+          refused with `HandlerStateError` and leaves the state unchanged. `Decline` raises
+          `InteractionDeclined` inside the tool (uncaught, the call finishes with an error
+          result); `CancelInteraction` ends the call like `Cancel`.
+        - `Cancel(reason)` from NEW or SUSPENDED: ends the call; the step raises `CallCancelled`
+          (NOT_SENT from NEW, IN_DOUBT from SUSPENDED).
 
-    Cancellation: `Cancel` closes the suspended coroutine (its `finally` blocks run). A
-    cancellation from outside (an enclosing cancel scope) is never swallowed: it propagates and
-    the handler is FINISHED. The deadline (`spec.timeout`) counts only time spent running, not
-    time spent waiting for an answer; when it passes the step raises `ToolTimeout`.
+    Cancellation: our own cancel (`Cancel`, `CancelInteraction`) becomes `CallCancelled`; a
+    suspended body gets a private exception thrown in so its `finally` blocks and `async with`
+    exits run, shielded and bounded by `CLEANUP_SECONDS`. A cancellation from outside (an
+    enclosing cancel scope) is never swallowed: it propagates, even if the body catches it, and
+    the handler is FINISHED. A sync body runs in a worker thread that is abandoned on
+    cancellation (it cannot be interrupted; it finishes in the background).
+
+    Deadline: `spec.timeout` counts only time spent running, not time spent waiting for an
+    answer; when it passes the step raises `ToolTimeout` (IN_DOUBT) and the handler is FINISHED.
     """
 
-    __slots__ = ("_answers", "_coro", "_ctx", "_deps", "_elapsed", "_impl", "_interaction",
-                 "_max_bytes", "_run_id", "_agent", "_workspace", "_n", "call_id", "state")
+    __slots__ = (
+        "_agent",
+        "_answers",
+        "_coro",
+        "_deps",
+        "_elapsed",
+        "_impl",
+        "_interaction",
+        "_max_bytes",
+        "_n",
+        "_replay",
+        "_run_id",
+        "_workspace",
+        "call_id",
+        "state",
+    )
 
     def __init__(
         self,
@@ -243,9 +345,9 @@ class ToolHandler:
         self._deps = deps
         self._max_bytes = max_argument_bytes
         self._coro: Coroutine[Any, Any, ToolResult] | None = None
-        self._ctx: CallContext | None = None
         self._interaction: Interaction | None = None
         self._answers: list[Submit | Decline] = []
+        self._replay: collections.deque[Submit | Decline] = collections.deque()
         self._elapsed = 0.0
         self._n = 0
         self.call_id: str | None = None
@@ -265,7 +367,7 @@ class ToolHandler:
 
     @property
     def answers(self) -> list[Submit | Decline]:
-        """Every response given so far, in order (persist these to replay the call later)."""
+        """Every answer the body received so far, in order (persist these to replay the call)."""
         return list(self._answers)
 
     async def step(self, step: Invoke | Respond | Cancel) -> Finished | Interaction:
@@ -291,8 +393,8 @@ class ToolHandler:
                 self.state = HandlerState.FINISHED
                 raise CallCancelled(step.reason, disposition=Disposition.NOT_SENT)
             if state is HandlerState.SUSPENDED:
-                self._close()
-                raise CallCancelled(step.reason)
+                failure = await self._abandon()
+                raise CallCancelled(step.reason) from failure
             raise HandlerStateError(f"cannot Cancel a handler that is {state.value}")
         raise HandlerStateError(
             f"step() takes Invoke, Respond or Cancel, not {type(step).__name__}"
@@ -300,15 +402,14 @@ class ToolHandler:
 
     async def _invoke(self, step: Invoke) -> Finished | Interaction:
         impl = self._impl
+        spec = impl.spec
         self.call_id = step.call_id
         self.state = HandlerState.RUNNING
         try:
-            arguments = check_argument_payload(str(impl.spec.id), step.arguments, self._max_bytes)
-            validated = impl.validate(arguments)
+            validated = _prepare(impl, step.arguments, self._max_bytes)
         except BaseException:
             self.state = HandlerState.FINISHED
             raise
-        spec = impl.spec
         ctx = None
         if impl.needs_context:
             ctx = CallContext(
@@ -319,10 +420,7 @@ class ToolHandler:
                 agent=self._agent,
                 workspace=self._workspace,
                 deps=self._deps,
-                replay=list(step.answers) if step.answers else None,
             )
-        self._answers.extend(step.answers)
-        self._ctx = ctx
         coro = impl.execute(validated, ctx)
         if not spec.interactions and spec.timeout is None:
             # Fast path: a tool that cannot ask needs no driver and no cancel scope.
@@ -333,6 +431,7 @@ class ToolHandler:
                 _raise_body_error(spec, exc)
             self.state = HandlerState.FINISHED
             return Finished(result)
+        self._replay.extend(step.answers)
         self._coro = coro
         return await self._drive(None, None)
 
@@ -349,8 +448,7 @@ class ToolHandler:
         `not spec.interactions and spec.timeout is None` first.
         """
         spec = impl.spec
-        validated = impl.validate(check_argument_payload(str(spec.id), arguments,
-                                                         max_argument_bytes))
+        validated = _prepare(impl, arguments, max_argument_bytes)
         ctx = CallContext(call_id=call_id, tool_id=spec.id) if impl.needs_context else None
         try:
             return await impl.execute(validated, ctx)
@@ -370,8 +468,8 @@ class ToolHandler:
             )
         response = step.response
         if isinstance(response, CancelInteraction):
-            self._close()
-            raise CallCancelled(response.reason)
+            failure = await self._abandon()
+            raise CallCancelled(response.reason) from failure
         if isinstance(response, Submit):
             value = _check_answer(pending, response.value)
             self._answers.append(Submit(value))
@@ -389,21 +487,31 @@ class ToolHandler:
         spec = self._impl.spec
         self.state = HandlerState.RUNNING
         self._interaction = None
-        timeout = spec.timeout
         try:
-            if timeout is None:
-                done, out = await _Drive(coro, value, exc)
-            else:
-                remaining = timeout - self._elapsed
-                started = anyio.current_time()
-                with anyio.move_on_after(max(remaining, 0.0)) as scope:
-                    done, out = await _Drive(coro, value, exc)
-                self._elapsed += anyio.current_time() - started
-                if scope.cancelled_caught:
-                    raise ToolTimeout(
-                        f"tool '{spec.id}' did not finish within its {timeout:g}s deadline; "
-                        "it may have acted partly"
-                    )
+            while True:
+                done, out = await self._slice(coro, value, exc)
+                if done:
+                    self.state = HandlerState.FINISHED
+                    self._coro = None
+                    return Finished(out)
+                self._n += 1
+                interaction = Interaction(
+                    id=f"{self.call_id}:{self._n}",
+                    call_id=self.call_id or "",
+                    tool_id=spec.id,
+                    request=out.request,
+                )
+                if not self._replay:
+                    self._interaction = interaction
+                    self.state = HandlerState.SUSPENDED
+                    return interaction
+                recorded = self._replay.popleft()
+                if isinstance(recorded, Decline):
+                    value, exc = None, InteractionDeclined(recorded.reason)
+                else:
+                    value, exc = _check_answer(interaction, recorded.value, replayed=True), None
+                    recorded = Submit(value)
+                self._answers.append(recorded)
         except InteractionDeclined as declined:
             self.state = HandlerState.FINISHED
             self._coro = None
@@ -414,56 +522,88 @@ class ToolHandler:
             )
         except BaseException as err:
             self.state = HandlerState.FINISHED
+            if _suspended(coro):
+                await self._abandon()  # e.g. a cancellation the body caught before asking
             self._coro = None
             _raise_body_error(spec, err)
-        if done:
-            self.state = HandlerState.FINISHED
-            self._coro = None
-            return Finished(out)
-        self._n += 1
-        interaction = Interaction(
-            id=f"{self.call_id}:{self._n}",
-            call_id=self.call_id or "",
-            tool_id=spec.id,
-            request=out.request,
+
+    async def _slice(
+        self, coro: Coroutine[Any, Any, ToolResult], value: Any, exc: BaseException | None
+    ) -> tuple[bool, Any]:
+        """Run the body until it returns or asks, under what is left of its deadline."""
+        spec = self._impl.spec
+        timeout = spec.timeout
+        if timeout is None:
+            return await _Drive(coro, value, exc)
+        started = anyio.current_time()
+        with anyio.move_on_after(max(timeout - self._elapsed, 0.0)) as scope:
+            try:
+                return await _Drive(coro, value, exc)
+            finally:
+                self._elapsed += anyio.current_time() - started
+        assert scope.cancelled_caught
+        raise ToolTimeout(
+            f"tool '{spec.id}' did not finish within its {timeout:g}s deadline; it may have "
+            "acted partly"
         )
-        self._interaction = interaction
-        self.state = HandlerState.SUSPENDED
-        return interaction
 
-    def _close(self) -> None:
-        self.state = HandlerState.FINISHED
+    async def _abandon(self) -> Exception | None:
+        """End a suspended body: throw `_Abandon` in and let its cleanup run, shielded.
+
+        Returns the exception the cleanup raised, if any (to chain onto `CallCancelled`).
+        """
+        coro, self._coro = self._coro, None
         self._interaction = None
-        if self._coro is not None:
-            self._coro.close()
-            self._coro = None
+        self.state = HandlerState.FINISHED
+        if coro is None:
+            return None
+        failure: Exception | None = None
+        try:
+            with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
+                await _Drive(coro, None, _Abandon())
+        except _Abandon:
+            pass
+        except Exception as exc:  # the body's cleanup failed: reported as the cancel's cause
+            failure = exc
+        finally:
+            _close(coro)  # still suspended if it asked again or overran CLEANUP_SECONDS
+        return failure
 
 
-def _check_answer(pending: Interaction, value: Any) -> Any:
+def _suspended(coro: Coroutine[Any, Any, Any]) -> bool:
+    if inspect.iscoroutine(coro):
+        return inspect.getcoroutinestate(coro) == inspect.CORO_SUSPENDED
+    return True  # a foreign coroutine type: assume the worst; abandoning a done one is harmless
+
+
+def _check_answer(pending: Interaction, value: Any, *, replayed: bool = False) -> Any:
+    """The answer as the body will receive it, or HandlerStateError (nothing changed)."""
     request = pending.request
+    if replayed:
+        what, after = f"the recorded answer to {pending.id!r}", "the call is abandoned"
+    else:
+        what, after = f"the answer to {pending.id!r}", "nothing changed"
     if isinstance(request, Elicitation):
         if not isinstance(value, Mapping):
             raise HandlerStateError(
-                f"interaction {pending.id!r} asks for a form: answer with an object, not "
-                f"{type(value).__name__}; nothing changed"
+                f"{what} must be an object (the interaction asks for a form), not "
+                f"{type(value).__name__}; {after}"
             )
         import jsonschema  # lazily: only forms need it
 
         problems = sorted(
             jsonschema.Draft202012Validator(request.schema).iter_errors(dict(value)),
-            key=lambda e: list(e.absolute_path),
+            key=lambda e: list(map(str, e.absolute_path)),
         )
         if problems:
             text = "; ".join(f"{e.json_path}: {e.message}" for e in problems)
-            raise HandlerStateError(
-                f"the answer to {pending.id!r} does not match the form's schema ({text}); "
-                "nothing changed"
-            )
+            raise HandlerStateError(f"{what} does not match the form's schema ({text}); {after}")
         return dict(value)
+    assert isinstance(request, Question)
     if not isinstance(value, str):
         raise HandlerStateError(
-            f"interaction {pending.id!r} asks a question: answer with text, not "
-            f"{type(value).__name__}; nothing changed"
+            f"{what} must be text (the interaction asks a question), not "
+            f"{type(value).__name__}; {after}"
         )
     return value
 
@@ -478,6 +618,3 @@ def _raise_body_error(spec: ToolSpec, exc: BaseException) -> NoReturn:
     if not isinstance(exc, Exception) or isinstance(exc, ToolError | UserError):
         raise exc
     raise ToolFailed(f"tool '{spec.id}' raised {type(exc).__name__}: {exc}") from exc
-
-
-__all__ += ["check_argument_payload", "issues_from_validation_error"]

@@ -27,6 +27,8 @@ __all__ = ["DEFAULT_SERVER", "ToolId", "ToolName"]
 
 DEFAULT_SERVER = "local"
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+# The same alphabet for pydantic's (Rust) regex engine, which searches rather than full-matches.
+_NAME_ANCHORED = r"^[A-Za-z0-9_.\-]{1,64}$"
 _PLAIN = re.compile(r"[A-Za-z0-9_]+")
 
 
@@ -55,7 +57,7 @@ class ToolName(str):
         cls, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
         return core_schema.no_info_after_validator_function(
-            cls, core_schema.str_schema(pattern=_NAME.pattern)
+            cls, core_schema.str_schema(pattern=_NAME_ANCHORED)
         )
 
 
@@ -71,6 +73,8 @@ class ToolId:
     """
 
     __slots__ = ("_model_name", "_str", "name", "server")
+    _str: str
+    _model_name: str | None
     server: str
     """The server (namespace) the tool lives on; `local` for plain Python tools."""
     name: str
@@ -160,8 +164,25 @@ class ToolId:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ToolId) and other._str == self._str
 
-    def __lt__(self, other: ToolId) -> bool:
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, ToolId):
+            return NotImplemented
         return self._str < other._str
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, ToolId):
+            return NotImplemented
+        return self._str <= other._str
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, ToolId):
+            return NotImplemented
+        return self._str > other._str
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, ToolId):
+            return NotImplemented
+        return self._str >= other._str
 
     def __hash__(self) -> int:
         return hash(self._str)

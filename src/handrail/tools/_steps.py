@@ -1,5 +1,7 @@
-"""The messages a `ToolHandler` takes (`Invoke`, `Respond`, `Cancel`) and gives back
-(`Finished`, `Interaction`)."""
+"""The messages a `ToolHandler` takes and gives back.
+
+It takes `Invoke`, `Respond` and `Cancel`; it gives back `Finished` and `Interaction`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from handrail.errors import UserError
 from handrail.tools._content import ToolResult
 from handrail.tools._context import Elicitation, Question
 from handrail.tools._names import ToolId
@@ -64,6 +67,17 @@ class Invoke:
     """The arguments: a mapping, or JSON text of an object."""
     answers: Sequence[Submit | Decline] = field(default=())
     """Responses to replay to the call's first interactions."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.call_id, str) or not self.call_id:
+            raise UserError(f"Invoke.call_id must be a non-empty string, not {self.call_id!r}")
+        answers = tuple(self.answers)
+        for answer in answers:
+            if not isinstance(answer, Submit | Decline):
+                raise UserError(
+                    f"Invoke.answers holds hr.Submit and hr.Decline, not {type(answer).__name__}"
+                )
+        object.__setattr__(self, "answers", answers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,17 +9,27 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import re
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
+from typing import Annotated, Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 import anyio.to_thread
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
+from pydantic.fields import FieldInfo
 
-from handrail.errors import InvalidArguments, InvalidOutput, UserError
+from handrail.errors import (
+    Disposition,
+    InvalidArguments,
+    InvalidOutput,
+    Issue,
+    ToolError,
+    ToolFailed,
+    UserError,
+)
 from handrail.tools._actions import Act, Action
 from handrail.tools._content import Text, ToolResult
 from handrail.tools._context import CallContext
@@ -34,6 +44,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _NO_OUTPUT_TYPES: tuple[Any, ...] = (None, type(None), Any, inspect.Signature.empty)
+
+
+def _issue(message: str) -> Issue:
+    return Issue(path="$", message=message)
 
 
 class _Output:
@@ -68,18 +82,22 @@ class _Output:
 
     def convert(self, value: Any) -> ToolResult:
         if isinstance(value, ToolResult):
-            if self.adapter is not None and not value.is_error:
-                self._check(value.structured)
-            return value
+            result: ToolResult = value
+            if self.adapter is not None and not result.is_error:
+                # An explicit structured=None is checked too: null must fit the schema.
+                structured = self._dump(self._check(result.structured))
+                if structured is not result.structured:
+                    result = ToolResult(result.content, structured, False, result.metadata)
+            return result
         scalar = self.scalar
         if scalar is not None and type(value) is scalar:
-            if scalar is str:
+            if isinstance(value, str):
                 return ToolResult((Text(value),), value)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise InvalidOutput(self.tool, [_issue(f"{value} is not a JSON number")])
             return ToolResult((Text(pydantic_core.to_json(value).decode()),), value)
         if self.mode == "typed":
-            assert self.adapter is not None
-            checked = self._check(value)
-            structured = self.adapter.dump_python(checked, mode="json")
+            structured = self._dump(self._check(value))
             if self.is_str:
                 return ToolResult((Text(structured),), structured)
             return ToolResult((Text(pydantic_core.to_json(structured).decode()),), structured)
@@ -103,14 +121,16 @@ class _Output:
         except ValidationError as exc:
             raise InvalidOutput(self.tool, issues_from_validation_error(exc)) from exc
 
+    def _dump(self, checked: Any) -> Any:
+        assert self.adapter is not None
+        try:
+            return self.adapter.dump_python(checked, mode="json")
+        except pydantic_core.PydanticSerializationError as exc:
+            raise InvalidOutput(self.tool, [_issue(f"not JSON-serialisable: {exc}")]) from exc
 
-def _issue(message: str) -> Any:
-    from handrail.errors import Issue
 
-    return Issue(path="$", message=message)
-
-
-_CONFIG = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+# allow_inf_nan=False: arguments are JSON, and JSON has no NaN or Infinity.
+_CONFIG = ConfigDict(extra="forbid", arbitrary_types_allowed=False, allow_inf_nan=False)
 
 
 def _is_context(annotation: Any) -> bool:
@@ -118,6 +138,34 @@ def _is_context(annotation: Any) -> bool:
         typing.get_origin(annotation) is typing.Annotated
         and typing.get_args(annotation)[0] is CallContext
     )
+
+
+def _described(annotation: Any, default: Any) -> bool:
+    """Whether the author already gave a parameter a description with Field(description=)."""
+    infos = [default] if isinstance(default, FieldInfo) else []
+    if typing.get_origin(annotation) is typing.Annotated:
+        infos += [m for m in annotation.__metadata__ if isinstance(m, FieldInfo)]
+    return any(info.description is not None for info in infos)
+
+
+def _check_schemable(tool_id: ToolId | str, where: str, annotation: Any) -> None:
+    try:
+        TypeAdapter(annotation).json_schema()
+    except (PydanticSchemaGenerationError, PydanticUserError) as exc:
+        owner = tool_id if isinstance(tool_id, str) else f"tool '{tool_id}'"
+        raise UserError(
+            f"{owner}: {where} has type {annotation!r}, which has no JSON Schema; "
+            "use a pydantic-compatible type (str, int, a BaseModel, a TypedDict...)"
+        ) from exc
+
+
+def _not_sent_from_body(spec: ToolSpec, exc: ToolError) -> ToolFailed:
+    """A NOT_SENT error from inside a Python body that already started is not believed.
+
+    It describes some inner operation (a nested `box.call`...), not this call, whose body ran:
+    passing "not sent" on would let the caller retry the call automatically.
+    """
+    return ToolFailed(f"tool '{spec.id}' raised {type(exc).__name__}: {exc}")
 
 
 class FunctionTool(ToolImpl, Generic[P, R]):
@@ -139,12 +187,15 @@ class FunctionTool(ToolImpl, Generic[P, R]):
         if not callable(fn):
             raise UserError(f"@hr.tool decorates a function, not {type(fn).__name__}")
         self.fn = fn
-        qualname = getattr(fn, "__qualname__", repr(fn))
+        self._call: Callable[..., Any] = fn
+        qualname = str(getattr(fn, "__qualname__", repr(fn)))
         self.origin = f"function {getattr(fn, '__module__', '?')}.{qualname}"
-        tool_id = ToolId(server or DEFAULT_SERVER, name or getattr(fn, "__name__", ""))
+        tool_id = ToolId(server or DEFAULT_SERVER, name or str(getattr(fn, "__name__", "")))
         doc_description, arg_docs = parse_docstring(inspect.getdoc(fn))
-        self._is_async = inspect.iscoroutinefunction(fn)
-        interactions = frozenset(interactions)
+        self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004  # an object with `async def __call__`
+        )
+        interactions = _kinds(tool_id, interactions)
         if interactions and not self._is_async:
             raise UserError(
                 f"tool '{tool_id}' declares interactions but {qualname} is not async: only an "
@@ -158,7 +209,9 @@ class FunctionTool(ToolImpl, Generic[P, R]):
         self._ctx_param: str | None = None
         fields: dict[str, Any] = {}
         self._names: list[tuple[str, str]] = []
-        for param in inspect.signature(fn).parameters.values():
+        params = list(inspect.signature(fn).parameters.values())
+        taken = {p.name for p in params}
+        for param in params:
             where = f"parameter '{param.name}' of {qualname}"
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise UserError(f"tool '{tool_id}': {where} is *args/**kwargs; a tool's "
@@ -171,27 +224,34 @@ class FunctionTool(ToolImpl, Generic[P, R]):
                                 "comes from the type, so annotate it")
             annotation = hints[param.name]
             if _is_context(annotation):
+                if self._ctx_param is not None:
+                    raise UserError(f"tool '{tool_id}': {where} is a second hr.CallContext "
+                                    f"(the first is '{self._ctx_param}')")
                 self._ctx_param = param.name
                 continue
-            default = ... if param.default is param.empty else param.default
+            _check_schemable(tool_id, where, annotation)
             field_name = param.name
-            if hasattr(BaseModel, param.name) or param.name.startswith("model_"):
-                field_name = f"arg_{param.name}"  # would shadow a BaseModel attribute
-            info = Field(default, alias=param.name if field_name != param.name else None,
-                         description=arg_docs.get(param.name))
-            fields[field_name] = (annotation, info)
+            if hasattr(BaseModel, field_name) or field_name.startswith("model_"):
+                # The name would shadow a BaseModel attribute: store it under another name
+                # and keep the parameter's name as the alias the model sees.
+                field_name = f"arg_{field_name}"
+                while field_name in taken or hasattr(BaseModel, field_name):
+                    field_name += "_"
+                taken.add(field_name)
+            meta: dict[str, Any] = {}
+            if field_name != param.name:
+                meta["alias"] = param.name
+            if param.name in arg_docs and not _described(annotation, param.default):
+                meta["description"] = arg_docs[param.name]
+            if meta:
+                annotation = Annotated[annotation, Field(**meta)]
+            default = ... if param.default is param.empty else param.default
+            fields[field_name] = (annotation, default)
             self._names.append((param.name, field_name))
-            try:
-                TypeAdapter(annotation)
-            except (PydanticSchemaGenerationError, PydanticUserError) as exc:
-                raise UserError(
-                    f"tool '{tool_id}': {where} has type {annotation!r}, which has no JSON "
-                    "Schema; use a pydantic-compatible type"
-                ) from exc
         self._plain = all(p == f for p, f in self._names)
         self.needs_context = self._ctx_param is not None
         try:
-            self._model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            self._model: type[BaseModel] = create_model(
                 f"{tool_id.name}_arguments", __config__=_CONFIG, **fields
             )
             input_schema = self._model.model_json_schema(schema_generator=ToolSchemaGenerator)
@@ -210,7 +270,7 @@ class FunctionTool(ToolImpl, Generic[P, R]):
             interactions=interactions,
             timeout=timeout,
         )
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the underlying function directly (no validation, no policy)."""
@@ -220,6 +280,7 @@ class FunctionTool(ToolImpl, Generic[P, R]):
         return f"<FunctionTool {self.spec.id}>"
 
     def validate(self, arguments: Mapping[str, Any] | str | bytes) -> BaseModel:
+        """Validate raw arguments into the tool's argument model."""
         try:
             if isinstance(arguments, str | bytes | bytearray):
                 return self._model.model_validate_json(arguments)
@@ -233,25 +294,41 @@ class FunctionTool(ToolImpl, Generic[P, R]):
         return {p: getattr(validated, f) for p, f in self._names}
 
     def actions(self, validated: BaseModel) -> list[Action]:
+        """What the call touches: the `actions=` function's answer, or `CALL server/name`."""
         if self._actions is None:
             return [Action(Act.CALL, str(self.spec.id))]
         return list(self._actions(**self._kwargs(validated)))
 
     def dump_arguments(self, validated: BaseModel) -> dict[str, Any]:
+        """The validated arguments as JSON, under the names the model uses."""
         return validated.model_dump(mode="json", by_alias=True)
 
     async def execute(self, validated: BaseModel, ctx: CallContext | None) -> ToolResult:
+        """Call the function and check what it returns."""
         kwargs = self._kwargs(validated)
         if self._ctx_param is not None:
             kwargs = {**kwargs, self._ctx_param: ctx}
-        if self._is_async:
-            value = await self.fn(**kwargs)  # type: ignore[misc]
-        else:
-            value = await anyio.to_thread.run_sync(
-                functools.partial(self.fn, **kwargs),  # type: ignore[arg-type]
-                abandon_on_cancel=self.spec.timeout is not None,
-            )
+        try:
+            if self._is_async:
+                value = await self._call(**kwargs)
+            else:
+                # Abandoned on cancellation: a thread cannot be interrupted, and a deadline or
+                # a cancel must not wait for it. The call is then IN_DOUBT, which is the truth.
+                value = await anyio.to_thread.run_sync(
+                    functools.partial(self._call, **kwargs), abandon_on_cancel=True
+                )
+        except ToolError as exc:
+            if exc.disposition is Disposition.NOT_SENT:
+                raise _not_sent_from_body(self.spec, exc) from exc
+            raise
         return self._output.convert(value)
+
+
+def _kinds(tool_id: ToolId, interactions: Iterable[str]) -> frozenset[str]:
+    if isinstance(interactions, str):
+        raise UserError(f"tool '{tool_id}': interactions takes a set of kinds, e.g. "
+                        f"{{{interactions!r}}}, not a string")
+    return frozenset(interactions)
 
 
 @overload
@@ -290,11 +367,8 @@ def tool(
     ```python
     @hr.tool(server="ledger", mutates=False)
     async def read(account: str) -> int:
-        \"\"\"Read a ledger account's balance.
-
-        Args:
-            account: The account's id.
-        \"\"\"
+        \"\"\"Read a ledger account's balance (`account`: the account's id).\"\"\"
+        return balances[account]
     ```
 
     Args:
@@ -343,20 +417,36 @@ class Tool(BaseModel):
 
     Class keywords: `server`, `name` (default: the class name in snake_case), `description`
     (default: the class docstring), `mutates` (default True), `idempotent`, `timeout`,
-    `interactions`. Field descriptions come from `Field(description=...)` or a docstring under
-    the field.
+    `interactions`. Field descriptions come from `Field(description=...)`, a docstring under
+    the field, or the class docstring's `Args:`/`Attributes:` section.
     """
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", use_attribute_docstrings=True, frozen=True, allow_inf_nan=False
+    )
     __handrail_tool__: ClassVar[ToolImpl]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Our class keywords are consumed in __pydantic_init_subclass__, after pydantic has
-        # built the fields; object.__init_subclass__ must not see them.
+        # built the fields; object.__init_subclass__ must not see them. Field types are checked
+        # here, before pydantic builds the class, so an un-schemable one is named in the error.
         super().__init_subclass__()
+        own = inspect.get_annotations(cls)
+        try:
+            hints = typing.get_type_hints(cls, include_extras=True)
+        except (NameError, TypeError):
+            return  # a forward reference pydantic resolves later; it reports its own errors
+        label = f"class {cls.__name__}"
+        for field in own:
+            annotation = hints.get(field)
+            if field.startswith("_") or typing.get_origin(annotation) is ClassVar:
+                continue
+            if annotation is not None and annotation is not ClassVar:
+                _check_schemable(label, f"field '{field}' of {cls.__name__}", annotation)
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Register the subclass as a tool once pydantic has built it."""
         super().__pydantic_init_subclass__()
         known = {"server", "name", "description", "mutates", "idempotent", "timeout",
                  "interactions"}
@@ -397,7 +487,7 @@ class _ClassTool(ToolImpl):
         tool_id = ToolId(server or DEFAULT_SERVER, name or _snake(cls.__name__))
         run = cls.run
         self._is_async = inspect.iscoroutinefunction(run)
-        interactions = frozenset(interactions)
+        interactions = _kinds(tool_id, interactions)
         if interactions and not self._is_async:
             raise UserError(f"tool '{tool_id}' declares interactions but {cls.__name__}.run is "
                             "not async")
@@ -408,10 +498,23 @@ class _ClassTool(ToolImpl):
                             f"annotation: {exc}") from exc
         self._output = _Output(str(tool_id), ret, f"{cls.__name__}.run")
         doc = cls.__doc__ if cls.__doc__ is not Tool.__doc__ else None
+        doc_description, field_docs = parse_docstring(doc)
+        try:
+            schema = cls.model_json_schema(schema_generator=ToolSchemaGenerator)
+        except (PydanticSchemaGenerationError, PydanticUserError) as exc:
+            raise UserError(f"tool '{tool_id}': cannot build its input schema: {exc}") from exc
+        # pydantic copies the class docstring into the schema; the model already gets it as
+        # the tool's description, so sending it twice only costs tokens.
+        schema.pop("description", None)
+        properties = schema.get("properties", {})
+        for field_name, field in cls.model_fields.items():
+            key = field.alias or field_name
+            if field_name in field_docs and key in properties:
+                properties[key].setdefault("description", field_docs[field_name])
         self.spec = ToolSpec(
             tool_id,
-            description if description is not None else parse_docstring(doc)[0],
-            _without_description(cls.model_json_schema(schema_generator=ToolSchemaGenerator)),
+            description if description is not None else doc_description,
+            schema,
             output_schema=self._output.schema,
             mutates=mutates,
             idempotent=idempotent,
@@ -435,17 +538,14 @@ class _ClassTool(ToolImpl):
 
     async def execute(self, validated: Tool, ctx: CallContext | None) -> ToolResult:
         assert ctx is not None
-        if self._is_async:
-            value = await validated.run(ctx)
-        else:
-            value = await anyio.to_thread.run_sync(
-                validated.run, ctx, abandon_on_cancel=self.spec.timeout is not None  # type: ignore[arg-type]
-            )
+        try:
+            if self._is_async:
+                value = await validated.run(ctx)
+            else:
+                # Abandoned on cancellation, like a sync function tool (see FunctionTool).
+                value = await anyio.to_thread.run_sync(validated.run, ctx, abandon_on_cancel=True)
+        except ToolError as exc:
+            if exc.disposition is Disposition.NOT_SENT:
+                raise _not_sent_from_body(self.spec, exc) from exc
+            raise
         return self._output.convert(value)
-
-
-def _without_description(schema: dict[str, Any]) -> dict[str, Any]:
-    # pydantic copies the class docstring into the schema; the model already gets it as the
-    # tool's description, so sending it twice only costs tokens.
-    schema.pop("description", None)
-    return schema

@@ -6,9 +6,14 @@ import itertools
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import pydantic_core
+
 from handrail.errors import (
+    CallCancelled,
     HandlerStateError,
     InvalidArguments,
+    InvalidOutput,
+    Issue,
     UnknownTool,
     UserError,
 )
@@ -21,7 +26,7 @@ from handrail.tools._handler import (
 )
 from handrail.tools._names import DEFAULT_SERVER, ToolId
 from handrail.tools._spec import ToolSpec
-from handrail.tools._steps import Finished, Invoke
+from handrail.tools._steps import Cancel, Finished, Invoke
 
 if TYPE_CHECKING:
     from handrail.manifest import Manifest
@@ -38,12 +43,30 @@ class Toolset(Protocol):
         ...
 
 
+_UNKNOWN_FIELD = "unknown field; remove it (the tool accepts only the fields in its schema)"
+# Top-level keywords that let properties other than `properties` in: with any of them the
+# schema itself decides what is unknown.
+_OPEN_KEYWORDS = frozenset({
+    "additionalProperties", "unevaluatedProperties", "patternProperties", "allOf", "anyOf",
+    "oneOf", "$ref", "$dynamicRef", "if", "then", "else", "dependentSchemas", "dependencies",
+    "not",
+})
+
+
 class SchemaTool(ToolImpl):
     """A tool declared by a `ToolSpec` (plain JSON Schema) and run by an async function.
 
     The building block for tools with no Python type: injected host tools, subprocess tools.
-    Arguments are validated against `spec.input_schema` (JSON Schema 2020-12) and, on success,
-    `structured` against `spec.output_schema`.
+    Arguments are validated against `spec.input_schema` (its `$schema` draft, 2020-12 by
+    default) and, on success, `structured` against `spec.output_schema`.
+
+    Unknown fields are refused by default, as for Python tools: when the schema lists its
+    `properties` and says nothing else about other ones (no `additionalProperties`,
+    `patternProperties`, composition...), a field outside `properties` is an error. Pass
+    `allow_unknown_fields=True` to follow plain JSON Schema semantics instead.
+
+    `run` may raise a `ToolError` with its own disposition (a transport that never sent the
+    request raises a NOT_SENT one); anything else it raises is `ToolFailed` (LANDED).
     """
 
     def __init__(
@@ -52,70 +75,92 @@ class SchemaTool(ToolImpl):
         run: Callable[[dict[str, Any], CallContext], Awaitable[ToolResult]],
         *,
         origin: str | None = None,
+        allow_unknown_fields: bool = False,
     ) -> None:
         import jsonschema  # lazily: Python tools never need it
 
         self.spec = spec
         self.origin = origin or f"spec {spec.id}"
         self._run = run
+        input_schema = dict(spec.input_schema)
+        output_schema = dict(spec.output_schema) if spec.output_schema is not None else None
+        default = jsonschema.Draft202012Validator
         try:
-            jsonschema.Draft202012Validator.check_schema(dict(spec.input_schema))
-            if spec.output_schema is not None:
-                jsonschema.Draft202012Validator.check_schema(dict(spec.output_schema))
+            input_cls = jsonschema.validators.validator_for(input_schema, default=default)
+            input_cls.check_schema(input_schema)
+            self._input = input_cls(input_schema)
+            self._output = None
+            if output_schema is not None:
+                output_cls = jsonschema.validators.validator_for(output_schema, default=default)
+                output_cls.check_schema(output_schema)
+                self._output = output_cls(output_schema)
         except jsonschema.SchemaError as exc:
             raise UserError(f"tool '{spec.id}': invalid JSON Schema: {exc.message}") from exc
-        self._input = jsonschema.Draft202012Validator(dict(spec.input_schema))
-        self._output = (
-            jsonschema.Draft202012Validator(dict(spec.output_schema))
-            if spec.output_schema is not None else None
-        )
+        self._known: frozenset[str] | None = None
+        properties = input_schema.get("properties")
+        if (not allow_unknown_fields and isinstance(properties, Mapping)
+                and not _OPEN_KEYWORDS & input_schema.keys()):
+            self._known = frozenset(properties)
 
     def validate(self, arguments: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
-        from handrail.errors import Issue
-
+        """Validate raw arguments against the input schema; returns them as a dict."""
+        tool = str(self.spec.id)
         if isinstance(arguments, str | bytes | bytearray):
-            import json
-
             try:
-                arguments = json.loads(arguments)
+                # Strict JSON: no NaN or Infinity (Python's json module would take them).
+                arguments = pydantic_core.from_json(arguments, allow_inf_nan=False)
             except ValueError as exc:
                 raise InvalidArguments(
-                    str(self.spec.id), [Issue(path="$", message=f"not valid JSON: {exc}")]
+                    tool, [Issue(path="$", message=f"not valid JSON: {exc}")]
                 ) from None
         if not isinstance(arguments, Mapping):
             raise InvalidArguments(
-                str(self.spec.id),
-                [Issue(path="$", message="arguments must be a JSON object")],
+                tool,
+                [Issue(path="$", message="arguments must be a JSON object, got "
+                       f"{_json_type(arguments)}")],
             )
         data = dict(arguments)
-        errors = sorted(self._input.iter_errors(data), key=lambda e: list(e.absolute_path))
-        if errors:
-            raise InvalidArguments(
-                str(self.spec.id), [Issue(path=e.json_path, message=e.message) for e in errors]
-            )
+        issues = [
+            Issue(path=e.json_path, message=e.message)
+            for e in sorted(self._input.iter_errors(data), key=lambda e: e.json_path)
+        ]
+        if self._known is not None:
+            issues += [
+                Issue(path=f"$.{key}" if isinstance(key, str) else f"$[{key!r}]",
+                      message=_UNKNOWN_FIELD)
+                for key in data if key not in self._known
+            ]
+        if issues:
+            raise InvalidArguments(tool, issues)
         return data
 
     def dump_arguments(self, validated: dict[str, Any]) -> dict[str, Any]:
+        """The validated arguments (already JSON)."""
         return validated
 
     async def execute(self, validated: dict[str, Any], ctx: CallContext | None) -> ToolResult:
+        """Run the function and check its result against the output schema."""
         assert ctx is not None
         result = await self._run(validated, ctx)
+        tool = str(self.spec.id)
         if not isinstance(result, ToolResult):
-            from handrail.errors import InvalidOutput, Issue
-
             raise InvalidOutput(
-                str(self.spec.id), [Issue(path="$", message="expected an hr.ToolResult")]
+                tool, [Issue(path="$", message=f"expected an hr.ToolResult, got "
+                             f"{type(result).__name__}")]
             )
         if self._output is not None and not result.is_error:
-            from handrail.errors import InvalidOutput, Issue
-
+            # An absent structured is None, checked as an explicit null.
             errors = list(self._output.iter_errors(result.structured))
             if errors:
-                raise InvalidOutput(
-                    str(self.spec.id), [Issue(path=e.json_path, message=e.message) for e in errors]
-                )
+                raise InvalidOutput(tool, [Issue(path=e.json_path, message=e.message)
+                                           for e in errors])
         return result
+
+
+def _json_type(value: object) -> str:
+    names = {list: "an array", str: "a string", int: "a number", float: "a number",
+             bool: "a boolean", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 def as_impl(obj: object) -> ToolImpl:
@@ -158,7 +203,8 @@ class Toolbox:
     ) -> None:
         if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
             raise UserError("Toolbox takes a list of tools")
-        if not isinstance(max_argument_bytes, int) or max_argument_bytes <= 0:
+        if (not isinstance(max_argument_bytes, int) or isinstance(max_argument_bytes, bool)
+                or max_argument_bytes <= 0):
             raise UserError("max_argument_bytes must be a positive integer")
         self.max_argument_bytes = max_argument_bytes
         self._impls: dict[str, ToolImpl] = {}
@@ -214,7 +260,13 @@ class Toolbox:
         return self._by_model_name.get(model_name)
 
     def __contains__(self, tool_id: object) -> bool:
-        return str(tool_id) in self._impls
+        if not isinstance(tool_id, ToolId | str):
+            return False
+        try:
+            self.get(tool_id)
+        except UnknownTool:
+            return False
+        return True
 
     def __len__(self) -> int:
         return len(self._impls)
@@ -274,9 +326,6 @@ class Toolbox:
 
 
 async def _cancel_quietly(handler: ToolHandler) -> None:
-    from handrail.errors import CallCancelled
-    from handrail.tools._steps import Cancel
-
     try:
         await handler.step(Cancel("box.call() cannot answer questions"))
     except CallCancelled:

@@ -1,0 +1,446 @@
+"""The file tools: `read_file`, `write_file`, `edit_file`, `list_dir`, `search`.
+
+Each declares what it touches as the path the model gave (the policy canonicalises it against
+the agent's workspace), and each body re-resolves that path inside the workspace before
+touching anything (see `_fs`). A path outside the workspace is a model-visible error result,
+never data from outside.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import stat
+from collections.abc import Callable, Generator
+from typing import Annotated, Any, BinaryIO, cast
+
+import anyio.to_thread
+from pydantic import AfterValidator, Field, field_validator
+
+from handrail.builtin._fs import (
+    Place,
+    Refusal,
+    atomic_write,
+    describe_os_error,
+    locate,
+    open_dir,
+    open_file,
+    shown_path,
+    workspace_root,
+)
+from handrail.tools import Act, Action, CallContext, Tool, ToolResult
+
+__all__ = [
+    "EDIT_LIMIT_BYTES",
+    "LIST_LIMIT_ENTRIES",
+    "READ_LIMIT_BYTES",
+    "SEARCH_LIMIT_FILES",
+    "SEARCH_LIMIT_FILE_BYTES",
+    "SEARCH_LIMIT_LINE_CHARS",
+    "SEARCH_LIMIT_MATCHES",
+    "SKIPPED_DIRS",
+    "EditFile",
+    "ListDir",
+    "ReadFile",
+    "Search",
+    "WriteFile",
+]
+
+READ_LIMIT_BYTES = 256 * 1024
+"""`read_file` returns at most this many bytes of text per call."""
+EDIT_LIMIT_BYTES = 4 * 1024 * 1024
+"""`edit_file` refuses files larger than this."""
+LIST_LIMIT_ENTRIES = 1000
+"""`list_dir` shows at most this many entries."""
+SEARCH_LIMIT_MATCHES = 200
+"""`search` stops after this many matching lines."""
+SEARCH_LIMIT_FILES = 10_000
+"""`search` stops after reading this many files."""
+SEARCH_LIMIT_FILE_BYTES = 1024 * 1024
+"""`search` skips files larger than this."""
+SEARCH_LIMIT_LINE_CHARS = 300
+"""`search` shows at most this many characters of a matching line."""
+SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
+"""Directories `search` never descends into."""
+
+_SNIFF_BYTES = 8192
+_Walk = Generator[tuple[str, list[str], list[str], int], None, None]
+
+
+def _utf8(value: str) -> str:
+    # JSON can carry a lone surrogate; it has no UTF-8 form, so it could not be written (and a
+    # WRITE action could not carry its bytes).
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the text holds a lone surrogate and cannot be encoded as UTF-8") from None
+    return value
+
+
+Utf8Text = Annotated[str, AfterValidator(_utf8)]
+
+
+async def _in_thread(fn: Callable[[], ToolResult], *, abandon_on_cancel: bool) -> ToolResult:
+    return await anyio.to_thread.run_sync(fn, abandon_on_cancel=abandon_on_cancel)
+
+
+def _confined(path: str, root: str, body: Callable[[Place], ToolResult]) -> ToolResult:
+    """Run `body` on `path` resolved inside the workspace.
+
+    Refusals and OS errors become model-visible error results.
+    """
+    try:
+        return body(locate(root, path))
+    except Refusal as refusal:
+        return ToolResult.error(str(refusal))
+    except OSError as exc:
+        return ToolResult.error(describe_os_error(exc, path))
+
+
+class ReadFile(Tool, server="workspace", name="read_file", mutates=False):
+    """Read a UTF-8 text file in the workspace.
+
+    Returns the text (at most 256 KiB per call; a note says when more follows and which
+    offset to ask for). Use offset and limit to read a long file in parts.
+    """
+
+    path: str
+    """The file, relative to the workspace root."""
+    offset: int = Field(default=1, ge=1)
+    """The first line to return, counting from 1."""
+    limit: int | None = Field(default=None, ge=1)
+    """At most this many lines; default as many as fit in 256 KiB."""
+
+    def actions(self) -> list[Action]:
+        """Reads the file."""
+        return [Action(Act.READ, self.path)]
+
+    async def run(self, ctx: CallContext) -> ToolResult:
+        """Read the file."""
+        root = workspace_root(ctx)
+        return await _in_thread(lambda: _confined(self.path, root, self._read),
+                                abandon_on_cancel=True)
+
+    def _read(self, place: Place) -> ToolResult:
+        with os.fdopen(open_file(place), "rb") as f:
+            return self._read_lines(place, f)
+
+    def _read_lines(self, place: Place, f: BinaryIO) -> ToolResult:
+        cap = READ_LIMIT_BYTES
+        line = 1
+        while line < self.offset:
+            if not _skip_line(f):
+                return ToolResult.text(
+                    f"[{place.shown} has {line - 1} lines; offset {self.offset} is past the end]"
+                )
+            line += 1
+        out = bytearray()
+        count = 0
+        cut = False
+        more = False
+        while True:
+            room = cap - len(out)
+            raw = f.readline(room + 1)
+            if not raw:
+                break
+            if len(raw) > room:
+                if not out:  # one line longer than the whole cap: show its start
+                    out += raw[:cap]
+                    count, cut = 1, True
+                more = True
+                break
+            out += raw
+            count += 1
+            if self.limit is not None and count == self.limit:
+                more = f.read(1) != b""
+                break
+        if b"\x00" in out[:_SNIFF_BYTES]:
+            size = os.fstat(f.fileno()).st_size
+            raise Refusal(f"{place.shown} looks binary ({size} bytes); read_file returns text only")
+        try:
+            text = codecs.getincrementaldecoder("utf-8")().decode(bytes(out), final=not cut)
+        except UnicodeDecodeError:
+            raise Refusal(f"{place.shown} is not UTF-8 text; read_file returns text only") from None
+        if not out and self.offset == 1:
+            return ToolResult.text(f"[{place.shown} is empty]")
+        last = self.offset + count - 1
+        if cut:
+            note = (f"[truncated: line {last} is longer than {cap} bytes and only its start is "
+                    f"shown; continue with offset={last + 1}]")
+        elif more:
+            note = (f"[showed lines {self.offset}-{last}; more follow: call read_file with "
+                    f"offset={last + 1}]")
+        else:
+            return ToolResult.text(text)
+        return ToolResult.text(f"{text}{'' if text.endswith(chr(10)) else chr(10)}{note}")
+
+
+def _skip_line(f: BinaryIO) -> bool:
+    """Skip one line however long it is; False at the end of the file."""
+    while True:
+        chunk = f.readline(65536)
+        if not chunk:
+            return False
+        if chunk.endswith(b"\n"):
+            return True
+
+
+class WriteFile(Tool, server="workspace", name="write_file", mutates=True):
+    """Create or overwrite a file in the workspace with the given text (UTF-8).
+
+    Missing parent directories are created. The file is replaced atomically: nobody ever sees
+    a half-written file.
+    """
+
+    path: str
+    """The file, relative to the workspace root."""
+    content: Utf8Text
+    """The file's whole new content."""
+
+    def actions(self) -> list[Action]:
+        """Writes exactly these bytes to the file."""
+        return [Action(Act.WRITE, self.path, content=self.content.encode("utf-8"))]
+
+    async def run(self, ctx: CallContext) -> ToolResult:
+        """Write the file."""
+        root = workspace_root(ctx)
+        return await _in_thread(lambda: _confined(self.path, root, self._write),
+                                abandon_on_cancel=False)
+
+    def _write(self, place: Place) -> ToolResult:
+        data = self.content.encode("utf-8")
+        atomic_write(place, data)
+        return ToolResult.text(f"wrote {len(data)} bytes to {place.shown}",
+                               structured={"path": place.shown, "bytes": len(data)})
+
+
+class EditFile(Tool, server="workspace", name="edit_file", mutates=True):
+    """Replace one exact piece of text in a workspace file.
+
+    `old` must occur exactly once in the file (include surrounding lines to make it unique);
+    it is replaced by `new`, matching bytes exactly (no whitespace or case folding).
+    """
+
+    path: str
+    """The file, relative to the workspace root."""
+    old: Utf8Text = Field(min_length=1)
+    """The exact text to replace; it must occur exactly once."""
+    new: Utf8Text
+    """The text to put in its place."""
+
+    def actions(self) -> list[Action]:
+        """Writes the file.
+
+        The action carries no content: the new bytes depend on the file as it is when the body
+        runs, and `actions()` has no workspace to read it from. An approver sees `old` and `new`
+        in the call's arguments instead.
+        """
+        return [Action(Act.WRITE, self.path, content=None)]
+
+    async def run(self, ctx: CallContext) -> ToolResult:
+        """Edit the file."""
+        root = workspace_root(ctx)
+        return await _in_thread(lambda: _confined(self.path, root, self._edit),
+                                abandon_on_cancel=False)
+
+    def _edit(self, place: Place) -> ToolResult:
+        with os.fdopen(open_file(place), "rb") as f:
+            data = f.read(EDIT_LIMIT_BYTES + 1)
+        if len(data) > EDIT_LIMIT_BYTES:
+            raise Refusal(f"{place.shown} is larger than {EDIT_LIMIT_BYTES} bytes; edit_file "
+                          "refuses files that large (write_file replaces a whole file)")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Refusal(f"{place.shown} is not UTF-8 text; edit_file edits text only") from None
+        found = _occurrences(text, self.old)
+        if found != 1:
+            if found == 0:
+                raise Refusal(f"the text to replace does not occur in {place.shown}; read the "
+                              "file and copy the text exactly (whitespace included)")
+            raise Refusal(f"the text to replace occurs {found} times in {place.shown}; include "
+                          "more surrounding text so it occurs exactly once")
+        if self.old == self.new:
+            return ToolResult.text(f"old and new are identical; {place.shown} is unchanged")
+        at = text.index(self.old)
+        line = text.count("\n", 0, at) + 1
+        atomic_write(place, text.replace(self.old, self.new, 1).encode("utf-8"))
+        return ToolResult.text(f"replaced 1 occurrence at line {line} of {place.shown}",
+                               structured={"path": place.shown, "line": line})
+
+
+def _occurrences(text: str, old: str) -> int:
+    """How many times `old` occurs in `text`, overlapping occurrences included."""
+    n = 0
+    at = text.find(old)
+    while at != -1:
+        n += 1
+        at = text.find(old, at + 1)
+    return n
+
+
+class ListDir(Tool, server="workspace", name="list_dir", mutates=False):
+    """List a directory in the workspace.
+
+    One entry per line, sorted; directories end with `/`, symlinks with `@` (a symlink that
+    leads outside the workspace cannot be read).
+    """
+
+    path: str = "."
+    """The directory, relative to the workspace root; default the root."""
+
+    def actions(self) -> list[Action]:
+        """Reads the directory."""
+        return [Action(Act.READ, self.path)]
+
+    async def run(self, ctx: CallContext) -> ToolResult:
+        """List the directory."""
+        root = workspace_root(ctx)
+        return await _in_thread(lambda: _confined(self.path, root, self._list),
+                                abandon_on_cancel=True)
+
+    def _list(self, place: Place) -> ToolResult:
+        entries: list[str] = []
+        with open_dir(place) as fd, os.scandir(fd) as it:
+            for entry in it:
+                if entry.is_symlink():
+                    entries.append(f"{entry.name}@")
+                elif entry.is_dir(follow_symlinks=False):
+                    entries.append(f"{entry.name}/")
+                else:
+                    entries.append(entry.name)
+        entries.sort()
+        if not entries:
+            return ToolResult.text(f"[{place.shown} is empty]",
+                                   structured={"path": place.shown, "entries": []})
+        shown = entries[:LIST_LIMIT_ENTRIES]
+        text = "\n".join(shown)
+        if len(entries) > len(shown):
+            text += f"\n[{len(entries) - len(shown)} more entries not shown]"
+        return ToolResult.text(text, structured={"path": place.shown, "entries": shown,
+                                                 "total": len(entries)})
+
+
+class Search(Tool, server="workspace", name="search", mutates=False):
+    """Search text files in the workspace for a regular expression (Python syntax).
+
+    Each matching line is returned as `file:line: text`, at most 200 of them. Binary files,
+    files over 1 MiB, symlinks and `.git` directories are skipped.
+    """
+
+    pattern: str
+    """A Python regular expression, matched against each line (`re.search`)."""
+    path: str = "."
+    """A directory to search under, or a single file; default the workspace root."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid Python regular expression: {exc}") from None
+        return value
+
+    def actions(self) -> list[Action]:
+        """Reads everything under the path."""
+        return [Action(Act.READ, self.path)]
+
+    async def run(self, ctx: CallContext) -> ToolResult:
+        """Search."""
+        root = workspace_root(ctx)
+        return await _in_thread(lambda: _confined(self.path, root, self._search),
+                                abandon_on_cancel=True)
+
+    def _search(self, place: Place) -> ToolResult:
+        state = _SearchState(re.compile(self.pattern))
+        if not place.parts:
+            self._search_dir(place, state)
+        else:
+            with open_dir(place, parent=True) as parent:
+                mode = os.stat(place.name, dir_fd=parent, follow_symlinks=False).st_mode
+                if stat.S_ISDIR(mode):
+                    self._search_dir(place, state)
+                elif stat.S_ISREG(mode):
+                    state.scan(parent, place.name, place.shown)
+                else:
+                    raise Refusal(f"{place.shown} is neither a directory nor a regular file")
+        return state.result(self.pattern, place.shown)
+
+    def _search_dir(self, place: Place, state: _SearchState) -> None:
+        with open_dir(place) as top:
+            # typeshed says Iterator; it is a generator, and closing it closes its descriptors.
+            walk = cast(_Walk, os.fwalk(".", dir_fd=top))
+            try:
+                for dirpath, dirnames, filenames, dirfd in walk:
+                    dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
+                    for name in sorted(filenames):
+                        if state.full:
+                            return
+                        state.scan(dirfd, name, shown_path(place, dirpath, name))
+            finally:
+                walk.close()
+
+
+class _SearchState:
+    """Matches found so far, and the bounds on how far a search goes."""
+
+    def __init__(self, regex: re.Pattern[str]) -> None:
+        self.regex = regex
+        self.lines: list[str] = []
+        self.files = 0
+        self.skipped = 0
+        self.stopped: str | None = None
+
+    @property
+    def full(self) -> bool:
+        return self.stopped is not None
+
+    def scan(self, dirfd: int, name: str, shown: str) -> None:
+        if self.files >= SEARCH_LIMIT_FILES:
+            self.stopped = f"stopped after reading {SEARCH_LIMIT_FILES} files"
+            return
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dirfd)
+        except OSError:
+            self.skipped += 1  # a symlink (ELOOP), vanished or unreadable: not ours to read
+            return
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > SEARCH_LIMIT_FILE_BYTES:
+                self.skipped += 1
+                return
+            data = f.read(SEARCH_LIMIT_FILE_BYTES + 1)
+        self.files += 1
+        if b"\x00" in data[:_SNIFF_BYTES] or len(data) > SEARCH_LIMIT_FILE_BYTES:
+            self.skipped += 1
+            return
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.skipped += 1
+            return
+        # Split on \n only, so line numbers agree with read_file's offsets.
+        for number, line in enumerate(text.split("\n"), 1):
+            line = line.removesuffix("\r")
+            if self.regex.search(line):
+                if len(line) > SEARCH_LIMIT_LINE_CHARS:
+                    line = line[:SEARCH_LIMIT_LINE_CHARS] + "…"
+                self.lines.append(f"{shown}:{number}: {line}")
+                if len(self.lines) >= SEARCH_LIMIT_MATCHES:
+                    self.stopped = (f"stopped at {SEARCH_LIMIT_MATCHES} matches; narrow the "
+                                    "pattern or the path")
+                    return
+
+    def result(self, pattern: str, shown: str) -> ToolResult:
+        structured: dict[str, Any] = {"matches": len(self.lines), "files_read": self.files,
+                                      "complete": self.stopped is None}
+        if not self.lines:
+            text = f"no matches for {pattern!r} under {shown}"
+        else:
+            text = "\n".join(self.lines)
+        if self.stopped is not None:
+            text += f"\n[{self.stopped}]"
+        return ToolResult.text(text, structured=structured)

@@ -1,0 +1,100 @@
+"""`handrail demo`: the main job, offline.
+
+A scripted model works in a temporary workspace with the built-in tools under the default
+policy: a read is allowed, a read of `.env` is denied by the secrets layer, and a write is
+deferred for a person. The process exits printing the commands that finish the run in another
+process (`handrail pending`, `handrail approve ...`), which rebuilds this agent from the
+`agent_ref` the run recorded.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from handrail.builtin import workspace_tools
+from handrail.models import Scripted, ToolResultMessage, Turn, call, reply
+from handrail.policy import Policy
+from handrail.runs import Agent
+from handrail.store import RunRecord, Store
+from handrail.tools import ToolSpec
+
+__all__ = ["demo_agent", "run_demo"]
+
+TASK = "Summarise the project's README into NOTES.md."
+NOTES = "# Notes\n\nhandrail demo: every tool call passed the gate.\n"
+
+
+def _final(messages: Sequence[Any], tools: Sequence[ToolSpec]) -> Turn:
+    last = next(m for m in reversed(messages) if isinstance(m, ToolResultMessage))
+    text = last.result.render_text()
+    if last.result.is_error:
+        return reply(f"I could not write NOTES.md: {text}")
+    return reply("Done: I read README.md, was refused .env (a secret), and wrote NOTES.md.")
+
+
+def demo_agent(run: RunRecord | None = None, *, workspace: str | None = None) -> Agent:
+    """The demo's agent; `handrail approve`/`resume` rebuild it from the run's record."""
+    root = workspace if workspace is not None else (run.workspace if run else None)
+    if root is None:
+        raise ValueError("demo_agent needs the run's record or a workspace")
+    model = Scripted(
+        [
+            call("workspace/read_file", {"path": "README.md"}),
+            call("workspace/read_file", {"path": ".env"}),
+            call("workspace/write_file", {"path": "NOTES.md", "content": NOTES}),
+            _final,
+        ],
+        name="scripted-demo",
+    )
+    return Agent(
+        model,
+        workspace_tools(),
+        policy=Policy.default(),
+        instructions="You keep project notes.",
+        workspace=root,
+        name="demo",
+        ref="handrail.cli._demo:demo_agent",
+    )
+
+
+def _seed(root: Path) -> None:
+    (root / "README.md").write_text("# Demo project\n\nA tiny project the demo agent reads.\n")
+    (root / ".env").write_text("API_TOKEN=this-must-never-reach-the-model\n")
+
+
+def run_demo(store_path: str) -> int:
+    """Run the demo against the store at `store_path`; returns the exit code."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    root = Path(tempfile.mkdtemp(prefix="handrail-demo-"))
+    _seed(root)
+    agent = demo_agent(workspace=str(root))
+
+    async def main() -> Any:
+        async with Store.open(store_path) as store:
+            return await agent.run(TASK, store=store)
+
+    result = anyio.run(main)
+    store_arg = "" if store_path == str(Path(".handrail") / "runs.db") else \
+        f" --store {shlex.quote(store_path)}"
+    console.print(f"[bold]handrail demo[/] — workspace {root}")
+    console.print(f"run {result.run_id}: {result.outcome.kind}\n")
+    console.print(f"  see what happened:   handrail show {result.run_id}{store_arg}")
+    outcome = result.outcome
+    if outcome.kind == "awaiting_approval":
+        console.print("\nThe write of NOTES.md waits for a person. Finish the run with:\n")
+        console.print(f"  handrail pending{store_arg}")
+        console.print(f"  handrail approve {outcome.request_id}{store_arg}")
+        console.print(f"\nor deny it (the model reads the reason):\n\n  handrail deny "
+                      f"{outcome.request_id} --reason 'not now' --no-resume{store_arg}\n"
+                      f"  handrail resume {result.run_id}{store_arg}")
+        return 0
+    console.print(f"unexpected outcome: {outcome}")
+    return 1

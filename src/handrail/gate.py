@@ -1,0 +1,591 @@
+"""The gate: every tool call, from any source, passes the nine stages here, in this order.
+
+```
+1. resolve    model name -> tool, exactly; unknown -> model-visible error, not sent
+2. grant      the manifest in force must grant the tool; else declined (uniform)
+3. validate   arguments against the input schema; invalid -> InvalidArguments to the model
+4. actions    what the call touches (Action(act, target, content))
+5. policy     deny-first over all layers -> Verdict; deny -> one uniform sentence
+6. approve    ask -> Approver: approve (maybe modified: back through 3-5) | deny | defer
+7. execute    the handler runs; it may ask its caller (Responder) and be resumed
+8. result     ToolResult, output schema checked (by the handler)
+9. record     every call is recorded, refused ones included, never with file contents
+```
+
+A turn's calls are planned (stages 1-5, no I/O) together, recorded in one transaction with
+the assistant message, then approved and executed concurrently; results go back in call order
+and every call id gets exactly one result. A call resumed from the store re-enters at the stage
+its record says it reached, so nothing decided is lost and nothing finished runs twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from handrail.approval import Approve, Approver, Decision, Deny, Request, Responder
+from handrail.errors import (
+    CallCancelled,
+    Disposition,
+    InvalidArguments,
+    NotFound,
+    PolicyDenied,
+    ToolError,
+)
+from handrail.models import ToolCall, ToolResultMessage
+from handrail.policy import Act, Action, Effect, Policy, Rule, Verdict
+from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
+from handrail.tools import (
+    CallContext,
+    Cancel,
+    Decline,
+    Elicitation,
+    Finished,
+    Interaction,
+    Invoke,
+    Question,
+    Respond,
+    Submit,
+    ToolHandler,
+    ToolImpl,
+    ToolResult,
+    Toolbox,
+    check_argument_payload,
+)
+from handrail.tools._handler import _raise_body_error
+
+__all__ = ["NOT_GRANTED_MESSAGE", "Gate", "RunScope", "TurnResult"]
+
+NOT_GRANTED_MESSAGE = "This tool is not available to this agent."
+"""What the model sees for a tool the manifest does not grant (uniform, reveals nothing)."""
+
+
+@dataclass(kw_only=True)
+class RunScope:
+    """Everything the gate needs to decide and perform one run's calls."""
+
+    run_id: str
+    agent: str | None
+    toolbox: Toolbox
+    policy: Policy
+    """The effective policy (recorded policy, the current one's denies, remembered rules)."""
+    store: Store
+    approver: Approver
+    responder: Responder
+    workspace: Path
+    manifest: Any = None
+    deps: Any = None
+    remembered: list[Rule] = field(default_factory=list)
+    on_event: Callable[[Any], Awaitable[None] | None] | None = None
+
+    def remember(self, rules: Sequence[Rule]) -> None:
+        """Install run-scoped rules on top; deny-first means they never beat a deny."""
+        if not rules:
+            return
+        self.remembered.extend(rules)
+        self.policy = self.policy.with_layer_on_top("remembered", list(rules))
+
+
+def _digest(arguments: Any) -> str:
+    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _action_record(action: Action) -> dict[str, Any]:
+    # Never the content itself: a refusal's record must not hold file contents.
+    target = list(action.target) if isinstance(action.target, tuple) else action.target
+    out: dict[str, Any] = {"act": action.act.value, "target": target}
+    if action.content is not None:
+        out["content_sha256"] = hashlib.sha256(action.content).hexdigest()
+        out["content_bytes"] = len(action.content)
+    return out
+
+
+def _verdict_record(verdict: Verdict) -> dict[str, Any]:
+    rule = verdict.rule
+    return {
+        "effect": verdict.effect.name.lower(),
+        "rule": None if rule is None else {"act": rule.act.value, "pattern": rule.pattern,
+                                           "effect": rule.effect.name.lower()},
+        "layer": verdict.layer,
+        "target": verdict.target,
+        "reason": verdict.reason,
+    }
+
+
+class _Call:
+    """One call's working state within a turn."""
+
+    __slots__ = ("actions", "answers", "call", "impl", "outcome", "pending", "record", "result",
+                 "validated", "verdict")
+
+    def __init__(self, call: ToolCall, record: CallRecord) -> None:
+        self.call = call
+        self.record = record
+        self.impl: ToolImpl | None = None
+        self.validated: Any = None
+        self.actions: list[Action] = []
+        self.verdict: Verdict | None = None
+        self.result: ToolResult | None = None
+        self.outcome: Any = None  # a pause: AwaitingApproval / AwaitingAnswer / AwaitingRecovery
+        self.pending: list[PendingItem] = []
+        self.answers: list[Submit | Decline] = []
+
+    def finish(self, result: ToolResult, status: CallStatus, *, disposition: str | None = None,
+               error: str | None = None) -> None:
+        self.result = result
+        self.record = replace(self.record, status=status, result=result.to_dict(),
+                              disposition=disposition, error=error, ended_at=time.time())
+
+    def pause(self, outcome: Any, status: CallStatus, item: PendingItem | None) -> None:
+        self.outcome = outcome
+        pending_id = self.record.pending_id
+        if item is not None:
+            self.pending.append(item)
+            pending_id = item.id
+        self.record = replace(self.record, status=status, pending_id=pending_id)
+
+
+@dataclass
+class TurnResult:
+    """The outcome of driving one turn's calls."""
+
+    results: list[ToolResultMessage]
+    """One result per call, in call order (complete only when `pause` is None)."""
+    pause: Any
+    """The first pause in call order, when a call waits for a person; else None."""
+    final: Batch
+    """The turn's last records and pending items, for the caller to commit."""
+
+
+class Gate:
+    """Stages 1-9 for the calls of one run (see the module docstring)."""
+
+    def __init__(self, scope: RunScope) -> None:
+        self.scope = scope
+
+    # ---------------------------------------------------------------- a turn
+
+    async def drive_turn(
+        self,
+        turn: int,
+        calls: Sequence[ToolCall],
+        existing: dict[str, CallRecord],
+        first_write: Batch,
+    ) -> TurnResult:
+        """Plan, record, approve, execute and record every call of one turn.
+
+        `existing` holds records from an earlier attempt at this turn (a resume); `first_write`
+        carries what must be committed with the turn's first records (the assistant message,
+        the run's update). Results come back in call order.
+        """
+        scope = self.scope
+        states: list[_Call] = []
+        for index, call in enumerate(calls):
+            record = existing.get(call.id)
+            if record is None:
+                record = CallRecord(id=f"{scope.run_id}:{call.id}", run_id=scope.run_id,
+                                    call_id=call.id, turn=turn, index=index,
+                                    model_name=call.name, arguments=call.arguments)
+                state = _Call(call, record)
+                self._plan(state)
+            else:
+                state = _Call(call, record)
+                await self._reenter(state)
+            states.append(state)
+
+        # One transaction: the turn's message, every refusal, and a STARTED mark for each call
+        # about to run (so a crash mid-call is found in doubt, never silently re-run).
+        now = time.time()
+        for state in states:
+            if state.result is None and state.outcome is None and \
+                    state.record.status is CallStatus.STARTED:
+                state.record = replace(state.record, started_at=now)
+        first_write.calls.extend(s.record for s in states
+                                 if s.result is not None or s.outcome is not None
+                                 or s.record.status is CallStatus.STARTED)
+        first_write.pending.extend(p for s in states for p in s.pending)
+        for s in states:
+            s.pending = []
+        await scope.store.write(first_write)
+
+        async def act(state: _Call) -> None:
+            if state.result is not None or state.outcome is not None:
+                return
+            if state.record.status is CallStatus.APPROVED:  # ask: the approver decides now
+                request = self._request(state)
+                decision = await scope.approver.decide(request)
+                if not isinstance(decision, Decision):
+                    raise TypeError(f"{_name(scope.approver)}.decide returned {decision!r}, "
+                                    "not an hr.Decision")
+                self._decide(state, request, decision, decided_by=_name(scope.approver))
+                if state.record.status is CallStatus.STARTED and state.result is None:
+                    await self._execute(state, persist_start=True)
+            elif state.record.status is CallStatus.STARTED:
+                await self._execute(state, persist_start=False)
+
+        if len(states) == 1:
+            await act(states[0])
+        else:
+            async with anyio.create_task_group() as tg:
+                for state in states:
+                    tg.start_soon(act, state)
+
+        pause = next((s.outcome for s in states if s.outcome is not None), None)
+        results = [ToolResultMessage(s.call.id, s.call.name, s.result)
+                   for s in states if s.result is not None]
+        final = Batch(calls=[s.record for s in states],
+                      pending=[p for s in states for p in s.pending])
+        return TurnResult(results, pause, final)
+
+    # ------------------------------------------------------ stages 1-5: plan
+
+    def _plan(self, state: _Call) -> None:
+        scope = self.scope
+        call = state.call
+        # 1. resolve: the exact model name, no nearest match.
+        impl = scope.toolbox.by_model_name(call.name)
+        if impl is None:
+            names = sorted(s.id.model_name for s in self.offered())
+            state.finish(
+                ToolResult.error(f"There is no tool named {call.name!r}. Available tools: "
+                                 f"{', '.join(names) or 'none'}."),
+                CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value, error="unknown tool",
+            )
+            return
+        state.impl = impl
+        state.record = replace(state.record, tool=str(impl.spec.id))
+        # 2. grant
+        manifest = scope.manifest
+        if manifest is not None and manifest.grant(impl.spec.id) is None:
+            state.finish(ToolResult.error(NOT_GRANTED_MESSAGE), CallStatus.REFUSED,
+                         disposition=Disposition.NOT_SENT.value,
+                         error=f"tool '{impl.spec.id}' is not granted by the manifest")
+            return
+        self._check(state, call.arguments)
+
+    def _check(self, state: _Call, arguments: Any) -> None:
+        """Stages 3-5: a refusal, or STARTED (allow), or APPROVED (ask: an approver decides)."""
+        scope = self.scope
+        impl = state.impl
+        assert impl is not None
+        # 3. validate
+        try:
+            payload = check_argument_payload(str(impl.spec.id), arguments,
+                                             scope.toolbox.max_argument_bytes)
+            validated = impl.validate(payload)
+        except InvalidArguments as exc:
+            state.finish(ToolResult.error(str(exc)), CallStatus.REFUSED,
+                         disposition=Disposition.NOT_SENT.value, error="invalid arguments")
+            return
+        dumped = impl.dump_arguments(validated)
+        state.validated = validated
+        # 4. actions
+        try:
+            actions = list(impl.actions(validated))
+        except Exception as exc:  # boundary: a broken actions() refuses, never allows
+            state.finish(ToolResult.error(f"The call could not be checked: {exc}"),
+                         CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
+                         error=f"actions() raised {type(exc).__name__}: {exc}")
+            return
+        state.actions = actions
+        # 5. policy
+        verdict = scope.policy.check_all(actions, workspace=scope.workspace,
+                                         mutates=self._mutates(impl))
+        state.verdict = verdict
+        state.record = replace(
+            state.record, arguments_digest=_digest(dumped), performed_arguments=dumped,
+            actions=[_action_record(a) for a in actions], verdict=_verdict_record(verdict),
+        )
+        if verdict.effect is Effect.DENY:
+            state.finish(ToolResult.error(PolicyDenied.MODEL_MESSAGE), CallStatus.REFUSED,
+                         disposition=Disposition.NOT_SENT.value, error=verdict.reason)
+        elif verdict.effect is Effect.ASK:
+            state.record = replace(state.record, status=CallStatus.APPROVED)
+        else:
+            state.record = replace(state.record, status=CallStatus.STARTED)
+
+    def _mutates(self, impl: ToolImpl) -> bool:
+        manifest = self.scope.manifest
+        grant = manifest.grant(impl.spec.id) if manifest is not None else None
+        # The operator may be stricter than the author, never laxer.
+        return impl.spec.mutates or bool(grant is not None and grant.mutates)
+
+    def offered(self) -> list[Any]:
+        """The specs the model is offered (the manifest's grants, when one is in force)."""
+        specs = self.scope.toolbox.specs()
+        manifest = self.scope.manifest
+        return manifest.offer(specs) if manifest is not None else specs
+
+    # --------------------------------------------------- stage 6: approve
+
+    def _request(self, state: _Call) -> Request:
+        impl = state.impl
+        assert impl is not None
+        scope = self.scope
+        mutates = self._mutates(impl)
+        checked = [(a, scope.policy.check(a, workspace=scope.workspace, mutates=mutates))
+                   for a in state.actions]
+        asked = [(a, v) for a, v in checked if v.effect is Effect.ASK] or checked
+        action, verdict = asked[0]
+        return Request(
+            id=f"ap-{_uid()}",
+            act=action.act,
+            target=verdict.target,
+            content=action.content,
+            tool=str(impl.spec.id),
+            arguments=state.record.performed_arguments or {},
+            call_id=state.call.id,
+            agent=scope.agent,
+            run_id=scope.run_id,
+            workspace=str(scope.workspace),
+            actions=tuple(a for a, _ in asked),
+            verdict_reason=verdict.reason,
+        )
+
+    def _decide(self, state: _Call, request: Request, decision: Decision, *,
+                decided_by: str) -> None:
+        """Apply an approver's decision: refuse, pause (defer), or mark the call to run."""
+        from handrail.runs._outcome import AwaitingApproval
+
+        state.record = replace(state.record, decision=decision.to_dict(), decided_by=decided_by)
+        if isinstance(decision, Deny):
+            state.finish(ToolResult.error(f"The operator denied this call: {decision.reason}"),
+                         CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
+                         error=f"denied by {decided_by}")
+            return
+        if isinstance(decision, Approve):
+            self.scope.remember(decision.remember_rules(request.act))
+            if decision.modified is not None:
+                state.record = replace(state.record, error=None)
+                arguments: Any = dict(decision.modified)
+            else:
+                arguments = state.record.performed_arguments or {}
+            # Re-validated and re-checked: an approval can never carry an action across a
+            # deny (one added while paused included). Ask is what this decision answered.
+            self._check(state, arguments)
+            if state.result is None:
+                state.record = replace(state.record, status=CallStatus.STARTED)
+            return
+        item = PendingItem(id=request.id, kind="approval", run_id=self.scope.run_id,
+                           call_record=state.record.id, agent=self.scope.agent,
+                           tool=request.tool, payload=request.to_dict(), created_at=time.time())
+        state.pause(AwaitingApproval(request.id), CallStatus.AWAITING_APPROVAL, item)
+
+    # --------------------------------------------------- stages 7-8: execute
+
+    async def _execute(self, state: _Call, *, persist_start: bool) -> None:
+        scope = self.scope
+        impl = state.impl
+        assert impl is not None
+        if persist_start:
+            state.record = replace(state.record, status=CallStatus.STARTED,
+                                   started_at=time.time())
+            await scope.store.write(Batch(calls=[state.record]))
+        spec = impl.spec
+        try:
+            if not spec.interactions and spec.timeout is None:
+                # The common case needs no state machine: the body cannot ask.
+                ctx = (CallContext(call_id=state.call.id, tool_id=spec.id, run_id=scope.run_id,
+                                   agent=scope.agent, workspace=scope.workspace, deps=scope.deps)
+                       if impl.needs_context else None)
+                try:
+                    result = await impl.execute(state.validated, ctx)
+                except BaseException as exc:
+                    _raise_body_error(spec, exc)
+            else:
+                maybe = await self._drive_handler(state)
+                if maybe is None:
+                    return  # paused on a question
+                result = maybe
+        except ToolError as exc:
+            state.finish(ToolResult.error(_model_text(exc)), CallStatus.FINISHED,
+                         disposition=exc.disposition.value, error=str(exc))
+            return
+        state.finish(result, CallStatus.FINISHED)
+
+    async def _drive_handler(self, state: _Call) -> ToolResult | None:
+        scope = self.scope
+        impl = state.impl
+        assert impl is not None
+        handler = ToolHandler(impl, run_id=scope.run_id, agent=scope.agent,
+                              workspace=scope.workspace, deps=scope.deps,
+                              max_argument_bytes=scope.toolbox.max_argument_bytes)
+        out = await handler.step(Invoke(state.call.id, state.record.performed_arguments or {},
+                                        answers=list(state.answers)))
+        while isinstance(out, Interaction):
+            answer = await self._ask(out)
+            if answer is None:
+                await self._pause_on_question(state, handler, out)
+                return None
+            out = await handler.step(Respond(out.id, Submit(answer)))
+        assert isinstance(out, Finished)
+        state.record = replace(state.record,
+                               answers=[_answer_record(a) for a in handler.answers])
+        return out.result
+
+    async def _ask(self, interaction: Interaction) -> Any:
+        request = interaction.request
+        responder = self.scope.responder
+        if isinstance(request, Question):
+            return await responder.answer(request)
+        assert isinstance(request, Elicitation)
+        question = Question(request.message, context="Answer with a JSON object matching: "
+                            + json.dumps(request.schema))
+        text = await responder.answer(question)
+        return None if text is None else _form_answer(text)
+
+    async def _pause_on_question(self, state: _Call, handler: ToolHandler,
+                                 interaction: Interaction) -> None:
+        from handrail.runs._outcome import AwaitingAnswer
+
+        request = interaction.request
+        payload: dict[str, Any]
+        if isinstance(request, Question):
+            payload = {"kind": "question", "question": request.question,
+                       "context": request.context, "choices": list(request.choices)}
+        else:
+            payload = {"kind": "form", "message": request.message, "schema": dict(request.schema)}
+        # The suspended coroutine is abandoned: the resumed call re-runs with its answers.
+        try:
+            await handler.step(Cancel("paused for an answer"))
+        except CallCancelled:
+            pass
+        item = PendingItem(id=f"q-{_uid()}", kind="question", run_id=self.scope.run_id,
+                           call_record=state.record.id, agent=self.scope.agent,
+                           tool=str(handler.spec.id), payload=payload, created_at=time.time())
+        state.record = replace(state.record,
+                               answers=[_answer_record(a) for a in handler.answers])
+        state.pause(AwaitingAnswer(item.id), CallStatus.AWAITING_ANSWER, item)
+
+    # ------------------------------------------------ resume: re-enter a call
+
+    async def _reenter(self, state: _Call) -> None:
+        """Continue a call recorded by an earlier attempt, from the stage it reached."""
+        from handrail.runs._outcome import AwaitingAnswer, AwaitingApproval, AwaitingRecovery
+
+        scope = self.scope
+        record = state.record
+        status = record.status
+        if status in (CallStatus.REFUSED, CallStatus.FINISHED):
+            assert record.result is not None
+            state.result = ToolResult.from_dict(record.result)
+            return
+        impl = scope.toolbox.by_model_name(record.model_name)
+        if impl is None:
+            state.finish(ToolResult.error(f"The tool {record.model_name!r} is no longer "
+                                          "available."), CallStatus.REFUSED,
+                         disposition=Disposition.NOT_SENT.value, error="tool gone at resume")
+            return
+        state.impl = impl
+        item = await _pending(scope.store, record.pending_id)
+        arguments = record.performed_arguments or {}
+
+        if status is CallStatus.AWAITING_APPROVAL:
+            if item is None or item.state == "open":
+                state.pause(AwaitingApproval(record.pending_id or ""), status, None)
+                return
+            request = Request.from_dict(item.payload)
+            self._check(state, arguments)  # the policy in force now: a new deny wins
+            if state.result is None:
+                decision = Decision.from_dict(item.decision or {})
+                self._decide(state, request, decision, decided_by=item.decided_by or "operator")
+            return
+
+        if status is CallStatus.AWAITING_ANSWER:
+            if item is None or item.state == "open":
+                state.pause(AwaitingAnswer(record.pending_id or ""), status, None)
+                return
+            self._check(state, arguments)
+            if state.result is None:
+                answer = (item.decision or {}).get("answer")
+                state.answers = [*(_answer_from(a) for a in record.answers), Submit(answer)]
+                state.record = replace(state.record, status=CallStatus.STARTED)
+            return
+
+        if status is CallStatus.APPROVED:
+            self._check(state, arguments)  # asks the approver again: nothing was decided
+            return
+
+        # STARTED (in flight at a crash) or IN_DOUBT (an operator was asked).
+        if status is CallStatus.STARTED and impl.spec.idempotent:
+            self._check(state, arguments)
+            return
+        if status is CallStatus.STARTED or item is None or item.kind != "recovery":
+            item = PendingItem(id=record.id, kind="recovery", run_id=scope.run_id,
+                               call_record=record.id, agent=scope.agent, tool=record.tool,
+                               payload={"tool": record.tool, "arguments": arguments,
+                                        "started_at": record.started_at},
+                               created_at=time.time())
+            state.pause(AwaitingRecovery(record.id), CallStatus.IN_DOUBT, item)
+            return
+        if item.state == "open":
+            state.pause(AwaitingRecovery(record.id), CallStatus.IN_DOUBT, None)
+            return
+        choice = item.decision or {}
+        if choice.get("kind") == "retry":
+            self._check(state, arguments)
+            if state.record.status is CallStatus.APPROVED:
+                # The operator's retry is the approval of this re-run.
+                state.record = replace(state.record, status=CallStatus.STARTED)
+            return
+        if choice.get("kind") == "completed":
+            state.finish(ToolResult.text(str(choice.get("observation", ""))),
+                         CallStatus.FINISHED, disposition=Disposition.LANDED.value,
+                         error=f"marked completed by {item.decided_by}")
+            return
+        state.finish(ToolResult.error("The operator aborted this call after an interruption; "
+                                      "it may or may not have taken effect."),
+                     CallStatus.FINISHED, disposition=Disposition.IN_DOUBT.value,
+                     error=f"aborted by {item.decided_by}")
+
+
+async def _pending(store: Store, item_id: str | None) -> PendingItem | None:
+    if not item_id:
+        return None
+    try:
+        return await store.pending_item(item_id)
+    except NotFound:
+        return None
+
+
+def _form_answer(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"answer": text}
+
+
+def _answer_record(answer: Submit | Decline) -> dict[str, Any]:
+    if isinstance(answer, Decline):
+        return {"kind": "decline", "reason": answer.reason}
+    return {"kind": "submit", "value": answer.value}
+
+
+def _answer_from(data: dict[str, Any]) -> Submit | Decline:
+    if data.get("kind") == "decline":
+        return Decline(str(data.get("reason", "declined")))
+    return Submit(data.get("value"))
+
+
+def _model_text(exc: ToolError) -> str:
+    if exc.disposition is Disposition.IN_DOUBT:
+        return f"The tool did not complete ({exc}); it may have partly taken effect."
+    return f"The tool failed: {exc}"
+
+
+def _name(obj: object) -> str:
+    name = getattr(obj, "name", None)
+    return name if isinstance(name, str) else type(obj).__name__
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:12]

@@ -1,0 +1,28 @@
+"""The manifest: `handrail.toml`, its canonical digest, and the drift check (stage 2 of the gate).
+
+The manifest is the reviewable statement of what an agent may reach and what the model is
+told, and it stays the authority: `check_against` refuses code that has drifted from it, and
+`Manifest.offer` shows the model exactly the granted tools with the reviewed descriptions.
+The file format and the canonical form are documented in docs/manifest.md.
+"""
+
+from handrail.manifest._check import check_against, problems
+from handrail.manifest._manifest import (
+    CANONICAL_FORMAT,
+    AgentSection,
+    Budgets,
+    Grant,
+    Manifest,
+    canonical_json,
+)
+
+__all__ = [
+    "CANONICAL_FORMAT",
+    "AgentSection",
+    "Budgets",
+    "Grant",
+    "Manifest",
+    "canonical_json",
+    "check_against",
+    "problems",
+]

@@ -1,0 +1,237 @@
+"""Strict parsing of `handrail.toml`: every refusal names the key and the line it is on.
+
+`tomllib` checks the syntax; this module checks the format (known keys, types, refs, no
+duplicate grants), collecting every problem of the file into one `ManifestError` so one edit
+fixes them all. `[policy]` is handed to `Policy.from_dict` as is.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import tomllib
+from collections.abc import Callable
+from typing import Any
+
+from handrail.errors import ManifestError, UserError
+from handrail.manifest._locate import Path, key_lines, line_of
+from handrail.manifest._manifest import (
+    AgentSection,
+    Budgets,
+    Grant,
+    Manifest,
+    json_path,
+    json_problem,
+    schema_problem,
+)
+from handrail.tools import ToolId
+
+__all__ = ["KNOWN_KEYS", "parse"]
+
+KNOWN_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("agent", "tools", "policy", "budgets"),
+    "agent": ("name", "instructions", "model"),
+    "tools": ("ref", "mutates", "description", "idempotent", "arguments"),
+    "budgets": ("max_steps", "max_tokens", "max_wall_seconds"),
+}
+"""The keys each section accepts, in the order messages list them."""
+
+_TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)$")
+
+
+def _section(path: Path) -> str:
+    if not path:
+        return "at the top level"
+    if path[0] == "tools" and len(path) > 1:
+        return f"in [[tools]] #{int(path[1]) + 1}"
+    return f"in [{path[0]}]"
+
+
+class _Reader:
+    def __init__(self, text: str, source: str) -> None:
+        self.source = source
+        self.lines = key_lines(text)
+        self.errors: list[tuple[int, str]] = []
+
+    def where(self, path: Path) -> tuple[int, str]:
+        line = line_of(self.lines, path)
+        return (line or 0), (f"{self.source}:{line}" if line else self.source)
+
+    def error(self, path: Path, message: str) -> None:
+        line, where = self.where(path)
+        self.errors.append((line, f"{where}: {message}"))
+
+    def table(self, data: Any, path: Path, kind: str) -> dict[str, Any] | None:
+        if isinstance(data, dict):
+            self.known(data, path, kind)
+            return data
+        self.error(path, f"{path[-1]} must be a table ([{path[-1]}]), not "
+                   f"{_kind(data)}")
+        return None
+
+    def known(self, data: dict[str, Any], path: Path, kind: str) -> None:
+        known = KNOWN_KEYS[kind]
+        for name in data:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                self.error((*path, name), f"unknown key '{name}' {_section(path)} "
+                           f"(known: {', '.join(known)}){hint}")
+
+    def typed(self, table: dict[str, Any], path: Path, name: str,
+              check: Callable[[Any], bool], expected: str) -> Any:
+        value = table.get(name)
+        if value is None or check(value):
+            return value
+        self.error((*path, name), f"{name} {_section(path)} must be {expected}, not "
+                   f"{_kind(value)}")
+        return None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    return repr(value)
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_count(v: Any) -> bool:
+    return type(v) is int and v > 0
+
+
+def _is_seconds(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and v > 0
+
+
+def parse(text: str, *, source: str = "<string>") -> Manifest:
+    """Parse and check manifest TOML (see `Manifest.from_toml`)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        found = _TOML_LINE.search(message)
+        where = f"{source}:{found.group(1)}" if found else source
+        if found:
+            message = message[:found.start()].rstrip()
+        raise ManifestError(f"{where}: not valid TOML: {message}") from None
+
+    reader = _Reader(text, source)
+    reader.known(data, (), "")
+
+    agent = AgentSection()
+    if "agent" in data:
+        section = reader.table(data["agent"], ("agent",), "agent")
+        if section is not None:
+            values = {name: reader.typed(section, ("agent",), name, _is_str, "a string")
+                      for name in KNOWN_KEYS["agent"]}
+            agent = AgentSection(**values)
+
+    budgets = Budgets()
+    if "budgets" in data:
+        section = reader.table(data["budgets"], ("budgets",), "budgets")
+        if section is not None:
+            path: Path = ("budgets",)
+            budgets = Budgets(
+                max_steps=reader.typed(section, path, "max_steps", _is_count,
+                                       "a positive integer"),
+                max_tokens=reader.typed(section, path, "max_tokens", _is_count,
+                                        "a positive integer"),
+                max_wall_seconds=reader.typed(section, path, "max_wall_seconds", _is_seconds,
+                                              "a positive number of seconds"),
+            )
+
+    grants = _grants(reader, data.get("tools", []))
+
+    if reader.errors:
+        reader.errors.sort(key=lambda e: e[0])
+        raise ManifestError("\n".join(message for _, message in reader.errors))
+
+    policy = None
+    if "policy" in data:
+        section = data["policy"]
+        if not isinstance(section, dict):
+            reader.error(("policy",), f"policy must be a table ([policy]), not {_kind(section)}")
+            raise ManifestError(reader.errors[0][1])
+        from handrail.policy import Policy
+
+        _, where = reader.where(("policy",))
+        policy = Policy.from_dict(section, source=f"{where} [policy]")
+
+    return Manifest(agent=agent, grants=tuple(grants), policy=policy, budgets=budgets,
+                    source=source)
+
+
+def _grants(reader: _Reader, entries: Any) -> list[Grant]:
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        reader.error(("tools",), "tools must be a list of [[tools]] tables, one per granted "
+                     "tool")
+        return []
+    grants: list[Grant] = []
+    seen: dict[ToolId, int] = {}
+    for index, entry in enumerate(entries):
+        path: Path = ("tools", index)
+        reader.known(entry, path, "tools")
+        ref_text = entry.get("ref")
+        if ref_text is None:
+            reader.error(path, f"[[tools]] #{index + 1} has no ref; add ref = \"server/name\"")
+            continue
+        if not isinstance(ref_text, str):
+            reader.error((*path, "ref"), f"ref {_section(path)} must be a \"server/name\" "
+                         f"string, not {_kind(ref_text)}")
+            continue
+        try:
+            ref = ToolId.parse(ref_text)
+        except UserError as exc:
+            reader.error((*path, "ref"), f"invalid ref {ref_text!r} {_section(path)}: {exc}")
+            continue
+        if ref in seen:
+            first = seen[ref]
+            first_line, _ = reader.where(("tools", first))
+            reader.error(path, f"tool '{ref}' is granted twice ([[tools]] #{first + 1} at line "
+                         f"{first_line} and #{index + 1}); keep one grant")
+            continue
+        seen[ref] = index
+        mutates = reader.typed(entry, path, "mutates", _is_bool, "true or false")
+        idempotent = reader.typed(entry, path, "idempotent", _is_bool, "true or false")
+        description = reader.typed(entry, path, "description", _is_str, "a string")
+        arguments = entry.get("arguments")
+        if arguments is not None:
+            if not isinstance(arguments, dict):
+                reader.error((*path, "arguments"), f"arguments {_section(path)} must be a "
+                             f"table (a JSON Schema), not {_kind(arguments)}")
+                arguments = None
+            elif found := json_problem(arguments):
+                inner, reason = found
+                reader.error((*path, "arguments", *inner),
+                             f"arguments.{json_path(inner)} of '{ref}' {_section(path)}: "
+                             f"{reason}")
+                arguments = None
+            else:
+                problem = schema_problem(arguments)
+                if problem:
+                    reader.error((*path, "arguments"),
+                                 f"arguments of '{ref}' {_section(path)}: {problem}")
+                    arguments = None
+        grants.append(Grant(
+            ref=ref,
+            mutates=True if mutates is None else mutates,
+            description=description,
+            idempotent=False if idempotent is None else idempotent,
+            arguments=arguments,
+            line=reader.where(path)[0] or None,
+        ))
+    return grants

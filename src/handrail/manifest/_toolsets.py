@@ -1,0 +1,66 @@
+"""What the manifest needs to know about a set of tools: each spec, and whether it is typed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from handrail.errors import UserError
+from handrail.tools import FunctionTool, Tool, ToolImpl, Toolset, ToolSpec
+
+__all__ = ["Implemented", "SpecSource", "is_typed", "tools_of"]
+
+
+@runtime_checkable
+class SpecSource(Protocol):
+    """Anything that can list the specs of its tools (a `Toolbox` does)."""
+
+    def specs(self) -> list[ToolSpec]:
+        """What a model may be offered."""
+        ...
+
+
+def is_typed(impl: ToolImpl) -> bool:
+    """Whether the tool's input schema comes from a Python type (`@hr.tool`, `hr.Tool`).
+
+    A typed tool must not have `arguments` repeated in its grant; an untyped one (subprocess,
+    MCP, injected) may state them there.
+    """
+    marker = getattr(type(impl), "typed", None)
+    if isinstance(marker, bool):  # an explicit marker, when ToolImpl grows one, wins
+        return marker
+    if isinstance(impl, FunctionTool):
+        return True
+    # The impl behind an `hr.Tool` subclass keeps the class as `cls` and is its
+    # `__handrail_tool__`; checking both keeps a look-alike attribute from counting.
+    cls = getattr(impl, "cls", None)
+    return (isinstance(cls, type) and issubclass(cls, Tool)
+            and cls.__dict__.get("__handrail_tool__") is impl)
+
+
+@dataclass(frozen=True, slots=True)
+class Implemented:
+    """One tool the code offers, as the manifest sees it."""
+
+    spec: ToolSpec
+    """Its declaration."""
+    typed: bool
+    """Whether its input schema comes from a Python type."""
+    origin: str
+    """Where it was defined, for messages."""
+
+
+def tools_of(toolset: Toolset | SpecSource) -> list[Implemented]:
+    """Each tool of `toolset`, in its order.
+
+    A source that only lists specs (no impls) is taken as untyped throughout: nothing says the
+    schemas come from Python types.
+    """
+    if isinstance(toolset, Toolset):
+        return [Implemented(impl.spec, is_typed(impl), impl.origin) for impl in toolset.impls()]
+    if isinstance(toolset, SpecSource):
+        return [Implemented(spec, False, f"spec {spec.id}") for spec in toolset.specs()]
+    raise UserError(
+        f"expected a Toolbox (or anything with .impls() or .specs()), not "
+        f"{type(toolset).__name__}"
+    )

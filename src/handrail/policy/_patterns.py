@@ -1,0 +1,461 @@
+"""Rule patterns: parse and validate a glob for one act, and compile many into one index.
+
+Syntax (the same for every act; what a *segment* is depends on the act):
+
+- `*` matches any run of characters within one segment, `?` exactly one character of a
+  segment, `[abc]` / `[a-z]` / `[!abc]` one character of a set (never the separator);
+- `**` as a whole segment matches across segments, including none: `a/**/b` matches `a/b`
+  and `a/x/y/b`; a trailing `/**` also matches the directory itself (`src/**` covers `src`);
+- `\\` makes the next character literal (`\\*`, `\\[`).
+
+Segments: READ/WRITE and CALL targets are split on `/`, EXEC argv (joined with spaces) on ` `,
+NET hosts are not split (`*` and `**` both match any run, `[` is literal so IPv6 reads
+naturally).
+
+Anything that would silently never match is an error when the rule is built: an empty
+pattern, `**` glued to other characters, an unclosed `[`, an empty segment (`a//b`, `src/`),
+a `.` or `..` segment in a path pattern, a CALL pattern without `server/`.
+
+Compilation (`Index`) keeps check time flat in the number of rules: exact patterns go to a
+dict, `dir/**` patterns to a dict probed with each segment-prefix of the target, `*.ext` in
+an unsegmented domain to per-length suffix dicts, and only the rest to regular expressions,
+bucketed by their leading literal segments so a check runs only the few that could apply.
+Every index answers with the smallest rule id that matches, so explanations are stable.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from handrail.errors import PolicyError
+from handrail.tools import Act
+
+__all__ = ["Compiled", "Index", "compile_pattern", "fold"]
+
+# Separator per act; None for NET, whose targets are not split into segments.
+_SEP: dict[Act, str | None] = {
+    Act.READ: "/",
+    Act.WRITE: "/",
+    Act.CALL: "/",
+    Act.EXEC: " ",
+    Act.NET: None,
+}
+
+
+def fold(text: str) -> str:
+    """The case-folded form deny and ask rules are matched in."""
+    return text.lower() if text.isascii() else text.casefold()
+
+
+@dataclass(frozen=True, slots=True)
+class _Lit:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Star:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _One:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Class:
+    negated: bool
+    items: tuple[tuple[str, str], ...]
+    """Inclusive (low, high) ranges; a single character is (c, c)."""
+
+
+_Token = _Lit | _Star | _One | _Class
+_Segment = tuple[_Token, ...] | None  # None is `**`
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """One validated pattern, ready to be indexed."""
+
+    act: Act
+    """The act whose targets it matches."""
+    segments: tuple[_Segment, ...]
+    """Parsed segments; None stands for `**`."""
+    basename: bool
+    """A path pattern without `/`: matched against the last segment of the target."""
+    extends: bool
+    """Also matches any target that extends a match by more segments (CALL)."""
+    has_negated_class: bool
+    """Contains `[!...]`, which case folding cannot over-approximate (see Index)."""
+
+
+def _parse_segment(seg: str, *, where: str, classes: bool) -> tuple[_Token, ...]:
+    tokens: list[_Token] = []
+    lit: list[str] = []
+
+    def flush() -> None:
+        if lit:
+            tokens.append(_Lit("".join(lit)))
+            lit.clear()
+
+    i, n = 0, len(seg)
+    while i < n:
+        c = seg[i]
+        if c == "*":
+            if i + 1 < n and seg[i + 1] == "*":
+                raise PolicyError(
+                    f"{where}: '**' must be a whole segment (like 'a/**/b'); "
+                    "use '*' within a segment"
+                )
+            flush()
+            tokens.append(_Star())
+        elif c == "?":
+            flush()
+            tokens.append(_One())
+        elif c == "\\":
+            if i + 1 >= n:
+                raise PolicyError(f"{where}: a trailing '\\' escapes nothing")
+            i += 1
+            lit.append(seg[i])
+        elif c == "[" and classes:
+            flush()
+            cls, i = _parse_class(seg, i, where=where)
+            tokens.append(cls)
+            continue
+        else:
+            lit.append(c)
+        i += 1
+    flush()
+    return tuple(tokens)
+
+
+def _parse_class(seg: str, start: int, *, where: str) -> tuple[_Class, int]:
+    i = start + 1
+    n = len(seg)
+    negated = i < n and seg[i] in "!^"
+    if negated:
+        i += 1
+    chars: list[str] = []
+    first = True
+    while i < n and (seg[i] != "]" or first):
+        c = seg[i]
+        if c == "\\":
+            if i + 1 >= n:
+                break
+            i += 1
+            c = seg[i]
+        chars.append(c)
+        first = False
+        i += 1
+    if i >= n:
+        raise PolicyError(f"{where}: '[' at position {start} is never closed (write '\\[' for a "
+                          "literal bracket)")
+    items: list[tuple[str, str]] = []
+    j = 0
+    while j < len(chars):
+        if j + 2 < len(chars) and chars[j + 1] == "-":
+            lo, hi = chars[j], chars[j + 2]
+            if lo > hi:
+                raise PolicyError(f"{where}: the range '{lo}-{hi}' is reversed")
+            items.append((lo, hi))
+            j += 3
+        else:
+            items.append((chars[j], chars[j]))
+            j += 1
+    return _Class(negated, tuple(items)), i + 1
+
+
+@functools.lru_cache(maxsize=65536)
+def compile_pattern(act: Act, pattern: str) -> Compiled:
+    """Parse and validate `pattern` for `act`.
+
+    Raises:
+        PolicyError: the pattern is malformed; the message says what and how to fix it.
+    """
+    where = f"pattern {pattern!r} for {act.value}"
+    if not isinstance(pattern, str):
+        raise PolicyError(f"a pattern must be a string, not {type(pattern).__name__}")
+    if not pattern:
+        raise PolicyError(f"an empty pattern for {act.value} would match nothing")
+    if "\x00" in pattern:
+        raise PolicyError(f"{where}: contains a NUL byte")
+    try:
+        pattern.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PolicyError(f"{where}: is not valid UTF-8 (lone surrogate)") from None
+    sep = _SEP[act]
+    basename = False
+    extends = False
+    if act is Act.NET:
+        return _compile_net(pattern, where)
+    assert sep is not None
+    body = pattern
+    if act in (Act.READ, Act.WRITE):
+        if body == ".":
+            return Compiled(act, ((_Lit("."),),), False, False, False)
+        if body.startswith("/"):
+            # Anchored at the workspace root, as in .gitignore: '/.env' is only the top one.
+            body = body[1:]
+            if not body:
+                raise PolicyError(f"{where}: '/' alone names nothing; write '**' for everything")
+        elif "/" not in body:
+            basename = True
+    elif act is Act.CALL:
+        extends = True
+        if "/" not in body and body not in ("*", "**"):
+            raise PolicyError(
+                f"{where}: a CALL pattern names 'server/name' (or more), so {pattern!r} "
+                f"would match nothing — did you mean '*/{pattern}' or '{pattern}/*'?"
+            )
+    raw_segments = body.split(sep)
+    segments: list[_Segment] = []
+    for k, seg in enumerate(raw_segments):
+        if not seg:
+            what = "space" if sep == " " else "'/'"
+            raise PolicyError(
+                f"{where}: segment {k + 1} is empty (a doubled, leading or trailing {what}); "
+                + ("write 'dir/**' for everything under a directory" if sep == "/" else
+                   "separate argv words with exactly one space")
+            )
+        if act in (Act.READ, Act.WRITE) and seg in (".", ".."):
+            raise PolicyError(
+                f"{where}: a '{seg}' segment never matches — targets are canonical "
+                "workspace-relative paths (no '.', no '..')"
+            )
+        if seg == "**":
+            if segments and segments[-1] is None:
+                continue  # '**/**' is '**'
+            segments.append(None)
+        else:
+            segments.append(_parse_segment(seg, where=where, classes=True))
+    if segments == [None]:
+        basename = False
+    elif act in (Act.READ, Act.WRITE) and len(segments) == 2 and segments[0] is None:
+        # '**/name' is 'name' at any depth: file it with the basename patterns.
+        basename = True
+        segments = segments[1:]
+    neg = any(isinstance(t, _Class) and t.negated for s in segments if s for t in s)
+    return Compiled(act, tuple(segments), basename, extends, neg)
+
+
+def _compile_net(pattern: str, where: str) -> Compiled:
+    from handrail.policy._targets import UncanonicalTarget, canonical_net
+
+    if not pattern.isascii():
+        raise PolicyError(f"{where}: write the host in its ASCII form (IDNA, 'xn--...')")
+    if any(c.isspace() or c in "/@" for c in pattern):
+        raise PolicyError(f"{where}: a NET pattern is 'host' or 'host:port', nothing more")
+    text = pattern.replace("**", "*")  # hosts have no segments: '**' and '*' are the same
+    if not any(c in text for c in "*?\\"):
+        try:
+            text = canonical_net(text)[0]
+        except UncanonicalTarget as exc:
+            raise PolicyError(f"{where}: {exc}") from None
+        return Compiled(Act.NET, ((_Lit(text),),), False, False, False)
+    tokens = _parse_segment(text.lower(), where=where, classes=False)
+    return Compiled(Act.NET, (tokens,), False, False, False)
+
+
+def _class_regex(cls: _Class, sep: str | None, *, folded: bool) -> str:
+    body = "".join(
+        re.escape(lo) if lo == hi else f"{re.escape(lo)}-{re.escape(hi)}" for lo, hi in cls.items
+    )
+    if cls.negated:
+        body = f"^{body}{re.escape(sep) if sep else ''}"
+        out = f"[{body}]"
+    else:
+        # Dropping the separator from a positive set keeps '[/]' from crossing segments.
+        out = f"(?:(?!{re.escape(sep)})[{body}])" if sep else f"[{body}]"
+    return f"(?i:{out})" if folded else out
+
+
+def _regex(c: Compiled, *, folded: bool) -> str:
+    sep = _SEP[c.act]
+    any_char = f"[^{re.escape(sep)}]" if sep else "."
+
+    def seg_regex(tokens: tuple[_Token, ...]) -> str:
+        parts: list[str] = []
+        for t in tokens:
+            if isinstance(t, _Lit):
+                parts.append(re.escape(fold(t.text) if folded else t.text))
+            elif isinstance(t, _Star):
+                parts.append(f"{any_char}*")
+            elif isinstance(t, _One):
+                parts.append(any_char)
+            else:
+                parts.append(_class_regex(t, sep, folded=folded))
+        return "".join(parts)
+
+    esep = re.escape(sep) if sep else ""
+    out: list[str] = []
+    segs = c.segments
+    last = len(segs) - 1
+    for i, seg in enumerate(segs):
+        if seg is None:
+            if i == last:
+                out.append(".*" if i == 0 else f"(?:{esep}.*)?")
+            else:
+                out.append(f"(?:.*{esep})?" if i == 0 else f"{esep}(?:.*{esep})?")
+        else:
+            if i > 0 and segs[i - 1] is not None:
+                out.append(esep)
+            out.append(seg_regex(seg))
+    if c.extends and segs[-1] is not None:
+        out.append(f"(?:{esep}.*)?")
+    return "".join(out)
+
+
+def _literal(seg: _Segment) -> str | None:
+    if seg is None:
+        return None
+    if len(seg) == 1 and isinstance(seg[0], _Lit):
+        return seg[0].text
+    if not seg:
+        return ""
+    return None
+
+
+@dataclass(slots=True)
+class _Bucket:
+    sources: list[str]
+    ids: list[int]
+    regex: re.Pattern[str] | None = None
+
+
+class Index:
+    """Many patterns of one act (and one effect), answering "which rule matches first?".
+
+    Built once per policy; `first` costs a handful of dict probes plus the few regular
+    expressions whose literal prefix the target shares, whatever the number of rules.
+    """
+
+    __slots__ = ("_buckets", "_exact", "_folded", "_prefix", "_sep", "_suffix", "_wild")
+
+    def __init__(
+        self, entries: Iterable[tuple[int, Compiled]], *, folded: bool, segmented: bool
+    ) -> None:
+        """Index `entries` (rule id, pattern).
+
+        Args:
+            entries: the patterns, each with the id `first` reports.
+            folded: match in case-folded form (targets must be passed folded).
+            segmented: targets are split on the act's separator (False for a basename or a
+                host), enabling the segment-prefix buckets.
+        """
+        self._folded = folded
+        self._exact: dict[str, int] = {}
+        self._prefix: dict[str, int] = {}
+        self._suffix: dict[int, dict[str, int]] = {}
+        buckets: dict[str, _Bucket] = {}
+        sep: str | None = None
+        for rid, c in sorted(entries, key=lambda e: e[0]):
+            sep = _SEP[c.act]
+            key = self._place(rid, c, sep if segmented else None)
+            if key is None:
+                continue
+            bucket = buckets.setdefault(key, _Bucket([], []))
+            bucket.sources.append(_regex(c, folded=folded))
+            bucket.ids.append(rid)
+        self._sep = sep if segmented else None
+        for bucket in buckets.values():
+            alternation = "|".join(f"({s})" for s in bucket.sources)
+            bucket.regex = re.compile(alternation, re.DOTALL)
+        wild = buckets.pop("", None)
+        self._wild = wild
+        self._buckets = buckets
+
+    def _key(self, text: str) -> str:
+        return fold(text) if self._folded else text
+
+    def _place(self, rid: int, c: Compiled, sep: str | None) -> str | None:
+        """File `c` under a fast structure; return its regex bucket key, or None if placed."""
+        segs = c.segments
+        lits = [_literal(s) for s in segs]
+        if all(x is not None for x in lits):
+            # Several segments only occur in a segmented domain; join with the act's separator.
+            text = (_SEP[c.act] or "").join(x for x in lits if x is not None)
+            target = self._prefix if c.extends else self._exact
+            target.setdefault(self._key(text), rid)
+            return None
+        if (
+            sep is not None
+            and len(segs) >= 2
+            and segs[-1] is None
+            and all(x is not None for x in lits[:-1])
+        ):
+            text = sep.join(x for x in lits[:-1] if x is not None)
+            self._prefix.setdefault(self._key(text), rid)
+            return None
+        if sep is None and len(segs) == 1 and segs[0] is not None:
+            toks = segs[0]
+            if len(toks) == 2 and isinstance(toks[0], _Star) and isinstance(toks[1], _Lit):
+                suffix = self._key(toks[1].text)
+                self._suffix.setdefault(len(suffix), {}).setdefault(suffix, rid)
+                return None
+        if sep is None:
+            return ""
+        lead: list[str] = []
+        for x in lits:
+            if x is None:
+                break
+            lead.append(x)
+        # The last segment never serves as a bucket key on its own when it is the whole
+        # pattern: that case was an exact literal above.
+        return self._key(sep.join(lead)) if lead else ""
+
+    def first(self, candidates: Sequence[str]) -> int | None:
+        """The smallest rule id matching any of `candidates` (already folded if folded)."""
+        best: int | None = None
+        exact, prefix, suffix, buckets, wild, sep = (
+            self._exact, self._prefix, self._suffix, self._buckets, self._wild, self._sep,
+        )
+        for cand in candidates:
+            hit = exact.get(cand)
+            if hit is not None and (best is None or hit < best):
+                best = hit
+            if suffix:
+                n = len(cand)
+                for length, table in suffix.items():
+                    if length <= n:
+                        hit = table.get(cand[n - length:])
+                        if hit is not None and (best is None or hit < best):
+                            best = hit
+            if prefix or buckets:
+                if sep is None:
+                    hit = prefix.get(cand)
+                    if hit is not None and (best is None or hit < best):
+                        best = hit
+                else:
+                    start = 0
+                    while True:
+                        cut = cand.find(sep, start)
+                        head = cand if cut < 0 else cand[:cut]
+                        hit = prefix.get(head)
+                        if hit is not None and (best is None or hit < best):
+                            best = hit
+                        bucket = buckets.get(head)
+                        if bucket is not None:
+                            hit = _run(bucket, cand)
+                            if hit is not None and (best is None or hit < best):
+                                best = hit
+                        if cut < 0:
+                            break
+                        start = cut + 1
+            if wild is not None:
+                hit = _run(wild, cand)
+                if hit is not None and (best is None or hit < best):
+                    best = hit
+        return best
+
+
+def _run(bucket: _Bucket, text: str) -> int | None:
+    assert bucket.regex is not None
+    m = bucket.regex.fullmatch(text)
+    if m is None:
+        return None
+    index = m.lastindex
+    assert index is not None
+    return bucket.ids[index - 1]

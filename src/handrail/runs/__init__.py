@@ -1,0 +1,51 @@
+"""Agent runs: the loop, outcomes, and resuming across processes."""
+
+from handrail.runs._agent import (
+    Agent,
+    DeferAll,
+    Recovery,
+    RunEvent,
+    resume,
+    resume_sync,
+    resume_with_answer,
+    resume_with_answer_sync,
+    resume_with_decision,
+    resume_with_decision_sync,
+    resume_with_recovery,
+    resume_with_recovery_sync,
+)
+from handrail.runs._outcome import (
+    AwaitingAnswer,
+    AwaitingApproval,
+    AwaitingRecovery,
+    Cancelled,
+    Completed,
+    Failed,
+    RunOutcome,
+    RunResult,
+    outcome_from_dict,
+)
+
+__all__ = [
+    "Agent",
+    "AwaitingAnswer",
+    "AwaitingApproval",
+    "AwaitingRecovery",
+    "Cancelled",
+    "Completed",
+    "DeferAll",
+    "Failed",
+    "Recovery",
+    "RunEvent",
+    "RunOutcome",
+    "RunResult",
+    "outcome_from_dict",
+    "resume",
+    "resume_sync",
+    "resume_with_answer",
+    "resume_with_answer_sync",
+    "resume_with_decision",
+    "resume_with_decision_sync",
+    "resume_with_recovery",
+    "resume_with_recovery_sync",
+]

@@ -1,0 +1,553 @@
+"""`Agent` and the loop that drives a model through the gate, durably.
+
+The loop: model turn -> the turn's calls through the gate (concurrently, results in call order)
+-> next turn, until a final answer, the step budget, a pause, or a cancel. Each turn costs two
+store transactions (the assistant message with its calls' first records; then the results), so
+per-turn cost does not grow with the run's length: messages are appended, never rewritten.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+
+from handrail.approval import Approver, Decision, Defer, Request, Responder, ResponderNone
+from handrail.errors import ModelError, ResumeRefused, UserError
+from handrail.gate import Gate, RunScope
+from handrail.models import (
+    AssistantMessage,
+    Model,
+    ModelSettings,
+    SystemMessage,
+    Usage,
+    UserMessage,
+    dump_messages,
+    load_messages,
+)
+from handrail.policy import Policy, Rule
+from handrail.runs._outcome import (
+    Cancelled,
+    Completed,
+    Failed,
+    RunOutcome,
+    RunResult,
+    outcome_to_dict,
+)
+from handrail.store import Batch, RunRecord, RunStatus, Store
+from handrail.store._base import new_owner
+from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, Toolbox, ToolImpl, Toolset
+
+__all__ = ["Agent", "DeferAll", "Recovery", "RunEvent"]
+
+
+class DeferAll:
+    """The default approver: every ask is deferred (persisted; the run pauses for a person)."""
+
+    name = "defer"
+
+    async def decide(self, request: Request) -> Decision:
+        """Defer."""
+        return Decision.defer()
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """Progress, for a CLI or a log: `model_turn`, `call_finished`, `paused`, `finished`."""
+
+    kind: str
+    """What happened."""
+    run_id: str
+    """In which run."""
+    detail: dict[str, Any]
+    """The specifics (tool, verdict, text...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """An operator's decision on a call that was in flight when its process died."""
+
+    kind: Literal["retry", "completed", "abort"]
+    """`retry` runs it again; `completed` records `observation` as its result; `abort` tells
+    the model it may or may not have happened."""
+    observation: str | None = None
+    """What the operator saw happen (for `completed`)."""
+
+    @classmethod
+    def retry(cls) -> Recovery:
+        """Run the call again (through the policy again)."""
+        return cls("retry")
+
+    @classmethod
+    def completed(cls, observation: str) -> Recovery:
+        """The call did take effect; `observation` becomes its result."""
+        return cls("completed", observation)
+
+    @classmethod
+    def abort(cls) -> Recovery:
+        """Give up on the call; the model is told it may or may not have happened."""
+        return cls("abort")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for the store."""
+        return {"kind": self.kind, "observation": self.observation}
+
+
+EventCallback = Callable[[RunEvent], Awaitable[None] | None]
+
+
+def _toolbox(tools: object, max_argument_bytes: int) -> Toolbox:
+    if isinstance(tools, Toolbox):
+        return tools
+    if isinstance(tools, Toolset) and not isinstance(tools, ToolImpl):
+        return Toolbox([tools], max_argument_bytes=max_argument_bytes)
+    if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
+        raise UserError("Agent(tools=...) takes a Toolbox, a Toolset, or a list of tools")
+    return Toolbox(list(tools), max_argument_bytes=max_argument_bytes)
+
+
+class Agent:
+    """A model, the tools it may call, and the boundary it runs within.
+
+    ```python
+    agent = hr.Agent(model="openai:gpt-4.1-mini", tools=box, policy=policy,
+                     manifest=manifest, instructions="...")
+    result = await agent.run("pay the invoice", store=store, approver=hr.StdinApprover())
+    ```
+
+    Args:
+        model: A `hr.Model`, or a model string (`"openai:..."`, `"anthropic:..."`).
+        tools: A Toolbox, any Toolset, or a list of tools/toolsets.
+        policy: The policy; default `Policy.default()` (or the manifest's). With a manifest
+            that has a policy, the manifest's stays the authority: this one can add denies and
+            asks, never allows.
+        instructions: The system prompt; default the manifest's.
+        manifest: A `hr.Manifest`; checked against the tools now (drift raises
+            `ManifestDrift`), then only granted tools are offered and callable.
+        workspace: The directory READ/WRITE paths are confined to.
+        max_steps: Model turns allowed per run (the manifest's budget wins when smaller).
+        name: The agent's name (records, pending lists); default the manifest's.
+        expect_digest: Refuse to start unless the manifest's digest is exactly this.
+        deps: Anything tools should reach as `ctx.deps`.
+        settings: Model settings for every request.
+        max_argument_bytes: Arguments larger than this (as JSON) are refused.
+        ref: `"module:object"` naming this agent (or a factory taking the `RunRecord`), so
+            `handrail approve`/`resume` in another process can rebuild it.
+    """
+
+    def __init__(
+        self,
+        model: Model | str,
+        tools: object = (),
+        *,
+        policy: Policy | None = None,
+        instructions: str | None = None,
+        manifest: Any = None,
+        workspace: str | os.PathLike[str] = ".",
+        max_steps: int = 50,
+        name: str | None = None,
+        expect_digest: str | None = None,
+        deps: Any = None,
+        settings: ModelSettings | None = None,
+        max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+        ref: str | None = None,
+    ) -> None:
+        if ref is not None and (not isinstance(ref, str) or ":" not in ref):
+            raise UserError(f"ref must be 'module:object', got {ref!r}")
+        self.ref = ref
+        if isinstance(model, str):
+            from handrail.models import infer_model
+
+            model = infer_model(model)
+        if not isinstance(model, Model):
+            raise UserError(f"Agent(model=...) takes a hr.Model or a model string, not "
+                            f"{type(model).__name__}")
+        self.model = model
+        self.toolbox = _toolbox(tools, max_argument_bytes)
+        if not isinstance(max_steps, int) or max_steps < 1:
+            raise UserError("max_steps must be a positive integer")
+        root = Path(workspace).expanduser().resolve()
+        if not root.is_dir():
+            raise UserError(f"the workspace {str(root)!r} is not a directory; create it or pass "
+                            "another workspace=")
+        self.workspace = root
+        self.manifest = manifest
+        self.max_tokens: int | None = None
+        self.max_wall_seconds: float | None = None
+        if manifest is not None:
+            if expect_digest is not None and manifest.digest != expect_digest:
+                raise UserError(
+                    f"the manifest's digest is {manifest.digest}, not the expected "
+                    f"{expect_digest}: this deployment pins a reviewed manifest that has changed"
+                )
+            self.toolbox.check_against(manifest)
+            agent_section = manifest.agent
+            instructions = instructions if instructions is not None else agent_section.instructions
+            name = name if name is not None else agent_section.name
+            budgets = manifest.budgets
+            if budgets.max_steps is not None:
+                max_steps = min(max_steps, budgets.max_steps)
+            self.max_tokens = budgets.max_tokens
+            self.max_wall_seconds = budgets.max_wall_seconds
+            if manifest.policy is not None:
+                policy = manifest.policy if policy is None else manifest.policy.contain(policy)
+        elif expect_digest is not None:
+            raise UserError("expect_digest= needs a manifest= to compare against")
+        self.policy = policy if policy is not None else Policy.default()
+        self.instructions = instructions
+        self.name = name
+        self.max_steps = max_steps
+        self.deps = deps
+        self.settings = settings
+
+    @property
+    def manifest_digest(self) -> str | None:
+        """The digest of the manifest in force, if any."""
+        return None if self.manifest is None else str(self.manifest.digest)
+
+    async def run(
+        self,
+        task: str,
+        *,
+        store: Store | None = None,
+        approver: Approver | None = None,
+        responder: Responder | None = None,
+        on_event: EventCallback | None = None,
+        cancel: anyio.Event | None = None,
+        parent_run_id: str | None = None,
+    ) -> RunResult:
+        """Run the agent on `task` until it answers, pauses, fails or is cancelled.
+
+        Args:
+            task: What to do.
+            store: Where the run is kept; default an in-memory store (no cross-process resume).
+            approver: Decides what the policy marks ask; default defer (pause for a person).
+            responder: Answers tools' questions; default nobody (the run pauses).
+            on_event: Called with each `RunEvent`.
+            cancel: Set it to stop the run at once; the outcome is `Cancelled` and
+                `hr.resume` may continue it (calls cut off mid-way come back in doubt).
+            parent_run_id: The parent run, for a sub-agent.
+
+        Cancellation: an outside cancellation (an enclosing cancel scope) is never swallowed;
+        the run stays RUNNING in the store and `hr.resume` continues it after its lease.
+        """
+        if not isinstance(task, str) or not task.strip():
+            raise UserError("Agent.run needs a non-empty task string")
+        store = store if store is not None else Store.memory()
+        now = time.time()
+        messages: list[Any] = []
+        if self.instructions:
+            messages.append(SystemMessage(self.instructions))
+        messages.append(UserMessage(task))
+        owner = new_owner()
+        run = RunRecord(
+            id=uuid.uuid4().hex[:16], task=task, agent=self.name, status=RunStatus.RUNNING,
+            parent_id=parent_run_id, policy=self.policy.to_dict(),
+            manifest_digest=self.manifest_digest, model=self.model.name,
+            workspace=str(self.workspace), created_at=now, updated_at=now, owner=owner,
+            lease_until=now + store.lease_seconds, agent_ref=self.ref,
+        )
+        dumped = dump_messages(messages)
+        await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
+        runner = _Runner(self, store, run, self.policy, [], messages,
+                         approver or DeferAll(), responder or ResponderNone(), on_event)
+        return await runner.drive(cancel)
+
+    def run_sync(self, task: str, **kwargs: Any) -> RunResult:
+        """`run` for synchronous code (starts an event loop)."""
+        return anyio.run(functools.partial(self.run, task, **kwargs))
+
+
+class _Runner:
+    """Drives one run: turns through the gate, state into the store."""
+
+    def __init__(self, agent: Agent, store: Store, run: RunRecord, policy: Policy,
+                 remembered: list[Rule], messages: list[Any], approver: Approver,
+                 responder: Responder, on_event: EventCallback | None) -> None:
+        self.agent = agent
+        self.store = store
+        self.run = run
+        self.messages = messages
+        self.on_event = on_event
+        self.started = time.monotonic()
+        scope_policy = policy.with_layer_on_top("remembered", remembered) if remembered else policy
+        self.scope = RunScope(
+            run_id=run.id, agent=agent.name, toolbox=agent.toolbox, policy=scope_policy,
+            store=store, approver=approver, responder=responder, workspace=agent.workspace,
+            manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
+        )
+        self.gate = Gate(self.scope)
+        self.offered = self.gate.offered()
+
+    def _run_update(self, **changes: Any) -> RunRecord:
+        now = time.time()
+        self.run = replace(self.run, updated_at=now, lease_until=now + self.store.lease_seconds,
+                           remembered=[r.to_dict() for r in self.scope.remembered], **changes)
+        return self.run
+
+    async def _emit(self, kind: str, **detail: Any) -> None:
+        if self.on_event is not None:
+            out = self.on_event(RunEvent(kind, self.run.id, detail))
+            if out is not None:
+                await out
+
+    def _result(self, outcome: RunOutcome) -> RunResult:
+        usage = Usage(self.run.input_tokens, self.run.output_tokens, self.run.model_requests)
+        return RunResult(self.run.id, outcome, usage, list(self.scope.remembered))
+
+    async def _end(self, outcome: RunOutcome, status: RunStatus, batch: Batch | None = None
+                   ) -> RunResult:
+        batch = batch or Batch()
+        batch.run = self._run_update(status=status, outcome=outcome_to_dict(outcome), owner=None,
+                                     lease_until=0.0)
+        await self.store.write(batch)
+        await self._emit("paused" if status.value.startswith("awaiting") else "finished",
+                         outcome=outcome_to_dict(outcome))
+        return self._result(outcome)
+
+    async def drive(self, cancel: anyio.Event | None) -> RunResult:
+        if cancel is None:
+            return await self._loop()
+        outcome: RunResult | None = None
+
+        async def loop(scope: anyio.CancelScope) -> None:
+            nonlocal outcome
+            outcome = await self._loop()
+            scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(loop, tg.cancel_scope)
+            await cancel.wait()
+            tg.cancel_scope.cancel()
+        if outcome is not None:
+            return outcome
+        with anyio.CancelScope(shield=True):
+            # Calls cut off mid-way stay STARTED: a resume finds them in doubt.
+            run = await self.store.run(self.run.id)
+            self.run = run
+            return await self._end(Cancelled("cancelled by the caller"), RunStatus.CANCELLED)
+
+    async def _loop(self) -> RunResult:
+        agent = self.agent
+        messages = self.messages
+        while True:
+            last = messages[-1]
+            if isinstance(last, AssistantMessage) and last.tool_calls:
+                turn = sum(1 for m in messages if isinstance(m, AssistantMessage)) - 1
+                existing = {c.call_id: c for c in await self._turn_records(turn)}
+                first = Batch(run=self._run_update())
+                if self._pending_message is not None:
+                    first.messages.append(self._pending_message)
+                    self._pending_message = None
+                result = await self.gate.drive_turn(turn, last.tool_calls, existing, first)
+                for r in result.final.calls:
+                    await self._emit("call_finished", tool=r.tool, status=r.status.value,
+                                     call_id=r.call_id)
+                if result.pause is not None:
+                    status = RunStatus(result.pause.kind)
+                    return await self._end(result.pause, status, result.final)
+                start = len(messages)
+                messages.extend(result.results)
+                result.final.messages.extend(
+                    (self.run.id, start + i, m)
+                    for i, m in enumerate(dump_messages(result.results)))
+                result.final.run = self._run_update()
+                await self.store.write(result.final)
+            # budgets
+            if self.run.steps >= agent.max_steps:
+                return await self._end(Failed(
+                    f"the step budget of {agent.max_steps} model turns is exhausted; raise "
+                    "max_steps (or the manifest's budgets.max_steps) or simplify the task"),
+                    RunStatus.FAILED)
+            if agent.max_tokens is not None and \
+                    self.run.input_tokens + self.run.output_tokens >= agent.max_tokens:
+                return await self._end(Failed(
+                    f"the token budget of {agent.max_tokens} is exhausted"), RunStatus.FAILED)
+            if agent.max_wall_seconds is not None and \
+                    time.monotonic() - self.started >= agent.max_wall_seconds:
+                return await self._end(Failed(
+                    f"the wall-clock budget of {agent.max_wall_seconds}s is exhausted"),
+                    RunStatus.FAILED)
+            try:
+                response = await agent.model.request(messages, self.offered, agent.settings)
+            except ModelError as exc:
+                return await self._end(Failed(f"the model failed: {exc}"), RunStatus.FAILED)
+            usage = response.usage
+            self._run_update(steps=self.run.steps + 1,
+                             input_tokens=self.run.input_tokens + usage.input_tokens,
+                             output_tokens=self.run.output_tokens + usage.output_tokens,
+                             model_requests=self.run.model_requests + usage.requests)
+            message = response.message
+            seq = len(messages)
+            messages.append(message)
+            entry = (self.run.id, seq, dump_messages([message])[0])
+            await self._emit("model_turn", text=message.text,
+                             calls=[c.name for c in message.tool_calls])
+            if not message.tool_calls:
+                return await self._end(Completed(message.text), RunStatus.COMPLETED,
+                                       Batch(messages=[entry]))
+            self._pending_message = entry
+
+    _pending_message: tuple[str, int, dict[str, Any]] | None = None
+
+    async def _turn_records(self, turn: int) -> list[Any]:
+        # Only the first turn driven after a resume can have records from an earlier attempt;
+        # every later turn is new, so the hot path never reads the store.
+        if not self._resumed:
+            return []
+        self._resumed = False
+        return [c for c in await self.store.calls(self.run.id) if c.turn == turn]
+
+    _resumed = False
+
+
+# ----------------------------------------------------------------- resume
+
+
+async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver | None,
+                  responder: Responder | None, allow_manifest_change: bool,
+                  on_event: EventCallback | None, cancel: anyio.Event | None) -> RunResult:
+    if not isinstance(agent, Agent):
+        raise UserError("resume needs agent= (the Agent whose run this is)")
+    run = await store.run(run_id)
+    if run.policy is None:
+        raise ResumeRefused(
+            f"run {run_id} has no recorded policy; refusing to resume it without a boundary"
+        )
+    events = list(run.events)
+    if run.manifest_digest != agent.manifest_digest:
+        if not allow_manifest_change:
+            raise ResumeRefused(
+                f"run {run_id} ran under manifest {run.manifest_digest}, but the manifest now in "
+                f"force is {agent.manifest_digest}; pass allow_manifest_change=True to resume it "
+                "under the new one (recorded)"
+            )
+        events.append({"kind": "manifest_changed", "from": run.manifest_digest,
+                       "to": agent.manifest_digest, "at": time.time()})
+    run = await store.claim(run_id, new_owner())
+    events.append({"kind": "resumed", "at": time.time()})
+    run = replace(run, events=events)
+    # The recorded policy stays the boundary; the agent's current policy can only add denies
+    # and asks to it (a deny added while paused wins).
+    policy = Policy.from_dict(run.policy or {}).contain(agent.policy)
+    remembered = [Rule.from_dict(r) for r in run.remembered]
+    messages = load_messages(await store.messages(run_id))
+    runner = _Runner(agent, store, run, policy, remembered, messages,
+                     approver or DeferAll(), responder or ResponderNone(), on_event)
+    runner._resumed = True
+    return await runner.drive(cancel)
+
+
+async def resume(store: Store, run_id: str, *, agent: Agent, approver: Approver | None = None,
+                 responder: Responder | None = None, allow_manifest_change: bool = False,
+                 on_event: EventCallback | None = None,
+                 cancel: anyio.Event | None = None) -> RunResult:
+    """Continue a run that paused, was cancelled, or whose process died, from its last
+    committed step.
+
+    Calls that were in flight when a process died come back as `AwaitingRecovery` unless
+    their tool is idempotent (then they are retried). Completed calls never run again.
+
+    Raises:
+        NotFound: no such run.
+        ResumeRefused: the run is finished or driven by a live process, has no recorded
+            policy, or ran under another manifest (see `allow_manifest_change`).
+    """
+    return await _resume(store, run_id, agent=agent, approver=approver, responder=responder,
+                         allow_manifest_change=allow_manifest_change, on_event=on_event,
+                         cancel=cancel)
+
+
+async def resume_with_decision(store: Store, request_id: str, decision: Decision, *,
+                               agent: Agent, approver: Approver | None = None,
+                               responder: Responder | None = None, decided_by: str = "operator",
+                               allow_manifest_change: bool = False) -> RunResult:
+    """Decide a deferred approval and continue its run, in any process.
+
+    Exactly the persisted action (or the re-checked modification) is performed, once: a
+    second decision raises `AlreadyDecided`, and of two processes deciding at once only one
+    succeeds.
+
+    Raises:
+        AlreadyDecided: it was decided before.
+        NotFound: no such request.
+    """
+    if not isinstance(decision, Decision) or isinstance(decision, Defer):
+        raise UserError("resume_with_decision takes hr.Decision.approve(...) or "
+                        ".deny(reason); deferring again means leaving it pending")
+    item = await store.pending_item(request_id)
+    if item.kind != "approval":
+        raise UserError(f"{request_id} is a pending {item.kind}, not an approval")
+    await store.decide(request_id, decision.to_dict(), decided_by)
+    return await _resume(store, item.run_id, agent=agent, approver=approver,
+                         responder=responder, allow_manifest_change=allow_manifest_change,
+                         on_event=None, cancel=None)
+
+
+async def resume_with_answer(store: Store, question_id: str, text: str, *, agent: Agent,
+                             approver: Approver | None = None,
+                             responder: Responder | None = None, answered_by: str = "operator",
+                             allow_manifest_change: bool = False) -> RunResult:
+    """Answer a tool's pending question and continue its run.
+
+    The tool is re-run from its start with its recorded answers (a tool asks before it acts).
+    An answer authorises nothing: the call still passes the policy.
+
+    Raises:
+        AlreadyDecided: it was answered before.
+        NotFound: no such question.
+    """
+    if not isinstance(text, str):
+        raise UserError("an answer is text")
+    item = await store.pending_item(question_id)
+    if item.kind != "question":
+        raise UserError(f"{question_id} is a pending {item.kind}, not a question")
+    await store.decide(question_id, {"answer": text}, answered_by)
+    return await _resume(store, item.run_id, agent=agent, approver=approver,
+                         responder=responder, allow_manifest_change=allow_manifest_change,
+                         on_event=None, cancel=None)
+
+
+async def resume_with_recovery(store: Store, call_id: str, recovery: Recovery, *, agent: Agent,
+                               approver: Approver | None = None,
+                               responder: Responder | None = None,
+                               decided_by: str = "operator",
+                               allow_manifest_change: bool = False) -> RunResult:
+    """Decide what became of a call that was in flight at a crash, and continue its run.
+
+    Raises:
+        AlreadyDecided: it was decided before.
+        NotFound: no such pending recovery.
+    """
+    if not isinstance(recovery, Recovery):
+        raise UserError("resume_with_recovery takes hr.Recovery.retry(), "
+                        ".completed(observation) or .abort()")
+    item = await store.pending_item(call_id)
+    if item.kind != "recovery":
+        raise UserError(f"{call_id} is a pending {item.kind}, not a recovery")
+    await store.decide(call_id, recovery.to_dict(), decided_by)
+    return await _resume(store, item.run_id, agent=agent, approver=approver,
+                         responder=responder, allow_manifest_change=allow_manifest_change,
+                         on_event=None, cancel=None)
+
+
+def _sync(fn: Callable[..., Awaitable[RunResult]]) -> Callable[..., RunResult]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> RunResult:
+        return anyio.run(functools.partial(fn, *args, **kwargs))
+
+    wrapper.__doc__ = f"Synchronous `{fn.__name__}` (starts an event loop)."
+    return wrapper
+
+
+resume_sync = _sync(resume)
+resume_with_decision_sync = _sync(resume_with_decision)
+resume_with_answer_sync = _sync(resume_with_answer)
+resume_with_recovery_sync = _sync(resume_with_recovery)

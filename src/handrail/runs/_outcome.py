@@ -1,0 +1,117 @@
+"""How a run ended (or paused): `RunOutcome` and `RunResult`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from handrail.errors import UserError
+from handrail.models import Usage
+
+__all__ = [
+    "AwaitingAnswer",
+    "AwaitingApproval",
+    "AwaitingRecovery",
+    "Cancelled",
+    "Completed",
+    "Failed",
+    "RunOutcome",
+    "RunResult",
+    "outcome_from_dict",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The model gave its final answer."""
+
+    output: str
+    """The final answer's text."""
+    kind: Literal["completed"] = "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingApproval:
+    """Paused: an action waits for a human decision. The process may exit."""
+
+    request_id: str
+    """Decide with `hr.resume_with_decision(store, request_id, ...)` or `handrail approve`."""
+    kind: Literal["awaiting_approval"] = "awaiting_approval"
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingAnswer:
+    """Paused: a tool asked a question nobody here could answer."""
+
+    question_id: str
+    """Answer with `hr.resume_with_answer(store, question_id, text, ...)` or `handrail answer`."""
+    kind: Literal["awaiting_answer"] = "awaiting_answer"
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingRecovery:
+    """Paused: a call was in flight when its process died; it may or may not have acted."""
+
+    call_id: str
+    """The call record's id; decide with `hr.resume_with_recovery` or `handrail recover`."""
+    kind: Literal["awaiting_recovery"] = "awaiting_recovery"
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The run stopped on an error (model failure, budget exhausted)."""
+
+    error: str
+    """What went wrong and what to do."""
+    kind: Literal["failed"] = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """The run was cancelled by its caller; `hr.resume` may continue it."""
+
+    reason: str
+    """Why."""
+    kind: Literal["cancelled"] = "cancelled"
+
+
+RunOutcome = Completed | AwaitingApproval | AwaitingAnswer | AwaitingRecovery | Failed | Cancelled
+"""Every way a run can end or pause; match on it."""
+
+_BY_KIND: dict[str, type[Any]] = {
+    cls.kind: cls  # type: ignore[attr-defined]
+    for cls in (Completed, AwaitingApproval, AwaitingAnswer, AwaitingRecovery, Failed, Cancelled)
+}
+
+
+def outcome_to_dict(outcome: RunOutcome) -> dict[str, Any]:
+    """An outcome as a JSON-compatible dict."""
+    return asdict(outcome)
+
+
+def outcome_from_dict(data: Mapping[str, Any]) -> RunOutcome:
+    """Rebuild an outcome from `outcome_to_dict` output."""
+    cls = _BY_KIND.get(str(data.get("kind")))
+    if cls is None:
+        raise UserError(f"unknown run outcome kind {data.get('kind')!r}")
+    return cls(**{k: v for k, v in data.items() if k != "kind"})  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What `agent.run` returns."""
+
+    run_id: str
+    """The run's id in the store."""
+    outcome: RunOutcome
+    """How it ended or why it paused."""
+    usage: Usage = field(default_factory=lambda: Usage(0, 0, 0))
+    """Tokens spent by the run so far."""
+    remembered: list[Any] = field(default_factory=list)
+    """Rules an approver asked to remember during this run (run-scoped)."""
+
+    @property
+    def output(self) -> str | None:
+        """The final answer, when the run completed."""
+        return self.outcome.output if isinstance(self.outcome, Completed) else None

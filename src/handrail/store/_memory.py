@@ -1,0 +1,114 @@
+"""`MemoryStore`: the contract in plain dicts, for one process (tests, benchmarks)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from typing import Any
+
+from handrail.errors import AlreadyDecided, NotFound
+from handrail.store._base import Store, check_claimable, cutoff
+from handrail.store._records import Batch, CallRecord, PendingItem, RunRecord, RunStatus
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore(Store):
+    """Everything in dicts. No awaits inside a change, so each change is atomic."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, RunRecord] = {}
+        self._messages: dict[str, list[dict[str, Any]]] = {}
+        self._calls: dict[str, CallRecord] = {}
+        self._run_calls: dict[str, list[str]] = {}
+        self._pending: dict[str, PendingItem] = {}
+
+    async def write(self, batch: Batch) -> None:
+        if batch.run is not None:
+            self._runs[batch.run.id] = batch.run
+        for run_id, seq, message in batch.messages:
+            # seq is the message's position; a replayed write must not duplicate.
+            log = self._messages.setdefault(run_id, [])
+            if seq == len(log):
+                log.append(message)
+            elif seq < len(log):
+                log[seq] = message
+            else:
+                raise AssertionError(f"message seq {seq} leaves a gap after {len(log)}")
+        for record in batch.calls:
+            if record.id not in self._calls:
+                self._run_calls.setdefault(record.run_id, []).append(record.id)
+            self._calls[record.id] = record
+        for item in batch.pending:
+            self._pending[item.id] = item
+
+    async def run(self, run_id: str) -> RunRecord:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise NotFound(f"no run {run_id!r} in this store") from None
+
+    async def runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
+        found = [r for r in self._runs.values() if status is None or r.status is status]
+        found.sort(key=lambda r: r.created_at, reverse=True)
+        return found[:limit]
+
+    async def messages(self, run_id: str) -> list[dict[str, Any]]:
+        return list(self._messages.get(run_id, []))
+
+    async def calls(self, run_id: str) -> list[CallRecord]:
+        found = [self._calls[i] for i in self._run_calls.get(run_id, [])]
+        found.sort(key=lambda c: (c.turn, c.index))
+        return found
+
+    async def call(self, record_id: str) -> CallRecord:
+        try:
+            return self._calls[record_id]
+        except KeyError:
+            raise NotFound(f"no call {record_id!r} in this store") from None
+
+    async def pending(
+        self,
+        kind: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        older_than: float | dt.timedelta | None = None,
+    ) -> list[PendingItem]:
+        bound = cutoff(older_than)
+        found = [
+            p for p in self._pending.values()
+            if p.state == "open"
+            and (kind is None or p.kind == kind)
+            and (agent is None or p.agent == agent)
+            and (tool is None or p.tool == tool)
+            and (bound is None or p.created_at <= bound)
+        ]
+        found.sort(key=lambda p: p.created_at)
+        return found
+
+    async def pending_item(self, item_id: str) -> PendingItem:
+        try:
+            return self._pending[item_id]
+        except KeyError:
+            raise NotFound(f"no pending item {item_id!r} in this store") from None
+
+    async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str) -> PendingItem:
+        item = await self.pending_item(item_id)
+        if item.state != "open":
+            raise AlreadyDecided(
+                f"{item.kind} {item_id} was already decided by {item.decided_by}"
+            )
+        item = dataclasses.replace(item, state="decided", decision=decision,
+                                   decided_by=decided_by, decided_at=time.time())
+        self._pending[item_id] = item
+        return item
+
+    async def claim(self, run_id: str, owner: str) -> RunRecord:
+        run = await self.run(run_id)
+        now = time.time()
+        check_claimable(run, now)
+        run = dataclasses.replace(run, status=RunStatus.RUNNING, owner=owner,
+                                  lease_until=now + self.lease_seconds, updated_at=now)
+        self._runs[run_id] = run
+        return run

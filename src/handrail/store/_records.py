@@ -1,0 +1,189 @@
+"""What the store keeps: runs, calls and pending items, as plain frozen records."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Batch", "CallRecord", "CallStatus", "PendingItem", "RunRecord", "RunStatus"]
+
+
+class RunStatus(enum.Enum):
+    """A run's lifecycle."""
+
+    RUNNING = "running"
+    """A process is driving the run now (or died doing so: see the lease)."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Paused: a deferred approval waits for a decision (`resume_with_decision`)."""
+    AWAITING_ANSWER = "awaiting_answer"
+    """Paused: a tool's question waits for an answer (`resume_with_answer`)."""
+    AWAITING_RECOVERY = "awaiting_recovery"
+    """Paused: a call was in flight at a crash; an operator decides (`resume_with_recovery`)."""
+    COMPLETED = "completed"
+    """Finished with a final answer. Terminal."""
+    FAILED = "failed"
+    """Stopped by an error (model failure, step budget). Terminal."""
+    CANCELLED = "cancelled"
+    """Stopped by its caller; `resume` may continue it."""
+
+
+class CallStatus(enum.Enum):
+    """Where one tool call is."""
+
+    REFUSED = "refused"
+    """Never sent: unknown tool, not granted, invalid arguments, denied. Result recorded."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Deferred to a human; a pending approval exists."""
+    APPROVED = "approved"
+    """Approved (possibly modified), not yet started."""
+    STARTED = "started"
+    """The body may be running. Found like this at resume: in doubt."""
+    AWAITING_ANSWER = "awaiting_answer"
+    """The body asked a question nobody here could answer; a pending question exists."""
+    IN_DOUBT = "in_doubt"
+    """Was in flight at a crash; a pending recovery exists."""
+    FINISHED = "finished"
+    """Ran (or was marked done by an operator); result recorded."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRecord:
+    """One agent run."""
+
+    id: str
+    """The run's id."""
+    task: str
+    """What the agent was asked."""
+    agent: str | None = None
+    """The agent's name."""
+    status: RunStatus = RunStatus.RUNNING
+    """Where the run is."""
+    parent_id: str | None = None
+    """The parent run, for a sub-agent."""
+    policy: dict[str, Any] | None = None
+    """The policy the run is bound by (`Policy.to_dict()`); resume refuses a run without one."""
+    manifest_digest: str | None = None
+    """The digest of the manifest in force, if any."""
+    model: str | None = None
+    """The model's name."""
+    workspace: str | None = None
+    """The absolute workspace root."""
+    created_at: float = 0.0
+    """Unix time the run started."""
+    updated_at: float = 0.0
+    """Unix time of the last change."""
+    outcome: dict[str, Any] | None = None
+    """The last outcome (`RunOutcome` as a dict)."""
+    input_tokens: int = 0
+    """Tokens sent to the model so far."""
+    output_tokens: int = 0
+    """Tokens the model produced so far."""
+    model_requests: int = 0
+    """Model requests made so far."""
+    remembered: list[dict[str, Any]] = field(default_factory=list)
+    """Rules an approver asked to remember for this run."""
+    steps: int = 0
+    """Model turns taken."""
+    owner: str | None = None
+    """Which process drives the run (`host:pid:nonce`)."""
+    lease_until: float = 0.0
+    """Until when the owner's claim holds without renewal."""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """Operator-relevant events (resumed, manifest change allowed, ...)."""
+    agent_ref: str | None = None
+    """`module:object` that rebuilds the agent in another process (the CLI's resume uses it)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallRecord:
+    """One tool call, from the model's request to its result, refused ones included."""
+
+    id: str
+    """The record's id (`<run_id>:<call_id>`)."""
+    run_id: str
+    """The run."""
+    call_id: str
+    """The model's call id."""
+    turn: int
+    """Which model turn asked for it."""
+    index: int
+    """Its position within the turn."""
+    model_name: str
+    """The tool name as the model sent it."""
+    tool: str | None = None
+    """The resolved tool id, or None when the name matched nothing."""
+    arguments: str = ""
+    """The arguments as the model sent them (JSON text)."""
+    arguments_digest: str | None = None
+    """sha256 of the canonical JSON of the validated arguments."""
+    performed_arguments: dict[str, Any] | None = None
+    """The validated arguments actually performed (differs when an approver modified them)."""
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    """What the call touches (act, target, content digest — never file contents)."""
+    verdict: dict[str, Any] | None = None
+    """The policy's verdict: effect, rule, layer, reason."""
+    decision: dict[str, Any] | None = None
+    """The approver's decision, when asked."""
+    decided_by: str | None = None
+    """Who decided (approver name or operator)."""
+    status: CallStatus = CallStatus.REFUSED
+    """Where the call is."""
+    result: dict[str, Any] | None = None
+    """The result the model saw (`ToolResult.to_dict()`)."""
+    disposition: str | None = None
+    """For failures: not_sent / in_doubt / landed."""
+    error: str | None = None
+    """The operator-facing error (e.g. the rule that denied), never shown to the model."""
+    answers: list[dict[str, Any]] = field(default_factory=list)
+    """Responses to the tool's questions, replayed when the call is re-run."""
+    pending_id: str | None = None
+    """The pending approval, question or recovery this call waits on (or last waited on)."""
+    started_at: float | None = None
+    """When the body started."""
+    ended_at: float | None = None
+    """When the call ended."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PendingItem:
+    """Something waiting for a person: an approval, a question, or a recovery."""
+
+    id: str
+    """The item's id (what `handrail approve ID` takes)."""
+    kind: str
+    """`approval`, `question` or `recovery`."""
+    run_id: str
+    """The paused run."""
+    call_record: str
+    """The `CallRecord.id` it belongs to."""
+    agent: str | None = None
+    """The agent's name."""
+    tool: str | None = None
+    """The tool's id."""
+    payload: dict[str, Any] = field(default_factory=dict)
+    """The request (approval), question, or crash details (recovery)."""
+    created_at: float = 0.0
+    """When it was created."""
+    state: str = "open"
+    """`open` until decided, then `decided`."""
+    decision: dict[str, Any] | None = None
+    """The decision, answer or recovery chosen."""
+    decided_by: str | None = None
+    """Who decided."""
+    decided_at: float | None = None
+    """When."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Batch:
+    """Several writes committed in one transaction."""
+
+    run: RunRecord | None = None
+    """A run to insert or replace."""
+    messages: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+    """Messages to store as `(run_id, seq, dumped message)`; seq is the position in the run."""
+    calls: list[CallRecord] = field(default_factory=list)
+    """Call records to insert or replace."""
+    pending: list[PendingItem] = field(default_factory=list)
+    """Pending items to insert."""

@@ -1,0 +1,137 @@
+import os
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+import handrail as hr
+from handrail.builtin._exec import EXEC_OUTPUT_LIMIT_BYTES
+
+pytestmark = pytest.mark.anyio
+
+PY = sys.executable
+
+
+async def test_exec_returns_code_and_both_streams(call) -> None:
+    script = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+    result = await call("exec", argv=[PY, "-c", script])
+    assert not result.is_error  # a non-zero exit is information, not a tool failure
+    assert result.structured["exit_code"] == 3
+    assert result.structured["stdout"] == "out\n"
+    assert result.structured["stderr"] == "err\n"
+    assert result.structured["timed_out"] is False
+
+
+async def test_exec_runs_in_the_workspace_with_empty_stdin(call, workspace: Path) -> None:
+    script = "import os, sys; print(os.getcwd()); print(repr(sys.stdin.read()))"
+    result = await call("exec", argv=[PY, "-c", script])
+    cwd, stdin = result.structured["stdout"].splitlines()
+    assert cwd == str(await anyio.Path(workspace).resolve())
+    assert stdin == "''"
+
+
+async def test_exec_does_not_pass_the_hosts_secrets(call, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    script = "import os; print(os.environ.get('OPENAI_API_KEY')); print('PATH' in os.environ)"
+    result = await call("exec", argv=[PY, "-c", script])
+    assert result.structured["stdout"].split() == ["None", "True"]
+
+
+async def test_exec_argv_is_not_a_shell(call, workspace: Path) -> None:
+    result = await call("exec", argv=[PY, "-c", "import sys; print(sys.argv[1:])", "$HOME; ls *"])
+    assert result.structured["stdout"] == "['$HOME; ls *']\n"
+
+
+async def test_exec_kills_the_program_at_its_timeout(call) -> None:
+    started = time.monotonic()
+    result = await call("exec", argv=[PY, "-c", "import time; print('start', flush=True); "
+                                     "time.sleep(30)"], timeout=0.5)
+    assert time.monotonic() - started < 10
+    assert result.is_error
+    assert result.structured["timed_out"] is True
+    assert result.structured["exit_code"] != 0
+    assert result.structured["stdout"] == "start\n"
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_gone(pid: int) -> bool:
+    deadline = time.monotonic() + 5
+    while not _gone_or_zombie(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+async def test_exec_timeout_covers_a_child_holding_the_pipes(call) -> None:
+    script = ("import subprocess, sys; "
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+              "print(p.pid, flush=True)")
+    started = time.monotonic()
+    result = await call("exec", argv=[PY, "-c", script], timeout=1)
+    assert time.monotonic() - started < 10
+    assert result.structured["timed_out"] is True
+    assert result.structured["exit_code"] == 0  # the parent itself finished
+    child = int(result.structured["stdout"])
+    assert await anyio.to_thread.run_sync(_wait_gone, child)
+
+
+async def test_exec_bounds_output(call) -> None:
+    n = EXEC_OUTPUT_LIMIT_BYTES * 3
+    script = f"import sys; sys.stdout.write('x' * {n}); sys.stderr.write('e')"
+    result = await call("exec", argv=[PY, "-c", script])
+    out = result.structured
+    assert out["exit_code"] == 0
+    assert out["stdout_truncated"] is True
+    assert out["stderr_truncated"] is False
+    assert out["stdout"].startswith("x" * EXEC_OUTPUT_LIMIT_BYTES + "\n[truncated")
+    assert f"{n} bytes" in out["stdout"]
+    assert out["stderr"] == "e"
+
+
+async def test_exec_missing_program(call) -> None:
+    result = await call("exec", argv=["handrail-no-such-program-xyz"])
+    assert result.is_error
+    assert "not found" in result.render_text()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"argv": []},
+        {"argv": "ls -la"},
+        {"argv": [""]},
+        {"argv": ["echo", "a\x00b"]},
+        {"argv": ["true"], "timeout": 0},
+        {"argv": ["true"], "timeout": 601},
+    ],
+    ids=["empty", "shell-string", "empty-program", "nul", "zero-timeout", "huge-timeout"],
+)
+async def test_exec_refuses_bad_arguments(box, workspace: Path, arguments) -> None:
+    handler = box.handler("workspace/exec", workspace=workspace)
+    with pytest.raises(hr.InvalidArguments):
+        await handler.step(hr.Invoke("c", arguments))
+
+
+async def test_exec_cancelled_from_outside_kills_the_program(box, workspace: Path) -> None:
+    handler = box.handler("workspace/exec", workspace=workspace)
+    marker = workspace / "alive"
+    script = (f"import time, pathlib; p = pathlib.Path({str(marker)!r}); "
+              "[(p.write_text(str(i)), time.sleep(0.05)) for i in range(600)]")
+    with anyio.move_on_after(1) as scope:
+        await handler.step(hr.Invoke("c", {"argv": [PY, "-c", script]}))
+    assert scope.cancelled_caught
+    assert marker.exists()
+    seen = marker.read_text()
+    await anyio.sleep(0.5)
+    assert marker.read_text() == seen  # nothing writes any more: the program is dead

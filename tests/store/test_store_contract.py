@@ -1,0 +1,147 @@
+"""The store contract, run against every store (memory and a real SQLite file)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from handrail.errors import AlreadyDecided, NotFound, ResumeRefused
+from handrail.store import (
+    Batch,
+    CallRecord,
+    CallStatus,
+    PendingItem,
+    RunRecord,
+    RunStatus,
+    Store,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    s = Store.memory() if request.param == "memory" else Store.open(tmp_path / "runs.db")
+    yield s
+    await s.close()
+
+
+def _run(run_id: str = "r1", **kw: object) -> RunRecord:
+    base = {"id": run_id, "task": "do it", "agent": "a", "created_at": time.time(),
+            "policy": {"layers": []}}
+    base.update(kw)
+    return RunRecord(**base)  # type: ignore[arg-type]
+
+
+def _call(run_id: str, call_id: str, turn: int = 0, index: int = 0, **kw: object) -> CallRecord:
+    return CallRecord(id=f"{run_id}:{call_id}", run_id=run_id, call_id=call_id, turn=turn,
+                      index=index, model_name="x", **kw)  # type: ignore[arg-type]
+
+
+def _item(item_id: str, run_id: str = "r1", kind: str = "approval", **kw: object) -> PendingItem:
+    base: dict[str, object] = {"id": item_id, "kind": kind, "run_id": run_id,
+                               "call_record": f"{run_id}:c", "created_at": time.time()}
+    base.update(kw)
+    return PendingItem(**base)  # type: ignore[arg-type]
+
+
+async def test_run_round_trip_keeps_every_field(store: Store) -> None:
+    run = _run(status=RunStatus.AWAITING_APPROVAL, parent_id="p", manifest_digest="sha256:ab",
+               model="m", workspace="/w", updated_at=2.0, outcome={"kind": "failed", "error": "e"},
+               input_tokens=3, output_tokens=4, model_requests=5,
+               remembered=[{"act": "write", "pattern": "*.md", "effect": "allow"}], steps=6,
+               owner="h:1:x", lease_until=9.0, events=[{"kind": "resumed"}], agent_ref="m:o")
+    await store.write(Batch(run=run))
+    assert await store.run("r1") == run
+
+
+async def test_unknown_ids_raise_not_found(store: Store) -> None:
+    with pytest.raises(NotFound, match="nope"):
+        await store.run("nope")
+    with pytest.raises(NotFound):
+        await store.call("nope")
+    with pytest.raises(NotFound):
+        await store.pending_item("nope")
+    with pytest.raises(NotFound):
+        await store.decide("nope", {}, "me")
+
+
+async def test_messages_keep_order_and_rewriting_a_seq_does_not_duplicate(store: Store) -> None:
+    await store.write(Batch(run=_run(), messages=[("r1", 0, {"k": 0}), ("r1", 1, {"k": 1})]))
+    await store.write(Batch(messages=[("r1", 2, {"k": 2}), ("r1", 1, {"k": 1})]))
+    assert await store.messages("r1") == [{"k": 0}, {"k": 1}, {"k": 2}]
+    assert await store.messages("other") == []
+
+
+async def test_calls_are_ordered_by_turn_then_index_and_upserted(store: Store) -> None:
+    await store.write(Batch(run=_run(), calls=[_call("r1", "b", 1, 0), _call("r1", "a", 0, 1),
+                                                _call("r1", "c", 0, 0)]))
+    done = _call("r1", "a", 0, 1, status=CallStatus.FINISHED, result={"content": []},
+                 answers=[{"kind": "submit", "value": "x"}], pending_id="q1",
+                 verdict={"effect": "allow"}, actions=[{"act": "read", "target": "a"}])
+    await store.write(Batch(calls=[done]))
+    assert [c.call_id for c in await store.calls("r1")] == ["c", "a", "b"]
+    assert await store.call("r1:a") == done
+
+
+async def test_pending_filters_and_open_only(store: Store) -> None:
+    await store.write(Batch(run=_run(), pending=[
+        _item("p1", agent="a", tool="x/y", created_at=time.time() - 100),
+        _item("p2", kind="question", agent="b", tool="x/z"),
+        _item("p3", agent="a", tool="x/z"),
+    ]))
+    assert [p.id for p in await store.pending()] == ["p1", "p2", "p3"]
+    assert [p.id for p in await store.pending(kind="approval")] == ["p1", "p3"]
+    assert [p.id for p in await store.pending(agent="b")] == ["p2"]
+    assert [p.id for p in await store.pending(tool="x/z")] == ["p2", "p3"]
+    assert [p.id for p in await store.pending(older_than=50)] == ["p1"]
+    await store.decide("p1", {"kind": "approve"}, "me")
+    assert [p.id for p in await store.pending(kind="approval")] == ["p3"]
+
+
+async def test_decide_is_compare_and_swap(store: Store) -> None:
+    await store.write(Batch(run=_run(), pending=[_item("p1")]))
+    item = await store.decide("p1", {"kind": "deny", "reason": "no"}, "alice")
+    assert (item.state, item.decided_by, item.decision) == ("decided", "alice",
+                                                             {"kind": "deny", "reason": "no"})
+    with pytest.raises(AlreadyDecided, match="alice"):
+        await store.decide("p1", {"kind": "approve"}, "bob")
+    assert (await store.pending_item("p1")).decision == {"kind": "deny", "reason": "no"}
+
+
+async def test_claim_refuses_finished_and_live_runs(store: Store) -> None:
+    await store.write(Batch(run=_run("done", status=RunStatus.COMPLETED)))
+    with pytest.raises(ResumeRefused, match="completed"):
+        await store.claim("done", "me")
+    from handrail.store._base import new_owner
+
+    live = _run("live", owner=new_owner(), lease_until=time.time() + 60)
+    await store.write(Batch(run=live))
+    with pytest.raises(ResumeRefused, match="driven by"):
+        await store.claim("live", "me")
+
+
+async def test_claim_takes_a_run_whose_owner_died_or_whose_lease_ran_out(store: Store) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    import socket
+
+    await store.write(Batch(run=_run("crashed", owner=f"{socket.gethostname()}:{dead}:x",
+                                     lease_until=time.time() + 60)))
+    claimed = await store.claim("crashed", "me")
+    assert (claimed.owner, claimed.status) == ("me", RunStatus.RUNNING)
+    await store.write(Batch(run=_run("stale", owner="elsewhere:1:x", lease_until=time.time() - 1)))
+    assert (await store.claim("stale", "me2")).owner == "me2"
+
+
+async def test_paused_runs_are_claimable(store: Store) -> None:
+    await store.write(Batch(run=_run(status=RunStatus.AWAITING_APPROVAL)))
+    run = await store.claim("r1", "me")
+    assert run.status is RunStatus.RUNNING and run.lease_until > time.time()
+    assert dataclasses.replace(await store.run("r1")) == run
