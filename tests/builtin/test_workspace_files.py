@@ -47,6 +47,14 @@ async def test_read_offset_and_limit(call, workspace: Path) -> None:
     past = await call("read_file", path="n.txt", offset=50)
     assert not past.is_error
     assert "has 10 lines" in text_of(past)
+    just_past = await call("read_file", path="n.txt", offset=11)
+    assert "has 10 lines" in text_of(just_past)
+
+
+async def test_read_a_last_line_without_newline(call, workspace: Path) -> None:
+    (workspace / "n.txt").write_text("a\nb")
+    assert text_of(await call("read_file", path="n.txt", offset=2)) == "b"
+    assert "has 2 lines" in text_of(await call("read_file", path="n.txt", offset=3))
 
 
 async def test_read_truncates_at_the_cap_on_a_line_boundary(call, workspace: Path) -> None:
@@ -251,6 +259,19 @@ async def test_search_is_bounded(call, workspace: Path) -> None:
     assert len(lines) == SEARCH_LIMIT_MATCHES + 1
     assert "stopped at" in lines[-1]
     assert result.structured["complete"] is False
+
+
+async def test_search_skips_files_named_like_secrets(call, workspace: Path) -> None:
+    (workspace / ".env").write_text("API_KEY=sk-live\n")
+    (workspace / "deploy").mkdir()
+    (workspace / "deploy" / "Server.KEY").write_text("API_KEY=private\n")
+    (workspace / "settings.py").write_text("API_KEY = os.environ['API_KEY']\n")
+    result = await call("search", pattern="API_KEY")
+    text = text_of(result)
+    assert "sk-live" not in text
+    assert "private" not in text
+    assert text.splitlines()[0] == "settings.py:1: API_KEY = os.environ['API_KEY']"
+    assert result.structured["secret_files_skipped"] == 2
 
 
 async def test_search_invalid_regex_is_invalid_arguments(box, workspace: Path) -> None:

@@ -326,3 +326,46 @@ async def test_self_hosted_server_needs_no_key(monkeypatch: pytest.MonkeyPatch) 
 def test_bad_base_url() -> None:
     with pytest.raises(ConfigError, match="http:// or https://"):
         OpenAIChat("m", base_url="localhost:11434/v1")
+
+
+def test_one_model_serves_several_event_loops() -> None:
+    # `run_sync` style: each call gets its own event loop; a client is per loop.
+    import gc
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import anyio
+
+    body = json.dumps(OK).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        model = OpenAIChat("m", base_url=f"http://127.0.0.1:{server.server_address[1]}/v1")
+
+        async def once() -> str:
+            return (await model.request([UserMessage("x")], [])).message.text
+
+        assert anyio.run(once) == "hi"
+        assert anyio.run(once) == "hi"
+        gc.collect()
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -7,7 +7,8 @@ httpx is imported on first use, not when handrail is imported.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import contextlib
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from pydantic import field_validator
@@ -15,6 +16,8 @@ from pydantic import field_validator
 from handrail.tools import Act, Action, CallContext, Text, Tool, ToolResult
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator
+
     import httpx
 
 __all__ = ["FETCH_LIMIT_BYTES", "FETCH_TIMEOUT", "Fetch"]
@@ -109,17 +112,21 @@ async def _get(url: httpx.URL) -> ToolResult:
         structured: dict[str, Any] = {"url": str(url), "status": response.status_code}
         if response.is_redirect:
             location = response.headers.get("location", "")
-            target = str(url.join(location)) if location else "(no Location header)"
+            target = _resolve_location(url, location)
             structured["location"] = target
             return ToolResult.text(
                 f"{status}\nredirects to {target} (not followed; fetch that URL if you need it)",
                 structured=structured,
             )
         body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > FETCH_LIMIT_BYTES:
-                break
+        # typeshed-style AsyncIterator; it is an async generator, closed here rather than left
+        # to the garbage collector when we stop early.
+        chunks_gen = cast("AsyncGenerator[bytes, None]", response.aiter_bytes())
+        async with contextlib.aclosing(chunks_gen) as chunks:
+            async for chunk in chunks:
+                body += chunk
+                if len(body) > FETCH_LIMIT_BYTES:
+                    break
         truncated = len(body) > FETCH_LIMIT_BYTES
         del body[FETCH_LIMIT_BYTES:]
         content_type = response.headers.get("content-type", "")
@@ -133,6 +140,17 @@ async def _get(url: httpx.URL) -> ToolResult:
             text = f"[binary body: {content_type or 'no content-type'}, {size}, not shown]"
         head = f"{status}\ncontent-type: {content_type or '(none)'}\n\n"
         return ToolResult((Text(head + text),), structured, is_error=response.is_error)
+
+
+def _resolve_location(url: httpx.URL, location: str) -> str:
+    import httpx
+
+    if not location:
+        return "(no Location header)"
+    try:
+        return str(url.join(location))
+    except httpx.InvalidURL:
+        return repr(location)
 
 
 def _is_text(content_type: str, body: bytes | bytearray) -> bool:

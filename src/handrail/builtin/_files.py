@@ -9,6 +9,7 @@ never data from outside.
 from __future__ import annotations
 
 import codecs
+import fnmatch
 import os
 import re
 import stat
@@ -29,6 +30,7 @@ from handrail.builtin._fs import (
     shown_path,
     workspace_root,
 )
+from handrail.policy._policy import SECRETS
 from handrail.tools import Act, Action, CallContext, Tool, ToolResult
 
 __all__ = [
@@ -65,6 +67,11 @@ SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 """Directories `search` never descends into."""
 
 _SNIFF_BYTES = 8192
+# A search over a directory is one READ of that directory, so a policy that denies reading
+# `.env` would not stop `search(".", "KEY")` from printing it. Until the policy can judge the
+# files under a directory, search skips (by name, case-folded) the files `Policy.default()`
+# calls secret, wherever they are.
+_SECRET_NAMES = tuple(p.casefold() for p in SECRETS if "/" not in p)
 _Walk = Generator[tuple[str, list[str], list[str], int], None, None]
 
 
@@ -129,11 +136,7 @@ class ReadFile(Tool, server="workspace", name="read_file", mutates=False):
     def _read_lines(self, place: Place, f: BinaryIO) -> ToolResult:
         cap = READ_LIMIT_BYTES
         line = 1
-        while line < self.offset:
-            if not _skip_line(f):
-                return ToolResult.text(
-                    f"[{place.shown} has {line - 1} lines; offset {self.offset} is past the end]"
-                )
+        while line < self.offset and _skip_line(f):
             line += 1
         out = bytearray()
         count = 0
@@ -162,8 +165,12 @@ class ReadFile(Tool, server="workspace", name="read_file", mutates=False):
             text = codecs.getincrementaldecoder("utf-8")().decode(bytes(out), final=not cut)
         except UnicodeDecodeError:
             raise Refusal(f"{place.shown} is not UTF-8 text; read_file returns text only") from None
-        if not out and self.offset == 1:
-            return ToolResult.text(f"[{place.shown} is empty]")
+        if not out:
+            if self.offset == 1:
+                return ToolResult.text(f"[{place.shown} is empty]")
+            return ToolResult.text(
+                f"[{place.shown} has {line - 1} lines; offset {self.offset} is past the end]"
+            )
         last = self.offset + count - 1
         if cut:
             note = (f"[truncated: line {last} is longer than {cap} bytes and only its start is "
@@ -178,10 +185,12 @@ class ReadFile(Tool, server="workspace", name="read_file", mutates=False):
 
 def _skip_line(f: BinaryIO) -> bool:
     """Skip one line however long it is; False at the end of the file."""
+    consumed = False
     while True:
         chunk = f.readline(65536)
         if not chunk:
-            return False
+            return consumed  # a last line without a newline is still a line
+        consumed = True
         if chunk.endswith(b"\n"):
             return True
 
@@ -313,20 +322,20 @@ class ListDir(Tool, server="workspace", name="list_dir", mutates=False):
         entries.sort()
         if not entries:
             return ToolResult.text(f"[{place.shown} is empty]",
-                                   structured={"path": place.shown, "entries": []})
+                                   structured={"path": place.shown, "total": 0})
         shown = entries[:LIST_LIMIT_ENTRIES]
         text = "\n".join(shown)
         if len(entries) > len(shown):
             text += f"\n[{len(entries) - len(shown)} more entries not shown]"
-        return ToolResult.text(text, structured={"path": place.shown, "entries": shown,
-                                                 "total": len(entries)})
+        return ToolResult.text(text, structured={"path": place.shown, "total": len(entries)})
 
 
 class Search(Tool, server="workspace", name="search", mutates=False):
     """Search text files in the workspace for a regular expression (Python syntax).
 
     Each matching line is returned as `file:line: text`, at most 200 of them. Binary files,
-    files over 1 MiB, symlinks and `.git` directories are skipped.
+    files over 1 MiB, symlinks, `.git` directories and files named like secrets (`.env`,
+    `*.pem`, `*.key`...) are skipped.
     """
 
     pattern: str
@@ -391,6 +400,7 @@ class _SearchState:
         self.lines: list[str] = []
         self.files = 0
         self.skipped = 0
+        self.secrets = 0
         self.stopped: str | None = None
 
     @property
@@ -398,6 +408,9 @@ class _SearchState:
         return self.stopped is not None
 
     def scan(self, dirfd: int, name: str, shown: str) -> None:
+        if any(fnmatch.fnmatchcase(name.casefold(), p) for p in _SECRET_NAMES):
+            self.secrets += 1
+            return
         if self.files >= SEARCH_LIMIT_FILES:
             self.stopped = f"stopped after reading {SEARCH_LIMIT_FILES} files"
             return
@@ -435,12 +448,20 @@ class _SearchState:
                     return
 
     def result(self, pattern: str, shown: str) -> ToolResult:
-        structured: dict[str, Any] = {"matches": len(self.lines), "files_read": self.files,
-                                      "complete": self.stopped is None}
+        structured: dict[str, Any] = {
+            "matches": len(self.lines),
+            "files_read": self.files,
+            "files_skipped": self.skipped,
+            "secret_files_skipped": self.secrets,
+            "complete": self.stopped is None,
+        }
         if not self.lines:
             text = f"no matches for {pattern!r} under {shown}"
         else:
             text = "\n".join(self.lines)
+        if self.secrets:
+            text += (f"\n[{self.secrets} file(s) named like secrets (.env, *.key...) were not "
+                     "searched]")
         if self.stopped is not None:
             text += f"\n[{self.stopped}]"
         return ToolResult.text(text, structured=structured)

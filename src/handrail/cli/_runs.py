@@ -207,9 +207,11 @@ def _print_call(console: Any, c: Any) -> None:
         console.print(f"    decision: {c.decision.get('kind')} by {c.decided_by}")
     result = c.result or {}
     texts = [i.get("text", "") for i in result.get("content", []) if i.get("kind") == "text"]
-    console.print(f"    status: {c.status.value}"
-                  + (f" — result: {_short(' '.join(texts), 120)}" if texts else "")
-                  + (f" [{c.disposition}]" if c.disposition else ""))
+    from rich.markup import escape
+
+    console.print(escape(f"    status: {c.status.value}"
+                         + (f" — result: {_short(' '.join(texts), 120)}" if texts else "")
+                         + (f" ({c.disposition})" if c.disposition else "")))
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ in force and a deployment can pin one.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -99,10 +100,17 @@ def schema_problem(schema: Mapping[str, Any]) -> str | None:
     if schema.get("type", "object") != "object":
         return (f"arguments must describe a JSON object (type = \"object\"), got type "
                 f"{schema.get('type')!r}")
+    return _meta_schema_problem(canonical_json(schema))
+
+
+@functools.lru_cache(maxsize=256)
+def _meta_schema_problem(schema_json: bytes) -> str | None:
+    # Checking against the meta-schema costs milliseconds; the same schema is checked again
+    # whenever its manifest is rebuilt or reloaded, so remember verdicts by canonical form.
     import jsonschema  # lazily: most manifests state no schema
 
     try:
-        jsonschema.Draft202012Validator.check_schema(dict(schema))
+        jsonschema.Draft202012Validator.check_schema(json.loads(schema_json))
     except jsonschema.SchemaError as exc:
         return f"not a valid JSON Schema: {exc.message}"
     return None

@@ -23,7 +23,9 @@ events have been handed to the caller, a failure is raised, never replayed.
 from __future__ import annotations
 
 import email.utils
+import functools
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -197,6 +199,12 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     return max(when.timestamp() - (time.time() if now is None else now), 0.0)
 
 
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # Building a verifying context loads the CA bundle (~10-100 ms): do it once per process.
+    return httpx.create_ssl_context()
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSentEvent:
     """One SSE event: its `event:` name (empty when absent) and its joined `data:` lines."""
@@ -252,7 +260,7 @@ class HttpClient:
             return self._external
         client = self._clients.get()
         if client is None:
-            client = httpx.AsyncClient(timeout=self.timeout)
+            client = httpx.AsyncClient(timeout=self.timeout, verify=_ssl_context())
             self._clients.set(client)
         return client
 

@@ -471,10 +471,14 @@ class OpenAIChat(HttpModel):
     ) -> list[StreamEvent]:
         """Fold one tool-call delta into `calls`; the events it produces."""
         key = raw.get("index")
-        if key is None:  # servers that omit the index: a new id starts a new call
+        if key is None:
+            # Servers that omit the index: a name (sent only with a call's first chunk) or a
+            # new id starts a new call; anything else continues the last one.
             raw_id = raw.get("id")
-            known = {c.provider_id for c in calls.values()}
-            key = len(calls) if (raw_id and raw_id not in known) or not calls else len(calls) - 1
+            fresh = bool((raw.get("function") or {}).get("name")) or (
+                raw_id and raw_id not in {c.provider_id for c in calls.values()}
+            )
+            key = len(calls) if fresh or not calls else len(calls) - 1
         call = calls.get(key)
         if call is None:
             call = calls[key] = _StreamCall()

@@ -1,4 +1,4 @@
-"""Rule patterns: parse and validate a glob for one act, and compile many into one index.
+r"""Rule patterns: parse and validate a glob for one act, and compile many into one index.
 
 Syntax (the same for every act; what a *segment* is depends on the act):
 
@@ -6,7 +6,7 @@ Syntax (the same for every act; what a *segment* is depends on the act):
   segment, `[abc]` / `[a-z]` / `[!abc]` one character of a set (never the separator);
 - `**` as a whole segment matches across segments, including none: `a/**/b` matches `a/b`
   and `a/x/y/b`; a trailing `/**` also matches the directory itself (`src/**` covers `src`);
-- `\\` makes the next character literal (`\\*`, `\\[`).
+- `\` makes the next character literal (`\*`, `\[`).
 
 Segments: READ/WRITE and CALL targets are split on `/`, EXEC argv (joined with spaces) on ` `,
 NET hosts are not split (`*` and `**` both match any run, `[` is literal so IPv6 reads
@@ -242,7 +242,8 @@ def compile_pattern(act: Act, pattern: str) -> Compiled:
 
 
 def _compile_net(pattern: str, where: str) -> Compiled:
-    from handrail.policy._targets import UncanonicalTarget, canonical_net
+    from handrail.policy._paths import UncanonicalTarget
+    from handrail.policy._targets import canonical_net
 
     if not pattern.isascii():
         raise PolicyError(f"{where}: write the host in its ASCII form (IDNA, 'xn--...')")

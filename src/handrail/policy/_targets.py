@@ -32,8 +32,10 @@ def _check(text: str, what: str) -> None:
 
 
 def canonical_exec(argv: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-    """The argv joined by spaces, and the candidates: that, the program, and both again with
-    the program reduced to its basename (so a rule on `rm` also catches `/bin/rm`).
+    """The argv joined by spaces, and the candidates rules are matched against.
+
+    The candidates are the joined argv and the program, and both again with the program
+    reduced to its basename (so a rule on `rm` also catches `/bin/rm`).
 
     Raises:
         UncanonicalTarget: the argv is empty or holds an unusable string.

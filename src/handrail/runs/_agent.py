@@ -288,8 +288,10 @@ class _Runner:
 
     def _run_update(self, **changes: Any) -> RunRecord:
         now = time.time()
-        self.run = replace(self.run, updated_at=now, lease_until=now + self.store.lease_seconds,
-                           remembered=[r.to_dict() for r in self.scope.remembered], **changes)
+        fields: dict[str, Any] = {"updated_at": now, "lease_until": now + self.store.lease_seconds,
+                                  "remembered": [r.to_dict() for r in self.scope.remembered]}
+        fields.update(changes)
+        self.run = replace(self.run, **fields)
         return self.run
 
     async def _emit(self, kind: str, **detail: Any) -> None:

@@ -190,11 +190,14 @@ class FunctionTool(ToolImpl, Generic[P, R]):
         self._call: Callable[..., Any] = fn
         qualname = str(getattr(fn, "__qualname__", repr(fn)))
         self.origin = f"function {getattr(fn, '__module__', '?')}.{qualname}"
-        tool_id = ToolId(server or DEFAULT_SERVER, name or str(getattr(fn, "__name__", "")))
-        doc_description, arg_docs = parse_docstring(inspect.getdoc(fn))
-        self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-            getattr(fn, "__call__", None)  # noqa: B004  # an object with `async def __call__`
+        tool_id = ToolId(
+            DEFAULT_SERVER if server is None else server,
+            str(getattr(fn, "__name__", "")) if name is None else name,
         )
+        doc_description, arg_docs = parse_docstring(inspect.getdoc(fn))
+        # A callable object is introspected through its (bound) __call__.
+        target: Any = fn if inspect.isroutine(fn) else getattr(fn, "__call__", fn)  # noqa: B004
+        self._is_async = inspect.iscoroutinefunction(target)
         interactions = _kinds(tool_id, interactions)
         if interactions and not self._is_async:
             raise UserError(
@@ -202,14 +205,14 @@ class FunctionTool(ToolImpl, Generic[P, R]):
                 "async tool can await ctx.ask/ctx.elicit"
             )
         try:
-            hints = typing.get_type_hints(fn, include_extras=True)
+            hints = typing.get_type_hints(target, include_extras=True)
         except (NameError, TypeError) as exc:
             raise UserError(f"tool '{tool_id}': cannot resolve the annotations of {qualname}: "
                             f"{exc}") from exc
         self._ctx_param: str | None = None
         fields: dict[str, Any] = {}
         self._names: list[tuple[str, str]] = []
-        params = list(inspect.signature(fn).parameters.values())
+        params = list(inspect.signature(target).parameters.values())
         taken = {p.name for p in params}
         for param in params:
             where = f"parameter '{param.name}' of {qualname}"
@@ -484,7 +487,10 @@ class _ClassTool(ToolImpl):
     ) -> None:
         self.cls = cls
         self.origin = f"class {cls.__module__}.{cls.__qualname__}"
-        tool_id = ToolId(server or DEFAULT_SERVER, name or _snake(cls.__name__))
+        tool_id = ToolId(
+            DEFAULT_SERVER if server is None else server,
+            _snake(cls.__name__) if name is None else name,
+        )
         run = cls.run
         self._is_async = inspect.iscoroutinefunction(run)
         interactions = _kinds(tool_id, interactions)

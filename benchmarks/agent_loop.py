@@ -1,0 +1,343 @@
+"""Per-tool-call cost of a whole agent loop: handrail beside its peers, in the same run.
+
+A scripted model asks for a trivial async `add(a, b)` N times (one call per turn), then
+answers. Each variant x N runs in a fresh process (imports excluded from the timing); the
+driver prints median µs per call, the ratio to handrail (memory), and `import` times.
+
+    benchmarks/setup-peers                      # once: a venv with the peers
+    benchmarks/.peers-venv/bin/python benchmarks/agent_loop.py [--reps 5] [--ns 100,1000]
+
+Variants whose framework is not installed are reported as missing, not silently dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+# ----------------------------------------------------------------- variants
+# Each returns an async run() that performs one whole agent run of n calls and returns the
+# number of tool calls executed.
+
+
+def _handrail(n: int, store_kind: str) -> Callable[[], Any]:
+    import handrail as hr
+    from handrail.models import Scripted, Turn, call, reply
+
+    calls = 0
+
+    @hr.tool(mutates=False)
+    async def add(a: int, b: int) -> int:
+        nonlocal calls
+        calls += 1
+        return a + b
+
+    turns: list[Any] = [call("add", {"a": i, "b": 1}) for i in range(n)]
+
+    def final(messages: Any, tools: Any) -> Turn:
+        last = messages[-1]
+        assert last.result.structured == n, last
+        return reply(f"done {n}")
+
+    turns.append(final)
+    agent = hr.Agent(Scripted(turns), [add], policy=hr.Policy.default(), max_steps=n + 5)
+    tmp = tempfile.mkdtemp()
+
+    async def run() -> int:
+        nonlocal calls
+        calls = 0
+        if store_kind == "memory":
+            store = hr.Store.memory()
+        else:
+            store = hr.Store.open(os.path.join(tmp, f"runs-{time.perf_counter_ns()}.db"))
+        result = await agent.run("add things", store=store)
+        await store.close()
+        assert result.output == f"done {n}", result.outcome
+        return calls
+
+    return run
+
+
+def _pydantic_ai(n: int) -> Callable[[], Any]:
+    from pydantic_ai import Agent, Tool
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage, UsageLimits
+
+    calls = 0
+    step = 0
+
+    async def add(a: int, b: int) -> int:
+        nonlocal calls
+        calls += 1
+        return a + b
+
+    usage = RequestUsage(input_tokens=1, output_tokens=1)
+
+    async def model_fn(messages: Any, info: AgentInfo) -> ModelResponse:
+        nonlocal step
+        i = step
+        step += 1
+        if i < n:
+            return ModelResponse(parts=[ToolCallPart("add", f'{{"a": {i}, "b": 1}}',
+                                                     tool_call_id=f"call_{i}")], usage=usage)
+        return ModelResponse(parts=[TextPart(f"done {n}")], usage=usage)
+
+    agent = Agent(FunctionModel(model_fn), tools=[Tool(add, takes_ctx=False, name="add")])
+
+    async def run() -> int:
+        nonlocal calls, step
+        calls = step = 0
+        result = await agent.run("add things", usage_limits=UsageLimits(request_limit=None))
+        assert result.output == f"done {n}"
+        return calls
+
+    return run
+
+
+def _openai_agents(n: int) -> Callable[[], Any]:
+    from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    set_tracing_disabled(True)
+    calls = 0
+
+    async def add(a: int, b: int) -> int:
+        nonlocal calls
+        calls += 1
+        return a + b
+
+    class Scripted(Model):
+        def __init__(self) -> None:
+            self.i = 0
+
+        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            i = self.i
+            self.i += 1
+            out: list[Any]
+            if i < n:
+                out = [ResponseFunctionToolCall(id=f"fc_{i}", call_id=f"call_{i}",
+                                                type="function_call", name="add",
+                                                arguments=f'{{"a": {i}, "b": 1}}')]
+            else:
+                out = [ResponseOutputMessage(
+                    id="final", type="message", role="assistant", status="completed",
+                    content=[ResponseOutputText(text=f"done {n}", type="output_text",
+                                                annotations=[])])]
+            return ModelResponse(output=out, usage=Usage(requests=1, input_tokens=1,
+                                                         output_tokens=1, total_tokens=2),
+                                 response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    model = Scripted()
+    agent = Agent(name="bench", instructions="add", model=model,
+                  tools=[function_tool(add, name_override="add")])
+    config = RunConfig(tracing_disabled=True)
+
+    async def run() -> int:
+        nonlocal calls
+        calls = 0
+        model.i = 0
+        result = await Runner.run(agent, "add things", max_turns=n + 5, run_config=config)
+        assert result.final_output == f"done {n}"
+        return calls
+
+    return run
+
+
+def _langgraph(n: int, checkpoint: bool) -> Callable[[], Any]:
+    from typing import Annotated, TypedDict
+
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, StateGraph
+    from langgraph.graph.message import add_messages
+    from langgraph.prebuilt import ToolNode
+
+    calls = 0
+
+    @tool
+    async def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        nonlocal calls
+        calls += 1
+        return a + b
+
+    class State(TypedDict):
+        messages: Annotated[list[Any], add_messages]
+        step: int
+
+    def model_node(state: State) -> dict[str, Any]:
+        i = state["step"]
+        if i < n:
+            msg = AIMessage(content="", tool_calls=[{"name": "add", "args": {"a": i, "b": 1},
+                                                     "id": f"call_{i}"}])
+        else:
+            msg = AIMessage(content=f"done {n}")
+        return {"messages": [msg], "step": i + 1}
+
+    def route(state: State) -> str:
+        return "tools" if state["messages"][-1].tool_calls else END
+
+    graph = StateGraph(State)
+    graph.add_node("model", model_node)
+    graph.add_node("tools", ToolNode([add]))
+    graph.set_entry_point("model")
+    graph.add_conditional_edges("model", route, {"tools": "tools", END: END})
+    graph.add_edge("tools", "model")
+    saver = None
+    if checkpoint:
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        saver = InMemorySaver()
+    app = graph.compile(checkpointer=saver)
+    counter = 0
+
+    async def run() -> int:
+        nonlocal calls, counter
+        calls = 0
+        counter += 1
+        config = {"recursion_limit": 2 * n + 10,
+                  "configurable": {"thread_id": f"t{counter}"}}
+        out = await app.ainvoke({"messages": [HumanMessage("add things")], "step": 0},
+                                config=config)
+        assert out["messages"][-1].content == f"done {n}"
+        return calls
+
+    return run
+
+
+def _openai_adapter(n: int) -> Callable[[], Any]:
+    sys.path.insert(0, str(HERE))
+    from openai_adapter import make_run  # type: ignore[import-not-found]
+
+    result: Callable[[], Any] = make_run(n)
+    return result
+
+
+VARIANTS: dict[str, tuple[str, Callable[[int], Callable[[], Any]]]] = {
+    "handrail_memory": ("handrail, memory store", lambda n: _handrail(n, "memory")),
+    "handrail_sqlite": ("handrail, SQLite store (file)", lambda n: _handrail(n, "sqlite")),
+    "handrail_openai_http": ("handrail + OpenAIChat adapter, loopback server, memory store",
+                             _openai_adapter),
+    "pydantic_ai": ("Pydantic AI (FunctionModel)", _pydantic_ai),
+    "openai_agents": ("OpenAI Agents SDK (scripted Model)", _openai_agents),
+    "langgraph": ("LangGraph (StateGraph + ToolNode)", lambda n: _langgraph(n, False)),
+    "langgraph_ckpt": ("LangGraph + InMemorySaver", lambda n: _langgraph(n, True)),
+}
+
+IMPORTS = {
+    "handrail": "import handrail",
+    "pydantic_ai": "import pydantic_ai",
+    "openai_agents": "import agents",
+    "langgraph": "import langgraph.graph, langgraph.prebuilt",
+}
+
+
+def child(variant: str, n: int) -> None:
+    """One variant x one N in this process: build, then time one whole run."""
+    run = VARIANTS[variant][1](n)
+    loop = asyncio.new_event_loop()
+    calls = loop.run_until_complete(run())  # warm-up (first-call caches)
+    t0 = time.perf_counter()
+    calls = loop.run_until_complete(run())
+    elapsed = time.perf_counter() - t0
+    assert calls == n, (calls, n)
+    print(json.dumps({"variant": variant, "n": n, "seconds": elapsed}))
+
+
+def _import_ms(statement: str, reps: int) -> float | None:
+    def once(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        return time.perf_counter() - t0
+
+    try:
+        once(statement)
+    except subprocess.CalledProcessError:
+        return None
+    base = statistics.median(once("pass") for _ in range(reps))
+    return 1e3 * (statistics.median(once(statement) for _ in range(reps)) - base)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--ns", default="100,1000")
+    parser.add_argument("--only", default="", help="comma-separated variant names")
+    parser.add_argument("--child", nargs=2, metavar=("VARIANT", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+        return
+    ns = [int(x) for x in args.ns.split(",")]
+    names = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
+    times: dict[tuple[str, int], list[float]] = {}
+    missing: dict[str, str] = {}
+    for rep in range(args.reps):
+        for n in ns:
+            for name in names:
+                if name in missing:
+                    continue
+                proc = subprocess.run([sys.executable, __file__, "--child", name, str(n)],
+                                      capture_output=True, text=True)
+                if proc.returncode:
+                    missing[name] = proc.stderr.strip().splitlines()[-1] if proc.stderr else "?"
+                    continue
+                row = json.loads(proc.stdout.strip().splitlines()[-1])
+                times.setdefault((name, n), []).append(1e6 * row["seconds"] / n)
+                print(f"rep {rep} n={n:5d} {name:22s} {1e6 * row['seconds'] / n:10.1f} µs/call",
+                      file=sys.stderr, flush=True)
+    print(f"\n## agent loop: median µs per tool call over {args.reps} runs "
+          f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs)\n")
+    header = "| variant | " + " | ".join(f"N={n}" for n in ns) + " | × handrail memory (N=" \
+             + str(ns[-1]) + ") |"
+    print(header)
+    print("|---" * (len(ns) + 2) + "|")
+    base = times.get(("handrail_memory", ns[-1]))
+    for name in names:
+        label = VARIANTS[name][0]
+        if name in missing:
+            print(f"| {label} | " + " | ".join("missing" for _ in ns) + f" | ({missing[name]}) |")
+            continue
+        cells = [f"{statistics.median(times[(name, n)]):,.1f}" for n in ns]
+        ratio = (statistics.median(times[(name, ns[-1])]) / statistics.median(base)
+                 if base else float("nan"))
+        print(f"| {label} | " + " | ".join(cells) + f" | {ratio:,.1f} |")
+    if len(ns) >= 2:
+        print("\nGrowth (per-call cost at the largest N / at the smallest):")
+        for name in names:
+            if name not in missing:
+                lo = statistics.median(times[(name, ns[0])])
+                hi = statistics.median(times[(name, ns[-1])])
+                print(f"- {VARIANTS[name][0]}: {hi / lo:.2f}x")
+    print("\n## import time (ms, net of a bare interpreter; median)\n")
+    for label, statement in IMPORTS.items():
+        ms = _import_ms(statement, args.reps)
+        print(f"- {label}: " + ("not installed" if ms is None else f"{ms:,.0f} ms"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""The `Approver` protocol and the built-in approvers."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TextIO, runtime_checkable
+
+import anyio
+import anyio.to_thread
+
+from handrail.approval._decision import Decision
+from handrail.approval._request import Request
+from handrail.approval._terminal import ask_line, printable
+from handrail.errors import UserError
+from handrail.tools import Act, Action
+
+__all__ = ["ApproveAll", "Approver", "CallbackApprover", "DenyAll", "StdinApprover"]
+
+
+@runtime_checkable
+class Approver(Protocol):
+    """Decides the calls the policy says to ask about. Only ASK reaches an approver.
+
+    One instance may serve a whole tree of agents, concurrently. There is no timeout: an
+    approver may wait as long as it likes (return `Decision.defer()` to let the run pause
+    instead of holding it open).
+    """
+
+    async def decide(self, request: Request) -> Decision:
+        """Approve, deny or defer `request`."""
+        ...
+
+
+class ApproveAll:
+    """Approves every request (the policy's denials still hold: they never get here)."""
+
+    async def decide(self, request: Request) -> Decision:
+        """Approve."""
+        return Decision.approve()
+
+
+class DenyAll:
+    """Denies every request with `reason`."""
+
+    def __init__(self, reason: str = "no approver is available to allow this action") -> None:
+        self.reason = reason
+
+    async def decide(self, request: Request) -> Decision:
+        """Deny with the configured reason."""
+        return Decision.deny(self.reason)
+
+
+DecideFn = Callable[[Request], Decision | Awaitable[Decision]]
+
+
+class CallbackApprover:
+    """Wraps a function `fn(request) -> Decision` (sync or async).
+
+    A sync function runs on the event loop's thread: keep it quick, or pass
+    `blocking=True` to run it in a worker thread.
+    """
+
+    def __init__(self, fn: DecideFn, *, blocking: bool = False) -> None:
+        if not callable(fn):
+            raise UserError("CallbackApprover takes a function request -> Decision")
+        self.fn = fn
+        self.blocking = blocking
+
+    async def decide(self, request: Request) -> Decision:
+        """Call the function and check it returned a Decision."""
+        if self.blocking:
+            result = await anyio.to_thread.run_sync(self.fn, request)
+        else:
+            result = self.fn(request)
+        if inspect.isawaitable(result):
+            result = await result
+        if not isinstance(result, Decision):
+            raise UserError(
+                f"the CallbackApprover function returned {result!r}; it must return "
+                "Decision.approve(), Decision.deny(reason) or Decision.defer()"
+            )
+        return result
+
+
+_MAX_DIFF_LINES = 400
+_MAX_FILE_BYTES = 1 << 20
+
+
+def _read_current(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(_MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"<cannot read the current file: {exc}>".encode()
+
+
+def _decode(data: bytes) -> str | None:
+    if b"\x00" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def render_diff(target: str, old: bytes | None, new: bytes) -> str:
+    """A unified diff of a write, for a person (control characters escaped)."""
+    new_text = _decode(new)
+    old_text = "" if old is None else _decode(old)
+    if new_text is None or old_text is None:
+        before = "absent" if old is None else f"{len(old)} bytes"
+        return f"  (binary content: {before} -> {len(new)} bytes)\n"
+    lines = list(difflib.unified_diff(
+        old_text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+        fromfile="/dev/null" if old is None else f"a/{target}", tofile=f"b/{target}",
+    ))
+    if not lines:
+        return "  (no change: the file already holds exactly these bytes)\n"
+    shown = lines[:_MAX_DIFF_LINES]
+    out = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                  for line in shown)
+    if len(lines) > len(shown):
+        out += f"... {len(lines) - len(shown)} more diff lines not shown: deny if unsure\n"
+    return printable(out)
+
+
+class StdinApprover:
+    """Asks at the terminal; only `y` (or `yes`) approves, anything else denies.
+
+    Shows the act and target and, for a write, a unified diff against the current file
+    (control characters escaped, so what the model wrote cannot restyle the terminal).
+
+    Reads in a worker thread, so the event loop keeps running; concurrent requests (from
+    several agents) are asked one at a time.
+    """
+
+    def __init__(self, *, input: TextIO | None = None, output: TextIO | None = None) -> None:
+        self._input = input
+        self._output = output
+        self._lock: anyio.Lock | None = None
+
+    async def decide(self, request: Request) -> Decision:
+        """Show the request, read one line, approve on `y`."""
+        text = await self._render(request)
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            answer = await ask_line(
+                self._output or sys.stdout, self._input or sys.stdin, text + "Approve? [y/N] "
+            )
+        if answer is not None and answer.strip().lower() in ("y", "yes"):
+            return Decision.approve()
+        return Decision.deny("denied by the operator")
+
+    async def _render(self, request: Request) -> str:
+        actions = request.actions or (Action(request.act, request.target, request.content),)
+        parts = [f"\n{printable(request.agent or 'agent')} calls {printable(request.tool)}"
+                 f" (call {printable(request.call_id)})\n"]
+        if request.verdict_reason:
+            parts.append(f"  policy: {printable(request.verdict_reason)}\n")
+        for action in actions:
+            parts.append(f"  {printable(action.describe())}\n")
+            if action.act is Act.WRITE and action.content is not None:
+                assert isinstance(action.target, str)
+                root = request.workspace or os.getcwd()
+                old = await anyio.to_thread.run_sync(
+                    _read_current, os.path.join(root, action.target)
+                )
+                parts.append(render_diff(action.target, old, action.content))
+        return "".join(parts)

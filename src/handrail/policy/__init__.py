@@ -1,0 +1,52 @@
+r"""Deciding what a call may touch: stage 5 of the gate (see docs/policy.md).
+
+A call's actions (`Action(act, target, content)`) are checked against a `Policy`: ordered,
+named `Layer`s of `Rule`s (act, pattern, effect) plus a default effect per act. Evaluation is
+deny-first across every layer, then ask, then allow, then the default; specificity never
+matters. `policy.check(action)` returns a `Verdict` naming the deciding rule and layer (None
+when the default decided); `policy.explain` is the same function.
+
+Targets are canonicalised before matching; matching sees only the canonical form:
+
+- READ/WRITE: the path resolved against the workspace root (`..`, `.`, `//` collapsed,
+  symlinks followed, absolute paths made relative). Outside the workspace, or impossible to
+  canonicalise (NUL byte, lone surrogate): Deny, whatever the rules say.
+- EXEC: the argv joined by spaces, and the program; a program word without `/` matches the
+  program's basename wherever it lives (`rm` catches `/bin/rm`), an absolute one pins it.
+- NET: `host:port` and `host`, lower-cased, IPs in standard form (`127.1` is `127.0.0.1`).
+- CALL: `server/name[/...]`; a pattern also covers targets extending it (`ledger/transfer`
+  covers `ledger/transfer/acct-42`).
+
+Patterns: `*` within a segment, `**` across segments, `?` one character, `[a-z]`/`[!a]` one
+character of a set, `\` escapes. A path pattern without `/` matches the basename at any depth
+(`.env` catches `a/b/.env`); a leading `/` anchors it at the workspace root. Deny and ask
+rules match in any letter case (case-insensitive filesystems); allow rules match exactly.
+A malformed pattern raises `PolicyError` when the rule is built.
+"""
+
+from handrail.policy._paths import (
+    OutsideWorkspace,
+    UncanonicalPath,
+    UncanonicalTarget,
+    canonicalize,
+    resolve_in_workspace,
+)
+from handrail.policy._policy import CONFINEMENT, SECRETS, Effect, Layer, Policy, Rule, Verdict
+from handrail.tools import Act, Action
+
+__all__ = [
+    "CONFINEMENT",
+    "SECRETS",
+    "Act",
+    "Action",
+    "Effect",
+    "Layer",
+    "OutsideWorkspace",
+    "Policy",
+    "Rule",
+    "UncanonicalPath",
+    "UncanonicalTarget",
+    "Verdict",
+    "canonicalize",
+    "resolve_in_workspace",
+]

@@ -1,0 +1,704 @@
+"""`Effect`, `Rule`, `Layer`, `Verdict` and `Policy`: deciding what a call may touch.
+
+Evaluation is deny-first across every layer, then ask, then allow, then the default for the
+act; which layer a rule sits in, and how specific its pattern is, never changes the effect.
+Layer order only decides which matching rule a verdict names (the first one, top to bottom).
+
+Deny and ask rules match case-insensitively and in any Unicode normalisation form, because on
+macOS and Windows `.ENV` and `.env` name the same file; allow rules match exactly. Both
+directions err towards the stricter verdict.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+from handrail.errors import PolicyError, UserError
+from handrail.policy._paths import (
+    OutsideWorkspace,
+    UncanonicalTarget,
+    canonical_path,
+    workspace_root,
+)
+from handrail.policy._patterns import Compiled, Index, compile_pattern, fold
+from handrail.policy._targets import canonical_call, canonical_exec, canonical_net
+from handrail.tools import Act, Action
+
+__all__ = ["CONFINEMENT", "Effect", "Layer", "Policy", "Rule", "Verdict", "parse_act"]
+
+CONFINEMENT = "confinement"
+"""The `Verdict.layer` of a denial by path confinement or canonicalisation, not by a rule."""
+
+_PATH_ACTS = frozenset({Act.READ, Act.WRITE})
+_ACTS: dict[str, Act] = {a.value: a for a in Act}
+
+
+class Effect(enum.Enum):
+    """What a rule (or a default) decides. Ordered: `ALLOW < ASK < DENY`."""
+
+    ALLOW = "allow"
+    """The action proceeds."""
+    ASK = "ask"
+    """The approver decides."""
+    DENY = "deny"
+    """The action is refused; the approver never sees it."""
+
+    @property
+    def rank(self) -> int:
+        """0, 1, 2 for allow, ask, deny."""
+        return _RANK[self]
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Effect):
+            return NotImplemented
+        return _RANK[self] < _RANK[other]
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Effect):
+            return NotImplemented
+        return _RANK[self] <= _RANK[other]
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Effect):
+            return NotImplemented
+        return _RANK[self] > _RANK[other]
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Effect):
+            return NotImplemented
+        return _RANK[self] >= _RANK[other]
+
+    @classmethod
+    def parse(cls, value: Effect | str) -> Effect:
+        """`Effect.ALLOW` from `"allow"` (or an Effect).
+
+        Raises:
+            PolicyError: not one of allow, ask, deny.
+        """
+        if isinstance(value, Effect):
+            return value
+        try:
+            return cls(value)
+        except ValueError:
+            raise PolicyError(
+                f"unknown effect {value!r}: expected one of 'allow', 'ask', 'deny'"
+            ) from None
+
+
+_RANK = {Effect.ALLOW: 0, Effect.ASK: 1, Effect.DENY: 2}
+# Evaluation order: deny-first, then ask, then allow.
+_ORDER = (Effect.DENY, Effect.ASK, Effect.ALLOW)
+
+
+def parse_act(value: Act | str) -> Act:
+    """`Act.READ` from `"read"` (or an Act).
+
+    Raises:
+        PolicyError: not one of read, write, exec, net, call.
+    """
+    if isinstance(value, Act):
+        return value
+    act = _ACTS.get(value) if isinstance(value, str) else None
+    if act is None:
+        raise PolicyError(
+            f"unknown act {value!r}: expected one of {', '.join(repr(a) for a in _ACTS)}"
+        )
+    return act
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One rule: `effect` for actions of `act` whose target matches `pattern`.
+
+    Validated on construction: `Rule(Act.WRITE, "a**")` raises `PolicyError` saying why.
+    `act` and `effect` also accept their string values (`Rule("write", "src/**", "allow")`).
+    """
+
+    act: Act
+    """The kind of action the rule applies to."""
+    pattern: str
+    """The glob matched against the canonical target (see `handrail.policy` for the syntax)."""
+    effect: Effect
+    """What the rule decides when it matches."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "act", parse_act(self.act))
+        object.__setattr__(self, "effect", Effect.parse(self.effect))
+        compile_pattern(self.act, self.pattern)
+
+    @property
+    def spec(self) -> str:
+        """The compact `act:pattern` form used in policy files."""
+        return f"{self.act.value}:{self.pattern}"
+
+    @classmethod
+    def parse(cls, spec: str, effect: Effect | str) -> Rule:
+        """Build a rule from its compact `act:pattern` form (`"write:src/**"`).
+
+        Raises:
+            PolicyError: not `act:pattern`, an unknown act, or a malformed pattern.
+        """
+        if not isinstance(spec, str):
+            raise PolicyError(f"a rule is an 'act:pattern' string, not {type(spec).__name__}")
+        act, sep, pattern = spec.partition(":")
+        if not sep:
+            raise PolicyError(
+                f"rule {spec!r} has no act: write 'act:pattern', e.g. 'write:{spec}'"
+            )
+        return cls(parse_act(act), pattern, Effect.parse(effect))
+
+    def describe(self) -> str:
+        """`deny write '*.pem'`: for explanations and logs."""
+        return f"{self.effect.value} {self.act.value} {self.pattern!r}"
+
+    def to_dict(self) -> dict[str, str]:
+        """`{"act": ..., "pattern": ..., "effect": ...}`."""
+        return {"act": self.act.value, "pattern": self.pattern, "effect": self.effect.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Rule:
+        """The inverse of `to_dict`.
+
+        Raises:
+            PolicyError: a key is missing or unknown, or a value is malformed.
+        """
+        if not isinstance(data, Mapping) or set(data) != {"act", "pattern", "effect"}:
+            raise PolicyError(f"a rule is {{act, pattern, effect}}, got {data!r}")
+        return cls(data["act"], data["pattern"], data["effect"])
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """A named, ordered group of rules (e.g. `secrets`, `app`, `remembered`).
+
+    Rules are kept grouped by effect (deny, ask, allow), each group in the order given: the
+    order that evaluation reads them in, and the one a policy file writes them in.
+    """
+
+    name: str
+    """Shown in explanations; `confinement` is reserved for path confinement."""
+    rules: tuple[Rule, ...] = ()
+    """The layer's rules."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise PolicyError("a layer needs a non-empty name")
+        if self.name == CONFINEMENT:
+            raise PolicyError(
+                f"the layer name {CONFINEMENT!r} is reserved for path confinement denials"
+            )
+        rules = tuple(self.rules)
+        for r in rules:
+            if not isinstance(r, Rule):
+                raise PolicyError(f"layer {self.name!r}: {r!r} is not an hr.Rule")
+        object.__setattr__(self, "rules", tuple(sorted(rules, key=lambda r: -r.effect.rank)))
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the policy decided about one action, and why."""
+
+    effect: Effect
+    """The decision."""
+    rule: Rule | None = None
+    """The rule that decided; None when the default did, or confinement denied."""
+    layer: str | None = None
+    """The deciding rule's layer; `"confinement"` for a confinement denial; else None."""
+    target: str = ""
+    """The canonical target matched (workspace-relative path, argv joined by spaces...)."""
+    reason: str = ""
+    """One line for the operator (never shown to the model)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-compatible form for records."""
+        return {
+            "effect": self.effect.value,
+            "rule": None if self.rule is None else self.rule.to_dict(),
+            "layer": self.layer,
+            "target": self.target,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
+        """The inverse of `to_dict`."""
+        rule = data.get("rule")
+        return cls(
+            Effect.parse(data["effect"]),
+            None if rule is None else Rule.from_dict(rule),
+            data.get("layer"),
+            data.get("target", ""),
+            data.get("reason", ""),
+        )
+
+
+DEFAULT_KEYS = ("read", "write", "exec", "net", "call", "call_read_only")
+"""The keys of `Policy.defaults`: one per act, plus the CALL default for read-only tools."""
+
+_BUILTIN_DEFAULTS: Mapping[str, Effect] = MappingProxyType({
+    "read": Effect.ALLOW,
+    "write": Effect.ASK,
+    "exec": Effect.ASK,
+    "net": Effect.DENY,
+    "call": Effect.ASK,
+    "call_read_only": Effect.ALLOW,
+})
+
+SECRETS = (".env", ".env.*", "*.pem", "*.key", "id_rsa", "id_ed25519", ".netrc", "**/.git/config")
+"""The paths the `secrets` layer of `Policy.default()` denies to READ and WRITE (at any depth:
+a nested repository's `.git/config` holds credentials as often as the top one's)."""
+
+
+def _complete_defaults(given: Mapping[str, Effect | str] | None) -> dict[str, Effect]:
+    given = dict(given or {})
+    unknown = set(given) - set(DEFAULT_KEYS)
+    if unknown:
+        raise PolicyError(
+            f"unknown default(s) {sorted(unknown)}: the keys are {', '.join(DEFAULT_KEYS)}"
+        )
+    out = {k: Effect.parse(v) for k, v in given.items()}
+    for key in DEFAULT_KEYS:
+        if key in out:
+            continue
+        # Setting `call` without `call_read_only` means "every call": a stricter call default
+        # must not leave read-only tools on the looser built-in.
+        if key == "call_read_only" and "call" in out:
+            out[key] = out["call"]
+        else:
+            out[key] = _BUILTIN_DEFAULTS[key]
+    return {k: out[k] for k in DEFAULT_KEYS}
+
+
+class _EffectMatcher:
+    """The compiled rules of one (act, effect)."""
+
+    __slots__ = ("base", "effect", "folded", "folded_base", "raw_always")
+
+    def __init__(self, effect: Effect, entries: list[tuple[int, Compiled]]) -> None:
+        self.effect = effect
+        full = [(i, c) for i, c in entries if not c.basename]
+        base = [(i, c) for i, c in entries if c.basename]
+        # Allow matches exactly; deny and ask also match case-folded (see the module docstring),
+        # and additionally exactly when folding cannot over-approximate: non-ASCII targets
+        # (folding can change lengths) and negated classes (folding can turn a mismatch into
+        # a match).
+        strict = effect is not Effect.ALLOW
+        self.folded: tuple[Index | None, Index | None] | None = None
+        self.raw_always = strict and any(c.has_negated_class for _, c in entries)
+        if strict:
+            self.folded = (
+                Index(full, folded=True, segmented=True) if full else None,
+                Index(base, folded=True, segmented=False) if base else None,
+            )
+        self.base: tuple[Index | None, Index | None] = (
+            Index(full, folded=False, segmented=True) if full else None,
+            Index(base, folded=False, segmented=False) if base else None,
+        )
+
+    def first(
+        self,
+        raw: tuple[Sequence[str], Sequence[str]],
+        folded: tuple[Sequence[str], Sequence[str]] | None,
+        ascii_only: bool,
+    ) -> int | None:
+        best: int | None = None
+        if folded is not None and self.folded is not None:
+            for index, cands in zip(self.folded, folded, strict=True):
+                if index is not None and cands:
+                    hit = index.first(cands)
+                    if hit is not None and (best is None or hit < best):
+                        best = hit
+            if ascii_only and not self.raw_always:
+                return best
+        for index, cands in zip(self.base, raw, strict=True):
+            if index is not None and cands:
+                hit = index.first(cands)
+                if hit is not None and (best is None or hit < best):
+                    best = hit
+        return best
+
+
+def _variants(cands: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(raw spellings, folded spellings) of candidates holding non-ASCII text."""
+    raw: dict[str, None] = {}
+    for c in cands:
+        raw[c] = None
+        raw[unicodedata.normalize("NFC", c)] = None
+        raw[unicodedata.normalize("NFD", c)] = None
+    folded: dict[str, None] = {}
+    for c in raw:
+        f = fold(c)
+        folded[f] = None
+        folded[unicodedata.normalize("NFC", f)] = None
+    return tuple(raw), tuple(folded)
+
+
+def _shown(target: object) -> str:
+    """A printable, JSON-safe rendering of a target that failed canonicalisation."""
+    text = " ".join(target) if isinstance(target, tuple) else str(target)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
+@dataclass(frozen=True, eq=False)
+class Policy:
+    """Ordered, named layers of rules plus a default effect per act. Immutable.
+
+    Build one from `Policy.default()` (or `Policy()`, which has the built-in defaults and no
+    layers) with `.layer(name).allow(act, pattern).ask(...).deny(...)`; each call returns a
+    new Policy. Load and save it as TOML (`Policy.load`, `policy.save`).
+
+    ```python
+    policy = (hr.Policy.default()
+              .layer("app").allow(hr.Act.WRITE, "src/**").deny(hr.Act.WRITE, "src/secrets/**"))
+    policy.check(hr.Action(hr.Act.WRITE, "src/app.py"), workspace=root).effect  # Effect.ALLOW
+    ```
+    """
+
+    layers: tuple[Layer, ...] = ()
+    """The layers, top first."""
+    defaults: Mapping[str, Effect] = field(default_factory=lambda: dict(_BUILTIN_DEFAULTS))
+    """The effect when no rule matches: keys `read`, `write`, `exec`, `net`, `call`, and
+    `call_read_only` (CALL for a tool declaring `mutates=False`). Missing keys take the
+    built-in defaults; a missing `call_read_only` follows `call` when `call` is given."""
+    _current: int | None = field(default=None, repr=False, kw_only=True)
+    """The layer the builder methods add to (set by `.layer(name)`); not part of the value."""
+
+    NOTICE: ClassVar[str] = "permissive policy: for tests only, never for a real agent"
+
+    def __post_init__(self) -> None:
+        layers = tuple(self.layers)
+        for layer in layers:
+            if not isinstance(layer, Layer):
+                raise PolicyError(f"{layer!r} is not an hr.Layer")
+        object.__setattr__(self, "layers", layers)
+        object.__setattr__(
+            self, "defaults", MappingProxyType(_complete_defaults(self.defaults))
+        )
+        object.__setattr__(self, "_compiled", None)
+
+    # -- construction ------------------------------------------------------------------
+
+    @classmethod
+    def default(cls) -> Policy:
+        """The recommended starting point.
+
+        Defaults: READ allow, WRITE ask, EXEC ask, NET deny, CALL allow for a tool declaring
+        `mutates=False` and ask otherwise. Layer `secrets` denies READ and WRITE of `.env`,
+        `.env.*`, `*.pem`, `*.key`, `id_rsa`, `id_ed25519`, `.netrc` and `.git/config`
+        (at any depth, in any letter case).
+        """
+        rules = [Rule(act, p, Effect.DENY) for act in (Act.READ, Act.WRITE) for p in SECRETS]
+        return cls((Layer("secrets", tuple(rules)),), dict(_BUILTIN_DEFAULTS))
+
+    @classmethod
+    def permissive(cls) -> Policy:
+        """Allow every action — FOR TESTS ONLY, never for a real agent.
+
+        Its single layer is named after this warning so every verdict says so. Path
+        confinement still applies: nothing outside the workspace is ever allowed.
+        """
+        rules = tuple(Rule(act, "**", Effect.ALLOW) for act in Act)
+        return cls((Layer(cls.NOTICE, rules),), dict.fromkeys(DEFAULT_KEYS, Effect.ALLOW))
+
+    def _replace(
+        self, *, layers: Iterable[Layer] | None = None,
+        defaults: Mapping[str, Effect] | None = None, current: int | None = None,
+    ) -> Policy:
+        return Policy(
+            tuple(self.layers if layers is None else layers),
+            dict(self.defaults if defaults is None else defaults),
+            _current=current,
+        )
+
+    def layer(self, name: str) -> Policy:
+        """Select layer `name` for the rule methods, appending it (empty) if it is new."""
+        for i, existing in enumerate(self.layers):
+            if existing.name == name:
+                return self._replace(current=i)
+        return self._replace(layers=(*self.layers, Layer(name)), current=len(self.layers))
+
+    def _add(self, act: Act | str, pattern: str, effect: Effect) -> Policy:
+        if self._current is None:
+            raise PolicyError(
+                f"call .layer(name) before .{effect.value}(...): every rule belongs to a layer"
+            )
+        rule = Rule(parse_act(act), pattern, effect)
+        layers = list(self.layers)
+        target = layers[self._current]
+        layers[self._current] = Layer(target.name, (*target.rules, rule))
+        return self._replace(layers=layers, current=self._current)
+
+    def allow(self, act: Act | str, pattern: str) -> Policy:
+        """Add `allow act pattern` to the selected layer."""
+        return self._add(act, pattern, Effect.ALLOW)
+
+    def ask(self, act: Act | str, pattern: str) -> Policy:
+        """Add `ask act pattern` to the selected layer."""
+        return self._add(act, pattern, Effect.ASK)
+
+    def deny(self, act: Act | str, pattern: str) -> Policy:
+        """Add `deny act pattern` to the selected layer."""
+        return self._add(act, pattern, Effect.DENY)
+
+    def with_defaults(self, **effects: Effect | str) -> Policy:
+        """Change defaults: `policy.with_defaults(net="ask", call_read_only="ask")`."""
+        unknown = set(effects) - set(DEFAULT_KEYS)
+        if unknown:
+            raise PolicyError(
+                f"unknown default(s) {sorted(unknown)}: the keys are {', '.join(DEFAULT_KEYS)}"
+            )
+        merged = dict(self.defaults)
+        merged.update({k: Effect.parse(v) for k, v in effects.items()})
+        return self._replace(defaults=merged, current=self._current)
+
+    def with_layer_on_top(self, name: str, rules: Iterable[Rule]) -> Policy:
+        """This policy with a new first layer (e.g. a run's remembered approvals).
+
+        An allow placed here never beats a deny anywhere else: evaluation is deny-first.
+        """
+        return self._replace(layers=(Layer(name, tuple(rules)), *self.layers))
+
+    def merge(self, other: Policy) -> Policy:
+        """Both policies' layers (this one's first), and the stricter default per act."""
+        defaults = {k: max(self.defaults[k], other.defaults[k]) for k in DEFAULT_KEYS}
+        return self._replace(layers=(*self.layers, *other.layers), defaults=defaults)
+
+    def contain(self, child: Policy) -> Policy:
+        """The policy for a descendant (a sub-agent), which never widens this one.
+
+        This policy's layers, plus only the child's deny and ask rules, and the stricter
+        default per act. No descendant ever gains an allow its root lacked.
+        """
+        kept = []
+        for layer in child.layers:
+            rules = tuple(r for r in layer.rules if r.effect is not Effect.ALLOW)
+            if rules:
+                kept.append(Layer(layer.name, rules))
+        defaults = {k: max(self.defaults[k], child.defaults[k]) for k in DEFAULT_KEYS}
+        return self._replace(layers=(*self.layers, *kept), defaults=defaults)
+
+    # -- evaluation --------------------------------------------------------------------
+
+    def default_for(self, act: Act, *, mutates: bool = True) -> Effect:
+        """The effect for `act` when no rule matches."""
+        if act is Act.CALL and not mutates:
+            return self.defaults["call_read_only"]
+        return self.defaults[act.value]
+
+    def _compile(self) -> _Compiled:
+        compiled = _Compiled(self)
+        object.__setattr__(self, "_compiled", compiled)
+        return compiled
+
+    def check(
+        self,
+        action: Action,
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        mutates: bool = True,
+    ) -> Verdict:
+        """Decide `action`: deny-first over every layer, then ask, then allow, then default.
+
+        Args:
+            action: what the call touches.
+            workspace: the root READ/WRITE paths are confined to; None is the current
+                directory.
+            mutates: the calling tool's trait; used only for the CALL default.
+
+        Returns:
+            The verdict. A READ/WRITE path outside the workspace, and any target that
+            cannot be canonicalised, is Deny with `layer="confinement"`.
+        """
+        compiled: _Compiled | None = self._compiled  # type: ignore[attr-defined]
+        if compiled is None:
+            compiled = self._compile()
+        return compiled.check(action, workspace, mutates)
+
+    explain = check
+    """The same function as `check`: every verdict carries its explanation."""
+
+    def check_all(
+        self,
+        actions: Iterable[Action],
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        mutates: bool = True,
+    ) -> Verdict:
+        """The strictest verdict over `actions` (deny > ask > allow; ties: the first).
+
+        Raises:
+            UserError: `actions` is empty (a call always touches something).
+        """
+        best: Verdict | None = None
+        for action in actions:
+            verdict = self.check(action, workspace=workspace, mutates=mutates)
+            if best is None or verdict.effect > best.effect:
+                best = verdict
+                if best.effect is Effect.DENY:
+                    break
+        if best is None:
+            raise UserError("check_all needs at least one action")
+        return best
+
+    # -- values ------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical JSON-compatible form (the same structure as the TOML `[policy]`)."""
+        from handrail.policy._toml import policy_to_dict
+
+        return policy_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "<policy>") -> Policy:
+        """Build a policy from its dict form, strictly.
+
+        Raises:
+            PolicyError: an unknown key, act or effect, or a malformed rule; the message
+                names `source` and the key path (`policy.layers[2].allow[0]`).
+        """
+        from handrail.policy._toml import policy_from_dict
+
+        return policy_from_dict(data, source=source)
+
+    @classmethod
+    def from_toml(cls, text: str, *, source: str = "<policy>") -> Policy:
+        """Parse a policy file: a `[policy]` table, or its keys at the top level.
+
+        Raises:
+            PolicyError: invalid TOML or an invalid policy; the message names the line.
+        """
+        from handrail.policy._toml import policy_from_toml
+
+        return policy_from_toml(text, source=source)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Policy:
+        """Read a policy file (see `from_toml`).
+
+        Raises:
+            PolicyError: the file is not a valid policy.
+        """
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        return cls.from_toml(text, source=os.fspath(path))
+
+    def to_toml(self) -> str:
+        """The policy as a TOML document with a `[policy]` table (loads back identically)."""
+        from handrail.policy._toml import policy_to_toml
+
+        return policy_to_toml(self)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write `to_toml()` to `path`."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_toml())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Policy):
+            return NotImplemented
+        return self.layers == other.layers and dict(self.defaults) == dict(other.defaults)
+
+    def __hash__(self) -> int:
+        return hash((self.layers, tuple(self.defaults.items())))
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{layer.name}({len(layer.rules)})" for layer in self.layers)
+        defaults = ", ".join(f"{k}={v.value}" for k, v in self.defaults.items())
+        return f"Policy(layers=[{names}], defaults={{{defaults}}})"
+
+
+class _Compiled:
+    """A policy's rules compiled per act and effect, with precomputed explanations."""
+
+    __slots__ = ("defaults", "matchers", "rules")
+
+    def __init__(self, policy: Policy) -> None:
+        self.rules: list[tuple[Rule, str, str]] = []
+        per_act: dict[Act, dict[Effect, list[tuple[int, Compiled]]]] = {
+            act: {e: [] for e in _ORDER} for act in Act
+        }
+        for layer in policy.layers:
+            for rule in layer.rules:
+                rid = len(self.rules)
+                self.rules.append(
+                    (rule, layer.name, f"rule {rule.describe()} in layer {layer.name!r}")
+                )
+                per_act[rule.act][rule.effect].append(
+                    (rid, compile_pattern(rule.act, rule.pattern))
+                )
+        self.matchers: dict[Act, tuple[_EffectMatcher, ...]] = {
+            act: tuple(_EffectMatcher(e, by_effect[e]) for e in _ORDER if by_effect[e])
+            for act, by_effect in per_act.items()
+        }
+        self.defaults: dict[tuple[Act, bool], tuple[Effect, str]] = {}
+        for act in Act:
+            for mutates in (True, False):
+                effect = policy.default_for(act, mutates=mutates)
+                why = f"default for {act.value}"
+                if act is Act.CALL and not mutates:
+                    why += " (the tool declares mutates=False)"
+                self.defaults[act, mutates] = (effect, why)
+
+    def check(
+        self, action: Action, workspace: str | os.PathLike[str] | None, mutates: bool
+    ) -> Verdict:
+        if not isinstance(action, Action):
+            raise UserError(f"Policy.check takes an hr.Action, not {type(action).__name__}")
+        act = action.act
+        raw_target = action.target
+        try:
+            if act in _PATH_ACTS:
+                assert isinstance(raw_target, str)
+                target = canonical_path(raw_target, workspace_root(workspace))
+                full: tuple[str, ...] = (target,)
+                base: tuple[str, ...] = (target.rpartition("/")[2],)
+            elif act is Act.EXEC:
+                assert isinstance(raw_target, tuple)
+                target, full = canonical_exec(raw_target)
+                base = ()
+            elif act is Act.NET:
+                assert isinstance(raw_target, str)
+                full = canonical_net(raw_target)
+                target, base = full[0], ()
+            else:
+                assert isinstance(raw_target, str)
+                full = canonical_call(raw_target)
+                target, base = full[0], ()
+        except OutsideWorkspace:
+            return Verdict(Effect.DENY, None, CONFINEMENT, _shown(raw_target),
+                           "path resolves outside the workspace")
+        except UncanonicalTarget as exc:
+            return Verdict(Effect.DENY, None, CONFINEMENT, _shown(raw_target),
+                           f"target cannot be canonicalised: {exc}")
+        matchers = self.matchers[act]
+        if matchers:
+            raw: tuple[Sequence[str], Sequence[str]] = (full, base)
+            ascii_only = target.isascii() and all(c.isascii() for c in full)
+            folded: tuple[Sequence[str], Sequence[str]] | None = None
+            strict_raw: tuple[Sequence[str], Sequence[str]] = raw
+            for matcher in matchers:
+                if matcher.folded is not None and folded is None:
+                    if ascii_only:
+                        folded = (tuple(c.lower() for c in full),
+                                  tuple(c.lower() for c in base))
+                    else:
+                        raw_full, folded_full = _variants(full)
+                        raw_base, folded_base = _variants(base)
+                        folded = (folded_full, folded_base)
+                        strict_raw = (raw_full, raw_base)
+                cands = raw
+                if matcher.folded is not None and not ascii_only:
+                    cands = strict_raw
+                rid = matcher.first(cands, folded, ascii_only)
+                if rid is not None:
+                    rule, layer, reason = self.rules[rid]
+                    return Verdict(matcher.effect, rule, layer, target, reason)
+        effect, why = self.defaults[act, mutates]
+        return Verdict(effect, None, None, target, why)
