@@ -1,6 +1,6 @@
 """The OpenAI adapter's own cost per model call, against a chat-completions server on loopback.
 
-A local server (its own thread and event loop, canned answers, HTTP/1.1 keep-alive) answers N
+A local server (its own process, canned answers, HTTP/1.1 keep-alive) answers N
 tool-call turns and then a final text. `OpenAIChat` is driven through those N+1 request/response
 cycles with a growing history, as an agent loop would. The baseline sends the same bytes with
 a bare `httpx.AsyncClient` and decodes the answer, so the difference is the adapter's own work:
@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import multiprocessing
 import statistics
-import threading
 import time
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from typing import Any
 
 import anyio
@@ -68,10 +69,6 @@ class _Server:
     def __init__(self, n: int) -> None:
         self.answers = [_tool_turn(i) for i in range(n)]
         self.count = 0
-        self.port = 0
-
-    def reset(self) -> None:
-        self.count = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -92,28 +89,32 @@ class _Server:
             writer.close()
 
 
-@contextlib.contextmanager
-def _serving(n: int) -> Iterator[_Server]:
+def _serve_forever(n: int, port_out: Connection) -> None:
     server = _Server(n)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    holder: dict[str, asyncio.Server] = {}
 
-    async def start() -> None:
-        holder["s"] = await asyncio.start_server(server.handle, "127.0.0.1", 0)
-        server.port = holder["s"].sockets[0].getsockname()[1]
-        started.set()
+    async def run() -> None:
+        listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        port_out.send(listener.sockets[0].getsockname()[1])
+        await listener.serve_forever()
 
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(start(), loop)
-    started.wait(5)
+    asyncio.run(run())
+
+
+@contextlib.contextmanager
+def _serving(n: int) -> Iterator[int]:
+    """A server process on loopback (its own interpreter: it takes no time from the client)."""
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    process = multiprocessing.get_context("fork").Process(
+        target=_serve_forever, args=(n, sender), daemon=True
+    )
+    process.start()
     try:
-        yield server
+        if not receiver.poll(10):
+            raise RuntimeError("the benchmark server did not start")
+        yield int(receiver.recv())
     finally:
-        holder["s"].close()
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+        process.terminate()
+        process.join(5)
 
 
 async def _adapter_calls(url: str, n: int) -> list[float]:
@@ -164,15 +165,14 @@ async def _raw_calls(url: str, n: int) -> list[float]:
 
 def measure(n: int) -> float:
     """Median µs per `OpenAIChat.request` over N tool-call turns and a final answer."""
-    with _serving(n) as server:
-        return statistics.median(anyio.run(_adapter_calls, f"http://127.0.0.1:{server.port}/v1",
-                                           n))
+    with _serving(n) as port:
+        return statistics.median(anyio.run(_adapter_calls, f"http://127.0.0.1:{port}/v1", n))
 
 
 def measure_raw(n: int) -> float:
     """Median µs per bare httpx round trip of the same bodies (the baseline)."""
-    with _serving(n) as server:
-        return statistics.median(anyio.run(_raw_calls, f"http://127.0.0.1:{server.port}/v1", n))
+    with _serving(n) as port:
+        return statistics.median(anyio.run(_raw_calls, f"http://127.0.0.1:{port}/v1", n))
 
 
 def main() -> None:

@@ -204,3 +204,12 @@ __all__ = [
     "resume_with_recovery_sync",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Subpackages that are not needed to import handrail load on first use (`hr.builtin`).
+    if name in ("builtin", "manifest", "models", "mcp"):
+        import importlib
+
+        return importlib.import_module(f"handrail.{name}")
+    raise AttributeError(f"module 'handrail' has no attribute {name!r}")

@@ -517,7 +517,7 @@ class Gate:
 
         # STARTED (in flight at a crash) or IN_DOUBT (an operator was asked).
         if status is CallStatus.STARTED and impl.spec.idempotent:
-            self._check(state, arguments)
+            self._rerun(state, arguments)
             return
         if status is CallStatus.STARTED or item is None or item.kind != "recovery":
             item = PendingItem(id=record.id, kind="recovery", run_id=scope.run_id,
@@ -532,10 +532,7 @@ class Gate:
             return
         choice = item.decision or {}
         if choice.get("kind") == "retry":
-            self._check(state, arguments)
-            if state.record.status is CallStatus.APPROVED:
-                # The operator's retry is the approval of this re-run.
-                state.record = replace(state.record, status=CallStatus.STARTED)
+            self._rerun(state, arguments)
             return
         if choice.get("kind") == "completed":
             state.finish(ToolResult.text(str(choice.get("observation", ""))),
@@ -546,6 +543,15 @@ class Gate:
                                       "it may or may not have taken effect."),
                      CallStatus.FINISHED, disposition=Disposition.IN_DOUBT.value,
                      error=f"aborted by {item.decided_by}")
+
+
+    def _rerun(self, state: _Call, arguments: Any) -> None:
+        """Run a call again after a crash: re-checked, and asked again only if it never was."""
+        approved = (state.record.decision or {}).get("kind") == "approve"
+        self._check(state, arguments)
+        if approved and state.record.status is CallStatus.APPROVED:
+            # The approval given before the crash still answers this ask; a deny still wins.
+            state.record = replace(state.record, status=CallStatus.STARTED)
 
 
 async def _pending(store: Store, item_id: str | None) -> PendingItem | None:

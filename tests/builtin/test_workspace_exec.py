@@ -8,6 +8,7 @@ import pytest
 
 import handrail as hr
 from handrail.builtin._exec import EXEC_OUTPUT_LIMIT_BYTES
+from handrail.tools import HandlerState
 
 pytestmark = pytest.mark.anyio
 
@@ -123,15 +124,29 @@ async def test_exec_refuses_bad_arguments(box, workspace: Path, arguments) -> No
         await handler.step(hr.Invoke("c", arguments))
 
 
+def _wait_for_pids(pidfile: Path) -> list[int]:
+    deadline = time.monotonic() + 10
+    while not pidfile.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the program never started")
+        time.sleep(0.02)
+    return [int(pid) for pid in pidfile.read_text().split()]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
 async def test_exec_cancelled_from_outside_kills_the_program(box, workspace: Path) -> None:
     handler = box.handler("workspace/exec", workspace=workspace)
-    marker = workspace / "alive"
-    script = (f"import time, pathlib; p = pathlib.Path({str(marker)!r}); "
-              "[(p.write_text(str(i)), time.sleep(0.05)) for i in range(600)]")
-    with anyio.move_on_after(1) as scope:
-        await handler.step(hr.Invoke("c", {"argv": [PY, "-c", script]}))
-    assert scope.cancelled_caught
-    assert marker.exists()
-    seen = marker.read_text()
-    await anyio.sleep(0.5)
-    assert marker.read_text() == seen  # nothing writes any more: the program is dead
+    pidfile = workspace / "pid"
+    # The program starts a child of its own: cancelling must kill both.
+    script = ("import os, subprocess, sys, time; "
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+              "open('pid.tmp', 'w').write(f'{os.getpid()} {c.pid}'); "
+              "os.replace('pid.tmp', 'pid'); time.sleep(30)")
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(handler.step, hr.Invoke("c", {"argv": [PY, "-c", script]}))
+            pids = await anyio.to_thread.run_sync(_wait_for_pids, pidfile)
+            tg.cancel_scope.cancel()
+    assert handler.state is HandlerState.FINISHED
+    for pid in pids:
+        assert await anyio.to_thread.run_sync(_wait_gone, pid)

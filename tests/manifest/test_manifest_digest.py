@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from handrail.manifest import CANONICAL_FORMAT, AgentSection, Budgets, Grant, Manifest
+from handrail.policy import Policy
 
 Data = dict[str, Any]
 
@@ -60,6 +61,21 @@ grants = st.fixed_dictionaries(
               "arguments": schemas()},
 )
 
+_RULES = ["read:src/**", "write:src/secrets/**", "exec:git status", "net:api.example.com:443",
+          "call:ledger/transfer/*", "read:.env", "write:**/*.py"]
+_EFFECTS = ["allow", "ask", "deny"]
+_DEFAULT_KEYS = ("read", "write", "exec", "net", "call", "call_read_only")
+rule_lists = st.lists(st.sampled_from(_RULES), max_size=3, unique=True)
+policies = st.fixed_dictionaries({}, optional={
+    "extends": st.just("default"),
+    "defaults": st.fixed_dictionaries({}, optional={k: st.sampled_from(_EFFECTS)
+                                                    for k in _DEFAULT_KEYS}),
+    "layers": st.lists(
+        st.fixed_dictionaries({"name": names}, optional={"deny": rule_lists, "ask": rule_lists,
+                                                        "allow": rule_lists}),
+        max_size=3, unique_by=lambda layer: layer["name"]),
+})
+
 manifests = st.fixed_dictionaries({
     "agent": st.fixed_dictionaries({}, optional={"name": texts, "instructions": texts,
                                                  "model": texts}),
@@ -70,7 +86,7 @@ manifests = st.fixed_dictionaries({
         "max_wall_seconds": st.one_of(st.integers(1, 10**5),
                                       st.floats(0.001, 1e5, allow_nan=False)),
     }),
-})
+}, optional={"policy": policies})
 
 
 def build(data: Data) -> Manifest:
@@ -79,6 +95,7 @@ def build(data: Data) -> Manifest:
         agent=AgentSection(**data["agent"]),
         grants=tuple(Grant(**g) for g in data["tools"]),
         budgets=Budgets(**data["budgets"]),
+        policy=Policy.from_dict(copy.deepcopy(data["policy"])) if "policy" in data else None,
     )
 
 
@@ -90,6 +107,10 @@ def _basic(text: str) -> str:
 
 
 _LITERAL_OK = re.compile(r"[^'\x00-\x08\x0a-\x1f\x7f]*")
+
+
+def _is_table_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
 class Writer:
@@ -167,6 +188,8 @@ class Writer:
             return self.number(value)
         if isinstance(value, str):
             return self.text(value) if text else self.string(value, multiline=False)
+        if _is_table_list(value):
+            return "[" + ", ".join(self.inline(v) for v in value) + "]"
         if isinstance(value, list):
             sep = self.choice(", ", ",", " , ")
             trailing = self.choice("", ",")
@@ -196,6 +219,13 @@ class Writer:
         self.rnd.shuffle(items)
         for k, v in items:
             path = [*prefix, self.key(k)]
+            if _is_table_list(v):
+                if tables and self.rnd.random() < 0.5:
+                    deferred.append((self.key(k), v))
+                else:
+                    lines.append(".".join(path) + self.eq() + "[" + ", ".join(
+                        self.inline(e) for e in v) + "]" + self.comment())
+                continue
             if isinstance(v, dict) and v:
                 style = self.choice("inline", "dotted", *(["table"] if tables else []))
                 if style == "dotted":
@@ -216,7 +246,11 @@ class Writer:
         body, deferred = self.pairs([], data, texts, tables=True)
         lines += body
         for k, v in deferred:
-            lines += self.blank() + self.table(f"{header}.{k}", v)
+            if isinstance(v, list):
+                for element in v:
+                    lines += self.blank() + self.table(f"{header}.{k}", element, array=True)
+            else:
+                lines += self.blank() + self.table(f"{header}.{k}", v)
         return lines
 
     def blank(self) -> list[str]:
@@ -244,6 +278,12 @@ class Writer:
             elif style == "dotted" and values:
                 lines, _ = self.pairs([section], values, tfields)
                 top += lines
+        if "policy" in data:
+            style = self.choice("table", "inline")
+            if style == "table":
+                blocks.append(self.table("policy", data["policy"]))
+            else:
+                top.append(f"policy{self.eq()}{self.inline(data['policy'])}")
         tools = [self.grant(g) for g in data["tools"]]
         self.rnd.shuffle(tools)
         if tools and self.rnd.random() < 0.3:
@@ -344,10 +384,28 @@ def _mutations(data: Data) -> list[tuple[str, Data]]:
             n, d["budgets"].get(n, 0) + 1))
         if name in data["budgets"]:
             variant(f"budgets.{name} removed", lambda d, n=name: d["budgets"].pop(n))
+    if "policy" not in data:
+        variant("policy added", lambda d: d.__setitem__("policy", {}))
+        return out
+    variant("policy removed", lambda d: d.pop("policy"))
+    effective = Policy.from_dict(copy.deepcopy(data["policy"])).to_dict()
+    for k in _DEFAULT_KEYS:
+        other = next(e for e in _EFFECTS if e != effective["defaults"][k])
+        variant(f"policy.defaults.{k}", lambda d, k=k, e=other: d["policy"].setdefault(
+            "defaults", {}).__setitem__(k, e))
+    for i, layer in enumerate(data["policy"].get("layers", [])):
+        variant(f"policy.layers[{i}].name", lambda d, i=i: d["policy"]["layers"][i].__setitem__(
+            "name", d["policy"]["layers"][i]["name"] + "X"))
+        for effect in ("deny", "ask", "allow"):
+            if "exec:rm -rf /" not in layer.get(effect, []):
+                variant(f"policy.layers[{i}].{effect}", lambda d, i=i, e=effect: d["policy"][
+                    "layers"][i].setdefault(e, []).append("exec:rm -rf /"))
+    variant("policy layer added", lambda d: d["policy"].setdefault("layers", []).append(
+        {"name": "Added", "deny": ["net:**"]}))
     return out
 
 
-@_SETTINGS
+@settings(_SETTINGS, max_examples=100)
 @given(manifests)
 def test_every_change_of_meaning_changes_the_digest(data: Data) -> None:
     seen = {build(data).digest: "original"}

@@ -12,9 +12,9 @@ import math
 import re
 import tomllib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from handrail.errors import ManifestError, UserError
+from handrail.errors import ManifestError, PolicyError, UserError
 from handrail.manifest._locate import Path, key_lines, line_of
 from handrail.manifest._manifest import (
     AgentSection,
@@ -26,6 +26,9 @@ from handrail.manifest._manifest import (
     schema_problem,
 )
 from handrail.tools import ToolId
+
+if TYPE_CHECKING:
+    from handrail.policy import Policy
 
 __all__ = ["KNOWN_KEYS", "parse"]
 
@@ -166,13 +169,25 @@ def parse(text: str, *, source: str = "<string>") -> Manifest:
         if not isinstance(section, dict):
             reader.error(("policy",), f"policy must be a table ([policy]), not {_kind(section)}")
             raise ManifestError(reader.errors[0][1])
-        from handrail.policy import Policy
-
-        _, where = reader.where(("policy",))
-        policy = Policy.from_dict(section, source=f"{where} [policy]")
+        policy = _policy(reader, section)
 
     return Manifest(agent=agent, grants=tuple(grants), policy=policy, budgets=budgets,
                     source=source)
+
+
+def _policy(reader: _Reader, section: dict[str, Any]) -> Policy:
+    from handrail.policy import Policy
+
+    _, where = reader.where(("policy",))
+    try:
+        return Policy.from_dict(section, source=f"{where} [policy]")
+    except PolicyError as exc:
+        # The policy names the key path of its complaint; the manifest knows its line.
+        path, detail = getattr(exc, "path", None), getattr(exc, "detail", None)
+        if not (isinstance(path, list) and path[:1] == ["policy"] and isinstance(detail, str)):
+            raise
+        _, where = reader.where(tuple(path))
+        raise PolicyError(f"{where}: {json_path(tuple(path))}: {detail}") from None
 
 
 def _grants(reader: _Reader, entries: Any) -> list[Grant]:

@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = ["key", "string", "table", "value"]
 
+_WIDTH = 88
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
             "\r": "\\r"}
@@ -79,7 +80,14 @@ def table(header: str, data: Mapping[str, Any], *, array: bool = False) -> list[
         elif isinstance(item, str):
             lines.append(f"{key(name)} = {string(item)}")
         else:
-            lines.append(f"{key(name)} = {value(item)}")
+            line = f"{key(name)} = {value(item)}"
+            if len(line) > _WIDTH and isinstance(item, Sequence) and len(item) > 1:
+                # One element a line: a reviewer's diff then shows exactly what changed.
+                lines.append(f"{key(name)} = [")
+                lines.extend(f"    {value(element)}," for element in item)
+                lines.append("]")
+            else:
+                lines.append(line)
     if not array and len(lines) == 1 and later:
         lines = []  # a table holding only tables needs no header of its own
     for name, item in later:

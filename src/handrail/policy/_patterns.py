@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from handrail.errors import PolicyError
 from handrail.tools import Act
 
-__all__ = ["Compiled", "Index", "compile_pattern", "fold"]
+__all__ = ["Compiled", "Index", "Prepared", "compile_pattern", "fold", "prepare"]
 
 # Separator per act; None for NET, whose targets are not split into segments.
 _SEP: dict[Act, str | None] = {
@@ -333,7 +333,7 @@ class Index:
     expressions whose literal prefix the target shares, whatever the number of rules.
     """
 
-    __slots__ = ("_buckets", "_exact", "_folded", "_prefix", "_sep", "_suffix", "_wild")
+    __slots__ = ("_anywhere", "_exact", "_folded", "_heads", "_prefix", "_suffix", "_wild")
 
     def __init__(
         self, entries: Iterable[tuple[int, Compiled]], *, folded: bool, segmented: bool
@@ -360,13 +360,18 @@ class Index:
             bucket = buckets.setdefault(key, _Bucket([], []))
             bucket.sources.append(_regex(c, folded=folded))
             bucket.ids.append(rid)
-        self._sep = sep if segmented else None
         for bucket in buckets.values():
             alternation = "|".join(f"({s})" for s in bucket.sources)
             bucket.regex = re.compile(alternation, re.DOTALL)
-        wild = buckets.pop("", None)
-        self._wild = wild
-        self._buckets = buckets
+        self._wild = buckets.pop("", None)
+        # NUL never occurs in a canonical target, so it safely tags the "anywhere" keys.
+        self._anywhere = {k[1:]: b for k, b in buckets.items() if k.startswith("\x00")}
+        heads: dict[str, tuple[int | None, _Bucket | None]] = {
+            k: (None, b) for k, b in buckets.items() if not k.startswith("\x00")
+        }
+        for k, rid in self._prefix.items():
+            heads[k] = (rid, heads.get(k, (None, None))[1])
+        self._heads = heads
 
     def _key(self, text: str) -> str:
         return fold(text) if self._folded else text
@@ -398,6 +403,9 @@ class Index:
                 return None
         if sep is None:
             return ""
+        if segs[0] is None and len(segs) >= 2 and lits[1] is not None:
+            # '**/node_modules/**': any candidate with that segment somewhere may match.
+            return "\x00" + self._key(lits[1])
         lead: list[str] = []
         for x in lits:
             if x is None:
@@ -407,13 +415,13 @@ class Index:
         # pattern: that case was an exact literal above.
         return self._key(sep.join(lead)) if lead else ""
 
-    def first(self, candidates: Sequence[str]) -> int | None:
-        """The smallest rule id matching any of `candidates` (already folded if folded)."""
+    def first(self, candidates: Sequence[Prepared]) -> int | None:
+        """The smallest rule id matching any of `candidates` (see `prepare`)."""
         best: int | None = None
-        exact, prefix, suffix, buckets, wild, sep = (
-            self._exact, self._prefix, self._suffix, self._buckets, self._wild, self._sep,
+        exact, suffix, heads, anywhere, wild = (
+            self._exact, self._suffix, self._heads, self._anywhere, self._wild,
         )
-        for cand in candidates:
+        for cand, cand_heads, parts in candidates:
             hit = exact.get(cand)
             if hit is not None and (best is None or hit < best):
                 best = hit
@@ -424,32 +432,51 @@ class Index:
                         hit = table.get(cand[n - length:])
                         if hit is not None and (best is None or hit < best):
                             best = hit
-            if prefix or buckets:
-                if sep is None:
-                    hit = prefix.get(cand)
-                    if hit is not None and (best is None or hit < best):
-                        best = hit
-                else:
-                    start = 0
-                    while True:
-                        cut = cand.find(sep, start)
-                        head = cand if cut < 0 else cand[:cut]
-                        hit = prefix.get(head)
+            if heads:
+                for head in cand_heads:
+                    entry = heads.get(head)
+                    if entry is not None:
+                        hit, bucket = entry
+                        if bucket is not None:
+                            found = _run(bucket, cand)
+                            if found is not None and (hit is None or found < hit):
+                                hit = found
                         if hit is not None and (best is None or hit < best):
                             best = hit
-                        bucket = buckets.get(head)
-                        if bucket is not None:
-                            hit = _run(bucket, cand)
-                            if hit is not None and (best is None or hit < best):
-                                best = hit
-                        if cut < 0:
-                            break
-                        start = cut + 1
+            if anywhere:
+                for part in parts:
+                    bucket = anywhere.get(part)
+                    if bucket is not None:
+                        hit = _run(bucket, cand)
+                        if hit is not None and (best is None or hit < best):
+                            best = hit
             if wild is not None:
                 hit = _run(wild, cand)
                 if hit is not None and (best is None or hit < best):
                     best = hit
         return best
+
+
+Prepared = tuple[str, tuple[str, ...], frozenset[str]]
+"""A candidate with its segment-prefixes and its set of segments, computed once per check."""
+
+
+def prepare(candidates: Iterable[str], act: Act, *, segmented: bool) -> tuple[Prepared, ...]:
+    """Split each candidate once, for every index of the act to probe."""
+    sep = _SEP[act] if segmented else None
+    out: list[Prepared] = []
+    for cand in candidates:
+        if sep is None:
+            out.append((cand, (cand,), frozenset()))
+            continue
+        parts = cand.split(sep)
+        heads: list[str] = []
+        at = -1
+        for part in parts:
+            at += len(part) + 1
+            heads.append(cand[:at])
+        out.append((cand, tuple(heads), frozenset(parts)))
+    return tuple(out)
 
 
 def _run(bucket: _Bucket, text: str) -> int | None:

@@ -26,7 +26,7 @@ from handrail.policy._paths import (
     canonical_path,
     workspace_root,
 )
-from handrail.policy._patterns import Compiled, Index, compile_pattern, fold
+from handrail.policy._patterns import Compiled, Index, Prepared, compile_pattern, fold, prepare
 from handrail.policy._targets import canonical_call, canonical_exec, canonical_net
 from handrail.tools import Act, Action
 
@@ -35,7 +35,6 @@ __all__ = ["CONFINEMENT", "Effect", "Layer", "Policy", "Rule", "Verdict", "parse
 CONFINEMENT = "confinement"
 """The `Verdict.layer` of a denial by path confinement or canonicalisation, not by a rule."""
 
-_PATH_ACTS = frozenset({Act.READ, Act.WRITE})
 _ACTS: dict[str, Act] = {a.value: a for a in Act}
 
 
@@ -215,6 +214,20 @@ class Verdict:
     reason: str = ""
     """One line for the operator (never shown to the model)."""
 
+    @classmethod
+    def _make(
+        cls, effect: Effect, rule: Rule | None, layer: str | None, target: str, reason: str
+    ) -> Verdict:
+        # The frozen __init__ pays object.__setattr__ per field; check() is hot, so it fills
+        # the slots directly. Same fields, same immutability afterwards.
+        v = object.__new__(cls)
+        _SET_EFFECT(v, effect)
+        _SET_RULE(v, rule)
+        _SET_LAYER(v, layer)
+        _SET_TARGET(v, target)
+        _SET_REASON(v, reason)
+        return v
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible form for records."""
         return {
@@ -237,6 +250,12 @@ class Verdict:
             data.get("reason", ""),
         )
 
+
+_SET_EFFECT = Verdict.__dict__["effect"].__set__
+_SET_RULE = Verdict.__dict__["rule"].__set__
+_SET_LAYER = Verdict.__dict__["layer"].__set__
+_SET_TARGET = Verdict.__dict__["target"].__set__
+_SET_REASON = Verdict.__dict__["reason"].__set__
 
 DEFAULT_KEYS = ("read", "write", "exec", "net", "call", "call_read_only")
 """The keys of `Policy.defaults`: one per act, plus the CALL default for read-only tools."""
@@ -303,8 +322,8 @@ class _EffectMatcher:
 
     def first(
         self,
-        raw: tuple[Sequence[str], Sequence[str]],
-        folded: tuple[Sequence[str], Sequence[str]] | None,
+        raw: tuple[Sequence[Prepared], Sequence[Prepared]],
+        folded: tuple[Sequence[Prepared], Sequence[Prepared]] | None,
         ascii_only: bool,
     ) -> int | None:
         best: int | None = None
@@ -617,7 +636,7 @@ class Policy:
 class _Compiled:
     """A policy's rules compiled per act and effect, with precomputed explanations."""
 
-    __slots__ = ("defaults", "matchers", "rules")
+    __slots__ = ("defaults", "matchers", "roots", "rules")
 
     def __init__(self, policy: Policy) -> None:
         self.rules: list[tuple[Rule, str, str]] = []
@@ -633,18 +652,33 @@ class _Compiled:
                 per_act[rule.act][rule.effect].append(
                     (rid, compile_pattern(rule.act, rule.pattern))
                 )
-        self.matchers: dict[Act, tuple[_EffectMatcher, ...]] = {
-            act: tuple(_EffectMatcher(e, by_effect[e]) for e in _ORDER if by_effect[e])
+        # Keyed by the act's string value: Enum.__hash__ runs in Python, str hashes are cached.
+        self.matchers: dict[str, tuple[_EffectMatcher, ...]] = {
+            act.value: tuple(_EffectMatcher(e, by_effect[e]) for e in _ORDER if by_effect[e])
             for act, by_effect in per_act.items()
         }
-        self.defaults: dict[tuple[Act, bool], tuple[Effect, str]] = {}
+        self.roots: dict[str, str] = {}
+        self.defaults: dict[tuple[str, bool], tuple[Effect, str]] = {}
         for act in Act:
             for mutates in (True, False):
                 effect = policy.default_for(act, mutates=mutates)
                 why = f"default for {act.value}"
                 if act is Act.CALL and not mutates:
                     why += " (the tool declares mutates=False)"
-                self.defaults[act, mutates] = (effect, why)
+                self.defaults[act.value, mutates] = (effect, why)
+
+    def _root(self, workspace: str | os.PathLike[str] | None) -> str:
+        if workspace is None:
+            return workspace_root(None)
+        # The root is resolved once per policy: it is the operator's choice, fixed for the
+        # run, and its parents lie outside the workspace, where no action may write.
+        key = os.fspath(workspace)
+        root = self.roots.get(key)
+        if root is None:
+            if len(self.roots) > 64:
+                self.roots.clear()
+            root = self.roots[key] = workspace_root(key)
+        return root
 
     def check(
         self, action: Action, workspace: str | os.PathLike[str] | None, mutates: bool
@@ -652,11 +686,12 @@ class _Compiled:
         if not isinstance(action, Action):
             raise UserError(f"Policy.check takes an hr.Action, not {type(action).__name__}")
         act = action.act
+        key = act._value_
         raw_target = action.target
         try:
-            if act in _PATH_ACTS:
+            if act is Act.READ or act is Act.WRITE:
                 assert isinstance(raw_target, str)
-                target = canonical_path(raw_target, workspace_root(workspace))
+                target = canonical_path(raw_target, self._root(workspace))
                 full: tuple[str, ...] = (target,)
                 base: tuple[str, ...] = (target.rpartition("/")[2],)
             elif act is Act.EXEC:
@@ -672,33 +707,33 @@ class _Compiled:
                 full = canonical_call(raw_target)
                 target, base = full[0], ()
         except OutsideWorkspace:
-            return Verdict(Effect.DENY, None, CONFINEMENT, _shown(raw_target),
+            return Verdict._make(Effect.DENY, None, CONFINEMENT, _shown(raw_target),
                            "path resolves outside the workspace")
         except UncanonicalTarget as exc:
-            return Verdict(Effect.DENY, None, CONFINEMENT, _shown(raw_target),
+            return Verdict._make(Effect.DENY, None, CONFINEMENT, _shown(raw_target),
                            f"target cannot be canonicalised: {exc}")
-        matchers = self.matchers[act]
+        matchers = self.matchers[key]
         if matchers:
-            raw: tuple[Sequence[str], Sequence[str]] = (full, base)
             ascii_only = target.isascii() and all(c.isascii() for c in full)
-            folded: tuple[Sequence[str], Sequence[str]] | None = None
-            strict_raw: tuple[Sequence[str], Sequence[str]] = raw
+            raw = (prepare(full, act, segmented=True), prepare(base, act, segmented=False))
+            folded: tuple[Sequence[Prepared], Sequence[Prepared]] | None = None
+            strict_raw = raw
             for matcher in matchers:
                 if matcher.folded is not None and folded is None:
                     if ascii_only:
-                        folded = (tuple(c.lower() for c in full),
-                                  tuple(c.lower() for c in base))
+                        folded_full: Sequence[str] = tuple(c.lower() for c in full)
+                        folded_base: Sequence[str] = tuple(c.lower() for c in base)
                     else:
                         raw_full, folded_full = _variants(full)
                         raw_base, folded_base = _variants(base)
-                        folded = (folded_full, folded_base)
-                        strict_raw = (raw_full, raw_base)
-                cands = raw
-                if matcher.folded is not None and not ascii_only:
-                    cands = strict_raw
+                        strict_raw = (prepare(raw_full, act, segmented=True),
+                                      prepare(raw_base, act, segmented=False))
+                    folded = (prepare(folded_full, act, segmented=True),
+                              prepare(folded_base, act, segmented=False))
+                cands = strict_raw if matcher.folded is not None else raw
                 rid = matcher.first(cands, folded, ascii_only)
                 if rid is not None:
                     rule, layer, reason = self.rules[rid]
-                    return Verdict(matcher.effect, rule, layer, target, reason)
-        effect, why = self.defaults[act, mutates]
-        return Verdict(effect, None, None, target, why)
+                    return Verdict._make(matcher.effect, rule, layer, target, reason)
+        effect, why = self.defaults[key, bool(mutates)]
+        return Verdict._make(effect, None, None, target, why)

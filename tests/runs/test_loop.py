@@ -1,0 +1,305 @@
+"""The agent loop through the gate: every stage, in one process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import handrail as hr
+from handrail.models import Scripted, ToolResultMessage, Turn, call, calls, reply
+
+pytestmark = pytest.mark.anyio
+
+
+@hr.tool(server="ledger", mutates=False)
+async def balance(account: str) -> int:
+    """Read a balance."""
+    return {"alice": 120, "bob": 7}[account]
+
+
+EXECUTED: list[dict[str, Any]] = []
+
+
+@hr.tool(server="ledger", name="transfer")
+async def transfer(source: str, target: str, amount: int) -> str:
+    """Move money."""
+    EXECUTED.append({"source": source, "target": target, "amount": amount})
+    return f"moved {amount}"
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    EXECUTED.clear()
+
+
+def results(messages: Sequence[Any]) -> list[ToolResultMessage]:
+    return [m for m in messages if isinstance(m, ToolResultMessage)]
+
+
+def last_results(into: list[list[ToolResultMessage]]) -> Any:
+    def turn(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
+        into.append(results(messages))
+        return reply("done")
+
+    return turn
+
+
+def agent(turns: list[Any], *, policy: hr.Policy | None = None, tools: Any = None,
+          **kw: Any) -> hr.Agent:
+    return hr.Agent(Scripted(turns), tools if tools is not None else [balance, transfer],
+                    policy=policy or hr.Policy.default(), **kw)
+
+
+async def test_a_completed_run_records_every_call_with_its_verdict() -> None:
+    store = hr.Store.memory()
+    result = await agent([call("ledger/balance", {"account": "alice"}), reply("120")]).run(
+        "balance?", store=store)
+    assert result.outcome == hr.Completed("120")
+    (record,) = await store.calls(result.run_id)
+    assert record.status is hr.CallStatus.FINISHED
+    assert record.verdict is not None and record.verdict["effect"] == "allow"
+    assert record.result is not None and record.result["structured"] == 120
+    assert record.arguments_digest is not None and record.arguments_digest.startswith("sha256:")
+    run = await store.run(result.run_id)
+    assert run.status is hr.RunStatus.COMPLETED and run.policy is not None
+
+
+async def test_unknown_tool_invalid_arguments_and_deny_reach_the_model_not_the_body() -> None:
+    seen: list[list[ToolResultMessage]] = []
+    policy = hr.Policy.default().layer("app").deny(hr.Act.CALL, "ledger/transfer")
+    result = await agent([
+        calls([("ledger/balanse", {"account": "a"}),
+               ("ledger/balance", {"account": 5, "extra": 1}),
+               ("ledger/transfer", {"source": "a", "target": "b", "amount": 1})]),
+        last_results(seen),
+    ], policy=policy).run("go", store=hr.Store.memory())
+    assert isinstance(result.outcome, hr.Completed)
+    unknown, invalid, denied = seen[0]
+    assert "no tool named 'ledger--balanse'" in unknown.result.render_text()
+    assert "ledger--balance" in unknown.result.render_text()
+    assert "$.account" in invalid.result.render_text()
+    assert "$.extra" in invalid.result.render_text()
+    assert denied.result.render_text() == hr.PolicyDenied.MODEL_MESSAGE
+    assert "transfer" not in denied.result.render_text()
+    assert all(r.result.is_error for r in seen[0])
+    assert EXECUTED == []
+
+
+async def test_policy_denial_records_the_rule_for_the_operator() -> None:
+    store = hr.Store.memory()
+    policy = hr.Policy.default().layer("app").deny(hr.Act.CALL, "ledger/*")
+    result = await agent([call("ledger/balance", {"account": "a"}), reply("x")],
+                         policy=policy).run("go", store=store)
+    (record,) = await store.calls(result.run_id)
+    assert record.status is hr.CallStatus.REFUSED and record.disposition == "not_sent"
+    assert record.verdict is not None and record.verdict["layer"] == "app"
+    assert record.verdict["rule"]["pattern"] == "ledger/*"
+
+
+async def test_parallel_calls_return_in_call_order_with_one_result_each() -> None:
+    seen: list[list[ToolResultMessage]] = []
+    result = await agent([
+        calls([("ledger/balance", {"account": "bob"}), ("ledger/nope", {}),
+               ("ledger/balance", {"account": "alice"})]),
+        last_results(seen),
+    ]).run("go", store=hr.Store.memory())
+    assert isinstance(result.outcome, hr.Completed)
+    assert [r.call_id for r in seen[0]] == ["call_0_0", "call_0_1", "call_0_2"]
+    assert [r.result.structured for r in seen[0]] == [7, None, 120]
+
+
+async def test_parallel_calls_really_run_concurrently() -> None:
+    started = anyio.Event()
+    both = {"n": 0}
+
+    @hr.tool(mutates=False)
+    async def meet() -> str:
+        both["n"] += 1
+        if both["n"] == 2:
+            started.set()
+        with anyio.fail_after(5):
+            await started.wait()
+        return "met"
+
+    result = await agent([calls([("meet", {}), ("meet", {})]), reply("ok")],
+                         tools=[meet]).run("go", store=hr.Store.memory())
+    assert result.outcome == hr.Completed("ok")
+
+
+async def test_ask_goes_to_the_approver_and_approve_all_runs_it() -> None:
+    requests: list[hr.Request] = []
+
+    async def approve(request: hr.Request) -> hr.Decision:
+        requests.append(request)
+        return hr.Decision.approve()
+
+    result = await agent([call("ledger/transfer", {"source": "a", "target": "b", "amount": 3}),
+                          reply("ok")]).run("go", store=hr.Store.memory(),
+                                            approver=hr.CallbackApprover(approve))
+    assert result.outcome == hr.Completed("ok")
+    assert EXECUTED == [{"source": "a", "target": "b", "amount": 3}]
+    (request,) = requests
+    assert (request.act, request.target, request.tool) == (hr.Act.CALL, "ledger/transfer",
+                                                           "ledger/transfer")
+    assert request.arguments == {"source": "a", "target": "b", "amount": 3}
+    assert request.call_id == "call_0_0"
+
+
+async def test_a_denied_action_never_reaches_the_approver() -> None:
+    asked: list[hr.Request] = []
+    policy = hr.Policy.default().layer("app").deny(hr.Act.CALL, "ledger/transfer")
+    await agent([call("ledger/transfer", {"source": "a", "target": "b", "amount": 3}),
+                 reply("ok")], policy=policy).run(
+        "go", store=hr.Store.memory(),
+        approver=hr.CallbackApprover(lambda r: asked.append(r) or hr.Decision.approve()))
+    assert asked == [] and EXECUTED == []
+
+
+async def test_approver_denial_reaches_the_model_with_its_reason() -> None:
+    seen: list[list[ToolResultMessage]] = []
+    await agent([call("ledger/transfer", {"source": "a", "target": "b", "amount": 3}),
+                 last_results(seen)]).run(
+        "go", store=hr.Store.memory(),
+        approver=hr.CallbackApprover(lambda r: hr.Decision.deny("too much money")))
+    (denied,) = seen[0]
+    assert denied.result.is_error and "too much money" in denied.result.render_text()
+    assert EXECUTED == []
+
+
+async def test_a_modified_approval_is_revalidated_and_rechecked() -> None:
+    policy = hr.Policy.default().layer("app").deny(hr.Act.CALL, "ledger/transfer/mallory")
+
+    class Transfer(hr.Tool, server="ledger", name="transfer"):
+        """Move money."""
+
+        source: str
+        target: str
+        amount: int
+
+        def actions(self) -> list[hr.Action]:
+            return [hr.Action(hr.Act.CALL, f"ledger/transfer/{self.target}")]
+
+        async def run(self, ctx: hr.CallContext) -> str:
+            EXECUTED.append(self.model_dump())
+            return "ok"
+
+    def tool_run(modified: dict[str, Any]) -> Any:
+        seen: list[list[ToolResultMessage]] = []
+        return seen, agent(
+            [call("ledger/transfer", {"source": "a", "target": "b", "amount": 3}),
+             last_results(seen)], policy=policy, tools=[Transfer],
+        ).run("go", store=hr.Store.memory(),
+              approver=hr.CallbackApprover(lambda r: hr.Decision.approve(modified=modified)))
+
+    seen, run = tool_run({"source": "a", "target": "b", "amount": 1})
+    await run
+    assert EXECUTED == [{"source": "a", "target": "b", "amount": 1}]
+    EXECUTED.clear()
+    seen, run = tool_run({"source": "a", "target": "mallory", "amount": 3})
+    await run
+    assert EXECUTED == [] and seen[0][0].result.render_text() == hr.PolicyDenied.MODEL_MESSAGE
+    seen, run = tool_run({"source": "a", "target": "b", "amount": "lots"})
+    await run
+    assert EXECUTED == [] and "$.amount" in seen[0][0].result.render_text()
+
+
+async def test_remembered_rules_are_run_scoped_and_never_beat_a_deny(tmp_path: Path) -> None:
+    box = hr.Toolbox(hr.builtin.workspace_tools())
+    policy = hr.Policy.default().layer("app").deny(hr.Act.WRITE, "secret.md")
+    asked: list[str] = []
+
+    def decide(request: hr.Request) -> hr.Decision:
+        asked.append(request.target)
+        return hr.Decision.approve(remember=["*.md"])
+
+    result = await hr.Agent(Scripted([
+        call("workspace/write_file", {"path": "a.md", "content": "A"}),
+        call("workspace/write_file", {"path": "b.md", "content": "B"}),
+        call("workspace/write_file", {"path": "secret.md", "content": "S"}),
+        reply("ok"),
+    ]), box, policy=policy, workspace=tmp_path).run("go", store=hr.Store.memory(),
+                                                    approver=hr.CallbackApprover(decide))
+    assert asked == ["a.md"]
+    assert (tmp_path / "b.md").read_text() == "B"
+    assert not (tmp_path / "secret.md").exists()
+    assert [r.pattern for r in result.remembered] == ["*.md"]
+
+
+async def test_the_step_budget_fails_the_run_clearly() -> None:
+    result = await agent([call("ledger/balance", {"account": "a"})] * 5,
+                         max_steps=2).run("go", store=hr.Store.memory())
+    assert isinstance(result.outcome, hr.Failed) and "step budget of 2" in result.outcome.error
+
+
+async def test_running_out_of_scripted_turns_fails_the_run_not_the_process() -> None:
+    result = await agent([call("ledger/balance", {"account": "a"})]).run(
+        "go", store=hr.Store.memory())
+    assert isinstance(result.outcome, hr.Failed) and "ran out of turns" in result.outcome.error
+
+
+async def test_a_tool_failure_is_model_visible_and_recorded_as_landed() -> None:
+    @hr.tool(mutates=False)
+    async def boom() -> str:
+        raise RuntimeError("disk on fire")
+
+    store = hr.Store.memory()
+    seen: list[list[ToolResultMessage]] = []
+    result = await agent([call("boom", {}), last_results(seen)], tools=[boom]).run(
+        "go", store=store)
+    assert "disk on fire" in seen[0][0].result.render_text() and seen[0][0].result.is_error
+    (record,) = await store.calls(result.run_id)
+    assert record.disposition == "landed"
+
+
+async def test_a_question_is_answered_by_the_responder() -> None:
+    @hr.tool(interactions={"question"}, mutates=False)
+    async def pick(ctx: hr.CallContext) -> str:
+        return await ctx.ask(hr.Question("which?", choices=["a", "b"]))
+
+    seen: list[list[ToolResultMessage]] = []
+    result = await agent([call("pick", {}), last_results(seen)], tools=[pick]).run(
+        "go", store=hr.Store.memory(), responder=hr.FixedResponder("b"))
+    assert isinstance(result.outcome, hr.Completed)
+    assert seen[0][0].result.render_text() == "b"
+
+
+async def test_bad_input_to_the_agent_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(hr.UserError, match="not a directory"):
+        agent([], workspace=tmp_path / "missing")
+    with pytest.raises(hr.UserError, match="max_steps"):
+        agent([], max_steps=0)
+    with pytest.raises(hr.UserError, match="non-empty task"):
+        await agent([]).run("  ")
+    with pytest.raises(hr.UserError, match="model"):
+        hr.Agent(object(), [])  # type: ignore[arg-type]
+
+
+async def test_cancel_event_ends_the_run_as_cancelled_and_resume_continues_it() -> None:
+    gate = anyio.Event()
+    cancel = anyio.Event()
+
+    @hr.tool(mutates=False, idempotent=True)
+    async def slow() -> str:
+        cancel.set()
+        await gate.wait()
+        return "slow done"
+
+    store = hr.Store.memory()
+    turns = [call("slow", {}), reply("finished")]
+    result = await agent(turns, tools=[slow]).run("go", store=store, cancel=cancel)
+    assert result.outcome == hr.Cancelled("cancelled by the caller")
+    assert (await store.run(result.run_id)).status is hr.RunStatus.CANCELLED
+    gate.set()
+    resumed = await hr.resume(store, result.run_id, agent=agent(turns, tools=[slow]))
+    assert resumed.outcome == hr.Completed("finished")
+    assert resumed.run_id == result.run_id
+
+
+def test_run_sync_works_from_sync_code() -> None:
+    result = agent([call("ledger/balance", {"account": "bob"}), reply("7")]).run_sync(
+        "go", store=hr.Store.memory())
+    assert result.output == "7"
