@@ -293,3 +293,17 @@ async def test_error_inside_a_200() -> None:
         await _ask(reply)
     with pytest.raises(ModelUnavailable, match="provider down"):
         await _stream(_sse({"error": {"message": "provider down"}}))
+
+
+def test_encoded_body_is_the_converted_history_on_every_call() -> None:
+    model = OpenAIChat("m", base_url="http://127.0.0.1:1/v1", api_key="k")
+    history: list[Any] = [SystemMessage("s"), UserMessage("u")]
+    for i in range(3):
+        history.append(AssistantMessage([TextPart(f"t{i}"), ToolCall(f"c{i}", "shot", "{}")]))
+        history.append(ToolResultMessage(f"c{i}", "shot", ToolResult([Text("x"), PNG])))
+        body = json.loads(model._body(history, [], ModelSettings(temperature=0.1), False))
+        assert body == {"model": "m", "temperature": 0.1, "messages": convert_messages(history)}
+    # the image message follows the run of tool messages, also when the run ends the history
+    assert body["messages"][-1]["role"] == "user"
+    replaced = json.loads(model._body(history, [], ModelSettings(extra={"messages": []}), False))
+    assert replaced["messages"] == []

@@ -280,10 +280,13 @@ class HttpClient:
         ceiling = min(self.backoff_max, self.backoff_base * 2.0**attempt)
         return ceiling * random.uniform(0.5, 1.0)
 
-    def _prepare(self, path: str, body: Mapping[str, Any]) -> tuple[str, bytes, dict[str, str]]:
+    def _prepare(
+        self, path: str, body: Mapping[str, Any] | bytes
+    ) -> tuple[str, bytes, dict[str, str]]:
         # The key is resolved before anything is sent: a missing key is a ConfigError here.
         headers = {**self.headers, **self._auth_headers()}
-        return self.base_url + path, pydantic_core.to_json(body), headers
+        content = body if isinstance(body, bytes) else pydantic_core.to_json(body)
+        return self.base_url + path, content, headers
 
     async def _retry_or_raise(
         self,
@@ -311,8 +314,8 @@ class HttpClient:
             ) from cause
         await self.sleep(self.backoff(attempt, retry_after))
 
-    async def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
-        """POST `body` as JSON and return the decoded JSON answer.
+    async def post_json(self, path: str, body: Mapping[str, Any] | bytes) -> Any:
+        """POST `body` (a JSON object, or its encoding) and return the decoded JSON answer.
 
         Raises:
             ConfigError: no API key where one is required (nothing was sent).
@@ -341,7 +344,7 @@ class HttpClient:
             attempt += 1
 
     async def stream_sse(
-        self, path: str, body: Mapping[str, Any]
+        self, path: str, body: Mapping[str, Any] | bytes
     ) -> AsyncIterator[ServerSentEvent]:
         """POST `body` and yield the server-sent events of the answer.
 

@@ -154,6 +154,23 @@ def _assistant(message: AssistantMessage) -> dict[str, Any]:
     return out
 
 
+def _wire(message: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One message as a chat-completions message, plus image parts that must follow it."""
+    if isinstance(message, ToolResultMessage):
+        return _tool_result(message)
+    if isinstance(message, AssistantMessage):
+        return _assistant(message), []
+    if isinstance(message, UserMessage):
+        return {"role": "user", "content": message.text}, []
+    if isinstance(message, SystemMessage):
+        return {"role": "system", "content": message.text}, []
+    raise unsupported_message(message)
+
+
+def _images_message(images: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"role": "user", "content": images}
+
+
 def convert_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
     """Our messages as chat-completions messages.
 
@@ -165,23 +182,51 @@ def convert_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
     images: list[dict[str, Any]] = []
     for message in messages:
         if images and not isinstance(message, ToolResultMessage):
-            out.append({"role": "user", "content": images})
+            out.append(_images_message(images))
             images = []
-        if isinstance(message, UserMessage):
-            out.append({"role": "user", "content": message.text})
-        elif isinstance(message, AssistantMessage):
-            out.append(_assistant(message))
-        elif isinstance(message, ToolResultMessage):
-            tool_message, more = _tool_result(message)
-            out.append(tool_message)
-            images.extend(more)
-        elif isinstance(message, SystemMessage):
-            out.append({"role": "system", "content": message.text})
-        else:
-            raise unsupported_message(message)
+        wire, more = _wire(message)
+        out.append(wire)
+        images.extend(more)
     if images:
-        out.append({"role": "user", "content": images})
+        out.append(_images_message(images))
     return out
+
+
+class _EncodedMessages:
+    """`convert_messages`, JSON-encoded, remembering each message's encoding between calls.
+
+    An agent loop resends its whole, growing history on every call; messages are immutable, so
+    each is converted and encoded once. The memory is rebuilt on every call from the messages
+    of that call, so it holds only what the caller holds anyway.
+    """
+
+    __slots__ = ("_memo",)
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[Any, bytes, list[dict[str, Any]]]] = {}
+
+    def encode(self, messages: Sequence[Any]) -> bytes:
+        """The JSON array of the wire messages."""
+        memo = self._memo
+        fresh: dict[int, tuple[Any, bytes, list[dict[str, Any]]]] = {}
+        chunks: list[bytes] = []
+        images: list[dict[str, Any]] = []
+        for message in messages:
+            key = id(message)
+            entry = memo.get(key)
+            if entry is None or entry[0] is not message:
+                wire, more = _wire(message)
+                entry = (message, pydantic_core.to_json(wire), more)
+            fresh[key] = entry
+            if images and not isinstance(message, ToolResultMessage):
+                chunks.append(pydantic_core.to_json(_images_message(images)))
+                images = []
+            chunks.append(entry[1])
+            images.extend(entry[2])
+        if images:
+            chunks.append(pydantic_core.to_json(_images_message(images)))
+        self._memo = fresh
+        return b"[" + b",".join(chunks) + b"]"
 
 
 def _finish(raw: Any, has_calls: bool) -> str:
@@ -293,6 +338,7 @@ class OpenAIChat(HttpModel):
             "max_completion_tokens" if "api.openai.com" in self.base_url else "max_tokens"
         )
         self._tools_cache: tuple[Sequence[ToolSpec] | None, list[dict[str, Any]]] = (None, [])
+        self._encoded = _EncodedMessages()
 
     def _auth_headers_for(self, key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {key}"}
@@ -310,8 +356,9 @@ class OpenAIChat(HttpModel):
         tools: Sequence[ToolSpec],
         settings: ModelSettings | None,
         stream: bool,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": convert_messages(messages)}
+    ) -> bytes:
+        """The request body, encoded (the history's encoding is reused between calls)."""
+        body: dict[str, Any] = {"model": self.model}
         if tools:
             body["tools"] = self._tools(tools)
             body["tool_choice"] = (settings.tool_choice if settings else None) or "auto"
@@ -324,7 +371,12 @@ class OpenAIChat(HttpModel):
             if settings.temperature is not None:
                 body["temperature"] = settings.temperature
             body.update(settings.extra)
-        return body
+        if "messages" in body:  # the caller's own messages, from settings.extra
+            return pydantic_core.to_json(body)
+        # `{"messages":[...],` then the other fields: the same JSON object, built from parts.
+        return b'{"messages":' + self._encoded.encode(messages) + b"," + pydantic_core.to_json(
+            body
+        )[1:]
 
     async def request(
         self,

@@ -1,0 +1,41 @@
+"""`handrail.__all__` is the public API: adding a name is a deliberate act."""
+
+import handrail
+
+EXPECTED = [
+    "Act", "Action", "Agent", "AlreadyDecided", "ApprovalDenied", "Approve", "ApproveAll",
+    "Approver", "Audio", "AwaitingAnswer", "AwaitingApproval", "AwaitingRecovery",
+    "CallCancelled", "CallContext", "CallRecord", "CallStatus", "CallbackApprover", "Cancel",
+    "CancelInteraction", "Cancelled", "Completed", "ConfigError", "Decision", "Decline",
+    "Defer", "Deferred", "Deny", "DenyAll", "Disposition", "Effect", "Elicitation",
+    "EmbeddedResource", "Failed", "Finished", "FixedResponder", "HandlerStateError",
+    "HandrailError", "Image", "Interaction", "InteractionDeclined", "InvalidArguments",
+    "InvalidOutput", "Invoke", "Json", "Layer", "ManifestDrift", "ManifestError", "ModelError",
+    "NotFound", "NotGranted", "PendingItem", "Policy", "PolicyDenied", "PolicyError",
+    "Question", "Recovery", "Request", "ResourceLink", "Respond", "Responder", "ResponderNone",
+    "ResumeRefused", "Rule", "RunEvent", "RunOutcome", "RunRecord", "RunResult", "RunStatus",
+    "StdinApprover", "StdinResponder", "Store", "StoreError", "Submit", "Text", "Tool",
+    "ToolError", "ToolFailed", "ToolHandler", "ToolId", "ToolName", "ToolResult", "ToolSpec",
+    "ToolTimeout", "Toolbox", "Toolset", "TransportError", "UnknownTool", "UserError",
+    "Verdict", "__version__", "resume", "resume_sync", "resume_with_answer",
+    "resume_with_answer_sync", "resume_with_decision", "resume_with_decision_sync",
+    "resume_with_recovery", "resume_with_recovery_sync", "tool",
+]
+
+
+def test_all_is_pinned_and_sorted() -> None:
+    assert sorted(EXPECTED) == EXPECTED
+    assert handrail.__all__ == EXPECTED
+
+
+def test_every_exported_name_exists() -> None:
+    for name in handrail.__all__:
+        assert hasattr(handrail, name), name
+
+
+def test_public_names_have_docstrings() -> None:
+    for name in handrail.__all__:
+        obj = getattr(handrail, name)
+        if name.startswith("__") or not callable(obj):
+            continue
+        assert obj.__doc__ and obj.__doc__.strip(), f"hr.{name} has no docstring"
