@@ -176,7 +176,7 @@ def test_check_reports_a_broken_manifest_or_target(
     for target, message in [
         ("nomodule_xyz:box", "cannot import module 'nomodule_xyz'"),
         (f"{mod}:missing", f"'{mod}' has no 'missing'"),
-        (f"{mod}:number", f"{mod}:number is a int, not a Toolbox"),
+        (f"{mod}:number", f"{mod}:number is of type int, not a Toolbox"),
         (f"{mod}", "expected MODULE:OBJECT"),
     ]:
         assert main(["manifest", "check", target]) == 1

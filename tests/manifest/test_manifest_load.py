@@ -273,3 +273,51 @@ def test_to_toml_round_trips_awkward_text(text: str) -> None:
     assert back.grants[0].description == m.grants[0].description
     assert back.agent == m.agent
     assert back.grants[0].arguments == m.grants[0].arguments
+
+
+POLICY = """[agent]
+name = "x"
+
+[policy]
+extends = "default"
+
+[[policy.layers]]
+name = "app"
+deny = ["write:src/secrets/**"]
+{rule}
+"""
+
+
+def test_a_policy_section_becomes_the_manifests_policy() -> None:
+    m = Manifest.from_toml(POLICY.format(rule='allow = ["write:src/**"]'))
+    assert m.policy is not None
+    layers = m.policy.to_dict()["layers"]
+    assert layers[-1] == {"name": "app", "deny": ["write:src/secrets/**"],
+                          "allow": ["write:src/**"]}
+    assert m.policy.to_dict() == hr_policy_default_plus_app()
+    assert Manifest.from_toml(m.to_toml()) == m
+
+
+def hr_policy_default_plus_app() -> dict[str, object]:
+    from handrail.policy import Policy
+
+    return Policy.from_dict({"extends": "default", "layers": [
+        {"name": "app", "deny": ["write:src/secrets/**"], "allow": ["write:src/**"]}]}).to_dict()
+
+
+def test_a_malformed_policy_names_its_key_path_and_line() -> None:
+    with pytest.raises(hr.PolicyError) as info:
+        Manifest.from_toml(POLICY.format(rule='alow = ["write:src/**"]'), source="handrail.toml")
+    assert str(info.value) == ("handrail.toml:10: policy.layers[0].alow: unknown key 'alow' "
+                               "(expected one of: name, deny, ask, allow)")
+    with pytest.raises(hr.PolicyError, match=r"^handrail.toml:12: policy.layers\[0\].ask\[1\]: "):
+        Manifest.from_toml(POLICY.format(rule='ask = [\n  "call:a/b",\n  "bogus"]'),
+                           source="handrail.toml")
+    with pytest.raises(hr.PolicyError, match=r"^handrail.toml:5: policy.extends: "):
+        Manifest.from_toml(POLICY.format(rule="").replace('"default"', '"strict"'),
+                           source="handrail.toml")
+
+
+def test_an_empty_policy_section_is_a_policy() -> None:
+    assert Manifest.from_toml("[policy]\n").policy is not None
+    assert Manifest.from_toml("[policy]\n") != Manifest.from_toml("")

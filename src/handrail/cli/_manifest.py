@@ -117,8 +117,8 @@ def resolve_toolset(target: str) -> tuple[Any, dict[str, str]]:
             obj = obj()
             continue
         break
-    raise UserError(f"{target} is a {type(obj).__name__}, not a Toolbox, an Agent, a list of "
-                    "tools, or a callable returning one")
+    raise UserError(f"{target} is of type {type(obj).__name__}, not a Toolbox, an Agent, a "
+                    "list of tools, or a callable returning one")
 
 
 def _init(args: argparse.Namespace) -> int:

@@ -1,0 +1,84 @@
+"""The `handrail` command: the demo end to end across processes, and each run command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from handrail.cli import main
+
+HANDRAIL = [sys.executable, "-m", "handrail.cli"]
+
+
+def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    env.pop("HANDRAIL_STORE", None)
+    return subprocess.run([*HANDRAIL, *args], cwd=cwd, capture_output=True, text=True, env=env,
+                          timeout=60)
+
+
+@pytest.mark.slow
+def test_demo_defers_a_write_and_the_printed_command_finishes_it(tmp_path: Path) -> None:
+    demo = cli(tmp_path, "demo")
+    assert demo.returncode == 0, demo.stderr
+    assert "awaiting_approval" in demo.stdout
+    approve = re.search(r"handrail approve (\S+)", demo.stdout)
+    run = re.search(r"handrail show (\S+)", demo.stdout)
+    assert approve and run
+    assert (tmp_path / ".handrail" / "runs.db").exists()
+
+    pending = cli(tmp_path, "pending", "--json")
+    (item,) = json.loads(pending.stdout)
+    assert item["id"] == approve.group(1) and item["tool"] == "workspace/write_file"
+    assert item["payload"]["target"] == "NOTES.md"
+
+    shown = cli(tmp_path, "show", run.group(1), "--json")
+    calls = json.loads(shown.stdout)["calls"]
+    assert [c["verdict"]["effect"] for c in calls] == ["allow", "deny", "ask"]
+    assert "this-must-never-reach-the-model" not in shown.stdout
+
+    done = cli(tmp_path, "approve", approve.group(1))
+    assert done.returncode == 0, done.stderr
+    assert "completed" in done.stdout and "wrote NOTES.md" in done.stdout
+    again = cli(tmp_path, "approve", approve.group(1))
+    assert again.returncode == 1 and "already decided" in again.stderr
+    assert cli(tmp_path, "pending").stdout.strip() == "nothing is pending"
+    runs = json.loads(cli(tmp_path, "runs", "--json").stdout)
+    assert [r["status"] for r in runs] == ["completed"]
+
+
+@pytest.mark.slow
+def test_deny_without_resume_records_then_resume_continues(tmp_path: Path) -> None:
+    demo = cli(tmp_path, "demo", "--store", str(tmp_path / "s.db"))
+    request = re.search(r"handrail approve (\S+)", demo.stdout)
+    run = re.search(r"handrail show (\S+)", demo.stdout)
+    assert request and run
+    denied = cli(tmp_path, "deny", request.group(1), "--reason", "not today", "--no-resume",
+                 "--store", str(tmp_path / "s.db"))
+    assert denied.returncode == 0 and "recorded" in denied.stdout
+    resumed = cli(tmp_path, "resume", run.group(1), "--store", str(tmp_path / "s.db"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "could not write NOTES.md" in resumed.stdout and "not today" in resumed.stdout
+
+
+def test_errors_are_one_line_with_exit_code_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                               ) -> None:
+    code = main(["show", "nope", "--store", str(tmp_path / "x.db")])
+    assert code == 1
+    assert "no run 'nope'" in capsys.readouterr().err
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "demo" in capsys.readouterr().out
+
+
+def test_recover_needs_exactly_one_choice(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        main(["recover", "x", "--retry", "--abort", "--store", str(tmp_path / "x.db")])
