@@ -25,7 +25,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from handrail.errors import (
 from handrail.models import ToolCall, ToolResultMessage
 from handrail.policy import Act, Action, Effect, Policy, Rule, Verdict
 from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
+from handrail.store._records import update
 from handrail.tools import (
     CallContext,
     Cancel,
@@ -142,7 +143,7 @@ class _Call:
     def finish(self, result: ToolResult, status: CallStatus, *, disposition: str | None = None,
                error: str | None = None) -> None:
         self.result = result
-        self.record = replace(self.record, status=status, result=result.to_dict(),
+        update(self.record, status=status, result=result.to_dict(),
                               disposition=disposition, error=error, ended_at=time.time())
 
     def pause(self, outcome: Any, status: CallStatus, item: PendingItem | None) -> None:
@@ -151,7 +152,7 @@ class _Call:
         if item is not None:
             self.pending.append(item)
             pending_id = item.id
-        self.record = replace(self.record, status=status, pending_id=pending_id)
+        update(self.record, status=status, pending_id=pending_id)
 
 
 @dataclass
@@ -208,7 +209,7 @@ class Gate:
         for state in states:
             if state.result is None and state.outcome is None and \
                     state.record.status is CallStatus.STARTED:
-                state.record = replace(state.record, started_at=now)
+                update(state.record, started_at=now)
         first_write.calls.extend(s.record for s in states
                                  if s.result is not None or s.outcome is not None
                                  or s.record.status is CallStatus.STARTED)
@@ -262,7 +263,7 @@ class Gate:
             )
             return
         state.impl = impl
-        state.record = replace(state.record, tool=str(impl.spec.id))
+        update(state.record, tool=str(impl.spec.id))
         # 2. grant
         manifest = scope.manifest
         if manifest is not None and manifest.grant(impl.spec.id) is None:
@@ -301,7 +302,7 @@ class Gate:
         verdict = scope.policy.check_all(actions, workspace=scope.workspace,
                                          mutates=self._mutates(impl))
         state.verdict = verdict
-        state.record = replace(
+        update(
             state.record, arguments_digest=_digest(dumped), performed_arguments=dumped,
             actions=[_action_record(a) for a in actions], verdict=_verdict_record(verdict),
         )
@@ -309,9 +310,9 @@ class Gate:
             state.finish(ToolResult.error(PolicyDenied.MODEL_MESSAGE), CallStatus.REFUSED,
                          disposition=Disposition.NOT_SENT.value, error=verdict.reason)
         elif verdict.effect is Effect.ASK:
-            state.record = replace(state.record, status=CallStatus.APPROVED)
+            update(state.record, status=CallStatus.APPROVED)
         else:
-            state.record = replace(state.record, status=CallStatus.STARTED)
+            update(state.record, status=CallStatus.STARTED)
 
     def _mutates(self, impl: ToolImpl) -> bool:
         manifest = self.scope.manifest
@@ -356,7 +357,7 @@ class Gate:
         """Apply an approver's decision: refuse, pause (defer), or mark the call to run."""
         from handrail.runs._outcome import AwaitingApproval
 
-        state.record = replace(state.record, decision=decision.to_dict(), decided_by=decided_by)
+        update(state.record, decision=decision.to_dict(), decided_by=decided_by)
         if isinstance(decision, Deny):
             state.finish(ToolResult.error(f"The operator denied this call: {decision.reason}"),
                          CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
@@ -365,7 +366,7 @@ class Gate:
         if isinstance(decision, Approve):
             self.scope.remember(decision.remember_rules(request.act))
             if decision.modified is not None:
-                state.record = replace(state.record, error=None)
+                update(state.record, error=None)
                 arguments: Any = dict(decision.modified)
             else:
                 arguments = state.record.performed_arguments or {}
@@ -373,7 +374,7 @@ class Gate:
             # deny (one added while paused included). Ask is what this decision answered.
             self._check(state, arguments)
             if state.result is None:
-                state.record = replace(state.record, status=CallStatus.STARTED)
+                update(state.record, status=CallStatus.STARTED)
             return
         item = PendingItem(id=request.id, kind="approval", run_id=self.scope.run_id,
                            call_record=state.record.id, agent=self.scope.agent,
@@ -387,7 +388,7 @@ class Gate:
         impl = state.impl
         assert impl is not None
         if persist_start:
-            state.record = replace(state.record, status=CallStatus.STARTED,
+            update(state.record, status=CallStatus.STARTED,
                                    started_at=time.time())
             await scope.store.write(Batch(calls=[state.record]))
         spec = impl.spec
@@ -428,7 +429,7 @@ class Gate:
                 return None
             out = await handler.step(Respond(out.id, Submit(answer)))
         assert isinstance(out, Finished)
-        state.record = replace(state.record,
+        update(state.record,
                                answers=[_answer_record(a) for a in handler.answers])
         return out.result
 
@@ -462,7 +463,7 @@ class Gate:
         item = PendingItem(id=f"q-{_uid()}", kind="question", run_id=self.scope.run_id,
                            call_record=state.record.id, agent=self.scope.agent,
                            tool=str(handler.spec.id), payload=payload, created_at=time.time())
-        state.record = replace(state.record,
+        update(state.record,
                                answers=[_answer_record(a) for a in handler.answers])
         state.pause(AwaitingAnswer(item.id), CallStatus.AWAITING_ANSWER, item)
 
@@ -508,7 +509,7 @@ class Gate:
             if state.result is None:
                 answer = (item.decision or {}).get("answer")
                 state.answers = [*(_answer_from(a) for a in record.answers), Submit(answer)]
-                state.record = replace(state.record, status=CallStatus.STARTED)
+                update(state.record, status=CallStatus.STARTED)
             return
 
         if status is CallStatus.APPROVED:
@@ -551,7 +552,7 @@ class Gate:
         self._check(state, arguments)
         if approved and state.record.status is CallStatus.APPROVED:
             # The approval given before the crash still answers this ask; a deny still wins.
-            state.record = replace(state.record, status=CallStatus.STARTED)
+            update(state.record, status=CallStatus.STARTED)
 
 
 async def _pending(store: Store, item_id: str | None) -> PendingItem | None:

@@ -72,7 +72,11 @@ description = "Move money between two accounts."
 [[tools]]
 ref = "shell/run"
 description = "Run a shell command."
-arguments = { type = "object", properties = { cmd = { type = "string", description = "The command line." } }, required = ["cmd"] }
+
+[tools.arguments]
+type = "object"
+required = ["cmd"]
+properties.cmd = { type = "string", description = "The command line." }
 
 [budgets]
 max_steps = 20

@@ -78,7 +78,8 @@ def test_a_grant_claiming_idempotence_the_tool_does_not_declare() -> None:
 
 
 def test_a_grant_repeating_arguments_of_a_typed_tool() -> None:
-    repeated = READ + 'arguments = { type = "object", properties = { account = { type = "string" } } }\n'
+    repeated = READ + ('arguments = { type = "object", properties = { account = { type = '
+                       '"string" } } }\n')
     found = problems(make_box(), _manifest(repeated, TRANSFER, SHELL))
     assert found == [
         "the grant of 'ledger/read' in handrail.toml:1 repeats arguments for a tool typed in "

@@ -12,12 +12,15 @@ import copy
 import json
 import random
 import re
+import tomllib
+from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from handrail.manifest import CANONICAL_FORMAT, AgentSection, Budgets, Grant, Manifest
+from handrail.manifest._locate import key_lines
 from handrail.policy import Policy
 
 Data = dict[str, Any]
@@ -315,6 +318,17 @@ class Writer:
         return "{ " + ", ".join(parts) + " }" if parts else "{}"
 
 
+def _paths(node: Any, prefix: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
+    if prefix:
+        yield prefix
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _paths(v, (*prefix, i))
+
+
 # -- the properties -------------------------------------------------------------------------
 
 _SETTINGS = settings(max_examples=200, deadline=None,
@@ -327,6 +341,8 @@ def test_spelling_never_changes_the_digest(data: Data, rnd: random.Random) -> No
     reference = build(data)
     text = Writer(rnd).document(data)
     parsed = Manifest.from_toml(text)
+    # Every key of every spelling has a line for messages to cite.
+    assert set(_paths(tomllib.loads(text))) <= set(key_lines(text)), text
     assert parsed.canonical() == reference.canonical(), text
     assert parsed.digest == reference.digest, text
 

@@ -199,7 +199,7 @@ def test_load_names_the_path(tmp_path: Path) -> None:
 
 
 def test_load_refuses_a_missing_or_binary_file(tmp_path: Path) -> None:
-    with pytest.raises(hr.ManifestError, match="cannot read the manifest .*nope.toml"):
+    with pytest.raises(hr.ManifestError, match=r"cannot read the manifest .*nope\.toml"):
         Manifest.load(tmp_path / "nope.toml")
     path = tmp_path / "bad.toml"
     path.write_bytes(b'[agent]\nname = "\xff"\n')

@@ -1,4 +1,4 @@
-"""OpenAIChat: conversions both ways, call ids, strict mode, streaming quirks of compatible servers."""
+"""OpenAIChat: conversions both ways, call ids, strict mode, quirks of compatible servers."""
 
 from __future__ import annotations
 
@@ -93,8 +93,9 @@ async def test_missing_or_repeated_call_ids_are_invented(given: Any) -> None:
     if given == "dup":
         assert ids[0] == "dup"  # the first keeps the provider's id
     # The ids we made are the ones the results answer, and they go back as sent.
-    history = [UserMessage("go"), response.message,
-               *[ToolResultMessage(i, n, ToolResult.text("ok")) for i, n in zip(ids, "ab")]]
+    results = [ToolResultMessage(i, n, ToolResult.text("ok"))
+               for i, n in zip(ids, "ab", strict=True)]
+    history = [UserMessage("go"), response.message, *results]
     sent = convert_messages(history)
     assert [c["id"] for c in sent[1]["tool_calls"]] == ids
     assert [m["tool_call_id"] for m in sent[2:]] == ids

@@ -378,7 +378,8 @@ async def test_anthropic_replays_recorded_exchange(name: str) -> None:
                 assert sent.headers["anthropic-version"] == "2023-06-01"
                 ours, theirs = _norm_anthropic(sent.json()), _norm_anthropic(recorded)
                 if theirs["tools"] is None:  # Anthropic's own text-editor tool: no schema
-                    assert [t["name"] for t in ours["tools"]] == [t["name"] for t in recorded["tools"]]
+                    names = [t["name"] for t in recorded["tools"]]
+                    assert [t["name"] for t in ours["tools"]] == names
                     ours["tools"] = None
                 assert ours == theirs
 

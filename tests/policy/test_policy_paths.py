@@ -26,6 +26,8 @@ from handrail.policy import (
     resolve_in_workspace,
 )
 
+# The workspace fixture is read-only for the examples: sharing it across them is safe.
+_FIXTURE = [HealthCheck.function_scoped_fixture]
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc oracle")
 
 
@@ -160,7 +162,7 @@ def _spell(draw: st.DrawFn, root: Path, canonical: str) -> str:
 
 
 @linux_only
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=_FIXTURE)
 @given(data=st.data())
 def test_no_spelling_of_a_denied_path_escapes_deny(tree: Path, data: st.DataObject) -> None:
     policy = Policy.default().layer("open").allow(hr.Act.READ, "**").allow(hr.Act.WRITE, "**")
@@ -192,7 +194,7 @@ _WORDS = ["..", ".", "", "src", "code", "out", "self", "up", "pkg", "app.py", ".
 
 
 @linux_only
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=500, deadline=None, suppress_health_check=_FIXTURE)
 @given(words=st.lists(st.sampled_from(_WORDS), min_size=1, max_size=7),
        absolute=st.sampled_from(["", "root", "slash"]), trailing=st.booleans())
 def test_nothing_outside_is_ever_allowed(
@@ -224,7 +226,7 @@ def test_nothing_outside_is_ever_allowed(
 
 
 @linux_only
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=_FIXTURE)
 @given(name=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"),
                     min_size=1, max_size=12))
 def test_unicode_names_canonicalise_to_themselves(tree: Path, name: str) -> None:

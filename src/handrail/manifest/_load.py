@@ -54,7 +54,12 @@ def _section(path: Path) -> str:
 class _Reader:
     def __init__(self, text: str, source: str) -> None:
         self.source = source
-        self.lines = key_lines(text)
+        try:
+            self.lines = key_lines(text)
+        except (ValueError, IndexError):
+            # The scanner only adds line numbers to messages; a TOML spelling it misreads
+            # must not make a valid manifest unloadable.
+            self.lines = {}
         self.errors: list[tuple[int, str]] = []
 
     def where(self, path: Path) -> tuple[int, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -18,7 +19,14 @@ from handrail.errors import (
     ModelResponseError,
     ModelUnavailable,
 )
-from handrail.models._base import CallIds, HttpModel, same_specs, unsupported_message
+from handrail.models._base import (
+    MALFORMED,
+    CallIds,
+    HttpModel,
+    malformed,
+    same_specs,
+    unsupported_message,
+)
 from handrail.models._http import error_detail
 from handrail.models._messages import (
     AssistantMessage,
@@ -321,7 +329,10 @@ class Anthropic(HttpModel):
         data = await self._http.post_json(
             self._path, self._body(messages, tools, settings, stream=False)
         )
-        return self._parse(data)
+        try:
+            return self._parse(data)
+        except MALFORMED as exc:
+            raise malformed(self._display, exc, data) from exc
 
     def _parse(self, data: Any) -> ModelResponse:
         if not isinstance(data, Mapping) or not isinstance(data.get("content"), list):
@@ -381,71 +392,78 @@ class Anthropic(HttpModel):
         stop_reason: Any = None
         model: str | None = None
         done = False
-        async for event in self._http.stream_sse(self._path, body):
+        stream = self._http.stream_sse(self._path, body)
+        async with contextlib.aclosing(stream) as events:
             try:
-                data = pydantic_core.from_json(event.data)
-            except ValueError as exc:
-                raise ModelResponseError(
-                    f"{self._display} streamed an event that is not JSON: {event.data[:200]!r}"
-                ) from exc
-            kind = data.get("type") if isinstance(data, Mapping) else None
-            if kind == "message_start":
-                message = data.get("message") or {}
-                model = message.get("model")
-                usage = message.get("usage") or {}
-                input_tokens = _input_tokens(usage)
-                output_tokens = int(usage.get("output_tokens") or 0)
-            elif kind == "content_block_start":
-                raw = data.get("content_block") or {}
-                block = blocks[int(data.get("index", len(blocks)))] = _Block(
-                    str(raw.get("type"))
-                )
-                if block.kind == "text" and raw.get("text"):
-                    block.text.append(raw["text"])
-                    yield TextDelta(raw["text"])
-                elif block.kind == "thinking" and raw.get("thinking"):
-                    block.text.append(raw["thinking"])
-                    yield ThinkingDelta(raw["thinking"])
-                elif block.kind == "redacted_thinking":
-                    block.redacted = str(raw.get("data", ""))
-                elif block.kind == "tool_use":
-                    block.call_id = ids.take(raw.get("id"))
-                    block.name = str(raw.get("name") or "")
-                    block.start_input = raw.get("input")
-                    yield ToolCallStart(block.call_id, block.name)
-            elif kind == "content_block_delta":
-                block = blocks.get(int(data.get("index", -1)), _Block("unknown"))
-                delta = data.get("delta") or {}
-                dkind = delta.get("type")
-                if dkind == "text_delta" and delta.get("text"):
-                    block.text.append(delta["text"])
-                    yield TextDelta(delta["text"])
-                elif dkind == "thinking_delta" and delta.get("thinking"):
-                    block.text.append(delta["thinking"])
-                    yield ThinkingDelta(delta["thinking"])
-                elif dkind == "signature_delta":
-                    block.signature = (block.signature or "") + str(delta.get("signature", ""))
-                elif dkind == "input_json_delta" and delta.get("partial_json"):
-                    block.text.append(delta["partial_json"])
-                    if block.kind == "tool_use":
-                        yield ToolCallDelta(block.call_id, delta["partial_json"])
-            elif kind == "content_block_stop":
-                block = blocks.get(int(data.get("index", -1)), _Block("unknown"))
-                if block.kind == "tool_use" and not block.text and block.start_input:
-                    # The whole input came with the block's start, no fragments followed.
-                    block.text.append(pydantic_core.to_json(block.start_input).decode())
-                    yield ToolCallDelta(block.call_id, block.text[0])
-            elif kind == "message_delta":
-                stop_reason = (data.get("delta") or {}).get("stop_reason") or stop_reason
-                usage = data.get("usage") or {}
-                output_tokens = int(usage.get("output_tokens") or output_tokens)
-                if usage.get("input_tokens") is not None:
-                    input_tokens = _input_tokens(usage)
-            elif kind == "message_stop":
-                done = True
-                break
-            elif kind == "error":
-                raise _stream_error(self._display, data)
+                async for event in events:
+                    try:
+                        data = pydantic_core.from_json(event.data)
+                    except ValueError as exc:
+                        raise ModelResponseError(
+                            f"{self._display} streamed an event that is not JSON: "
+                            f"{event.data[:200]!r}"
+                        ) from exc
+                    kind = data.get("type") if isinstance(data, Mapping) else None
+                    if kind == "message_start":
+                        message = data.get("message") or {}
+                        model = message.get("model")
+                        usage = message.get("usage") or {}
+                        input_tokens = _input_tokens(usage)
+                        output_tokens = int(usage.get("output_tokens") or 0)
+                    elif kind == "content_block_start":
+                        raw = data.get("content_block") or {}
+                        block = blocks[int(data.get("index", len(blocks)))] = _Block(
+                            str(raw.get("type"))
+                        )
+                        if block.kind == "text" and raw.get("text"):
+                            block.text.append(raw["text"])
+                            yield TextDelta(raw["text"])
+                        elif block.kind == "thinking" and raw.get("thinking"):
+                            block.text.append(raw["thinking"])
+                            yield ThinkingDelta(raw["thinking"])
+                        elif block.kind == "redacted_thinking":
+                            block.redacted = str(raw.get("data", ""))
+                        elif block.kind == "tool_use":
+                            block.call_id = ids.take(raw.get("id"))
+                            block.name = str(raw.get("name") or "")
+                            block.start_input = raw.get("input")
+                            yield ToolCallStart(block.call_id, block.name)
+                    elif kind == "content_block_delta":
+                        block = blocks.get(int(data.get("index", -1)), _Block("unknown"))
+                        delta = data.get("delta") or {}
+                        dkind = delta.get("type")
+                        if dkind == "text_delta" and delta.get("text"):
+                            block.text.append(delta["text"])
+                            yield TextDelta(delta["text"])
+                        elif dkind == "thinking_delta" and delta.get("thinking"):
+                            block.text.append(delta["thinking"])
+                            yield ThinkingDelta(delta["thinking"])
+                        elif dkind == "signature_delta":
+                            signature = str(delta.get("signature", ""))
+                            block.signature = (block.signature or "") + signature
+                        elif dkind == "input_json_delta" and delta.get("partial_json"):
+                            block.text.append(delta["partial_json"])
+                            if block.kind == "tool_use":
+                                yield ToolCallDelta(block.call_id, delta["partial_json"])
+                    elif kind == "content_block_stop":
+                        block = blocks.get(int(data.get("index", -1)), _Block("unknown"))
+                        if block.kind == "tool_use" and not block.text and block.start_input:
+                            # The whole input came with the block's start, no fragments followed.
+                            block.text.append(pydantic_core.to_json(block.start_input).decode())
+                            yield ToolCallDelta(block.call_id, block.text[0])
+                    elif kind == "message_delta":
+                        stop_reason = (data.get("delta") or {}).get("stop_reason") or stop_reason
+                        usage = data.get("usage") or {}
+                        output_tokens = int(usage.get("output_tokens") or output_tokens)
+                        if usage.get("input_tokens") is not None:
+                            input_tokens = _input_tokens(usage)
+                    elif kind == "message_stop":
+                        done = True
+                        break
+                    elif kind == "error":
+                        raise _stream_error(self._display, data)
+            except MALFORMED as exc:
+                raise malformed(self._display, exc) from exc
         if not done:
             raise ModelUnavailable(
                 f"the {self._display} stream ended before message_stop; retry the request"

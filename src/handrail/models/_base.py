@@ -11,11 +11,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from handrail.errors import ConfigError, UserError
+from handrail.errors import ConfigError, ModelResponseError, UserError
 from handrail.models._http import ErrorContext, HttpClient
 from handrail.tools import ToolSpec
 
-__all__ = ["CallIds", "HttpModel", "same_specs"]
+__all__ = ["MALFORMED", "CallIds", "HttpModel", "malformed", "same_specs", "unsupported_message"]
 
 # Hosted vendor endpoints always need a key; a self-hosted compatible server (vLLM, Ollama,
 # LM Studio) usually takes none, so elsewhere a missing key means "send no auth header".
@@ -168,4 +168,19 @@ def unsupported_message(message: Any) -> UserError:
     return UserError(
         f"cannot send {type(message).__name__} to a model: messages must be SystemMessage, "
         "UserMessage, AssistantMessage or ToolResultMessage"
+    )
+
+
+MALFORMED = (AttributeError, TypeError, KeyError, IndexError, ValueError)
+"""What reading a response of an unexpected shape raises (a list where an object belongs...).
+
+Caught only around response parsing, where it means the provider's answer is malformed."""
+
+
+def malformed(provider: str, exc: Exception, body: Any = None) -> ModelResponseError:
+    """The error for a response whose shape the parser could not follow."""
+    return ModelResponseError(
+        f"{provider} sent a response handrail could not understand "
+        f"({type(exc).__name__}: {exc})",
+        body=body,
     )

@@ -22,12 +22,13 @@ events have been handed to the caller, a failure is raised, never replayed.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import functools
 import random
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -345,7 +346,7 @@ class HttpClient:
 
     async def stream_sse(
         self, path: str, body: Mapping[str, Any] | bytes
-    ) -> AsyncIterator[ServerSentEvent]:
+    ) -> AsyncGenerator[ServerSentEvent, None]:
         """POST `body` and yield the server-sent events of the answer.
 
         Retried like `post_json` until the response headers arrive; failures while reading
@@ -382,8 +383,9 @@ class HttpClient:
                     attempt += 1
                     continue
                 try:
-                    async for event in _parse_sse(response.aiter_lines()):
-                        yield event
+                    async with contextlib.aclosing(_parse_sse(response.aiter_lines())) as events:
+                        async for event in events:
+                            yield event
                 except httpx.HTTPError as exc:
                     raise map_failure(exc, ctx) from exc
                 return
@@ -391,7 +393,7 @@ class HttpClient:
                 await response.aclose()
 
 
-async def _parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[ServerSentEvent]:
+async def _parse_sse(lines: AsyncIterator[str]) -> AsyncGenerator[ServerSentEvent, None]:
     """Parse the SSE line protocol; an incomplete event at end of stream is dropped."""
     event = ""
     data: list[str] = []

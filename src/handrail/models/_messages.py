@@ -246,15 +246,33 @@ def _adapter() -> TypeAdapter[list[Any]]:
     return TypeAdapter(list[Message])
 
 
+def _dump_part(part: TextPart | ToolCall | ThinkingPart) -> dict[str, Any]:
+    if isinstance(part, ToolCall):
+        return {"kind": "tool_call", "id": part.id, "name": part.name,
+                "arguments": part.arguments}
+    if isinstance(part, TextPart):
+        return {"kind": "text", "text": part.text}
+    return {"kind": "thinking", "text": part.text, "signature": part.signature,
+            "provider": part.provider, "redacted": part.redacted}
+
+
 def dump_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
-    """Messages as JSON-compatible dicts (tool results via `ToolResult.to_dict`)."""
+    """Messages as JSON-compatible dicts; `load_messages` reverses it.
+
+    Written out by hand rather than through pydantic: the agent loop dumps every message it
+    stores, so this is on the per-turn path.
+    """
     out: list[dict[str, Any]] = []
     for message in messages:
         if isinstance(message, ToolResultMessage):
             out.append({"kind": "tool_result", "call_id": message.call_id, "name": message.name,
                         "result": message.result.to_dict()})
+        elif isinstance(message, AssistantMessage):
+            out.append({"kind": "assistant", "parts": [_dump_part(p) for p in message.parts]})
+        elif isinstance(message, SystemMessage | UserMessage):
+            out.append({"kind": message.kind, "text": message.text})
         else:
-            out.append(_adapter().dump_python([message], mode="json")[0])
+            raise TypeError(f"not a message: {message!r}")
     return out
 
 

@@ -5,6 +5,7 @@ OpenRouter, vLLM, Ollama and LM Studio speak the same protocol; point `base_url`
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,7 +15,14 @@ import httpx
 import pydantic_core
 
 from handrail.errors import ModelResponseError, ModelUnavailable
-from handrail.models._base import CallIds, HttpModel, same_specs, unsupported_message
+from handrail.models._base import (
+    MALFORMED,
+    CallIds,
+    HttpModel,
+    malformed,
+    same_specs,
+    unsupported_message,
+)
 from handrail.models._http import error_detail
 from handrail.models._messages import (
     AssistantMessage,
@@ -393,7 +401,10 @@ class OpenAIChat(HttpModel):
         data = await self._http.post_json(
             self._path, self._body(messages, tools, settings, stream=False)
         )
-        return self._parse(data)
+        try:
+            return self._parse(data)
+        except MALFORMED as exc:
+            raise malformed(self._display, exc, data) from exc
 
     def _parse(self, data: Any) -> ModelResponse:
         if not isinstance(data, Mapping):
@@ -455,40 +466,46 @@ class OpenAIChat(HttpModel):
         usage = Usage()
         model: str | None = None
         done = False
-        async for event in self._http.stream_sse(self._path, body):
-            if event.data.strip() == "[DONE]":
-                done = True
-                break
+        stream = self._http.stream_sse(self._path, body)
+        async with contextlib.aclosing(stream) as events:
             try:
-                chunk = pydantic_core.from_json(event.data)
-            except ValueError as exc:
-                raise ModelResponseError(
-                    f"{self._display} streamed an event that is not JSON: {event.data[:200]!r}"
-                ) from exc
-            if not isinstance(chunk, Mapping):
-                continue
-            if chunk.get("error"):
-                raise _error_in_body(self._display, chunk)
-            model = chunk.get("model") or model
-            if chunk.get("usage"):
-                usage = _usage(chunk["usage"])
-            for choice in chunk.get("choices") or ():
-                if choice.get("index", 0) != 0:
-                    continue
-                delta = choice.get("delta") or {}
-                thought = delta.get("reasoning_content") or delta.get("reasoning")
-                if isinstance(thought, str) and thought:
-                    reasoning.append(thought)
-                    yield ThinkingDelta(thought)
-                piece = _text(delta.get("content"))
-                if piece:
-                    text.append(piece)
-                    yield TextDelta(piece)
-                for raw in delta.get("tool_calls") or ():
-                    for out in self._call_delta(calls, ids, raw):
-                        yield out
-                if choice.get("finish_reason"):
-                    finish = choice["finish_reason"]
+                async for event in events:
+                    if event.data.strip() == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = pydantic_core.from_json(event.data)
+                    except ValueError as exc:
+                        raise ModelResponseError(
+                            f"{self._display} streamed an event that is not JSON: "
+                            f"{event.data[:200]!r}"
+                        ) from exc
+                    if not isinstance(chunk, Mapping):
+                        continue
+                    if chunk.get("error"):
+                        raise _error_in_body(self._display, chunk)
+                    model = chunk.get("model") or model
+                    if chunk.get("usage"):
+                        usage = _usage(chunk["usage"])
+                    for choice in chunk.get("choices") or ():
+                        if choice.get("index", 0) != 0:
+                            continue
+                        delta = choice.get("delta") or {}
+                        thought = delta.get("reasoning_content") or delta.get("reasoning")
+                        if isinstance(thought, str) and thought:
+                            reasoning.append(thought)
+                            yield ThinkingDelta(thought)
+                        piece = _text(delta.get("content"))
+                        if piece:
+                            text.append(piece)
+                            yield TextDelta(piece)
+                        for raw in delta.get("tool_calls") or ():
+                            for out in self._call_delta(calls, ids, raw):
+                                yield out
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
+            except MALFORMED as exc:
+                raise malformed(self._display, exc) from exc
         if not done and finish is None:
             raise ModelUnavailable(
                 f"the {self._display} stream ended before the response was complete "

@@ -76,6 +76,9 @@ class Scripted:
                 )
         self.turns = list(turns)
         self._name = name
+        # (history list, its length, assistant turns in it): the agent loop appends to one
+        # list, so counting only the new tail keeps each request O(1) in the history length.
+        self._seen: tuple[Sequence[Any], int, int] | None = None
 
     @property
     def name(self) -> str:
@@ -89,7 +92,14 @@ class Scripted:
         settings: ModelSettings | None = None,
     ) -> ModelResponse:
         """Return the next scripted turn."""
-        index = sum(1 for m in messages if isinstance(m, AssistantMessage))
+        start, index = 0, 0
+        seen = self._seen
+        if seen is not None and seen[0] is messages and seen[1] <= len(messages):
+            start, index = seen[1], seen[2]
+        for i in range(start, len(messages)):
+            if isinstance(messages[i], AssistantMessage):
+                index += 1
+        self._seen = (messages, len(messages), index)
         if index >= len(self.turns):
             raise ModelResponseError(
                 f"the scripted model ran out of turns: it has {len(self.turns)} and the "

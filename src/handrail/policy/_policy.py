@@ -287,7 +287,7 @@ def _complete_defaults(given: Mapping[str, Effect | str] | None) -> dict[str, Ef
             continue
         # Setting `call` without `call_read_only` means "every call": a stricter call default
         # must not leave read-only tools on the looser built-in.
-        if key == "call_read_only" and "call" in out:
+        if key == "call_read_only" and "call" in given:
             out[key] = out["call"]
         else:
             out[key] = _BUILTIN_DEFAULTS[key]

@@ -68,10 +68,13 @@ def _canonical_host(host: str) -> tuple[str, bool]:
         host = host[:-1]
     if not host:
         raise UncanonicalTarget("the host is empty")
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        ip = None
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+    if ":" in host or _LEGACY_V4.fullmatch(host):
+        # Only address-like text is parsed: a failed parse raises, and exceptions are slow.
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            ip = None
     if ip is None and _LEGACY_V4.fullmatch(host) and any(c.isdigit() for c in host):
         # Resolvers accept '127.1', '0x7f000001' and '2130706433' as 127.0.0.1: so must we,
         # or a deny on 127.0.0.1 could be spelt around.

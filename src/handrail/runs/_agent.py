@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +43,7 @@ from handrail.runs._outcome import (
 )
 from handrail.store import Batch, RunRecord, RunStatus, Store
 from handrail.store._base import new_owner
+from handrail.store._records import update
 from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, Toolbox, ToolImpl, Toolset
 
 __all__ = ["Agent", "DeferAll", "Recovery", "RunEvent"]
@@ -285,14 +286,15 @@ class _Runner:
         )
         self.gate = Gate(self.scope)
         self.offered = self.gate.offered()
+        # Counted once here, then kept up to date: per-turn work never re-walks the history.
+        self.turns = sum(1 for m in messages if isinstance(m, AssistantMessage))
 
     def _run_update(self, **changes: Any) -> RunRecord:
         now = time.time()
         fields: dict[str, Any] = {"updated_at": now, "lease_until": now + self.store.lease_seconds,
                                   "remembered": [r.to_dict() for r in self.scope.remembered]}
         fields.update(changes)
-        self.run = replace(self.run, **fields)
-        return self.run
+        return update(self.run, **fields)
 
     async def _emit(self, kind: str, **detail: Any) -> None:
         if self.on_event is not None:
@@ -342,7 +344,7 @@ class _Runner:
         while True:
             last = messages[-1]
             if isinstance(last, AssistantMessage) and last.tool_calls:
-                turn = sum(1 for m in messages if isinstance(m, AssistantMessage)) - 1
+                turn = self.turns - 1
                 existing = {c.call_id: c for c in await self._turn_records(turn)}
                 first = Batch(run=self._run_update())
                 if self._pending_message is not None:
@@ -389,6 +391,7 @@ class _Runner:
             message = response.message
             seq = len(messages)
             messages.append(message)
+            self.turns += 1
             entry = (self.run.id, seq, dump_messages([message])[0])
             await self._emit("model_turn", text=message.text,
                              calls=[c.name for c in message.tool_calls])
@@ -435,7 +438,7 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
                        "to": agent.manifest_digest, "at": time.time()})
     run = await store.claim(run_id, new_owner())
     events.append({"kind": "resumed", "at": time.time()})
-    run = replace(run, events=events)
+    run.events = events
     # The recorded policy stays the boundary; the agent's current policy can only add denies
     # and asks to it (a deny added while paused wins).
     policy = Policy.from_dict(run.policy or {}).contain(agent.policy)

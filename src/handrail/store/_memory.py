@@ -9,7 +9,14 @@ from typing import Any
 
 from handrail.errors import AlreadyDecided, NotFound
 from handrail.store._base import Store, check_claimable, cutoff
-from handrail.store._records import Batch, CallRecord, PendingItem, RunRecord, RunStatus
+from handrail.store._records import (
+    Batch,
+    CallRecord,
+    PendingItem,
+    RunRecord,
+    RunStatus,
+    clone,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -26,7 +33,7 @@ class MemoryStore(Store):
 
     async def write(self, batch: Batch) -> None:
         if batch.run is not None:
-            self._runs[batch.run.id] = batch.run
+            self._runs[batch.run.id] = clone(batch.run)
         for run_id, seq, message in batch.messages:
             # seq is the message's position; a replayed write must not duplicate.
             log = self._messages.setdefault(run_id, [])
@@ -39,32 +46,32 @@ class MemoryStore(Store):
         for record in batch.calls:
             if record.id not in self._calls:
                 self._run_calls.setdefault(record.run_id, []).append(record.id)
-            self._calls[record.id] = record
+            self._calls[record.id] = clone(record)
         for item in batch.pending:
             self._pending[item.id] = item
 
     async def run(self, run_id: str) -> RunRecord:
         try:
-            return self._runs[run_id]
+            return clone(self._runs[run_id])
         except KeyError:
             raise NotFound(f"no run {run_id!r} in this store") from None
 
     async def runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
         found = [r for r in self._runs.values() if status is None or r.status is status]
         found.sort(key=lambda r: r.created_at, reverse=True)
-        return found[:limit]
+        return [clone(r) for r in found[:limit]]
 
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
         return list(self._messages.get(run_id, []))
 
     async def calls(self, run_id: str) -> list[CallRecord]:
-        found = [self._calls[i] for i in self._run_calls.get(run_id, [])]
+        found = [clone(self._calls[i]) for i in self._run_calls.get(run_id, [])]
         found.sort(key=lambda c: (c.turn, c.index))
         return found
 
     async def call(self, record_id: str) -> CallRecord:
         try:
-            return self._calls[record_id]
+            return clone(self._calls[record_id])
         except KeyError:
             raise NotFound(f"no call {record_id!r} in this store") from None
 

@@ -215,7 +215,11 @@ class ToolResult:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible dict (for stores and wire formats); `from_dict` reverses it."""
         return {
-            "content": _content_adapter().dump_python(list(self.content), mode="json"),
+            "content": [
+                {"kind": "text", "text": item.text} if type(item) is Text
+                else _content_adapter().dump_python([item], mode="json")[0]
+                for item in self.content
+            ],
             "structured": self.structured,
             "is_error": self.is_error,
             "metadata": dict(self.metadata),
