@@ -369,3 +369,54 @@ def test_one_model_serves_several_event_loops() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("body", [
+    {"choices": ["not an object"]},
+    {"choices": [{"message": {"tool_calls": [{"function": "get"}]}}]},
+    [1, 2],
+    {"nothing": True},
+])
+async def test_malformed_openai_response_is_a_model_response_error(body: Any) -> None:
+    async with serve([Reply(200, body)]) as server:
+        model, _ = _openai(server.url)
+        async with model:
+            with pytest.raises(ModelResponseError, match="OpenAI"):
+                await model.request([UserMessage("hi")], [])
+
+
+@pytest.mark.parametrize("body", [
+    'data: {"choices":[{"delta":"x"}]}\n\n',
+    "data: {not json\n\n",
+])
+async def test_malformed_stream_is_a_model_response_error(body: str) -> None:
+    async with serve([Reply(200, body, "text/event-stream")]) as server:
+        model, _ = _openai(server.url)
+        async with model:
+            with pytest.raises(ModelResponseError):
+                async for _ in model.request_stream([UserMessage("hi")], []):
+                    pass
+
+
+async def test_malformed_anthropic_response_is_a_model_response_error() -> None:
+    async with serve([Reply(200, {"content": [{"type": "tool_use", "input": []}, 7]})]) as server:
+        async with Anthropic("c", base_url=server.url, api_key="k") as model:
+            with pytest.raises(ModelResponseError, match="Anthropic"):
+                await model.request([UserMessage("hi")], [])
+
+
+async def test_stopping_a_stream_early_releases_the_connection() -> None:
+    import contextlib
+
+    replies = [Reply(200, SSE_TEXT, "text/event-stream"), Reply(200, OK)]
+    async with serve(replies) as server:
+        model, _ = _openai(server.url)
+        async with model:
+            async with contextlib.aclosing(
+                model.request_stream([UserMessage("hi")], [])
+            ) as events:
+                async for event in events:
+                    assert isinstance(event, TextDelta)
+                    break
+            response = await model.request([UserMessage("again")], [])
+    assert response.message.text == "hi" and len(server.requests) == 2

@@ -144,29 +144,29 @@ def check_argument_payload(
 ) -> Mapping[str, Any] | str | bytes:
     """Refuse arguments that are not a JSON object (or its text) or that exceed `max_bytes`.
 
-    The size is that of the arguments as UTF-8 JSON. For a mapping of a few scalars a cheap
-    upper bound stands in for serialising it; the bound never under-estimates, and when it
-    exceeds the cap the exact size decides.
+    The size is that of the arguments as UTF-8 JSON, measured exactly: serialising a mapping
+    costs less than estimating it would, and an estimate could be wrong in the direction that
+    lets an over-sized payload through.
 
     Raises:
         InvalidArguments: not an object, or too large (NOT_SENT).
     """
-    if isinstance(arguments, str):
+    kind = type(arguments)
+    if kind is dict or (kind is not str and isinstance(arguments, Mapping)):
+        try:
+            size = len(pydantic_core.to_json(arguments, fallback=repr))
+        except pydantic_core.PydanticSerializationError as exc:
+            raise InvalidArguments(
+                tool, [Issue(path="$", message=f"arguments are not JSON-encodable: {exc}")]
+            ) from None
+    elif kind is str:
         # Each character is 1 to 4 bytes of UTF-8: count exactly only when it could matter.
-        size = len(arguments)
+        size = len(arguments)  # type: ignore[arg-type]  # narrowed by `kind is str`
         if size * 4 > max_bytes:
-            size = len(arguments.encode("utf-8", "surrogatepass"))
-    elif isinstance(arguments, bytes | bytearray):
-        size = len(arguments)
-    elif isinstance(arguments, Mapping):
-        size = _size_bound(arguments)
-        if size > max_bytes:
-            try:
-                size = len(pydantic_core.to_json(arguments, fallback=repr))
-            except pydantic_core.PydanticSerializationError as exc:
-                raise InvalidArguments(
-                    tool, [Issue(path="$", message=f"arguments are not JSON-encodable: {exc}")]
-                ) from None
+            size = len(arguments.encode("utf-8", "surrogatepass"))  # type: ignore[union-attr]
+    elif isinstance(arguments, str | bytes | bytearray):
+        size = len(arguments.encode("utf-8", "surrogatepass")) if isinstance(
+            arguments, str) else len(arguments)
     else:
         raise InvalidArguments(
             tool,
@@ -180,40 +180,6 @@ def check_argument_payload(
                    f"{max_bytes} bytes; send less data")],
         )
     return arguments  # type: ignore[return-value]  # Mapping narrowed from object
-
-
-_UNBOUNDED = 1 << 62
-_INT_BOUND = 10**18
-
-
-def _size_bound(arguments: Mapping[Any, Any]) -> int:
-    r"""An upper bound of `len(to_json(arguments))`, or `_UNBOUNDED` when no cheap one exists.
-
-    JSON spends at most 6 bytes per character of a string (`\u001f`; non-ASCII is raw UTF-8,
-    at most 4 bytes), so a key costs at most 6n + 4 (quotes, colon, comma), an int under 10**18
-    at most 20 bytes, a float at most 32 (`-2.2250738585072014e-308`, `-Infinity`).
-    """
-    if len(arguments) > 16:
-        return _UNBOUNDED
-    total = 2
-    for key, value in arguments.items():
-        if type(key) is not str:
-            return _UNBOUNDED
-        total += 6 * len(key) + 4
-        kind = type(value)
-        if kind is str:
-            total += 6 * len(value) + 2
-        elif kind is int:
-            if not -_INT_BOUND < value < _INT_BOUND:
-                return _UNBOUNDED
-            total += 20
-        elif kind is float:
-            total += 32
-        elif kind is bool or value is None:
-            total += 5
-        else:
-            return _UNBOUNDED
-    return total
 
 
 class _Abandon(BaseException):
@@ -272,8 +238,7 @@ def _close(coro: Coroutine[Any, Any, Any]) -> None:
 
 
 def _prepare(impl: ToolImpl, arguments: object, max_bytes: int) -> Any:
-    spec = impl.spec
-    return impl.validate(check_argument_payload(str(spec.id), arguments, max_bytes))
+    return impl.validate(check_argument_payload(impl.spec.id._str, arguments, max_bytes))
 
 
 class ToolHandler:
@@ -448,7 +413,9 @@ class ToolHandler:
         `not spec.interactions and spec.timeout is None` first.
         """
         spec = impl.spec
-        validated = _prepare(impl, arguments, max_argument_bytes)
+        validated = impl.validate(
+            check_argument_payload(spec.id._str, arguments, max_argument_bytes)
+        )
         ctx = CallContext(call_id=call_id, tool_id=spec.id) if impl.needs_context else None
         try:
             return await impl.execute(validated, ctx)
