@@ -254,7 +254,7 @@ async def test_an_idempotent_call_in_flight_is_retried_without_asking(store: hr.
 async def test_wrong_kinds_of_ids_are_clear_errors(store: hr.Store) -> None:
     paused = await _deferred(store)
     assert isinstance(paused.outcome, hr.AwaitingApproval)
-    with pytest.raises(hr.UserError, match="not a question"):
+    with pytest.raises(hr.UserError, match="not a pending question"):
         await hr.resume_with_answer(store, paused.outcome.request_id, "x", agent=make_agent())
     with pytest.raises(hr.UserError, match="deferring again"):
         await hr.resume_with_decision(store, paused.outcome.request_id, hr.Decision.defer(),

@@ -11,7 +11,6 @@ from pydantic import Field
 
 import handrail as hr
 from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, check_argument_payload
-from handrail.tools._handler import _size_bound
 
 pytestmark = pytest.mark.anyio
 
@@ -142,11 +141,10 @@ async def test_size_counts_utf8_bytes_not_characters() -> None:
         {f"k{i}": i for i in range(40)},  # many keys
     ],
 )
-def test_the_size_check_never_underestimates(arguments: dict[Any, Any]) -> None:
+def test_the_size_check_is_exact(arguments: dict[Any, Any]) -> None:
     import pydantic_core
 
     exact = len(pydantic_core.to_json(arguments, fallback=repr))
-    assert _size_bound(arguments) >= exact
     with pytest.raises(hr.InvalidArguments):
         check_argument_payload("t", arguments, exact - 1)
     assert check_argument_payload("t", arguments, exact) is arguments
@@ -165,13 +163,14 @@ json_values = st.recursive(
 
 
 @given(st.dictionaries(st.text(max_size=20), json_values, max_size=20))
-def test_size_bound_is_an_upper_bound(arguments: dict[str, Any]) -> None:
+def test_the_cap_is_exact_at_its_edge(arguments: dict[str, Any]) -> None:
     import pydantic_core
 
     exact = len(pydantic_core.to_json(arguments))
-    assert _size_bound(arguments) >= exact
-    # And the cap is exact at its edge: never refused at or under, always over.
+    # Never refused at or under the cap, always over it: no payload slips past.
     assert check_argument_payload("t", arguments, exact) is arguments
+    assert check_argument_payload("t", json.dumps(arguments, ensure_ascii=False),
+                                  len(json.dumps(arguments, ensure_ascii=False).encode()))
     if exact > 1:
         with pytest.raises(hr.InvalidArguments):
             check_argument_payload("t", arguments, exact - 1)

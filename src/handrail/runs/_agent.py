@@ -416,26 +416,44 @@ class _Runner:
 # ----------------------------------------------------------------- resume
 
 
-async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver | None,
-                  responder: Responder | None, allow_manifest_change: bool,
-                  on_event: EventCallback | None, cancel: anyio.Event | None) -> RunResult:
+def _check_resumable(run: RunRecord, agent: Agent, allow_manifest_change: bool
+                     ) -> list[dict[str, Any]]:
+    """Refuse to resume across a boundary; returns the run's events plus what to record."""
     if not isinstance(agent, Agent):
-        raise UserError("resume needs agent= (the Agent whose run this is)")
-    run = await store.run(run_id)
+        raise UserError("resuming needs agent= (the Agent whose run this is)")
     if run.policy is None:
         raise ResumeRefused(
-            f"run {run_id} has no recorded policy; refusing to resume it without a boundary"
+            f"run {run.id} has no recorded policy; refusing to resume it without a boundary"
         )
     events = list(run.events)
     if run.manifest_digest != agent.manifest_digest:
         if not allow_manifest_change:
             raise ResumeRefused(
-                f"run {run_id} ran under manifest {run.manifest_digest}, but the manifest now in "
-                f"force is {agent.manifest_digest}; pass allow_manifest_change=True to resume it "
-                "under the new one (recorded)"
+                f"run {run.id} ran under manifest {run.manifest_digest}, but the manifest now "
+                f"in force is {agent.manifest_digest}; pass allow_manifest_change=True to resume "
+                "it under the new one (recorded)"
             )
         events.append({"kind": "manifest_changed", "from": run.manifest_digest,
                        "to": agent.manifest_digest, "at": time.time()})
+    return events
+
+
+async def _decide_pending(store: Store, item_id: str, kind: str, decision: dict[str, Any],
+                          decided_by: str, agent: Agent, allow_manifest_change: bool) -> str:
+    """Check the item and its run can be resumed, then record the decision (CAS)."""
+    item = await store.pending_item(item_id)
+    if item.kind != kind:
+        raise UserError(f"{item_id} is a pending {item.kind}, not a pending {kind}")
+    _check_resumable(await store.run(item.run_id), agent, allow_manifest_change)
+    await store.decide(item_id, decision, decided_by)
+    return item.run_id
+
+
+async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver | None,
+                  responder: Responder | None, allow_manifest_change: bool,
+                  on_event: EventCallback | None, cancel: anyio.Event | None) -> RunResult:
+    run = await store.run(run_id)
+    events = _check_resumable(run, agent, allow_manifest_change)
     run = await store.claim(run_id, new_owner())
     events.append({"kind": "resumed", "at": time.time()})
     run.events = events
@@ -487,11 +505,9 @@ async def resume_with_decision(store: Store, request_id: str, decision: Decision
     if not isinstance(decision, Decision) or isinstance(decision, Defer):
         raise UserError("resume_with_decision takes hr.Decision.approve(...) or "
                         ".deny(reason); deferring again means leaving it pending")
-    item = await store.pending_item(request_id)
-    if item.kind != "approval":
-        raise UserError(f"{request_id} is a pending {item.kind}, not an approval")
-    await store.decide(request_id, decision.to_dict(), decided_by)
-    return await _resume(store, item.run_id, agent=agent, approver=approver,
+    run_id = await _decide_pending(store, request_id, "approval", decision.to_dict(),
+                                   decided_by, agent, allow_manifest_change)
+    return await _resume(store, run_id, agent=agent, approver=approver,
                          responder=responder, allow_manifest_change=allow_manifest_change,
                          on_event=None, cancel=None)
 
@@ -511,11 +527,9 @@ async def resume_with_answer(store: Store, question_id: str, text: str, *, agent
     """
     if not isinstance(text, str):
         raise UserError("an answer is text")
-    item = await store.pending_item(question_id)
-    if item.kind != "question":
-        raise UserError(f"{question_id} is a pending {item.kind}, not a question")
-    await store.decide(question_id, {"answer": text}, answered_by)
-    return await _resume(store, item.run_id, agent=agent, approver=approver,
+    run_id = await _decide_pending(store, question_id, "question", {"answer": text},
+                                   answered_by, agent, allow_manifest_change)
+    return await _resume(store, run_id, agent=agent, approver=approver,
                          responder=responder, allow_manifest_change=allow_manifest_change,
                          on_event=None, cancel=None)
 
@@ -534,11 +548,9 @@ async def resume_with_recovery(store: Store, call_id: str, recovery: Recovery, *
     if not isinstance(recovery, Recovery):
         raise UserError("resume_with_recovery takes hr.Recovery.retry(), "
                         ".completed(observation) or .abort()")
-    item = await store.pending_item(call_id)
-    if item.kind != "recovery":
-        raise UserError(f"{call_id} is a pending {item.kind}, not a recovery")
-    await store.decide(call_id, recovery.to_dict(), decided_by)
-    return await _resume(store, item.run_id, agent=agent, approver=approver,
+    run_id = await _decide_pending(store, call_id, "recovery", recovery.to_dict(),
+                                   decided_by, agent, allow_manifest_change)
+    return await _resume(store, run_id, agent=agent, approver=approver,
                          responder=responder, allow_manifest_change=allow_manifest_change,
                          on_event=None, cancel=None)
 

@@ -159,14 +159,13 @@ def check_argument_payload(
             raise InvalidArguments(
                 tool, [Issue(path="$", message=f"arguments are not JSON-encodable: {exc}")]
             ) from None
-    elif kind is str:
+    elif isinstance(arguments, str):
         # Each character is 1 to 4 bytes of UTF-8: count exactly only when it could matter.
-        size = len(arguments)  # type: ignore[arg-type]  # narrowed by `kind is str`
+        size = len(arguments)
         if size * 4 > max_bytes:
-            size = len(arguments.encode("utf-8", "surrogatepass"))  # type: ignore[union-attr]
-    elif isinstance(arguments, str | bytes | bytearray):
-        size = len(arguments.encode("utf-8", "surrogatepass")) if isinstance(
-            arguments, str) else len(arguments)
+            size = len(arguments.encode("utf-8", "surrogatepass"))
+    elif isinstance(arguments, bytes | bytearray):
+        size = len(arguments)
     else:
         raise InvalidArguments(
             tool,

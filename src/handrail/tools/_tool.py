@@ -81,6 +81,12 @@ class _Output:
                 ) from exc
 
     def convert(self, value: Any) -> ToolResult:
+        if type(value) is self.scalar:  # the hot path: `-> int` returning an int
+            if type(value) is str:
+                return ToolResult((Text(value),), value)
+            if type(value) is float and not math.isfinite(value):
+                raise InvalidOutput(self.tool, [_issue(f"{value} is not a JSON number")])
+            return ToolResult((Text(pydantic_core.to_json(value).decode()),), value)
         if isinstance(value, ToolResult):
             result: ToolResult = value
             if self.adapter is not None and not result.is_error:
@@ -89,13 +95,6 @@ class _Output:
                 if structured is not result.structured:
                     result = ToolResult(result.content, structured, False, result.metadata)
             return result
-        scalar = self.scalar
-        if scalar is not None and type(value) is scalar:
-            if isinstance(value, str):
-                return ToolResult((Text(value),), value)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise InvalidOutput(self.tool, [_issue(f"{value} is not a JSON number")])
-            return ToolResult((Text(pydantic_core.to_json(value).decode()),), value)
         if self.mode == "typed":
             structured = self._dump(self._check(value))
             if self.is_str:

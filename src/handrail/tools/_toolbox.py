@@ -208,6 +208,9 @@ class Toolbox:
             raise UserError("max_argument_bytes must be a positive integer")
         self.max_argument_bytes = max_argument_bytes
         self._impls: dict[str, ToolImpl] = {}
+        # Every spelling `call` and `get` accept, "server/name" and, on the default server,
+        # the bare name: one dict lookup on the hot path.
+        self._lookup: dict[str, ToolImpl] = {}
         self._by_model_name: dict[str, ToolImpl] = {}
         for item in tools:
             self.add(item)
@@ -229,6 +232,9 @@ class Toolbox:
                 "of them another name= or server="
             )
         self._impls[key] = impl
+        self._lookup[key] = impl
+        if impl.spec.id.server == DEFAULT_SERVER:
+            self._lookup[impl.spec.id.name] = impl
         self._by_model_name[impl.spec.id.model_name] = impl
 
     def impls(self) -> Iterable[ToolImpl]:
@@ -245,9 +251,7 @@ class Toolbox:
         Raises:
             UnknownTool: no tool has that id.
         """
-        impl = self._impls.get(str(tool_id))
-        if impl is None and isinstance(tool_id, str) and "/" not in tool_id:
-            impl = self._impls.get(f"{DEFAULT_SERVER}/{tool_id}")
+        impl = self._lookup.get(str(tool_id)) if isinstance(tool_id, str | ToolId) else None
         if impl is None:
             raise UnknownTool(
                 f"no tool '{tool_id}' is offered; known tools: "
@@ -300,7 +304,7 @@ class Toolbox:
             ToolError: the call failed (see its `disposition`).
             HandlerStateError: the tool asked a question; use `handler()` to answer it.
         """
-        impl = self._impls.get(tool_id if type(tool_id) is str else str(tool_id))
+        impl = self._lookup.get(tool_id) if type(tool_id) is str else None
         if impl is None:
             impl = self.get(tool_id)
         if call_id is None:

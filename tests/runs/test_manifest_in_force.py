@@ -1,0 +1,124 @@
+"""The manifest at runtime: checked at construction, only grants offered, digest pinned."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import handrail as hr
+from handrail.manifest import Manifest
+from handrail.models import Scripted, ToolResultMessage, Turn, call, reply
+
+pytestmark = pytest.mark.anyio
+
+RAN: list[str] = []
+
+
+@hr.tool(server="ledger", mutates=False)
+async def read(account: str) -> int:
+    """Read a balance (code docstring)."""
+    RAN.append("read")
+    return 1
+
+
+@hr.tool(server="ledger")
+async def wipe(account: str) -> str:
+    """Wipe an account."""
+    RAN.append("wipe")
+    return "wiped"
+
+
+MANIFEST = """
+[agent]
+name = "ledger-bot"
+instructions = "You read ledgers."
+
+[[tools]]
+ref = "ledger/read"
+mutates = false
+description = "Read one account's balance (reviewed text)."
+"""
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    RAN.clear()
+
+
+def _seen(into: list[Any]) -> Any:
+    def turn(messages: Sequence[Any], tools: Sequence[hr.ToolSpec]) -> Turn:
+        into.append(([m for m in messages if isinstance(m, ToolResultMessage)], list(tools)))
+        return reply("done")
+
+    return turn
+
+
+def test_construction_checks_the_toolbox_against_the_manifest() -> None:
+    manifest = Manifest.from_toml(MANIFEST)
+    with pytest.raises(hr.ManifestDrift, match="ledger/wipe"):
+        hr.Agent(Scripted([]), [read, wipe], manifest=manifest)
+
+
+async def test_only_granted_tools_are_offered_with_the_manifest_descriptions() -> None:
+    manifest = Manifest.from_toml(MANIFEST)
+    box = hr.Toolbox([read])
+    seen: list[Any] = []
+    agent = hr.Agent(Scripted([call("ledger/read", {"account": "a"}), _seen(seen)]), box,
+                     manifest=manifest)
+    assert agent.name == "ledger-bot" and agent.instructions == "You read ledgers."
+    store = hr.Store.memory()
+    result = await agent.run("go", store=store)
+    assert isinstance(result.outcome, hr.Completed)
+    (_, tools) = seen[0]
+    assert [(str(t.id), t.description) for t in tools] == [
+        ("ledger/read", "Read one account's balance (reviewed text).")]
+    assert (await store.run(result.run_id)).manifest_digest == manifest.digest
+
+
+async def test_a_call_to_an_ungranted_tool_is_declined_uniformly() -> None:
+    # The toolbox may hold more than the manifest grants only if check_against passes; build
+    # the gate's view directly: an agent over a manifest granting `read`, and a model that
+    # names a tool it was never offered.
+    manifest = Manifest.from_toml(MANIFEST)
+    seen: list[Any] = []
+    agent = hr.Agent(Scripted([call("ledger/wipe", {"account": "a"}), _seen(seen)]), [read],
+                     manifest=manifest)
+    result = await agent.run("go", store=hr.Store.memory())
+    assert isinstance(result.outcome, hr.Completed)
+    (results, _) = seen[0]
+    assert results[0].result.is_error and "wipe" not in RAN
+
+
+async def test_a_pinned_digest_refuses_a_changed_manifest() -> None:
+    manifest = Manifest.from_toml(MANIFEST)
+    hr.Agent(Scripted([]), [read], manifest=manifest, expect_digest=manifest.digest)
+    changed = Manifest.from_toml(MANIFEST.replace("reviewed text", "edited text"))
+    assert changed.digest != manifest.digest
+    with pytest.raises(hr.UserError, match="expected"):
+        hr.Agent(Scripted([]), [read], manifest=changed, expect_digest=manifest.digest)
+
+
+async def test_resume_under_another_manifest_is_refused_unless_allowed() -> None:
+    policy_manifest = MANIFEST.replace("mutates = false", "mutates = true")
+    manifest = Manifest.from_toml(policy_manifest)
+    store = hr.Store.memory()
+
+    def build(m: Manifest) -> hr.Agent:
+        return hr.Agent(Scripted([call("ledger/read", {"account": "a"}), reply("done")]),
+                        [read], manifest=m)
+
+    paused = await build(manifest).run("go", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    changed = Manifest.from_toml(policy_manifest.replace("reviewed text", "new text"))
+    with pytest.raises(hr.ResumeRefused, match="allow_manifest_change"):
+        await hr.resume_with_decision(store, paused.outcome.request_id, hr.Decision.approve(),
+                                      agent=build(changed))
+    # Refused before anything was recorded: the approval is still open.
+    assert [p.id for p in await store.pending()] == [paused.outcome.request_id]
+    done = await hr.resume(store, paused.run_id, agent=build(changed),
+                           approver=hr.ApproveAll(), allow_manifest_change=True)
+    assert isinstance(done.outcome, hr.Completed)
+    run = await store.run(paused.run_id)
+    assert any(e["kind"] == "manifest_changed" and e["to"] == changed.digest for e in run.events)
