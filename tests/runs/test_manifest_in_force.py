@@ -117,8 +117,9 @@ async def test_resume_under_another_manifest_is_refused_unless_allowed() -> None
                                       agent=build(changed))
     # Refused before anything was recorded: the approval is still open.
     assert [p.id for p in await store.pending()] == [paused.outcome.request_id]
-    done = await hr.resume(store, paused.run_id, agent=build(changed),
-                           approver=hr.ApproveAll(), allow_manifest_change=True)
+    done = await hr.resume_with_decision(store, paused.outcome.request_id,
+                                         hr.Decision.approve(), agent=build(changed),
+                                         allow_manifest_change=True)
     assert isinstance(done.outcome, hr.Completed)
     run = await store.run(paused.run_id)
     assert any(e["kind"] == "manifest_changed" and e["to"] == changed.digest for e in run.events)

@@ -283,10 +283,12 @@ class FunctionTool(ToolImpl, Generic[P, R]):
 
     def validate(self, arguments: Mapping[str, Any] | str | bytes) -> BaseModel:
         """Validate raw arguments into the tool's argument model."""
+        # The model's core validator directly: `model_validate` adds a Python-level layer.
+        validator = self._model.__pydantic_validator__
         try:
-            if isinstance(arguments, str | bytes | bytearray):
-                return self._model.model_validate_json(arguments)
-            return self._model.model_validate(arguments)
+            if type(arguments) is dict or not isinstance(arguments, str | bytes | bytearray):
+                return validator.validate_python(arguments)  # type: ignore[no-any-return]
+            return validator.validate_json(arguments)  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise InvalidArguments(str(self.spec.id), issues_from_validation_error(exc)) from None
 
@@ -307,7 +309,7 @@ class FunctionTool(ToolImpl, Generic[P, R]):
 
     async def execute(self, validated: BaseModel, ctx: CallContext | None) -> ToolResult:
         """Call the function and check what it returns."""
-        kwargs = self._kwargs(validated)
+        kwargs = validated.__dict__ if self._plain else self._kwargs(validated)
         if self._ctx_param is not None:
             kwargs = {**kwargs, self._ctx_param: ctx}
         try:
@@ -528,10 +530,11 @@ class _ClassTool(ToolImpl):
         )
 
     def validate(self, arguments: Mapping[str, Any] | str | bytes) -> Tool:
+        validator = self.cls.__pydantic_validator__
         try:
-            if isinstance(arguments, str | bytes | bytearray):
-                return self.cls.model_validate_json(arguments)
-            return self.cls.model_validate(arguments)
+            if type(arguments) is dict or not isinstance(arguments, str | bytes | bytearray):
+                return validator.validate_python(arguments)  # type: ignore[no-any-return]
+            return validator.validate_json(arguments)  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise InvalidArguments(str(self.spec.id), issues_from_validation_error(exc)) from None
 

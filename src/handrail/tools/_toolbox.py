@@ -23,6 +23,8 @@ from handrail.tools._handler import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     ToolHandler,
     ToolImpl,
+    _raise_body_error,
+    check_argument_payload,
 )
 from handrail.tools._names import DEFAULT_SERVER, ToolId
 from handrail.tools._spec import ToolSpec
@@ -307,11 +309,22 @@ class Toolbox:
         impl = self._lookup.get(tool_id) if type(tool_id) is str else None
         if impl is None:
             impl = self.get(tool_id)
-        if call_id is None:
-            call_id = f"call-{next(_call_ids)}"
         spec = impl.spec
         if not spec.interactions and spec.timeout is None:
-            return await ToolHandler.run_once(impl, arguments, call_id, self.max_argument_bytes)
+            # ToolHandler.run_once, inlined: this is the hot path and a coroutine layer less
+            # is a tenth of its cost.
+            validated = impl.validate(
+                check_argument_payload(spec.id._str, arguments, self.max_argument_bytes)
+            )
+            ctx = None
+            if impl.needs_context:
+                ctx = CallContext(call_id=call_id or f"call-{next(_call_ids)}", tool_id=spec.id)
+            try:
+                return await impl.execute(validated, ctx)
+            except BaseException as exc:
+                _raise_body_error(spec, exc)
+        if call_id is None:
+            call_id = f"call-{next(_call_ids)}"
         handler = ToolHandler(impl, max_argument_bytes=self.max_argument_bytes)
         out = await handler.step(Invoke(call_id, arguments))
         if type(out) is Finished:
