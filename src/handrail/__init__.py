@@ -3,6 +3,22 @@
 The public API is exactly `__all__`; everything else is internal.
 """
 
+from handrail.approval import (
+    Approve,
+    ApproveAll,
+    Approver,
+    CallbackApprover,
+    Decision,
+    Defer,
+    Deny,
+    DenyAll,
+    FixedResponder,
+    Request,
+    Responder,
+    ResponderNone,
+    StdinApprover,
+    StdinResponder,
+)
 from handrail.errors import (
     AlreadyDecided,
     ApprovalDenied,
@@ -30,22 +46,6 @@ from handrail.errors import (
     TransportError,
     UnknownTool,
     UserError,
-)
-from handrail.approval import (
-    Approve,
-    ApproveAll,
-    Approver,
-    CallbackApprover,
-    Decision,
-    Defer,
-    Deny,
-    DenyAll,
-    FixedResponder,
-    Request,
-    Responder,
-    ResponderNone,
-    StdinApprover,
-    StdinResponder,
 )
 from handrail.policy import Effect, Layer, Policy, Rule, Verdict
 from handrail.runs import (
@@ -91,13 +91,13 @@ from handrail.tools import (
     Submit,
     Text,
     Tool,
+    Toolbox,
     ToolHandler,
     ToolId,
     ToolName,
     ToolResult,
-    ToolSpec,
-    Toolbox,
     Toolset,
+    ToolSpec,
     tool,
 )
 

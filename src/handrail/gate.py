@@ -41,7 +41,7 @@ from handrail.errors import (
     ToolError,
 )
 from handrail.models import ToolCall, ToolResultMessage
-from handrail.policy import Act, Action, Effect, Policy, Rule, Verdict
+from handrail.policy import Action, Effect, Policy, Rule, Verdict
 from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
 from handrail.store._records import update
 from handrail.tools import (
@@ -55,10 +55,10 @@ from handrail.tools import (
     Question,
     Respond,
     Submit,
+    Toolbox,
     ToolHandler,
     ToolImpl,
     ToolResult,
-    Toolbox,
     check_argument_payload,
 )
 from handrail.tools._handler import _raise_body_error
@@ -228,7 +228,7 @@ class Gate:
                     raise TypeError(f"{_name(scope.approver)}.decide returned {decision!r}, "
                                     "not an hr.Decision")
                 self._decide(state, request, decision, decided_by=_name(scope.approver))
-                if state.record.status is CallStatus.STARTED and state.result is None:
+                if _status(state) is CallStatus.STARTED and state.result is None:
                     await self._execute(state, persist_start=True)
             elif state.record.status is CallStatus.STARTED:
                 await self._execute(state, persist_start=False)
@@ -553,6 +553,12 @@ class Gate:
         if approved and state.record.status is CallStatus.APPROVED:
             # The approval given before the crash still answers this ask; a deny still wins.
             update(state.record, status=CallStatus.STARTED)
+
+
+def _status(state: _Call) -> CallStatus:
+    # Read through a function: mypy narrows `state.record.status` across the call that
+    # changes it and would call the comparison unreachable.
+    return state.record.status
 
 
 async def _pending(store: Store, item_id: str | None) -> PendingItem | None:

@@ -106,7 +106,7 @@ def test_a_decided_approval_survives_a_kill_of_the_deciding_process(
 
 
 def test_two_processes_deciding_one_request_execute_it_once(tmp_path: Path) -> None:
-    code, out = drive(tmp_path, "start", ask=True)
+    _, out = drive(tmp_path, "start", ask=True)
     request_id = out["detail"]["request_id"]
     env = {**os.environ, "KILL_AT": "", "ASK": "1"}
     procs = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path / "runs.db"),

@@ -246,7 +246,7 @@ async def test_an_idempotent_call_in_flight_is_retried_without_asking(store: hr.
                         [deploy_again], policy=hr.Policy.default())
 
     paused = await build().run("go", store=store)
-    record = await _crash_mid_call(store, paused)
+    await _crash_mid_call(store, paused)
     done = await hr.resume(store, paused.run_id, agent=build())
     assert done.outcome == hr.Completed("result: ok") and DONE == ["web"]
 

@@ -86,8 +86,9 @@ async def test_two_processes_deciding_at_once_yield_one_decision(tmp_path: Path)
             print(wins)
         anyio.run(main)
     """)
-    procs = [subprocess.Popen([sys.executable, "-c", script, name], stdout=subprocess.PIPE,
-                              text=True) for name in ("a", "b")]
+    # Two real processes race on purpose.
+    procs = [subprocess.Popen([sys.executable, "-c", script, name],  # noqa: ASYNC220
+                              stdout=subprocess.PIPE, text=True) for name in ("a", "b")]
     wins = [int(p.communicate(timeout=60)[0]) for p in procs]
     assert sum(wins) == 20
     async with Store.open(path) as store:

@@ -199,8 +199,11 @@ def _print_call(console: Any, c: Any) -> None:
     verdict = c.verdict or {}
     effect = verdict.get("effect", "-")
     colour = {"allow": "green", "ask": "yellow", "deny": "red"}.get(effect, "white")
-    actions = ", ".join(f"{a['act']} {a['target'] if isinstance(a['target'], str) else ' '.join(a['target'])}"
-                        for a in c.actions) or "-"
+    actions = ", ".join(
+        f"{a['act']} "
+        + (a["target"] if isinstance(a["target"], str) else " ".join(a["target"]))
+        for a in c.actions
+    ) or "-"
     console.print(f"  [bold]{c.tool or c.model_name}[/] ({c.id}) → {actions}")
     console.print(f"    verdict: [{colour}]{effect}[/] — {verdict.get('reason', c.error or '-')}")
     if c.decision:

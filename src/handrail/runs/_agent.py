@@ -337,6 +337,7 @@ class _Runner:
             run = await self.store.run(self.run.id)
             self.run = run
             return await self._end(Cancelled("cancelled by the caller"), RunStatus.CANCELLED)
+        raise AssertionError("unreachable: the shielded block returns")
 
     async def _loop(self) -> RunResult:
         agent = self.agent
@@ -472,11 +473,11 @@ async def resume(store: Store, run_id: str, *, agent: Agent, approver: Approver 
                  responder: Responder | None = None, allow_manifest_change: bool = False,
                  on_event: EventCallback | None = None,
                  cancel: anyio.Event | None = None) -> RunResult:
-    """Continue a run that paused, was cancelled, or whose process died, from its last
-    committed step.
+    """Continue a run that paused, was cancelled, or whose process died.
 
-    Calls that were in flight when a process died come back as `AwaitingRecovery` unless
-    their tool is idempotent (then they are retried). Completed calls never run again.
+    It continues from its last committed step. Calls that were in flight when a process died
+    come back as `AwaitingRecovery` unless their tool is idempotent (then they are retried).
+    Completed calls never run again.
 
     Raises:
         NotFound: no such run.

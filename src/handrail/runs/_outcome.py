@@ -80,8 +80,12 @@ RunOutcome = Completed | AwaitingApproval | AwaitingAnswer | AwaitingRecovery | 
 """Every way a run can end or pause; match on it."""
 
 _BY_KIND: dict[str, type[Any]] = {
-    cls.kind: cls  # type: ignore[attr-defined]
-    for cls in (Completed, AwaitingApproval, AwaitingAnswer, AwaitingRecovery, Failed, Cancelled)
+    "completed": Completed,
+    "awaiting_approval": AwaitingApproval,
+    "awaiting_answer": AwaitingAnswer,
+    "awaiting_recovery": AwaitingRecovery,
+    "failed": Failed,
+    "cancelled": Cancelled,
 }
 
 

@@ -8,7 +8,16 @@ from typing import Any, TypeVar
 
 _R = TypeVar("_R")
 
-__all__ = ["clone", "update", "Batch", "CallRecord", "CallStatus", "PendingItem", "RunRecord", "RunStatus"]
+__all__ = [
+    "Batch",
+    "CallRecord",
+    "CallStatus",
+    "PendingItem",
+    "RunRecord",
+    "RunStatus",
+    "clone",
+    "update",
+]
 
 
 def update(record: _R, **changes: Any) -> _R:

@@ -336,7 +336,8 @@ class SQLiteStore(Store):
         tool: str | None = None,
         older_than: float | dt.timedelta | None = None,
     ) -> list[PendingItem]:
-        where, params = ["state = 'open'"], []
+        where: list[str] = ["state = 'open'"]
+        params: list[Any] = []
         for column, value in (("kind", kind), ("agent", agent), ("tool", tool)):
             if value is not None:
                 where.append(f"{column} = ?")

@@ -237,6 +237,26 @@ class ToolResult:
         )
 
 
+_set = object.__setattr__
+
+
+def text_result(text: str, structured: Any) -> ToolResult:
+    """`ToolResult((Text(text),), structured)` for a `text` known to be a str.
+
+    The hot path of a typed tool: skips the checks `__post_init__` would make of a content
+    tuple we build ourselves.
+    """
+    item = object.__new__(Text)
+    _set(item, "text", text)
+    _set(item, "kind", "text")
+    result = object.__new__(ToolResult)
+    _set(result, "content", (item,))
+    _set(result, "structured", structured)
+    _set(result, "is_error", False)
+    _set(result, "metadata", {})
+    return result
+
+
 @functools.cache
 def _content_adapter() -> TypeAdapter[list[Content]]:
     # Built on first use: storing results is off the hot path of a call.

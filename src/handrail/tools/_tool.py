@@ -31,7 +31,7 @@ from handrail.errors import (
     UserError,
 )
 from handrail.tools._actions import Act, Action
-from handrail.tools._content import Text, ToolResult
+from handrail.tools._content import ToolResult, text_result
 from handrail.tools._context import CallContext
 from handrail.tools._handler import ToolImpl, issues_from_validation_error
 from handrail.tools._names import DEFAULT_SERVER, ToolId
@@ -83,10 +83,10 @@ class _Output:
     def convert(self, value: Any) -> ToolResult:
         if type(value) is self.scalar:  # the hot path: `-> int` returning an int
             if type(value) is str:
-                return ToolResult((Text(value),), value)
+                return text_result(value, value)
             if type(value) is float and not math.isfinite(value):
                 raise InvalidOutput(self.tool, [_issue(f"{value} is not a JSON number")])
-            return ToolResult((Text(pydantic_core.to_json(value).decode()),), value)
+            return text_result(pydantic_core.to_json(value).decode(), value)
         if isinstance(value, ToolResult):
             result: ToolResult = value
             if self.adapter is not None and not result.is_error:
@@ -98,8 +98,8 @@ class _Output:
         if self.mode == "typed":
             structured = self._dump(self._check(value))
             if self.is_str:
-                return ToolResult((Text(structured),), structured)
-            return ToolResult((Text(pydantic_core.to_json(structured).decode()),), structured)
+                return text_result(structured, structured)
+            return text_result(pydantic_core.to_json(structured).decode(), structured)
         if self.mode == "result":
             raise InvalidOutput(
                 self.tool,
