@@ -127,7 +127,8 @@ async def test_claim_refuses_finished_and_live_runs(store: Store) -> None:
 
 
 async def test_claim_takes_a_run_whose_owner_died_or_whose_lease_ran_out(store: Store) -> None:
-    dead = subprocess.run(  # noqa: ASYNC221 - a pid that is certainly dead[sys.executable, "-c", "import os; print(os.getpid())"],
+    # A pid that is certainly dead: a process that has exited.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],  # noqa: ASYNC221
                           capture_output=True, text=True, check=True).stdout.strip()
     import socket
 

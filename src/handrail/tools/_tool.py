@@ -106,12 +106,12 @@ class _Output:
                 [_issue(f"expected an hr.ToolResult, got {type(value).__name__}")],
             )
         if isinstance(value, str):
-            return ToolResult((Text(value),))
+            return text_result(value, None)
         try:
             text = pydantic_core.to_json(value).decode()
         except pydantic_core.PydanticSerializationError as exc:
             raise InvalidOutput(self.tool, [_issue(f"not JSON-serialisable: {exc}")]) from exc
-        return ToolResult((Text(text),))
+        return text_result(text, None)
 
     def _check(self, value: Any) -> Any:
         assert self.adapter is not None
