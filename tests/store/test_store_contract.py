@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
