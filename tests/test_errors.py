@@ -85,7 +85,7 @@ def test_a_tool_error_without_a_disposition_is_refused() -> None:
     assert errors.ToolError("x", disposition=hr.Disposition.LANDED).disposition is (
         hr.Disposition.LANDED
     )
-    with pytest.raises(TypeError, match="hr.Disposition"):
+    with pytest.raises(TypeError, match=r"hr\.Disposition"):
         errors.ToolFailed("x", disposition="landed")  # type: ignore[arg-type]
 
 

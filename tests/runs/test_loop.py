@@ -303,3 +303,30 @@ def test_run_sync_works_from_sync_code() -> None:
     result = agent([call("ledger/balance", {"account": "bob"}), reply("7")]).run_sync(
         "go", store=hr.Store.memory())
     assert result.output == "7"
+
+
+async def test_usage_is_recorded_per_model_call_and_summed_on_the_run() -> None:
+    from handrail.models import AssistantMessage, ModelResponse, TextPart, ToolCall, Usage
+
+    class Counting:
+        name = "counting"
+
+        async def request(self, messages: Any, tools: Any, settings: Any = None
+                          ) -> ModelResponse:
+            n = sum(isinstance(m, AssistantMessage) for m in messages)
+            if n == 0:
+                msg = AssistantMessage([ToolCall("c1", "ledger--balance", '{"account": "bob"}')])
+            else:
+                msg = AssistantMessage([TextPart("7")])
+            return ModelResponse(msg, Usage(10 + n, 2 + n), "stop", "m-1")
+
+    store = hr.Store.memory()
+    result = await hr.Agent(Counting(), [balance]).run("go", store=store)
+    assert result.usage == Usage(21, 5, 2)
+    stored = [m for m in await store.messages(result.run_id) if m["kind"] == "assistant"]
+    assert [m["usage"] for m in stored] == [{"input_tokens": 10, "output_tokens": 2},
+                                            {"input_tokens": 11, "output_tokens": 3}]
+    # The extra keys do not stop the history from loading for a resume.
+    from handrail.models import load_messages
+
+    assert isinstance(load_messages(await store.messages(result.run_id))[-1], AssistantMessage)

@@ -17,5 +17,5 @@ def test_action_targets_are_checked() -> None:
         hr.Action(hr.Act.EXEC, "rm -rf /")
     with pytest.raises(TypeError, match="must be a string"):
         hr.Action(hr.Act.READ, ("a", "b"))
-    with pytest.raises(TypeError, match="hr.Act"):
+    with pytest.raises(TypeError, match=r"hr\.Act"):
         hr.Action("read", "a")  # type: ignore[arg-type]

@@ -104,7 +104,7 @@ async def test_explicit_null_validated_when_the_schema_allows_it() -> None:
 
 async def test_run_must_return_a_tool_result() -> None:
     tool, _ = make({"hits": 1})
-    with pytest.raises(hr.InvalidOutput, match="expected an hr.ToolResult"):
+    with pytest.raises(hr.InvalidOutput, match=r"expected an hr\.ToolResult"):
         await hr.Toolbox([tool]).call("search/web", {"q": "x"})
 
 

@@ -1,7 +1,8 @@
 """class X(hr.Tool, server=..., name=...): the argument type IS the tool."""
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from pydantic import Field
@@ -88,7 +89,8 @@ async def test_class_defaults_and_typed_output() -> None:
     assert impl.spec.mutates is False and impl.spec.idempotent is True
     assert impl.spec.timeout == 3
     assert impl.spec.output_schema == {"type": "integer"}
-    assert impl.actions(impl.validate({"url": "x"})) == [hr.Action(hr.Act.CALL, "local/http_getter")]
+    call_action = hr.Action(hr.Act.CALL, "local/http_getter")
+    assert impl.actions(impl.validate({"url": "x"})) == [call_action]
     result = await hr.Toolbox([HTTPGetter]).call("http_getter", {"url": "abc"})
     assert result.structured == 3
 
@@ -129,7 +131,7 @@ def test_keywords_without_run_are_refused() -> None:
 
 
 def test_unknown_class_keywords_are_refused() -> None:
-    with pytest.raises(hr.UserError, match="unknown hr.Tool keyword"):
+    with pytest.raises(hr.UserError, match=r"unknown hr\.Tool keyword"):
 
         class Bad(hr.Tool, sever="typo"):  # type: ignore[call-arg]
             async def run(self, ctx: hr.CallContext) -> None: ...

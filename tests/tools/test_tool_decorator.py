@@ -1,7 +1,8 @@
 """@hr.tool: the schema comes from the function's signature, never from a second document."""
 
 import threading
-from typing import Annotated, Any, Callable
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, Field
@@ -172,7 +173,7 @@ def test_a_tool_without_context_does_not_need_one() -> None:
 
 
 def test_two_call_contexts_are_refused() -> None:
-    with pytest.raises(hr.UserError, match="second hr.CallContext"):
+    with pytest.raises(hr.UserError, match=r"second hr\.CallContext"):
 
         @hr.tool
         async def f(a: hr.CallContext, b: hr.CallContext) -> None: ...
@@ -227,7 +228,7 @@ def test_unschemable_return_type_is_refused() -> None:
 
 
 def test_missing_annotation_is_named() -> None:
-    with pytest.raises(hr.UserError, match="parameter 'x' .* no type annotation"):
+    with pytest.raises(hr.UserError, match=r"parameter 'x' \.* no type annotation"):
 
         @hr.tool
         async def f(x) -> None: ...  # type: ignore[no-untyped-def]
@@ -477,7 +478,7 @@ async def test_toolresult_annotation_refuses_other_values() -> None:
     async def f() -> hr.ToolResult:
         return "text"  # type: ignore[return-value]
 
-    with pytest.raises(hr.InvalidOutput, match="expected an hr.ToolResult"):
+    with pytest.raises(hr.InvalidOutput, match=r"expected an hr\.ToolResult"):
         await call(f, {})
 
 

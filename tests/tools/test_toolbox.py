@@ -34,7 +34,7 @@ def test_specs_list_what_a_model_may_be_offered_in_order() -> None:
                                                  "ledger/transfer"]
     assert [s.id.model_name for s in box] == ["get_weather", "ledger--read", "ledger--transfer"]
     assert len(box) == 3
-    assert list(box.impls())[0] is get_weather
+    assert next(iter(box.impls())) is get_weather
 
 
 def test_duplicate_ids_are_refused_naming_both() -> None:

@@ -393,7 +393,13 @@ class _Runner:
             seq = len(messages)
             messages.append(message)
             self.turns += 1
-            entry = (self.run.id, seq, dump_messages([message])[0])
+            # Each model call's usage is kept with the turn it produced.
+            dumped = dump_messages([message])[0]
+            dumped["usage"] = {"input_tokens": usage.input_tokens,
+                               "output_tokens": usage.output_tokens}
+            dumped["model"] = response.model
+            dumped["finish_reason"] = response.finish_reason
+            entry = (self.run.id, seq, dumped)
             await self._emit("model_turn", text=message.text,
                              calls=[c.name for c in message.tool_calls])
             if not message.tool_calls:
