@@ -47,6 +47,7 @@ from handrail.errors import (
     UnknownTool,
     UserError,
 )
+from handrail.manifest import Grant, Manifest
 from handrail.policy import Effect, Layer, Policy, Rule, Verdict
 from handrail.runs import (
     Agent,
@@ -139,6 +140,7 @@ __all__ = [
     "Failed",
     "Finished",
     "FixedResponder",
+    "Grant",
     "HandlerStateError",
     "HandrailError",
     "Image",
@@ -150,6 +152,7 @@ __all__ = [
     "Json",
     "Layer",
     "ManifestDrift",
+    "Manifest",
     "ManifestError",
     "ModelError",
     "NotFound",

@@ -36,6 +36,7 @@ from handrail.errors import (
     CallCancelled,
     Disposition,
     InvalidArguments,
+    Issue,
     NotFound,
     PolicyDenied,
     ToolError,
@@ -57,8 +58,10 @@ from handrail.tools import (
     Submit,
     Toolbox,
     ToolHandler,
+    ToolId,
     ToolImpl,
     ToolResult,
+    ToolSpec,
     check_argument_payload,
 )
 from handrail.tools._handler import _raise_body_error
@@ -172,6 +175,10 @@ class Gate:
 
     def __init__(self, scope: RunScope) -> None:
         self.scope = scope
+        # What the model is offered, by id: the manifest's view of each tool (its schema for
+        # untyped tools, the stricter mutates/idempotent) is what the gate enforces.
+        self._offered: dict[ToolId, ToolSpec] = {s.id: s for s in self.offered()}
+        self._schema_checks: dict[ToolId, Any] = {}
 
     # ---------------------------------------------------------------- a turn
 
@@ -288,6 +295,12 @@ class Gate:
                          disposition=Disposition.NOT_SENT.value, error="invalid arguments")
             return
         dumped = impl.dump_arguments(validated)
+        problems = self._manifest_schema_problems(impl, dumped)
+        if problems:
+            state.finish(ToolResult.error(str(InvalidArguments(str(impl.spec.id), problems))),
+                         CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
+                         error="invalid arguments (manifest schema)")
+            return
         state.validated = validated
         # 4. actions
         try:
@@ -314,11 +327,26 @@ class Gate:
         else:
             update(state.record, status=CallStatus.STARTED)
 
+    def _spec(self, impl: ToolImpl) -> ToolSpec:
+        return self._offered.get(impl.spec.id, impl.spec)
+
     def _mutates(self, impl: ToolImpl) -> bool:
-        manifest = self.scope.manifest
-        grant = manifest.grant(impl.spec.id) if manifest is not None else None
-        # The operator may be stricter than the author, never laxer.
-        return impl.spec.mutates or bool(grant is not None and grant.mutates)
+        # The offered spec already takes the stricter of the tool's and the manifest's word.
+        return self._spec(impl).mutates
+
+    def _manifest_schema_problems(self, impl: ToolImpl, dumped: dict[str, Any]) -> list[Issue]:
+        """Stage 3 for a schema the manifest supplied (a tool that left its arguments open)."""
+        offered = self._spec(impl)
+        if offered.input_schema is impl.spec.input_schema:
+            return []
+        validator = self._schema_checks.get(offered.id)
+        if validator is None:
+            import jsonschema
+
+            validator = jsonschema.Draft202012Validator(dict(offered.input_schema))
+            self._schema_checks[offered.id] = validator
+        return [Issue(path=e.json_path, message=e.message)
+                for e in sorted(validator.iter_errors(dumped), key=lambda e: list(e.path))]
 
     def offered(self) -> list[Any]:
         """The specs the model is offered (the manifest's grants, when one is in force)."""
@@ -517,7 +545,7 @@ class Gate:
             return
 
         # STARTED (in flight at a crash) or IN_DOUBT (an operator was asked).
-        if status is CallStatus.STARTED and impl.spec.idempotent:
+        if status is CallStatus.STARTED and self._spec(impl).idempotent:
             self._rerun(state, arguments)
             return
         if status is CallStatus.STARTED or item is None or item.kind != "recovery":

@@ -123,3 +123,29 @@ async def test_resume_under_another_manifest_is_refused_unless_allowed() -> None
     assert isinstance(done.outcome, hr.Completed)
     run = await store.run(paused.run_id)
     assert any(e["kind"] == "manifest_changed" and e["to"] == changed.digest for e in run.events)
+
+
+async def test_a_schema_the_manifest_supplies_is_enforced_at_stage_3() -> None:
+    ran: list[dict[str, Any]] = []
+
+    async def run(arguments: dict[str, Any], ctx: hr.CallContext) -> hr.ToolResult:
+        ran.append(arguments)
+        return hr.ToolResult.text("sent")
+
+    send = hr.tools.SchemaTool(hr.ToolSpec("mail/send", "", {"type": "object"}), run)
+    manifest = Manifest.from_toml("""
+[[tools]]
+ref = "mail/send"
+description = "Send one mail."
+arguments = { type = "object", properties = { to = { type = "string" } }, required = ["to"], additionalProperties = false }
+""")
+    seen: list[Any] = []
+    agent = hr.Agent(Scripted([call("mail/send", {"to": 5}), call("mail/send", {"to": "a@b"}),
+                               _seen(seen)]), [send], manifest=manifest,
+                     policy=hr.Policy.default().layer("app").allow(hr.Act.CALL, "mail/*"))
+    result = await agent.run("go", store=hr.Store.memory())
+    assert isinstance(result.outcome, hr.Completed)
+    (results, tools) = seen[0]
+    assert tools[0].input_schema["required"] == ["to"]
+    assert "$.to" in results[0].result.render_text() and results[0].result.is_error
+    assert ran == [{"to": "a@b"}]

@@ -41,6 +41,7 @@ def test_full_declaration_and_replace() -> None:
         ({"input_schema": {"type": "string"}}, "JSON object"),
         ({"output_schema": "x"}, "output_schema"),
         ({"interactions": {"chat"}}, "unknown interaction"),
+        ({"interactions": "question"}, "set of kinds"),
         ({"timeout": 0}, "timeout"),
         ({"timeout": -1}, "timeout"),
         ({"timeout": float("nan")}, "timeout"),

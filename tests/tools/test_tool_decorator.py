@@ -228,7 +228,7 @@ def test_unschemable_return_type_is_refused() -> None:
 
 
 def test_missing_annotation_is_named() -> None:
-    with pytest.raises(hr.UserError, match=r"parameter 'x' \.* no type annotation"):
+    with pytest.raises(hr.UserError, match=r"parameter 'x' .* no type annotation"):
 
         @hr.tool
         async def f(x) -> None: ...  # type: ignore[no-untyped-def]

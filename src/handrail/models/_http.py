@@ -59,7 +59,7 @@ __all__ = [
 
 EXCEPTION_MAP: Mapping[type[Exception], type[ModelError]] = {
     # Every httpx exception class, named explicitly so a new one in httpx is a decision
-    # (tests/models/test_http.py checks the table covers them all).
+    # (tests/models/test_model_http.py checks the table covers them all).
     httpx.HTTPError: ModelUnavailable,
     httpx.RequestError: ModelUnavailable,
     httpx.TransportError: ModelUnavailable,

@@ -60,6 +60,11 @@ class ToolSpec:
             )
         if self.output_schema is not None and not isinstance(self.output_schema, Mapping):
             raise UserError(f"tool '{self.id}': output_schema must be a JSON Schema or None")
+        if isinstance(self.interactions, str):
+            raise UserError(
+                f"tool '{self.id}': interactions takes a set of kinds, e.g. "
+                f"{{{self.interactions!r}}}, not a string"
+            )
         kinds = frozenset(self.interactions)
         unknown = kinds - _KINDS
         if unknown:
