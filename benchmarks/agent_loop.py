@@ -229,12 +229,39 @@ def _langgraph(n: int, checkpoint: bool) -> Callable[[], Any]:
     return run
 
 
-def _openai_adapter(n: int) -> Callable[[], Any]:
-    sys.path.insert(0, str(HERE))
-    from openai_adapter import make_run  # type: ignore[import-not-found]
+_KEEP: list[Any] = []
 
-    result: Callable[[], Any] = make_run(n)
-    return result
+
+def _openai_adapter(n: int) -> Callable[[], Any]:
+    """The whole loop with the real OpenAIChat adapter against a loopback server."""
+    sys.path.insert(0, str(HERE))
+    from openai_adapter import _serving  # type: ignore[import-not-found]
+
+    import handrail as hr
+    from handrail.models import OpenAIChat
+
+    calls = 0
+
+    @hr.tool(mutates=False)
+    async def lookup(key: str) -> str:
+        nonlocal calls
+        calls += 1
+        return key.upper()
+
+    server = _serving(n)
+    _KEEP.append(server)  # dropping the context manager would stop the server process
+    port = server.__enter__()
+    model = OpenAIChat("bench-model", base_url=f"http://127.0.0.1:{port}/v1", api_key="bench")
+    agent = hr.Agent(model, [lookup], policy=hr.Policy.default(), max_steps=n + 5)
+
+    async def run() -> int:
+        nonlocal calls
+        calls = 0
+        result = await agent.run("look up every key", store=hr.Store.memory())
+        assert result.output == "All keys looked up.", result.outcome
+        return calls
+
+    return run
 
 
 VARIANTS: dict[str, tuple[str, Callable[[int], Callable[[], Any]]]] = {

@@ -80,7 +80,9 @@ class _Server:
                         length = int(line[15:])
                 await reader.readexactly(length)
                 answer = self.answers[self.count] if self.count < len(self.answers) else FINAL
-                self.count += 1
+                # After the final answer the script starts over, so one server serves
+                # several whole runs (a warm-up and the timed one).
+                self.count = 0 if answer is FINAL else self.count + 1
                 writer.write(answer)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):

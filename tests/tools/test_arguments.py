@@ -216,3 +216,12 @@ async def test_random_json_never_reaches_the_body_unless_it_validates(arguments:
         assert set(arguments) <= {"room", "guests", "vip", "note"}
         if valid_by_schema:
             assert seen == {"vip": False, "note": None, **arguments}
+
+
+async def test_a_lone_surrogate_is_refused_by_validation_naming_the_field() -> None:
+    error = await refused({"room": "\ud800", "guests": 1})
+    assert [i.path for i in error.issues] == ["$.room"]
+    with pytest.raises(hr.InvalidArguments, match="over the limit"):
+        check_argument_payload("t", {"room": "\ud800" * 20}, 100)
+    with pytest.raises(hr.InvalidArguments, match="not JSON-encodable"):
+        check_argument_payload("t", {("a", 1): "\ud800"}, 100)

@@ -16,6 +16,7 @@ import abc
 import collections
 import enum
 import inspect
+import json
 from collections.abc import Coroutine, Generator, Mapping
 from typing import Any, NoReturn
 
@@ -155,10 +156,15 @@ def check_argument_payload(
     if kind is dict or (kind is not str and isinstance(arguments, Mapping)):
         try:
             size = len(pydantic_core.to_json(arguments, fallback=repr))
-        except pydantic_core.PydanticSerializationError as exc:
-            raise InvalidArguments(
-                tool, [Issue(path="$", message=f"arguments are not JSON-encodable: {exc}")]
-            ) from None
+        except pydantic_core.PydanticSerializationError:
+            # No UTF-8 form (a lone surrogate...): measure the ASCII-escaped form, never
+            # smaller, and leave it to validation to name the offending field.
+            try:
+                size = len(json.dumps(arguments, default=repr))
+            except (TypeError, ValueError) as exc:
+                raise InvalidArguments(
+                    tool, [Issue(path="$", message=f"arguments are not JSON-encodable: {exc}")]
+                ) from None
     elif isinstance(arguments, str):
         # Each character is 1 to 4 bytes of UTF-8: count exactly only when it could matter.
         size = len(arguments)
