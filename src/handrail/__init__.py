@@ -1,24 +1,17 @@
 """handrail: the runtime every tool call of an LLM agent passes through.
 
 The public API is exactly `__all__`; everything else is internal.
+
+Only the exception tree is imported eagerly. Every other public name is loaded from its
+subpackage on first use (PEP 562), so `import handrail` stays cheap for a CLI or a host that
+touches one corner of the library; type checkers see the real imports below.
 """
 
-from handrail.approval import (
-    Approve,
-    ApproveAll,
-    Approver,
-    CallbackApprover,
-    Decision,
-    Defer,
-    Deny,
-    DenyAll,
-    FixedResponder,
-    Request,
-    Responder,
-    ResponderNone,
-    StdinApprover,
-    StdinResponder,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from handrail.errors import (
     AlreadyDecided,
     ApprovalDenied,
@@ -47,60 +40,174 @@ from handrail.errors import (
     UnknownTool,
     UserError,
 )
-from handrail.manifest import Grant, Manifest
-from handrail.policy import Effect, Layer, Policy, Rule, Verdict
-from handrail.runs import (
-    Agent,
-    AwaitingAnswer,
-    AwaitingApproval,
-    AwaitingRecovery,
-    Cancelled,
-    Completed,
-    Failed,
-    Recovery,
-    RunEvent,
-    RunOutcome,
-    RunResult,
-    resume,
-    resume_sync,
-    resume_with_answer,
-    resume_with_answer_sync,
-    resume_with_decision,
-    resume_with_decision_sync,
-    resume_with_recovery,
-    resume_with_recovery_sync,
-)
-from handrail.store import CallRecord, CallStatus, PendingItem, RunRecord, RunStatus, Store
-from handrail.tools import (
-    Act,
-    Action,
-    Audio,
-    CallContext,
-    Cancel,
-    CancelInteraction,
-    Decline,
-    Elicitation,
-    EmbeddedResource,
-    Finished,
-    Image,
-    Interaction,
-    Invoke,
-    Json,
-    Question,
-    ResourceLink,
-    Respond,
-    Submit,
-    Text,
-    Tool,
-    Toolbox,
-    ToolHandler,
-    ToolId,
-    ToolName,
-    ToolResult,
-    Toolset,
-    ToolSpec,
-    tool,
-)
+
+if TYPE_CHECKING:
+    from handrail.approval import (
+        Approve,
+        ApproveAll,
+        Approver,
+        CallbackApprover,
+        Decision,
+        Defer,
+        Deny,
+        DenyAll,
+        FixedResponder,
+        Request,
+        Responder,
+        ResponderNone,
+        StdinApprover,
+        StdinResponder,
+    )
+    from handrail.manifest import (
+        Grant,
+        Manifest,
+    )
+    from handrail.policy import (
+        Effect,
+        Layer,
+        Policy,
+        Rule,
+        Verdict,
+    )
+    from handrail.runs import (
+        Agent,
+        AwaitingAnswer,
+        AwaitingApproval,
+        AwaitingRecovery,
+        Cancelled,
+        Completed,
+        Failed,
+        Recovery,
+        RunEvent,
+        RunOutcome,
+        RunResult,
+        resume,
+        resume_sync,
+        resume_with_answer,
+        resume_with_answer_sync,
+        resume_with_decision,
+        resume_with_decision_sync,
+        resume_with_recovery,
+        resume_with_recovery_sync,
+    )
+    from handrail.store import (
+        CallRecord,
+        CallStatus,
+        PendingItem,
+        RunRecord,
+        RunStatus,
+        Store,
+    )
+    from handrail.tools import (
+        Act,
+        Action,
+        Audio,
+        CallContext,
+        Cancel,
+        CancelInteraction,
+        Decline,
+        Elicitation,
+        EmbeddedResource,
+        Finished,
+        Image,
+        Interaction,
+        Invoke,
+        Json,
+        Question,
+        ResourceLink,
+        Respond,
+        Submit,
+        Text,
+        Tool,
+        Toolbox,
+        ToolHandler,
+        ToolId,
+        ToolName,
+        ToolResult,
+        Toolset,
+        ToolSpec,
+        tool,
+    )
+
+_LAZY: dict[str, str] = {
+    "Act": "handrail.tools",
+    "Action": "handrail.tools",
+    "Agent": "handrail.runs",
+    "Approve": "handrail.approval",
+    "ApproveAll": "handrail.approval",
+    "Approver": "handrail.approval",
+    "Audio": "handrail.tools",
+    "AwaitingAnswer": "handrail.runs",
+    "AwaitingApproval": "handrail.runs",
+    "AwaitingRecovery": "handrail.runs",
+    "CallContext": "handrail.tools",
+    "CallRecord": "handrail.store",
+    "CallStatus": "handrail.store",
+    "CallbackApprover": "handrail.approval",
+    "Cancel": "handrail.tools",
+    "CancelInteraction": "handrail.tools",
+    "Cancelled": "handrail.runs",
+    "Completed": "handrail.runs",
+    "Decision": "handrail.approval",
+    "Decline": "handrail.tools",
+    "Defer": "handrail.approval",
+    "Deny": "handrail.approval",
+    "DenyAll": "handrail.approval",
+    "Effect": "handrail.policy",
+    "Elicitation": "handrail.tools",
+    "EmbeddedResource": "handrail.tools",
+    "Failed": "handrail.runs",
+    "Finished": "handrail.tools",
+    "FixedResponder": "handrail.approval",
+    "Grant": "handrail.manifest",
+    "Image": "handrail.tools",
+    "Interaction": "handrail.tools",
+    "Invoke": "handrail.tools",
+    "Json": "handrail.tools",
+    "Layer": "handrail.policy",
+    "Manifest": "handrail.manifest",
+    "PendingItem": "handrail.store",
+    "Policy": "handrail.policy",
+    "Question": "handrail.tools",
+    "Recovery": "handrail.runs",
+    "Request": "handrail.approval",
+    "ResourceLink": "handrail.tools",
+    "Respond": "handrail.tools",
+    "Responder": "handrail.approval",
+    "ResponderNone": "handrail.approval",
+    "Rule": "handrail.policy",
+    "RunEvent": "handrail.runs",
+    "RunOutcome": "handrail.runs",
+    "RunRecord": "handrail.store",
+    "RunResult": "handrail.runs",
+    "RunStatus": "handrail.store",
+    "StdinApprover": "handrail.approval",
+    "StdinResponder": "handrail.approval",
+    "Store": "handrail.store",
+    "Submit": "handrail.tools",
+    "Text": "handrail.tools",
+    "Tool": "handrail.tools",
+    "ToolHandler": "handrail.tools",
+    "ToolId": "handrail.tools",
+    "ToolName": "handrail.tools",
+    "ToolResult": "handrail.tools",
+    "ToolSpec": "handrail.tools",
+    "Toolbox": "handrail.tools",
+    "Toolset": "handrail.tools",
+    "Verdict": "handrail.policy",
+    "resume": "handrail.runs",
+    "resume_sync": "handrail.runs",
+    "resume_with_answer": "handrail.runs",
+    "resume_with_answer_sync": "handrail.runs",
+    "resume_with_decision": "handrail.runs",
+    "resume_with_decision_sync": "handrail.runs",
+    "resume_with_recovery": "handrail.runs",
+    "resume_with_recovery_sync": "handrail.runs",
+    "tool": "handrail.tools",
+}
+
+_SUBPACKAGES = frozenset({"approval", "builtin", "manifest", "models", "policy", "runs",
+                          "store", "tools"})
 
 __version__ = "0.1.0"
 
@@ -151,8 +258,8 @@ __all__ = [
     "Invoke",
     "Json",
     "Layer",
-    "ManifestDrift",
     "Manifest",
+    "ManifestDrift",
     "ManifestError",
     "ModelError",
     "NotFound",
@@ -209,10 +316,16 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    # Subpackages that are not needed to import handrail load on first use (`hr.builtin`).
-    if name in ("builtin", "manifest", "models", "mcp"):
-        import importlib
-
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups are plain attribute reads
+        return value
+    if name in _SUBPACKAGES:
         return importlib.import_module(f"handrail.{name}")
     raise AttributeError(f"module 'handrail' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(__all__) | _SUBPACKAGES)
