@@ -330,3 +330,57 @@ async def test_usage_is_recorded_per_model_call_and_summed_on_the_run() -> None:
     from handrail.models import load_messages
 
     assert isinstance(load_messages(await store.messages(result.run_id))[-1], AssistantMessage)
+
+
+async def test_invalid_arguments_go_back_to_the_model_within_a_budget() -> None:
+    bad = call("ledger/balance", '{"account": ')  # not even JSON
+    recovered = await agent([bad, bad, call("ledger/balance", {"account": "bob"}), reply("7")],
+                            max_invalid_turns=2).run("go", store=hr.Store.memory())
+    assert recovered.outcome == hr.Completed("7")
+    looping = await agent([bad] * 6, max_invalid_turns=2).run("go", store=hr.Store.memory())
+    assert isinstance(looping.outcome, hr.Failed)
+    assert "invalid tool arguments 3 turns in a row" in looping.outcome.error
+
+
+async def test_a_streaming_model_reports_text_deltas_and_calls_as_events() -> None:
+    from collections.abc import AsyncIterator
+
+    from handrail.models import (
+        AssistantMessage,
+        ModelResponse,
+        ResponseDone,
+        TextDelta,
+        TextPart,
+        ToolCall,
+        ToolCallStart,
+        Usage,
+    )
+
+    class Streaming:
+        name = "streaming"
+
+        async def request(self, messages: Any, tools: Any, settings: Any = None
+                          ) -> ModelResponse:
+            raise AssertionError("a listener is attached: the loop must stream")
+
+        async def request_stream(self, messages: Any, tools: Any, settings: Any = None
+                                 ) -> AsyncIterator[Any]:
+            if any(isinstance(m, ToolResultMessage) for m in messages):
+                yield TextDelta("Bob has ")
+                yield TextDelta("7.")
+                yield ResponseDone(ModelResponse(AssistantMessage([TextPart("Bob has 7.")]),
+                                                 Usage(1, 1), "stop"))
+                return
+            yield ToolCallStart("c1", "ledger--balance")
+            yield ResponseDone(ModelResponse(
+                AssistantMessage([ToolCall("c1", "ledger--balance", '{"account": "bob"}')]),
+                Usage(1, 1), "tool_calls"))
+
+    events: list[hr.RunEvent] = []
+    result = await hr.Agent(Streaming(), [balance]).run("go", store=hr.Store.memory(),
+                                                        on_event=events.append)
+    assert result.output == "Bob has 7."
+    kinds = [e.kind for e in events]
+    assert kinds.index("call_started") < kinds.index("call_finished") < kinds.index("text_delta")
+    assert "".join(e.detail["text"] for e in events if e.kind == "text_delta") == "Bob has 7."
+    assert kinds[-1] == "finished"

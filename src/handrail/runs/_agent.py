@@ -20,12 +20,17 @@ from typing import Any, Literal
 import anyio
 
 from handrail.approval import Approver, Decision, Defer, Request, Responder, ResponderNone
-from handrail.errors import ModelError, ResumeRefused, UserError
+from handrail.errors import ModelError, ModelResponseError, ResumeRefused, UserError
 from handrail.gate import Gate, RunScope
 from handrail.models import (
     AssistantMessage,
     Model,
+    ModelResponse,
     ModelSettings,
+    ResponseDone,
+    StreamingModel,
+    TextDelta,
+    ToolCallStart,
     SystemMessage,
     Usage,
     UserMessage,
@@ -139,6 +144,8 @@ class Agent:
         deps: Anything tools should reach as `ctx.deps`.
         settings: Model settings for every request.
         max_argument_bytes: Arguments larger than this (as JSON) are refused.
+        max_invalid_turns: How many turns in a row the model may send only invalid
+            arguments (each is returned to it as a fixable error) before the run fails.
         ref: `"module:object"` naming this agent (or a factory taking the `RunRecord`), so
             `handrail approve`/`resume` in another process can rebuild it.
     """
@@ -159,6 +166,7 @@ class Agent:
         settings: ModelSettings | None = None,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
         ref: str | None = None,
+        max_invalid_turns: int = 3,
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -207,6 +215,9 @@ class Agent:
         self.max_steps = max_steps
         self.deps = deps
         self.settings = settings
+        if not isinstance(max_invalid_turns, int) or max_invalid_turns < 0:
+            raise UserError("max_invalid_turns must be a non-negative integer")
+        self.max_invalid_turns = max_invalid_turns
 
     @property
     def manifest_digest(self) -> str | None:
@@ -358,6 +369,15 @@ class _Runner:
                 if result.pause is not None:
                     status = RunStatus(result.pause.kind)
                     return await self._end(result.pause, status, result.final)
+                if self._invalid_streak(result.final.calls):
+                    messages.extend(result.results)
+                    result.final.messages.extend(
+                        (self.run.id, len(messages) - len(result.results) + i, m)
+                        for i, m in enumerate(dump_messages(result.results)))
+                    return await self._end(Failed(
+                        f"the model sent invalid tool arguments {self.invalid_turns} turns in "
+                        f"a row (the budget is {agent.max_invalid_turns}); the run stops "
+                        "rather than loop"), RunStatus.FAILED, result.final)
                 start = len(messages)
                 messages.extend(result.results)
                 result.final.messages.extend(
@@ -381,7 +401,7 @@ class _Runner:
                     f"the wall-clock budget of {agent.max_wall_seconds}s is exhausted"),
                     RunStatus.FAILED)
             try:
-                response = await agent.model.request(messages, self.offered, agent.settings)
+                response = await self._request(messages)
             except ModelError as exc:
                 return await self._end(Failed(f"the model failed: {exc}"), RunStatus.FAILED)
             usage = response.usage
@@ -408,6 +428,33 @@ class _Runner:
             self._pending_message = entry
 
     _pending_message: tuple[str, int, dict[str, Any]] | None = None
+
+    async def _request(self, messages: list[Any]) -> ModelResponse:
+        """One model turn; streamed (text deltas become events) when someone listens."""
+        model = self.agent.model
+        if self.on_event is None or not isinstance(model, StreamingModel):
+            return await model.request(messages, self.offered, self.agent.settings)
+        response: ModelResponse | None = None
+        async for event in model.request_stream(messages, self.offered, self.agent.settings):
+            if isinstance(event, TextDelta):
+                await self._emit("text_delta", text=event.text)
+            elif isinstance(event, ToolCallStart):
+                await self._emit("call_started", call_id=event.id, name=event.name)
+            elif isinstance(event, ResponseDone):
+                response = event.response
+        if response is None:
+            raise ModelResponseError("the model's stream ended without a response")
+        return response
+
+    def _invalid_streak(self, records: list[Any]) -> bool:
+        """Count turns whose every call had invalid arguments; True once over budget."""
+        if records and all(r.error and r.error.startswith("invalid arguments") for r in records):
+            self.invalid_turns += 1
+        else:
+            self.invalid_turns = 0
+        return self.invalid_turns > self.agent.max_invalid_turns
+
+    invalid_turns = 0
 
     async def _turn_records(self, turn: int) -> list[Any]:
         # Only the first turn driven after a resume can have records from an earlier attempt;
