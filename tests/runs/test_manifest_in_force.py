@@ -137,7 +137,11 @@ async def test_a_schema_the_manifest_supplies_is_enforced_at_stage_3() -> None:
 [[tools]]
 ref = "mail/send"
 description = "Send one mail."
-arguments = { type = "object", properties = { to = { type = "string" } }, required = ["to"], additionalProperties = false }
+[tools.arguments]
+type = "object"
+required = ["to"]
+additionalProperties = false
+properties = { to = { type = "string" } }
 """)
     seen: list[Any] = []
     agent = hr.Agent(Scripted([call("mail/send", {"to": 5}), call("mail/send", {"to": "a@b"}),
