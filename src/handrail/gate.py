@@ -98,9 +98,14 @@ class RunScope:
         self.policy = self.policy.with_layer_on_top("remembered", list(rules))
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _digest(arguments: Any) -> str:
-    text = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    # Sorted keys at every depth: the same arguments always give the same digest, whatever
+    # order the model wrote them in. One shared encoder: building one per call costs more
+    # than the encoding.
+    return "sha256:" + hashlib.sha256(_CANONICAL.encode(arguments).encode()).hexdigest()
 
 
 def _action_record(action: Action) -> dict[str, Any]:
@@ -146,8 +151,12 @@ class _Call:
     def finish(self, result: ToolResult, status: CallStatus, *, disposition: str | None = None,
                error: str | None = None) -> None:
         self.result = result
-        update(self.record, status=status, result=result.to_dict(),
-                              disposition=disposition, error=error, ended_at=time.time())
+        record = self.record
+        record.status = status
+        record.result = result.to_dict()
+        record.disposition = disposition
+        record.error = error
+        record.ended_at = time.time()
 
     def pause(self, outcome: Any, status: CallStatus, item: PendingItem | None) -> None:
         self.outcome = outcome
@@ -270,7 +279,7 @@ class Gate:
             )
             return
         state.impl = impl
-        update(state.record, tool=str(impl.spec.id))
+        state.record.tool = str(impl.spec.id)
         # 2. grant
         manifest = scope.manifest
         if manifest is not None and manifest.grant(impl.spec.id) is None:
@@ -315,17 +324,18 @@ class Gate:
         verdict = scope.policy.check_all(actions, workspace=scope.workspace,
                                          mutates=self._mutates(impl))
         state.verdict = verdict
-        update(
-            state.record, arguments_digest=_digest(dumped), performed_arguments=dumped,
-            actions=[_action_record(a) for a in actions], verdict=_verdict_record(verdict),
-        )
+        record = state.record
+        record.arguments_digest = _digest(dumped)
+        record.performed_arguments = dumped
+        record.actions = [_action_record(a) for a in actions]
+        record.verdict = _verdict_record(verdict)
         if verdict.effect is Effect.DENY:
             state.finish(ToolResult.error(PolicyDenied.MODEL_MESSAGE), CallStatus.REFUSED,
                          disposition=Disposition.NOT_SENT.value, error=verdict.reason)
         elif verdict.effect is Effect.ASK:
-            update(state.record, status=CallStatus.APPROVED)
+            record.status = CallStatus.APPROVED
         else:
-            update(state.record, status=CallStatus.STARTED)
+            record.status = CallStatus.STARTED
 
     def _spec(self, impl: ToolImpl) -> ToolSpec:
         return self._offered.get(impl.spec.id, impl.spec)

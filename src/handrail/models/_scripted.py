@@ -79,6 +79,7 @@ class Scripted:
         # (history list, its length, assistant turns in it): the agent loop appends to one
         # list, so counting only the new tail keeps each request O(1) in the history length.
         self._seen: tuple[Sequence[Any], int, int] | None = None
+        self._names: dict[str, str] = {}  # "server/name" -> model-facing name
 
     @property
     def name(self) -> str:
@@ -112,9 +113,13 @@ class Scripted:
         parts: list[TextPart | ToolCall] = []
         if turn.text:
             parts.append(TextPart(turn.text))
+        names = self._names
         for i, (tool_id, arguments) in enumerate(turn.tool_calls):
             text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-            parts.append(ToolCall(f"call_{index}_{i}", ToolId.parse(tool_id).model_name, text))
+            name = names.get(tool_id)
+            if name is None:
+                name = names[tool_id] = ToolId.parse(tool_id).model_name
+            parts.append(ToolCall(f"call_{index}_{i}", name, text))
         if not parts:
             parts.append(TextPart(""))
         finish = "tool_calls" if turn.tool_calls else "stop"

@@ -31,6 +31,7 @@ from handrail.models import (
     StreamingModel,
     SystemMessage,
     TextDelta,
+    ToolCall,
     ToolCallStart,
     Usage,
     UserMessage,
@@ -48,7 +49,6 @@ from handrail.runs._outcome import (
 )
 from handrail.store import Batch, RunRecord, RunStatus, Store
 from handrail.store._base import new_owner
-from handrail.store._records import update
 from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, Toolbox, ToolImpl, Toolset
 
 __all__ = ["Agent", "DeferAll", "Recovery", "RunEvent"]
@@ -301,11 +301,15 @@ class _Runner:
         self.turns = sum(1 for m in messages if isinstance(m, AssistantMessage))
 
     def _run_update(self, **changes: Any) -> RunRecord:
+        run = self.run
         now = time.time()
-        fields: dict[str, Any] = {"updated_at": now, "lease_until": now + self.store.lease_seconds,
-                                  "remembered": [r.to_dict() for r in self.scope.remembered]}
-        fields.update(changes)
-        return update(self.run, **fields)
+        run.updated_at = now
+        run.lease_until = now + self.store.lease_seconds
+        if len(run.remembered) != len(self.scope.remembered):
+            run.remembered = [r.to_dict() for r in self.scope.remembered]
+        for name, value in changes.items():
+            setattr(run, name, value)
+        return run
 
     async def _emit(self, kind: str, **detail: Any) -> None:
         if self.on_event is not None:
@@ -355,17 +359,19 @@ class _Runner:
         messages = self.messages
         while True:
             last = messages[-1]
-            if isinstance(last, AssistantMessage) and last.tool_calls:
+            calls = last.tool_calls if isinstance(last, AssistantMessage) else None
+            if calls:
                 turn = self.turns - 1
                 existing = {c.call_id: c for c in await self._turn_records(turn)}
                 first = Batch(run=self._run_update())
                 if self._pending_message is not None:
                     first.messages.append(self._pending_message)
                     self._pending_message = None
-                result = await self.gate.drive_turn(turn, last.tool_calls, existing, first)
-                for r in result.final.calls:
-                    await self._emit("call_finished", tool=r.tool, status=r.status.value,
-                                     call_id=r.call_id)
+                result = await self.gate.drive_turn(turn, calls, existing, first)
+                if self.on_event is not None:
+                    for r in result.final.calls:
+                        await self._emit("call_finished", tool=r.tool, status=r.status.value,
+                                         call_id=r.call_id)
                 if result.pause is not None:
                     status = RunStatus(result.pause.kind)
                     return await self._end(result.pause, status, result.final)
@@ -420,9 +426,10 @@ class _Runner:
             dumped["model"] = response.model
             dumped["finish_reason"] = response.finish_reason
             entry = (self.run.id, seq, dumped)
-            await self._emit("model_turn", text=message.text,
-                             calls=[c.name for c in message.tool_calls])
-            if not message.tool_calls:
+            if self.on_event is not None:
+                await self._emit("model_turn", text=message.text,
+                                 calls=[c.name for c in message.tool_calls])
+            if not any(type(p) is ToolCall for p in message.parts):
                 return await self._end(Completed(message.text), RunStatus.COMPLETED,
                                        Batch(messages=[entry]))
             self._pending_message = entry

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import contextlib
 import enum
 import inspect
 import json
@@ -104,7 +105,16 @@ class ToolImpl(abc.ABC):
 
     def actions(self, validated: Any) -> list[Action]:
         """What a call with these arguments touches; by default `CALL server/name`."""
-        return [Action(Act.CALL, str(self.spec.id))]
+        return [self.default_action()]
+
+    def default_action(self) -> Action:
+        """`CALL server/name`, built once per tool (an Action is immutable)."""
+        action: Action | None = getattr(self, "_default_action_cache", None)
+        if action is None or action.target != str(self.spec.id):
+            action = Action(Act.CALL, str(self.spec.id))
+            with contextlib.suppress(AttributeError):  # a slotted subclass simply rebuilds it
+                self._default_action_cache = action
+        return action
 
     @abc.abstractmethod
     def dump_arguments(self, validated: Any) -> dict[str, Any]:

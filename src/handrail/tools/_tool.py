@@ -30,7 +30,7 @@ from handrail.errors import (
     ToolFailed,
     UserError,
 )
-from handrail.tools._actions import Act, Action
+from handrail.tools._actions import Action
 from handrail.tools._content import ToolResult, text_result
 from handrail.tools._context import CallContext
 from handrail.tools._handler import ToolImpl, issues_from_validation_error
@@ -300,12 +300,15 @@ class FunctionTool(ToolImpl, Generic[P, R]):
     def actions(self, validated: BaseModel) -> list[Action]:
         """What the call touches: the `actions=` function's answer, or `CALL server/name`."""
         if self._actions is None:
-            return [Action(Act.CALL, str(self.spec.id))]
+            return [self.default_action()]
         return list(self._actions(**self._kwargs(validated)))
 
     def dump_arguments(self, validated: BaseModel) -> dict[str, Any]:
         """The validated arguments as JSON, under the names the model uses."""
-        return validated.model_dump(mode="json", by_alias=True)
+        # The serializer directly: model_dump's wrapper costs as much again on the hot path.
+        dumped: dict[str, Any] = validated.__pydantic_serializer__.to_python(
+            validated, mode="json", by_alias=True)
+        return dumped
 
     async def execute(self, validated: BaseModel, ctx: CallContext | None) -> ToolResult:
         """Call the function and check what it returns."""
@@ -466,7 +469,7 @@ class Tool(BaseModel):
 
     def actions(self) -> list[Action]:
         """What this call touches; by default `CALL server/name`."""
-        return [Action(Act.CALL, str(type(self).__handrail_tool__.spec.id))]
+        return [type(self).__handrail_tool__.default_action()]
 
     async def run(self, ctx: CallContext) -> Any:
         """The tool's body; receives the validated arguments as `self`."""
@@ -542,7 +545,9 @@ class _ClassTool(ToolImpl):
         return list(validated.actions())
 
     def dump_arguments(self, validated: Tool) -> dict[str, Any]:
-        return validated.model_dump(mode="json", by_alias=True)
+        dumped: dict[str, Any] = validated.__pydantic_serializer__.to_python(
+            validated, mode="json", by_alias=True)
+        return dumped
 
     async def execute(self, validated: Tool, ctx: CallContext | None) -> ToolResult:
         assert ctx is not None
