@@ -184,11 +184,13 @@ async def test_an_answer_authorises_nothing(store: hr.Store) -> None:
 
 
 async def test_a_run_without_a_recorded_policy_is_refused(store: hr.Store) -> None:
-    paused = await _deferred(store)
-    run = await store.run(paused.run_id)
-    await store.write(hr.store.Batch(run=dataclasses.replace(run, policy=None)))
+    # A run written by something that recorded no policy (a policy is immutable once a run
+    # exists, so this can only be a run created that way).
+    legacy = hr.RunRecord(id="legacy", task="t", status=hr.RunStatus.AWAITING_APPROVAL,
+                          policy=None, created_at=1.0)
+    await store.write(hr.store.Batch(run=legacy))
     with pytest.raises(hr.ResumeRefused, match="no recorded policy"):
-        await hr.resume(store, paused.run_id, agent=make_agent())
+        await hr.resume(store, "legacy", agent=make_agent())
     assert DONE == []
 
 

@@ -390,7 +390,9 @@ class _Runner:
                     (self.run.id, start + i, m)
                     for i, m in enumerate(dump_messages(result.results)))
                 result.final.run = self._run_update()
-                await self.store.write(result.final)
+                # Not awaited: the results must be durable before the next side effect (the
+                # next turn's first write waits behind this one), not before the model speaks.
+                await self.store.write(result.final, wait=False)
             # budgets
             if self.run.steps >= agent.max_steps:
                 return await self._end(Failed(

@@ -104,8 +104,16 @@ class Store(abc.ABC):
         return MemoryStore()
 
     @abc.abstractmethod
-    async def write(self, batch: Batch) -> None:
-        """Commit every write of `batch` in one transaction."""
+    async def write(self, batch: Batch, *, wait: bool = True) -> None:
+        """Commit every write of `batch` in one transaction.
+
+        With `wait=False` the write is queued and this returns at once; writes still apply
+        in order, any later operation waits for it, and its failure is raised by the next
+        operation (or `flush`). The batch may be changed as soon as this returns.
+        """
+
+    async def flush(self) -> None:  # noqa: B027 - nothing to flush in a synchronous store
+        """Wait until every queued write has been committed; raise if one failed."""
 
     @abc.abstractmethod
     async def run(self, run_id: str) -> RunRecord:

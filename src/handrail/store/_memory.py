@@ -31,7 +31,7 @@ class MemoryStore(Store):
         self._run_calls: dict[str, list[str]] = {}
         self._pending: dict[str, PendingItem] = {}
 
-    async def write(self, batch: Batch) -> None:
+    async def write(self, batch: Batch, *, wait: bool = True) -> None:
         if batch.run is not None:
             self._runs[batch.run.id] = clone(batch.run)
         for run_id, seq, message in batch.messages:
