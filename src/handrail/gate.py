@@ -337,6 +337,17 @@ class Gate:
         else:
             record.status = CallStatus.STARTED
 
+    def _permits_for(self, impl: ToolImpl) -> Any:
+        scope = self.scope
+        mutates = self._mutates(impl)
+
+        def permits(action: Action) -> bool:
+            # The policy of this moment (remembered rules included), confinement included.
+            verdict = scope.policy.check(action, workspace=scope.workspace, mutates=mutates)
+            return verdict.effect is Effect.ALLOW
+
+        return permits
+
     def _spec(self, impl: ToolImpl) -> ToolSpec:
         return self._offered.get(impl.spec.id, impl.spec)
 
@@ -434,7 +445,8 @@ class Gate:
             if not spec.interactions and spec.timeout is None:
                 # The common case needs no state machine: the body cannot ask.
                 ctx = (CallContext(call_id=state.call.id, tool_id=spec.id, run_id=scope.run_id,
-                                   agent=scope.agent, workspace=scope.workspace, deps=scope.deps)
+                                   agent=scope.agent, workspace=scope.workspace, deps=scope.deps,
+                                   permits=self._permits_for(impl))
                        if impl.needs_context else None)
                 try:
                     result = await impl.execute(state.validated, ctx)
@@ -457,6 +469,7 @@ class Gate:
         assert impl is not None
         handler = ToolHandler(impl, run_id=scope.run_id, agent=scope.agent,
                               workspace=scope.workspace, deps=scope.deps,
+                              permits=self._permits_for(impl),
                               max_argument_bytes=scope.toolbox.max_argument_bytes)
         out = await handler.step(Invoke(state.call.id, state.record.performed_arguments or {},
                                         answers=list(state.answers)))

@@ -384,3 +384,24 @@ async def test_a_streaming_model_reports_text_deltas_and_calls_as_events() -> No
     assert kinds.index("call_started") < kinds.index("call_finished") < kinds.index("text_delta")
     assert "".join(e.detail["text"] for e in events if e.kind == "text_delta") == "Bob has 7."
     assert kinds[-1] == "finished"
+
+
+async def test_a_search_of_a_directory_honours_deny_rules_for_each_file(tmp_path: Path) -> None:
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "plan.txt").write_text("TOKEN=hidden\n")
+    (tmp_path / "notes.txt").write_text("TOKEN=public\n")
+    policy = hr.Policy.default().layer("app").deny(hr.Act.READ, "private/**")
+    seen: list[list[ToolResultMessage]] = []
+    result = await hr.Agent(
+        Scripted([call("workspace/search", {"pattern": "TOKEN"}), last_results(seen)]),
+        hr.builtin.workspace_tools(), policy=policy, workspace=tmp_path,
+    ).run("go", store=hr.Store.memory())
+    assert isinstance(result.outcome, hr.Completed)
+    text = seen[0][0].result.render_text()
+    assert "public" in text and "hidden" not in text
+    assert seen[0][0].result.structured["files_refused_by_policy"] == 1
+
+
+async def test_outside_a_run_the_context_permits_everything() -> None:
+    ctx = hr.CallContext(call_id="c", tool_id=hr.ToolId("local", "x"))
+    assert ctx.permits(hr.Action(hr.Act.READ, ".env"))

@@ -167,3 +167,12 @@ async def test_schema_tools_register_like_any_other() -> None:
     box = hr.Toolbox([tool, read])
     assert (await box.call("search/web", {"q": "x"})).render_text() == "x"
     assert box.by_model_name("search--web") is tool
+
+
+def test_a_tool_whose_model_name_would_exceed_64_characters_is_refused() -> None:
+    @hr.tool(server="s" * 40, name="n" * 30)
+    async def long_one() -> str:
+        return "x"
+
+    with pytest.raises(hr.UserError, match="at most 64"):
+        hr.Toolbox([long_one])

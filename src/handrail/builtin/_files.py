@@ -68,9 +68,10 @@ SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 
 _SNIFF_BYTES = 8192
 # A search over a directory is one READ of that directory, so a policy that denies reading
-# `.env` would not stop `search(".", "KEY")` from printing it. Until the policy can judge the
-# files under a directory, search skips (by name, case-folded) the files `Policy.default()`
-# calls secret, wherever they are.
+# `.env` would not by itself stop `search(".", "KEY")` from printing it. So search asks the
+# policy in force about each file before reading it (`ctx.permits`), and, as a second line
+# that holds even outside an agent run, skips (by name, case-folded) the files
+# `Policy.default()` calls secret, wherever they are.
 _SECRET_NAMES = tuple(p.casefold() for p in SECRETS if "/" not in p)
 _Walk = Generator[tuple[str, list[str], list[str], int], None, None]
 
@@ -359,11 +360,12 @@ class Search(Tool, server="workspace", name="search", mutates=False):
     async def run(self, ctx: CallContext) -> ToolResult:
         """Search."""
         root = workspace_root(ctx)
-        return await _in_thread(lambda: _confined(self.path, root, self._search),
-                                abandon_on_cancel=True)
+        return await _in_thread(
+            lambda: _confined(self.path, root, lambda place: self._search(place, ctx)),
+            abandon_on_cancel=True)
 
-    def _search(self, place: Place) -> ToolResult:
-        state = _SearchState(re.compile(self.pattern))
+    def _search(self, place: Place, ctx: CallContext) -> ToolResult:
+        state = _SearchState(re.compile(self.pattern), ctx)
         if not place.parts:
             self._search_dir(place, state)
         else:
@@ -395,8 +397,10 @@ class Search(Tool, server="workspace", name="search", mutates=False):
 class _SearchState:
     """Matches found so far, and the bounds on how far a search goes."""
 
-    def __init__(self, regex: re.Pattern[str]) -> None:
+    def __init__(self, regex: re.Pattern[str], ctx: CallContext) -> None:
         self.regex = regex
+        self.ctx = ctx
+        self.refused = 0
         self.lines: list[str] = []
         self.files = 0
         self.skipped = 0
@@ -410,6 +414,9 @@ class _SearchState:
     def scan(self, dirfd: int, name: str, shown: str) -> None:
         if any(fnmatch.fnmatchcase(name.casefold(), p) for p in _SECRET_NAMES):
             self.secrets += 1
+            return
+        if not self.ctx.permits(Action(Act.READ, shown)):
+            self.refused += 1
             return
         if self.files >= SEARCH_LIMIT_FILES:
             self.stopped = f"stopped after reading {SEARCH_LIMIT_FILES} files"
@@ -453,6 +460,7 @@ class _SearchState:
             "files_read": self.files,
             "files_skipped": self.skipped,
             "secret_files_skipped": self.secrets,
+            "files_refused_by_policy": self.refused,
             "complete": self.stopped is None,
         }
         if not self.lines:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from handrail.errors import UserError
+from handrail.tools._actions import Action
 from handrail.tools._names import ToolId
 
 __all__ = ["CallContext", "Elicitation", "Question"]
@@ -86,7 +87,8 @@ class CallContext:
     with its recorded answers, so anything done before a question may be done twice.
     """
 
-    __slots__ = ("_interactions", "agent", "call_id", "deps", "run_id", "tool_id", "workspace")
+    __slots__ = ("_interactions", "_permits", "agent", "call_id", "deps", "run_id", "tool_id",
+                 "workspace")
 
     def __init__(
         self,
@@ -98,6 +100,7 @@ class CallContext:
         agent: str | None = None,
         workspace: Path | None = None,
         deps: Any = None,
+        permits: Callable[[Action], bool] | None = None,
     ) -> None:
         self.call_id = call_id
         """The call's id, as the model gave it."""
@@ -112,6 +115,17 @@ class CallContext:
         self.deps = deps
         """Whatever the host passed as `deps` (a database handle, a client...)."""
         self._interactions = interactions
+        self._permits = permits
+
+    def permits(self, action: Action) -> bool:
+        """Whether the policy in force allows `action` outright (not ask, not deny).
+
+        For a tool whose one declared action covers many things (a search under a directory
+        reads every file in it): it checks each thing before touching it, so a rule denying
+        `.env` holds inside a search of `.`. Outside an agent run there is no policy and
+        everything is permitted.
+        """
+        return True if self._permits is None else self._permits(action)
 
     async def ask(self, question: Question) -> str:
         """Ask the caller `question` and wait for the answer.

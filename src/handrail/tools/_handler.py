@@ -301,6 +301,7 @@ class ToolHandler:
         "_interaction",
         "_max_bytes",
         "_n",
+        "_permits",
         "_replay",
         "_run_id",
         "_workspace",
@@ -316,9 +317,11 @@ class ToolHandler:
         agent: str | None = None,
         workspace: Any = None,
         deps: Any = None,
+        permits: Any = None,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
     ) -> None:
         self._impl = impl
+        self._permits = permits
         self._run_id = run_id
         self._agent = agent
         self._workspace = workspace
@@ -400,6 +403,7 @@ class ToolHandler:
                 agent=self._agent,
                 workspace=self._workspace,
                 deps=self._deps,
+                permits=self._permits,
             )
         coro = impl.execute(validated, ctx)
         if not spec.interactions and spec.timeout is None:

@@ -180,6 +180,9 @@ def as_impl(obj: object) -> ToolImpl:
 
 _call_ids = itertools.count(1)
 
+MAX_MODEL_NAME = 64
+"""The longest tool name OpenAI and Anthropic accept (`^[a-zA-Z0-9_-]{1,64}$`)."""
+
 
 class Toolbox:
     """The registry of tools an agent may be offered; dispatches by id.
@@ -227,6 +230,13 @@ class Toolbox:
 
     def _add(self, impl: ToolImpl) -> None:
         key = str(impl.spec.id)
+        model_name = impl.spec.id.model_name
+        if len(model_name) > MAX_MODEL_NAME:
+            raise UserError(
+                f"tool '{key}' would be offered to models as {model_name!r}, "
+                f"{len(model_name)} characters; providers accept at most {MAX_MODEL_NAME} "
+                "(OpenAI and Anthropic both): give it a shorter name= or server="
+            )
         existing = self._impls.get(key)
         if existing is not None:
             raise UserError(
