@@ -71,6 +71,9 @@ __all__ = ["NOT_GRANTED_MESSAGE", "Gate", "RunScope", "TurnResult"]
 NOT_GRANTED_MESSAGE = "This tool is not available to this agent."
 """What the model sees for a tool the manifest does not grant (uniform, reveals nothing)."""
 
+REDACTED = "[redacted: a refused call's record keeps only the arguments' digest]"
+"""What a refused call's record holds in place of its arguments."""
+
 
 @dataclass(kw_only=True)
 class RunScope:
@@ -157,6 +160,11 @@ class _Call:
         record.disposition = disposition
         record.error = error
         record.ended_at = time.time()
+        if status is CallStatus.REFUSED:
+            # A refusal's record never holds what the call would have written: the arguments
+            # go, their digest and the actions (content as sha256 and size) stay.
+            record.arguments = REDACTED
+            record.performed_arguments = None
 
     def pause(self, outcome: Any, status: CallStatus, item: PendingItem | None) -> None:
         self.outcome = outcome

@@ -405,3 +405,25 @@ async def test_a_search_of_a_directory_honours_deny_rules_for_each_file(tmp_path
 async def test_outside_a_run_the_context_permits_everything() -> None:
     ctx = hr.CallContext(call_id="c", tool_id=hr.ToolId("local", "x"))
     assert ctx.permits(hr.Action(hr.Act.READ, ".env"))
+
+
+async def test_a_refused_write_leaves_no_file_contents_in_its_record(tmp_path: Path) -> None:
+    secret = "super-secret-contents-1234"
+    store = hr.Store.open(tmp_path / "runs.db")
+    policy = hr.Policy.default().layer("app").deny(hr.Act.WRITE, "locked/**")
+    result = await hr.Agent(
+        Scripted([call("workspace/write_file", {"path": "locked/a.txt", "content": secret}),
+                  reply("ok")]),
+        hr.builtin.workspace_tools(), policy=policy, workspace=tmp_path,
+    ).run("go", store=store)
+    (record,) = await store.calls(result.run_id)
+    await store.close()
+    assert record.status is hr.CallStatus.REFUSED
+    assert record.arguments_digest is not None
+    assert record.actions[0]["content_bytes"] == len(secret)
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "runs.db")
+    rows = db.execute("SELECT * FROM calls").fetchall()
+    db.close()
+    assert secret not in repr(rows)
