@@ -82,3 +82,43 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
 def test_recover_needs_exactly_one_choice(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["recover", "x", "--retry", "--abort", "--store", str(tmp_path / "x.db")])
+
+
+AGENT_MODULE = '''
+import handrail as hr
+from handrail.models import Scripted, call, reply
+
+@hr.tool(server="ops", interactions={"question"}, mutates=False)
+async def pick(ctx: hr.CallContext) -> str:
+    """Pick a colour."""
+    return await ctx.ask(hr.Question("Which colour?", choices=["red", "blue"]))
+
+def build(run=None):
+    model = Scripted([call("ops/pick", {}),
+                      lambda messages, tools: reply("picked " + messages[-1].result.render_text())])
+    return hr.Agent(model, [pick], name="picker")
+'''
+
+
+@pytest.mark.slow
+def test_an_answer_is_recorded_then_resume_continues_with_the_named_agent(tmp_path: Path) -> None:
+    (tmp_path / "picker.py").write_text(AGENT_MODULE)
+    script = ("import anyio, handrail as hr, picker\n"
+              "async def main():\n"
+              "    async with hr.Store.open('.handrail/runs.db') as store:\n"
+              "        r = await picker.build().run('pick', store=store)\n"
+              "        print(r.outcome.kind, r.outcome.question_id)\n"
+              "anyio.run(main)\n")
+    started = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": "."})
+    kind, question_id = started.stdout.split()
+    assert kind == "awaiting_answer"
+    pending = json.loads(cli(tmp_path, "pending", "--kind", "question", "--json").stdout)
+    assert pending[0]["payload"]["question"] == "Which colour?"
+    no_agent = cli(tmp_path, "answer", question_id, "blue")
+    # Without --agent the run recorded no ref: the answer is recorded, the run waits.
+    assert no_agent.returncode == 0 and "recorded" in no_agent.stdout
+    run_id = json.loads(cli(tmp_path, "runs", "--json").stdout)[0]["id"]
+    done = cli(tmp_path, "resume", run_id, "--agent", "picker:build")
+    assert done.returncode == 0, done.stderr
+    assert "picked blue" in done.stdout
