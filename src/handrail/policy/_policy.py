@@ -633,10 +633,14 @@ class Policy:
         return f"Policy(layers=[{names}], defaults={{{defaults}}})"
 
 
+_MEMO_SIZE = 4096
+"""How many (act, canonical target) verdicts one compiled policy keeps."""
+
+
 class _Compiled:
     """A policy's rules compiled per act and effect, with precomputed explanations."""
 
-    __slots__ = ("defaults", "matchers", "roots", "rules")
+    __slots__ = ("defaults", "matchers", "memo", "roots", "rules")
 
     def __init__(self, policy: Policy) -> None:
         self.rules: list[tuple[Rule, str, str]] = []
@@ -658,6 +662,11 @@ class _Compiled:
             for act, by_effect in per_act.items()
         }
         self.roots: dict[str, str] = {}
+        # Matching a canonical target is a pure function of the (immutable) rules: agents
+        # check the same few targets over and over, so the answer is kept, bounded. Paths are
+        # still canonicalised on every check (the filesystem may change); only the matching
+        # of the canonical form is memoised.
+        self.memo: dict[tuple[str, str, tuple[str, ...], bool], Verdict] = {}
         self.defaults: dict[tuple[str, bool], tuple[Effect, str]] = {}
         for act in Act:
             for mutates in (True, False):
@@ -712,6 +721,18 @@ class _Compiled:
         except UncanonicalTarget as exc:
             return Verdict._make(Effect.DENY, None, CONFINEMENT, _shown(raw_target),
                            f"target cannot be canonicalised: {exc}")
+        memo_key = (key, target, full, bool(mutates))
+        known = self.memo.get(memo_key)
+        if known is not None:
+            return known
+        verdict = self._match(key, act, target, full, base, mutates)
+        if len(self.memo) >= _MEMO_SIZE:
+            self.memo.clear()
+        self.memo[memo_key] = verdict
+        return verdict
+
+    def _match(self, key: str, act: Act, target: str, full: tuple[str, ...],
+               base: tuple[str, ...], mutates: bool) -> Verdict:
         matchers = self.matchers[key]
         if matchers:
             ascii_only = target.isascii() and all(c.isascii() for c in full)
