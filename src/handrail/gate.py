@@ -409,7 +409,7 @@ class Gate:
             verdict_reason=verdict.reason,
         )
 
-    def _decide(self, state: _Call, request: Request, decision: Decision, *,
+    def _decide(self, state: _Call, request: Request | None, decision: Decision, *,
                 decided_by: str) -> None:
         """Apply an approver's decision: refuse, pause (defer), or mark the call to run."""
         from handrail.runs._outcome import AwaitingApproval
@@ -420,6 +420,7 @@ class Gate:
                          CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
                          error=f"denied by {decided_by}")
             return
+        assert request is not None, "approving or deferring needs the request"
         if isinstance(decision, Approve):
             self.scope.remember(decision.remember_rules(request.act))
             if decision.modified is not None:
@@ -553,10 +554,11 @@ class Gate:
             if item is None or item.state == "open":
                 state.pause(AwaitingApproval(record.pending_id or ""), status, None)
                 return
-            request = Request.from_dict(item.payload)
             self._check(state, arguments)  # the policy in force now: a new deny wins
             if state.result is None:
                 decision = Decision.from_dict(item.decision or {})
+                # A denied request was kept without its contents: only an approval needs it.
+                request = None if isinstance(decision, Deny) else Request.from_dict(item.payload)
                 self._decide(state, request, decision, decided_by=item.decided_by or "operator")
             return
 

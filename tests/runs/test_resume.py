@@ -264,3 +264,32 @@ async def test_wrong_kinds_of_ids_are_clear_errors(store: hr.Store) -> None:
     with pytest.raises(hr.NotFound):
         await hr.resume_with_decision(store, "ap-nope", hr.Decision.approve(),
                                       agent=make_agent())
+
+
+async def test_a_denied_write_keeps_no_bytes_in_its_request_or_record(tmp_path: Path) -> None:
+    secret = "the-bytes-that-were-never-written"
+    store = hr.Store.open(tmp_path / "runs.db")
+
+    def build() -> hr.Agent:
+        return hr.Agent(Scripted([call("workspace/write_file",
+                                       {"path": "notes.md", "content": secret}), _echo_last]),
+                        hr.builtin.workspace_tools(), workspace=tmp_path)
+
+    paused = await build().run("write", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    (item,) = await store.pending()
+    assert hr.Request.from_dict(item.payload).content == secret.encode()  # shown to the human
+    done = await hr.resume_with_decision(store, paused.outcome.request_id,
+                                         hr.Decision.deny("not now"), agent=build())
+    assert isinstance(done.outcome, hr.Completed) and "not now" in done.outcome.output
+    decided = await store.pending_item(paused.outcome.request_id)
+    assert decided.payload["content_bytes"] == len(secret)
+    await store.close()
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "runs.db")
+    dump = repr(db.execute("SELECT * FROM pending").fetchall()) + repr(
+        db.execute("SELECT * FROM calls").fetchall())
+    db.close()
+    assert secret not in dump
+    assert not (tmp_path / "notes.md").exists()

@@ -508,8 +508,28 @@ async def _decide_pending(store: Store, item_id: str, kind: str, decision: dict[
     if item.kind != kind:
         raise UserError(f"{item_id} is a pending {item.kind}, not a pending {kind}")
     _check_resumable(await store.run(item.run_id), agent, allow_manifest_change)
-    await store.decide(item_id, decision, decided_by)
+    payload = None
+    if kind == "approval" and decision.get("kind") == "deny":
+        payload = _without_contents(item.payload)
+    await store.decide(item_id, decision, decided_by, payload=payload)
     return item.run_id
+
+
+def _without_contents(request: dict[str, Any]) -> dict[str, Any]:
+    """A denied request as it is kept: what was asked and its digest, never the bytes."""
+    import base64
+    import hashlib
+
+    kept = dict(request)
+    content = kept.get("content")
+    if content:
+        raw = base64.b64decode(content)
+        kept["content"] = None
+        kept["content_sha256"] = hashlib.sha256(raw).hexdigest()
+        kept["content_bytes"] = len(raw)
+    kept["arguments"] = {"redacted": "a denied request keeps only what it touched"}
+    kept["actions"] = [{**a, "content": None} for a in kept.get("actions", [])]
+    return kept
 
 
 async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver | None,

@@ -163,9 +163,13 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def decide(
-        self, item_id: str, decision: dict[str, Any], decided_by: str
+        self, item_id: str, decision: dict[str, Any], decided_by: str, *,
+        payload: dict[str, Any] | None = None,
     ) -> PendingItem:
         """Record the decision on an open item, atomically (compare-and-swap).
+
+        `payload`, when given, replaces the item's payload in the same step (a denied write's
+        bytes are dropped this way).
 
         Raises:
             NotFound: no item has that id.

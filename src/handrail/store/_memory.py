@@ -100,14 +100,16 @@ class MemoryStore(Store):
         except KeyError:
             raise NotFound(f"no pending item {item_id!r} in this store") from None
 
-    async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str) -> PendingItem:
+    async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str, *,
+                     payload: dict[str, Any] | None = None) -> PendingItem:
         item = await self.pending_item(item_id)
         if item.state != "open":
             raise AlreadyDecided(
                 f"{item.kind} {item_id} was already decided by {item.decided_by}"
             )
         item = dataclasses.replace(item, state="decided", decision=decision,
-                                   decided_by=decided_by, decided_at=time.time())
+                                   decided_by=decided_by, decided_at=time.time(),
+                                   payload=item.payload if payload is None else payload)
         self._pending[item_id] = item
         return item
 

@@ -465,13 +465,14 @@ class SQLiteStore(Store):
             raise NotFound(f"no pending item {item_id!r} in {self.path}")
         return _pending_from(row)
 
-    async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str) -> PendingItem:
+    async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str, *,
+                     payload: dict[str, Any] | None = None) -> PendingItem:
         def cas(db: sqlite3.Connection) -> PendingItem:
             now = time.time()
             changed = db.execute(
                 "UPDATE pending SET state = 'decided', decision = ?, decided_by = ?, "
-                "decided_at = ? WHERE id = ? AND state = 'open'",
-                (_dumps(decision), decided_by, now, item_id),
+                "decided_at = ?, payload = COALESCE(?, payload) WHERE id = ? AND state = 'open'",
+                (_dumps(decision), decided_by, now, _dumps(payload), item_id),
             ).rowcount
             row = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
                              (item_id,)).fetchone()
