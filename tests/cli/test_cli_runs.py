@@ -28,8 +28,8 @@ def test_demo_defers_a_write_and_the_printed_command_finishes_it(tmp_path: Path)
     demo = cli(tmp_path, "demo")
     assert demo.returncode == 0, demo.stderr
     assert "awaiting_approval" in demo.stdout
-    approve = re.search(r"handrail approve (\S+)", demo.stdout)
-    run = re.search(r"handrail show (\S+)", demo.stdout)
+    approve = re.search(r" approve (\S+)", demo.stdout)
+    run = re.search(r" show (\S+)", demo.stdout)
     assert approve and run
     assert (tmp_path / ".handrail" / "runs.db").exists()
 
@@ -56,8 +56,8 @@ def test_demo_defers_a_write_and_the_printed_command_finishes_it(tmp_path: Path)
 @pytest.mark.slow
 def test_deny_without_resume_records_then_resume_continues(tmp_path: Path) -> None:
     demo = cli(tmp_path, "demo", "--store", str(tmp_path / "s.db"))
-    request = re.search(r"handrail approve (\S+)", demo.stdout)
-    run = re.search(r"handrail show (\S+)", demo.stdout)
+    request = re.search(r" approve (\S+)", demo.stdout)
+    run = re.search(r" show (\S+)", demo.stdout)
     assert request and run
     denied = cli(tmp_path, "deny", request.group(1), "--reason", "not today", "--no-resume",
                  "--store", str(tmp_path / "s.db"))

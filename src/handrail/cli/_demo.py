@@ -9,7 +9,10 @@ process (`handrail pending`, `handrail approve ...`), which rebuilds this agent 
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,11 +71,22 @@ def _seed(root: Path) -> None:
     (root / ".env").write_text("API_TOKEN=this-must-never-reach-the-model\n")
 
 
+def _command() -> str:
+    """How this process was invoked, so the printed commands work when pasted as they are."""
+    argv0 = sys.argv[0] if sys.argv else "handrail"
+    if argv0.endswith(("__main__.py", "-c")):
+        return f"{shlex.quote(sys.executable)} -m handrail.cli"
+    on_path = shutil.which("handrail")
+    if on_path and os.path.realpath(on_path) == os.path.realpath(argv0):
+        return "handrail"
+    return shlex.quote(os.path.relpath(argv0) if os.path.isabs(argv0) else argv0)
+
+
 def run_demo(store_path: str) -> int:
     """Run the demo against the store at `store_path`; returns the exit code."""
     from rich.console import Console
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     root = Path(tempfile.mkdtemp(prefix="handrail-demo-"))
     _seed(root)
     agent = demo_agent(workspace=str(root))
@@ -82,19 +96,20 @@ def run_demo(store_path: str) -> int:
             return await agent.run(TASK, store=store)
 
     result = anyio.run(main)
+    cmd = _command()
     store_arg = "" if store_path == str(Path(".handrail") / "runs.db") else \
         f" --store {shlex.quote(store_path)}"
     console.print(f"[bold]handrail demo[/] — workspace {root}")
     console.print(f"run {result.run_id}: {result.outcome.kind}\n")
-    console.print(f"  see what happened:   handrail show {result.run_id}{store_arg}")
+    console.print(f"  see what happened:   {cmd} show {result.run_id}{store_arg}")
     outcome = result.outcome
     if outcome.kind == "awaiting_approval":
         console.print("\nThe write of NOTES.md waits for a person. Finish the run with:\n")
-        console.print(f"  handrail pending{store_arg}")
-        console.print(f"  handrail approve {outcome.request_id}{store_arg}")
-        console.print(f"\nor deny it (the model reads the reason):\n\n  handrail deny "
+        console.print(f"  {cmd} pending{store_arg}")
+        console.print(f"  {cmd} approve {outcome.request_id}{store_arg}")
+        console.print(f"\nor deny it (the model reads the reason):\n\n  {cmd} deny "
                       f"{outcome.request_id} --reason 'not now' --no-resume{store_arg}\n"
-                      f"  handrail resume {result.run_id}{store_arg}")
+                      f"  {cmd} resume {result.run_id}{store_arg}")
         return 0
     console.print(f"unexpected outcome: {outcome}")
     return 1
