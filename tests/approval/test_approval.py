@@ -134,7 +134,7 @@ async def test_stdin_approver_shows_a_diff_and_needs_y(tmp_path: Path) -> None:
     assert "write src/app.py" in shown and "-old" in shown and "+new" in shown
     assert "\x1b" not in shown and "\\x1b[2Jhidden" in shown  # escapes cannot restyle
     assert "Approve? [y/N]" in shown
-    for answer in ("n\n", "yep\n", "\n", ""):
+    for answer in ("n\n", "yep\n", "yes\n", "\n", ""):
         d = await StdinApprover(input=io.StringIO(answer), output=io.StringIO()).decide(request)
         assert isinstance(d, Deny), answer
 

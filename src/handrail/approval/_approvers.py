@@ -154,7 +154,9 @@ class StdinApprover:
             answer = await ask_line(
                 self._output or sys.stdout, self._input or sys.stdin, text + "Approve? [y/N] "
             )
-        if answer is not None and answer.strip().lower() in ("y", "yes"):
+        # Exactly `y` (either case): anything else, "yes" and a stray keystroke included, is
+        # a denial. Approving a side effect should take a deliberate answer.
+        if answer is not None and answer.strip().lower() == "y":
             return Decision.approve()
         return Decision.deny("denied by the operator")
 
