@@ -31,8 +31,9 @@ from typing import Any
 
 import anyio
 
-from handrail.approval import Approve, Approver, Decision, Deny, Request, Responder
+from handrail.approval import Approve, Approver, Decision, Defer, Deny, Request, Responder
 from handrail.errors import (
+    AlreadyDecided,
     CallCancelled,
     Disposition,
     InvalidArguments,
@@ -136,8 +137,19 @@ def _verdict_record(verdict: Verdict) -> dict[str, Any]:
 class _Call:
     """One call's working state within a turn."""
 
-    __slots__ = ("actions", "answers", "call", "impl", "outcome", "pending", "record", "result",
-                 "validated", "verdict")
+    __slots__ = (
+        "actions",
+        "answers",
+        "call",
+        "impl",
+        "outcome",
+        "pending",
+        "reask",
+        "record",
+        "result",
+        "validated",
+        "verdict",
+    )
 
     def __init__(self, call: ToolCall, record: CallRecord) -> None:
         self.call = call
@@ -150,6 +162,7 @@ class _Call:
         self.outcome: Any = None  # a pause: AwaitingApproval / AwaitingAnswer / AwaitingRecovery
         self.pending: list[PendingItem] = []
         self.answers: list[Submit | Decline] = []
+        self.reask: PendingItem | None = None  # an open deferred approval to put to the approver
 
     def finish(self, result: ToolResult, status: CallStatus, *, disposition: str | None = None,
                error: str | None = None) -> None:
@@ -246,12 +259,29 @@ class Gate:
             if state.result is not None or state.outcome is not None:
                 return
             if state.record.status is CallStatus.APPROVED:  # ask: the approver decides now
-                request = self._request(state)
+                reask = state.reask
+                request = (self._request(state) if reask is None
+                           else Request.from_dict(reask.payload))
                 decision = await scope.approver.decide(request)
                 if not isinstance(decision, Decision):
                     raise TypeError(f"{_name(scope.approver)}.decide returned {decision!r}, "
                                     "not an hr.Decision")
-                self._decide(state, request, decision, decided_by=_name(scope.approver))
+                decided_by = _name(scope.approver)
+                if reask is not None:
+                    from handrail.runs._outcome import AwaitingApproval
+
+                    if isinstance(decision, Defer):
+                        state.pause(AwaitingApproval(reask.id), CallStatus.AWAITING_APPROVAL,
+                                    None)
+                        return
+                    try:
+                        await scope.store.decide(reask.id, decision.to_dict(), decided_by)
+                    except AlreadyDecided:
+                        # Someone decided first, elsewhere: theirs stands.
+                        won = await scope.store.pending_item(reask.id)
+                        decision = Decision.from_dict(won.decision or {})
+                        decided_by = won.decided_by or "operator"
+                self._decide(state, request, decision, decided_by=decided_by)
                 if _status(state) is CallStatus.STARTED and state.result is None:
                     await self._execute(state, persist_start=True)
             elif state.record.status is CallStatus.STARTED:
@@ -551,6 +581,15 @@ class Gate:
         arguments = record.performed_arguments or {}
 
         if status is CallStatus.AWAITING_APPROVAL:
+            if item is not None and item.state == "open" and not _defers(scope.approver):
+                # Resumed with an approver who can decide now: it is shown the exact request
+                # that was persisted (the act phase asks it, and records its decision with a
+                # compare-and-swap, as `resume_with_decision` would).
+                self._check(state, arguments)
+                if state.result is None:
+                    state.reask = item
+                    update(state.record, status=CallStatus.APPROVED)
+                return
             if item is None or item.state == "open":
                 state.pause(AwaitingApproval(record.pending_id or ""), status, None)
                 return
@@ -620,6 +659,11 @@ def _status(state: _Call) -> CallStatus:
     # Read through a function: mypy narrows `state.record.status` across the call that
     # changes it and would call the comparison unreachable.
     return state.record.status
+
+
+def _defers(approver: object) -> bool:
+    """Whether an approver only ever defers (the default), so asking it again is pointless."""
+    return bool(getattr(approver, "defers_everything", False))
 
 
 async def _pending(store: Store, item_id: str | None) -> PendingItem | None:

@@ -293,3 +293,29 @@ async def test_a_denied_write_keeps_no_bytes_in_its_request_or_record(tmp_path: 
     db.close()
     assert secret not in dump
     assert not (tmp_path / "notes.md").exists()
+
+
+async def test_resume_with_an_approver_puts_the_open_request_to_it(store: hr.Store) -> None:
+    paused = await _deferred(store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    shown: list[hr.Request] = []
+
+    def decide(request: hr.Request) -> hr.Decision:
+        shown.append(request)
+        return hr.Decision.approve()
+
+    # An approver that defers again leaves it pending, nothing decided.
+    again = await hr.resume(store, paused.run_id, agent=make_agent(),
+                            approver=hr.CallbackApprover(lambda r: hr.Decision.defer()))
+    assert again.outcome == paused.outcome
+    assert [p.state for p in await store.pending()] == ["open"]
+    done = await hr.resume(store, paused.run_id, agent=make_agent(),
+                           approver=hr.CallbackApprover(decide))
+    assert done.outcome == hr.Completed("result: deployed web") and DONE == ["web"]
+    assert shown[0].id == paused.outcome.request_id  # the exact persisted request
+    item = await store.pending_item(paused.outcome.request_id)
+    assert item.state == "decided" and item.decision == {"kind": "approve", "modified": None,
+                                                         "remember": []}
+    with pytest.raises(hr.AlreadyDecided):
+        await hr.resume_with_decision(store, item.id, hr.Decision.deny("late"),
+                                      agent=make_agent())

@@ -58,6 +58,8 @@ class DeferAll:
     """The default approver: every ask is deferred (persisted; the run pauses for a person)."""
 
     name = "defer"
+    defers_everything = True
+    """Marks an approver that never decides, so a resume does not put open requests to it."""
 
     async def decide(self, request: Request) -> Decision:
         """Defer."""
