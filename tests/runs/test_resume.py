@@ -319,3 +319,21 @@ async def test_resume_with_an_approver_puts_the_open_request_to_it(store: hr.Sto
     with pytest.raises(hr.AlreadyDecided):
         await hr.resume_with_decision(store, item.id, hr.Decision.deny("late"),
                                       agent=make_agent())
+
+
+async def test_a_run_whose_runner_died_in_this_process_can_be_resumed_here(
+        store: hr.Store) -> None:
+    @hr.tool(server="ops", name="deploy", mutates=False)
+    async def broken(service: str) -> str:
+        raise KeyboardInterrupt  # not a tool failure: it tears the runner down
+
+    def build(tool: Any) -> hr.Agent:
+        return hr.Agent(Scripted([call("ops/deploy", {"service": "web"}), _echo_last]), [tool])
+
+    with pytest.raises(KeyboardInterrupt):
+        await build(broken).run("go", store=store)
+    (run,) = await store.runs()
+    assert run.status is hr.RunStatus.RUNNING  # left as it was when the runner died
+    done = await hr.resume(store, run.id, agent=build(deploy),
+                           approver=hr.ApproveAll())
+    assert isinstance(done.outcome, hr.AwaitingRecovery)  # the call was in flight

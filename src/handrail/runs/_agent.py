@@ -48,7 +48,7 @@ from handrail.runs._outcome import (
     outcome_to_dict,
 )
 from handrail.store import Batch, RunRecord, RunStatus, Store
-from handrail.store._base import new_owner
+from handrail.store._base import ACTIVE_OWNERS, new_owner
 from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, Toolbox, ToolImpl, Toolset
 
 __all__ = ["Agent", "DeferAll", "Recovery", "RunEvent"]
@@ -334,6 +334,14 @@ class _Runner:
         return self._result(outcome)
 
     async def drive(self, cancel: anyio.Event | None) -> RunResult:
+        owner = self.run.owner or ""
+        ACTIVE_OWNERS.add(owner)
+        try:
+            return await self._drive(cancel)
+        finally:
+            ACTIVE_OWNERS.discard(owner)
+
+    async def _drive(self, cancel: anyio.Event | None) -> RunResult:
         if cancel is None:
             return await self._loop()
         outcome: RunResult | None = None

@@ -17,6 +17,10 @@ __all__ = ["Store", "is_owner_alive", "new_owner"]
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED)
 
 
+ACTIVE_OWNERS: set[str] = set()
+"""Owners (of this process) whose runner is driving a run right now."""
+
+
 def new_owner() -> str:
     """An owner label for this process: `host:pid:nonce`."""
     return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
@@ -32,7 +36,9 @@ def is_owner_alive(owner: str | None) -> bool:
         return False
     pid = int(pid_text)
     if pid == os.getpid():
-        return True
+        # This process: alive only while one of its runners is still driving that run (a
+        # runner that died on an exception must not block a resume in the same process).
+        return owner in ACTIVE_OWNERS
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -47,16 +53,27 @@ def is_owner_alive(owner: str | None) -> bool:
         return True
 
 
+def owner_is_on_this_host(owner: str) -> bool:
+    """Whether `owner` (`host:pid:nonce`) names a process of this machine."""
+    return owner.partition(":")[0] == socket.gethostname()
+
+
 def check_claimable(run: RunRecord, now: float) -> None:
-    """Raise `ResumeRefused` unless another process may take over `run` now."""
+    """Raise `ResumeRefused` unless another process may take over `run` now.
+
+    A RUNNING run is taken over only when its owner is gone: on this machine that is known
+    (the process is dead), so a live owner keeps its run however long a tool call takes; an
+    owner on another machine is presumed gone once its lease has lapsed.
+    """
     if run.status in _TERMINAL:
         raise ResumeRefused(f"run {run.id} is {run.status.value}; there is nothing to resume")
-    if (
-        run.status is RunStatus.RUNNING
-        and run.owner
-        and run.lease_until > now
-        and is_owner_alive(run.owner)
-    ):
+    if run.status is not RunStatus.RUNNING or not run.owner:
+        return
+    if owner_is_on_this_host(run.owner):
+        alive = is_owner_alive(run.owner)
+    else:
+        alive = run.lease_until > now
+    if alive:
         raise ResumeRefused(
             f"run {run.id} is being driven by {run.owner} right now; wait for it to pause or "
             "finish"
