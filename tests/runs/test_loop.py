@@ -427,3 +427,35 @@ async def test_a_refused_write_leaves_no_file_contents_in_its_record(tmp_path: P
     rows = db.execute("SELECT * FROM calls").fetchall()
     db.close()
     assert secret not in repr(rows)
+
+
+async def test_the_lease_is_renewed_while_a_long_call_runs(tmp_path: Path) -> None:
+    started, release = anyio.Event(), anyio.Event()
+    store = hr.Store.open(tmp_path / "runs.db")
+    store.lease_seconds = 0.3
+
+    @hr.tool(mutates=False)
+    async def slow() -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    leases: list[float] = []
+
+    async def watch() -> None:
+        with anyio.fail_after(10):
+            await started.wait()
+        (run,) = await store.runs()
+        leases.append(run.lease_until)
+        # The renewal is time-based by nature: wait out several renewal intervals (0.1 s).
+        await anyio.sleep(0.6)
+        leases.append((await store.run(run.id)).lease_until)
+        release.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        result = await agent([call("slow", {}), reply("ok")], tools=[slow]).run(
+            "go", store=store)
+    assert result.outcome == hr.Completed("ok")
+    assert leases[1] - leases[0] >= 0.3  # renewed while the call ran, not only at its end
+    await store.close()

@@ -337,9 +337,35 @@ class _Runner:
         owner = self.run.owner or ""
         ACTIVE_OWNERS.add(owner)
         try:
-            return await self._drive(cancel)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._heartbeat)
+                try:
+                    return await self._drive(cancel)
+                finally:
+                    tg.cancel_scope.cancel()
+            raise AssertionError("unreachable: the task group's body returns or raises")
+        except BaseExceptionGroup as group:
+            # The heartbeat never fails, so a group holds the loop's own exception: raise it
+            # as itself, not wrapped (callers catch ModelError, KeyboardInterrupt...).
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
         finally:
             ACTIVE_OWNERS.discard(owner)
+
+    async def _heartbeat(self) -> None:
+        """Renew the run's lease while it runs, so a long tool call keeps its owner.
+
+        Another machine presumes an owner gone once its lease lapses; without renewal a call
+        longer than the lease would let a second worker take the run over mid-call.
+        """
+        interval = self.store.lease_seconds / 3
+        while True:
+            await anyio.sleep(interval)
+            run = self.run
+            if run.status is RunStatus.RUNNING and run.owner:
+                run.lease_until = time.time() + self.store.lease_seconds
+                await self.store.write(Batch(run=run), wait=False)
 
     async def _drive(self, cancel: anyio.Event | None) -> RunResult:
         if cancel is None:
