@@ -24,7 +24,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,7 +92,6 @@ class RunScope:
     manifest: Any = None
     deps: Any = None
     remembered: list[Rule] = field(default_factory=list)
-    on_event: Callable[[Any], Awaitable[None] | None] | None = None
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -120,18 +119,6 @@ def _action_record(action: Action) -> dict[str, Any]:
         out["content_sha256"] = hashlib.sha256(action.content).hexdigest()
         out["content_bytes"] = len(action.content)
     return out
-
-
-def _verdict_record(verdict: Verdict) -> dict[str, Any]:
-    rule = verdict.rule
-    return {
-        "effect": verdict.effect.name.lower(),
-        "rule": None if rule is None else {"act": rule.act.value, "pattern": rule.pattern,
-                                           "effect": rule.effect.name.lower()},
-        "layer": verdict.layer,
-        "target": verdict.target,
-        "reason": verdict.reason,
-    }
 
 
 class _Call:
@@ -366,7 +353,7 @@ class Gate:
         record.arguments_digest = _digest(dumped)
         record.performed_arguments = dumped
         record.actions = [_action_record(a) for a in actions]
-        record.verdict = _verdict_record(verdict)
+        record.verdict = verdict.to_dict()
         if verdict.effect is Effect.DENY:
             state.finish(ToolResult.error(PolicyDenied.MODEL_MESSAGE), CallStatus.REFUSED,
                          disposition=Disposition.NOT_SENT.value, error=verdict.reason)
