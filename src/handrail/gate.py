@@ -439,7 +439,6 @@ class Gate:
             return
         assert request is not None, "approving or deferring needs the request"
         if isinstance(decision, Approve):
-            self.scope.remember(decision.remember_rules(request.act))
             if decision.modified is not None:
                 update(state.record, error=None)
                 arguments: Any = dict(decision.modified)
@@ -450,6 +449,9 @@ class Gate:
             self._check(state, arguments)
             if state.result is None:
                 update(state.record, status=CallStatus.STARTED)
+            # Remembered rules apply from the next call on: this one's record keeps the
+            # verdict the policy gave it (ask), beside the decision that answered it.
+            self.scope.remember(decision.remember_rules(request.act))
             return
         item = PendingItem(id=request.id, kind="approval", run_id=self.scope.run_id,
                            call_record=state.record.id, agent=self.scope.agent,

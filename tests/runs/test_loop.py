@@ -459,3 +459,19 @@ async def test_the_lease_is_renewed_while_a_long_call_runs(tmp_path: Path) -> No
     assert result.outcome == hr.Completed("ok")
     assert leases[1] - leases[0] >= 0.3  # renewed while the call ran, not only at its end
     await store.close()
+
+
+async def test_an_approved_call_keeps_its_ask_verdict_beside_the_decision(tmp_path: Path
+                                                                         ) -> None:
+    store = hr.Store.memory()
+    result = await hr.Agent(Scripted([
+        call("workspace/write_file", {"path": "a.md", "content": "A"}),
+        call("workspace/write_file", {"path": "b.md", "content": "B"}), reply("ok"),
+    ]), hr.builtin.workspace_tools(), workspace=tmp_path).run(
+        "go", store=store,
+        approver=hr.CallbackApprover(lambda r: hr.Decision.approve(remember=["*.md"])))
+    first, second = await store.calls(result.run_id)
+    assert first.verdict is not None and first.verdict["effect"] == "ask"
+    assert first.decision is not None and first.decision["kind"] == "approve"
+    assert second.verdict is not None and second.verdict["layer"] == "remembered"
+    assert second.decision is None
