@@ -43,6 +43,7 @@ _SEP: dict[Act, str | None] = {
     Act.EXEC: " ",
     Act.NET: None,
 }
+_SEP_BY_VALUE: dict[str, str | None] = {act.value: sep for act, sep in _SEP.items()}
 
 
 def fold(text: str) -> str:
@@ -463,7 +464,10 @@ Prepared = tuple[str, tuple[str, ...], frozenset[str]]
 
 def prepare(candidates: Iterable[str], act: Act, *, segmented: bool) -> tuple[Prepared, ...]:
     """Split each candidate once, for every index of the act to probe."""
-    sep = _SEP[act] if segmented else None
+    if not candidates:
+        return ()
+    # Keyed by the act's string: an Enum's __hash__ runs in Python, on every check.
+    sep = _SEP_BY_VALUE[act._value_] if segmented else None
     out: list[Prepared] = []
     for cand in candidates:
         if sep is None:
