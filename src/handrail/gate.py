@@ -64,8 +64,8 @@ from handrail.tools import (
     ToolResult,
     ToolSpec,
     check_argument_payload,
+    raise_body_error,
 )
-from handrail.tools._handler import _raise_body_error
 
 __all__ = ["NOT_GRANTED_MESSAGE", "Gate", "RunScope", "TurnResult"]
 
@@ -479,7 +479,7 @@ class Gate:
                 try:
                     result = await impl.execute(state.validated, ctx)
                 except BaseException as exc:
-                    _raise_body_error(spec, exc)
+                    raise_body_error(spec, exc)
             else:
                 maybe = await self._drive_handler(state)
                 if maybe is None:

@@ -19,6 +19,7 @@ from handrail.tools._handler import (
     ToolImpl,
     check_argument_payload,
     issues_from_validation_error,
+    raise_body_error,
 )
 from handrail.tools._names import DEFAULT_SERVER, ToolId, ToolName
 from handrail.tools._spec import ToolSpec
@@ -73,5 +74,6 @@ __all__ = [
     "as_impl",
     "check_argument_payload",
     "issues_from_validation_error",
+    "raise_body_error",
     "tool",
 ]

@@ -59,6 +59,7 @@ __all__ = [
     "ToolImpl",
     "check_argument_payload",
     "issues_from_validation_error",
+    "raise_body_error",
 ]
 
 DEFAULT_MAX_ARGUMENT_BYTES = 1 << 20
@@ -412,7 +413,7 @@ class ToolHandler:
                 result = await coro
             except BaseException as exc:
                 self.state = HandlerState.FINISHED
-                _raise_body_error(spec, exc)
+                raise_body_error(spec, exc)
             self.state = HandlerState.FINISHED
             return Finished(result)
         self._replay.extend(step.answers)
@@ -439,7 +440,7 @@ class ToolHandler:
         try:
             return await impl.execute(validated, ctx)
         except BaseException as exc:
-            _raise_body_error(spec, exc)
+            raise_body_error(spec, exc)
 
     async def _respond(self, step: Respond) -> Finished | Interaction:
         pending = self._interaction
@@ -511,7 +512,7 @@ class ToolHandler:
             if _suspended(coro):
                 await self._abandon()  # e.g. a cancellation the body caught before asking
             self._coro = None
-            _raise_body_error(spec, err)
+            raise_body_error(spec, err)
 
     async def _slice(
         self, coro: Coroutine[Any, Any, ToolResult], value: Any, exc: BaseException | None
@@ -594,7 +595,7 @@ def _check_answer(pending: Interaction, value: Any, *, replayed: bool = False) -
     return value
 
 
-def _raise_body_error(spec: ToolSpec, exc: BaseException) -> NoReturn:
+def raise_body_error(spec: ToolSpec, exc: BaseException) -> NoReturn:
     """Re-raise a failure from inside a tool body as what the step's caller should see.
 
     This is the boundary between the tool's code and ours, so it is the one place that

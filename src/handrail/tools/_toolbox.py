@@ -23,8 +23,8 @@ from handrail.tools._handler import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     ToolHandler,
     ToolImpl,
-    _raise_body_error,
     check_argument_payload,
+    raise_body_error,
 )
 from handrail.tools._names import DEFAULT_SERVER, ToolId
 from handrail.tools._spec import ToolSpec
@@ -332,7 +332,7 @@ class Toolbox:
             try:
                 return await impl.execute(validated, ctx)
             except BaseException as exc:
-                _raise_body_error(spec, exc)
+                raise_body_error(spec, exc)
         if call_id is None:
             call_id = f"call-{next(_call_ids)}"
         handler = ToolHandler(impl, max_argument_bytes=self.max_argument_bytes)
