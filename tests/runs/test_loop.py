@@ -475,3 +475,54 @@ async def test_an_approved_call_keeps_its_ask_verdict_beside_the_decision(tmp_pa
     assert first.decision is not None and first.decision["kind"] == "approve"
     assert second.verdict is not None and second.verdict["layer"] == "remembered"
     assert second.decision is None
+
+
+async def test_a_broken_actions_method_refuses_the_call_never_allows_it() -> None:
+    ran: list[str] = []
+
+    class Odd(hr.Tool, server="ops", name="odd", mutates=False):
+        """A tool whose actions() fails."""
+
+        def actions(self) -> list[hr.Action]:
+            raise RuntimeError("cannot tell")
+
+        async def run(self, ctx: hr.CallContext) -> str:
+            ran.append("ran")
+            return "ran"
+
+    store = hr.Store.memory()
+    seen: list[list[ToolResultMessage]] = []
+    result = await agent([call("ops/odd", {}), last_results(seen)], tools=[Odd]).run(
+        "go", store=store)
+    assert ran == [] and seen[0][0].result.is_error
+    (record,) = await store.calls(result.run_id)
+    assert record.status is hr.CallStatus.REFUSED and "cannot tell" in (record.error or "")
+
+
+async def test_a_timeout_reaches_the_model_as_in_doubt() -> None:
+    @hr.tool(mutates=False, timeout=0.05)
+    async def hang() -> str:
+        await anyio.sleep_forever()
+        return "never"
+
+    store = hr.Store.memory()
+    seen: list[list[ToolResultMessage]] = []
+    result = await agent([call("hang", {}), last_results(seen)], tools=[hang]).run(
+        "go", store=store)
+    assert "may have partly taken effect" in seen[0][0].result.render_text()
+    (record,) = await store.calls(result.run_id)
+    assert record.disposition == "in_doubt"
+
+
+async def test_a_form_is_answered_through_the_responder_as_json() -> None:
+    @hr.tool(interactions={"form"}, mutates=False)
+    async def profile(ctx: hr.CallContext) -> str:
+        data = await ctx.elicit({"type": "object", "properties": {"age": {"type": "integer"}},
+                                 "required": ["age"]}, "How old?")
+        return f"age {data['age']}"
+
+    seen: list[list[ToolResultMessage]] = []
+    result = await agent([call("profile", {}), last_results(seen)], tools=[profile]).run(
+        "go", store=hr.Store.memory(), responder=hr.FixedResponder('{"age": 42}'))
+    assert isinstance(result.outcome, hr.Completed)
+    assert seen[0][0].result.render_text() == "age 42"
