@@ -36,6 +36,7 @@ from handrail.errors import (
     AlreadyDecided,
     CallCancelled,
     Disposition,
+    HandlerStateError,
     InvalidArguments,
     Issue,
     NotFound,
@@ -506,10 +507,15 @@ class Gate:
             if answer is None:
                 await self._pause_on_question(state, handler, out)
                 return None
-            out = await handler.step(Respond(out.id, Submit(answer)))
+            pending = out
+            try:
+                out = await handler.step(Respond(pending.id, Submit(answer)))
+            except HandlerStateError as exc:
+                # The responder's answer does not fit (a form's schema): the tool hears a
+                # decline with the reason, rather than the run failing on someone's typo.
+                out = await handler.step(Respond(pending.id, Decline(str(exc))))
         assert isinstance(out, Finished)
-        update(state.record,
-                               answers=[_answer_record(a) for a in handler.answers])
+        update(state.record, answers=[_answer_record(a) for a in handler.answers])
         return out.result
 
     async def _ask(self, interaction: Interaction) -> Any:

@@ -526,3 +526,21 @@ async def test_a_form_is_answered_through_the_responder_as_json() -> None:
         "go", store=hr.Store.memory(), responder=hr.FixedResponder('{"age": 42}'))
     assert isinstance(result.outcome, hr.Completed)
     assert seen[0][0].result.render_text() == "age 42"
+
+
+async def test_a_form_answer_that_does_not_fit_is_a_decline_not_a_crash() -> None:
+    @hr.tool(interactions={"form"}, mutates=False)
+    async def profile(ctx: hr.CallContext) -> str:
+        try:
+            data = await ctx.elicit({"type": "object",
+                                     "properties": {"age": {"type": "integer"}},
+                                     "required": ["age"]}, "How old?")
+        except hr.InteractionDeclined as exc:
+            return f"no age: {exc.reason}"
+        return f"age {data['age']}"
+
+    seen: list[list[ToolResultMessage]] = []
+    result = await agent([call("profile", {}), last_results(seen)], tools=[profile]).run(
+        "go", store=hr.Store.memory(), responder=hr.FixedResponder("forty-two"))
+    assert isinstance(result.outcome, hr.Completed)
+    assert seen[0][0].result.render_text().startswith("no age:")
