@@ -602,8 +602,8 @@ class Gate:
                 return
             self._check(state, arguments)
             if state.result is None:
-                answer = (item.decision or {}).get("answer")
-                state.answers = [*(_answer_from(a) for a in record.answers), Submit(answer)]
+                answer = _resumed_answer(item)
+                state.answers = [*(_answer_from(a) for a in record.answers), answer]
                 update(state.record, status=CallStatus.STARTED)
             return
 
@@ -668,6 +668,26 @@ async def _pending(store: Store, item_id: str | None) -> PendingItem | None:
         return await store.pending_item(item_id)
     except NotFound:
         return None
+
+
+def _resumed_answer(item: PendingItem) -> Submit | Decline:
+    """The operator's answer to a pending question, shaped for the tool that asked.
+
+    A form's answer arrives as text (the CLI, `resume_with_answer`): it is parsed as JSON and
+    checked against the form's schema; one that does not fit reaches the tool as a decline.
+    """
+    answer = (item.decision or {}).get("answer")
+    if item.payload.get("kind") != "form":
+        return Submit(answer)
+    value = _form_answer(answer) if isinstance(answer, str) else answer
+    import jsonschema
+
+    errors = list(jsonschema.Draft202012Validator(item.payload.get("schema") or {})
+                  .iter_errors(value))
+    if errors or not isinstance(value, dict):
+        reason = errors[0].message if errors else "a form's answer is a JSON object"
+        return Decline(f"the answer does not fit the form: {reason}")
+    return Submit(value)
 
 
 def _form_answer(text: str) -> Any:

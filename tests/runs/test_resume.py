@@ -337,3 +337,26 @@ async def test_a_run_whose_runner_died_in_this_process_can_be_resumed_here(
     done = await hr.resume(store, run.id, agent=build(deploy),
                            approver=hr.ApproveAll())
     assert isinstance(done.outcome, hr.AwaitingRecovery)  # the call was in flight
+
+
+async def test_a_paused_form_is_answered_with_json_text_later(store: hr.Store) -> None:
+    @hr.tool(server="ops", name="profile", interactions={"form"}, mutates=False)
+    async def profile(ctx: hr.CallContext) -> str:
+        try:
+            data = await ctx.elicit({"type": "object",
+                                     "properties": {"age": {"type": "integer"}},
+                                     "required": ["age"]}, "How old?")
+        except hr.InteractionDeclined as exc:
+            return f"declined: {exc.reason}"
+        return f"age {data['age']}"
+
+    def build() -> hr.Agent:
+        return hr.Agent(Scripted([call("ops/profile", {}), _echo_last]), [profile])
+
+    for text, expected in (('{"age": 7}', "result: age 7"), ("seven", "result: declined")):
+        paused = await build().run("go", store=store)
+        assert isinstance(paused.outcome, hr.AwaitingAnswer)
+        done = await hr.resume_with_answer(store, paused.outcome.question_id, text,
+                                           agent=build())
+        assert isinstance(done.outcome, hr.Completed)
+        assert done.outcome.output.startswith(expected)
