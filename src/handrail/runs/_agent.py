@@ -537,9 +537,11 @@ def _check_resumable(run: RunRecord, agent: Agent, allow_manifest_change: bool
     return events
 
 
-async def _decide_pending(store: Store, item_id: str, kind: str, decision: dict[str, Any],
-                          decided_by: str, agent: Agent, allow_manifest_change: bool) -> str:
-    """Check the item and its run can be resumed, then record the decision (CAS)."""
+async def _decide_and_resume(store: Store, item_id: str, kind: str, decision: dict[str, Any],
+                             decided_by: str, *, agent: Agent, approver: Approver | None,
+                             responder: Responder | None,
+                             allow_manifest_change: bool) -> RunResult:
+    """Check the item and its run can be resumed, record the decision (CAS), continue."""
     item = await store.pending_item(item_id)
     if item.kind != kind:
         raise UserError(f"{item_id} is a pending {item.kind}, not a pending {kind}")
@@ -548,7 +550,9 @@ async def _decide_pending(store: Store, item_id: str, kind: str, decision: dict[
     if kind == "approval" and decision.get("kind") == "deny":
         payload = _without_contents(item.payload)
     await store.decide(item_id, decision, decided_by, payload=payload)
-    return item.run_id
+    return await _resume(store, item.run_id, agent=agent, approver=approver,
+                         responder=responder, allow_manifest_change=allow_manifest_change,
+                         on_event=None, cancel=None)
 
 
 def _without_contents(request: dict[str, Any]) -> dict[str, Any]:
@@ -624,11 +628,10 @@ async def resume_with_decision(store: Store, request_id: str, decision: Decision
     if not isinstance(decision, Decision) or isinstance(decision, Defer):
         raise UserError("resume_with_decision takes hr.Decision.approve(...) or "
                         ".deny(reason); deferring again means leaving it pending")
-    run_id = await _decide_pending(store, request_id, "approval", decision.to_dict(),
-                                   decided_by, agent, allow_manifest_change)
-    return await _resume(store, run_id, agent=agent, approver=approver,
-                         responder=responder, allow_manifest_change=allow_manifest_change,
-                         on_event=None, cancel=None)
+    return await _decide_and_resume(store, request_id, "approval", decision.to_dict(), decided_by,
+                                    agent=agent,
+                                    approver=approver, responder=responder,
+                                    allow_manifest_change=allow_manifest_change)
 
 
 async def resume_with_answer(store: Store, question_id: str, text: str, *, agent: Agent,
@@ -646,11 +649,10 @@ async def resume_with_answer(store: Store, question_id: str, text: str, *, agent
     """
     if not isinstance(text, str):
         raise UserError("an answer is text")
-    run_id = await _decide_pending(store, question_id, "question", {"answer": text},
-                                   answered_by, agent, allow_manifest_change)
-    return await _resume(store, run_id, agent=agent, approver=approver,
-                         responder=responder, allow_manifest_change=allow_manifest_change,
-                         on_event=None, cancel=None)
+    return await _decide_and_resume(store, question_id, "question", {"answer": text}, answered_by,
+                                    agent=agent,
+                                    approver=approver, responder=responder,
+                                    allow_manifest_change=allow_manifest_change)
 
 
 async def resume_with_recovery(store: Store, call_id: str, recovery: Recovery, *, agent: Agent,
@@ -667,11 +669,10 @@ async def resume_with_recovery(store: Store, call_id: str, recovery: Recovery, *
     if not isinstance(recovery, Recovery):
         raise UserError("resume_with_recovery takes hr.Recovery.retry(), "
                         ".completed(observation) or .abort()")
-    run_id = await _decide_pending(store, call_id, "recovery", recovery.to_dict(),
-                                   decided_by, agent, allow_manifest_change)
-    return await _resume(store, run_id, agent=agent, approver=approver,
-                         responder=responder, allow_manifest_change=allow_manifest_change,
-                         on_event=None, cancel=None)
+    return await _decide_and_resume(store, call_id, "recovery", recovery.to_dict(), decided_by,
+                                    agent=agent,
+                                    approver=approver, responder=responder,
+                                    allow_manifest_change=allow_manifest_change)
 
 
 def _sync(fn: Callable[..., Awaitable[RunResult]]) -> Callable[..., RunResult]:
