@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -68,7 +68,16 @@ from handrail.tools import (
     raise_body_error,
 )
 
-__all__ = ["NOT_GRANTED_MESSAGE", "Gate", "RunScope", "TurnResult"]
+__all__ = [
+    "NOT_GRANTED_MESSAGE",
+    "CallInDoubt",
+    "Gate",
+    "PausedOnQuestion",
+    "PausedOnRequest",
+    "RunScope",
+    "TurnPause",
+    "TurnResult",
+]
 
 NOT_GRANTED_MESSAGE = "This tool is not available to this agent."
 """What the model sees for a tool the manifest does not grant (uniform, reveals nothing)."""
@@ -147,7 +156,7 @@ class _Call:
         self.actions: list[Action] = []
         self.verdict: Verdict | None = None
         self.result: ToolResult | None = None
-        self.outcome: Any = None  # a pause: AwaitingApproval / AwaitingAnswer / AwaitingRecovery
+        self.outcome: TurnPause | None = None
         self.pending: list[PendingItem] = []
         self.answers: list[Submit | Decline] = []
         self.reask: PendingItem | None = None  # an open deferred approval to put to the approver
@@ -167,7 +176,7 @@ class _Call:
             record.arguments = REDACTED
             record.performed_arguments = None
 
-    def pause(self, outcome: Any, status: CallStatus, item: PendingItem | None) -> None:
+    def pause(self, outcome: TurnPause, status: CallStatus, item: PendingItem | None) -> None:
         self.outcome = outcome
         pending_id = self.record.pending_id
         if item is not None:
@@ -176,13 +185,48 @@ class _Call:
         update(self.record, status=status, pending_id=pending_id)
 
 
+# What stopped a turn short. The gate knows calls and turns, not runs: `handrail.runs` maps
+# each of these to its run outcome (AwaitingApproval, AwaitingAnswer, AwaitingRecovery).
+
+
+@dataclass(frozen=True, slots=True)
+class PausedOnRequest:
+    """A call waits for a person's decision on an approval request (persisted, open)."""
+
+    request_id: str
+    """The pending approval request's id."""
+    kind: Literal["paused_on_request"] = "paused_on_request"
+
+
+@dataclass(frozen=True, slots=True)
+class PausedOnQuestion:
+    """A tool asked a question (or a form) nobody here could answer (persisted, open)."""
+
+    question_id: str
+    """The pending question's id."""
+    kind: Literal["paused_on_question"] = "paused_on_question"
+
+
+@dataclass(frozen=True, slots=True)
+class CallInDoubt:
+    """A call was in flight when its process died; an operator says what happened."""
+
+    call_id: str
+    """The call record's id (also the id of its pending recovery item)."""
+    kind: Literal["call_in_doubt"] = "call_in_doubt"
+
+
+TurnPause = PausedOnRequest | PausedOnQuestion | CallInDoubt
+"""Why a turn stopped before every call had a result."""
+
+
 @dataclass
 class TurnResult:
     """The outcome of driving one turn's calls."""
 
     results: list[ToolResultMessage]
     """One result per call, in call order (complete only when `pause` is None)."""
-    pause: Any
+    pause: TurnPause | None
     """The first pause in call order, when a call waits for a person; else None."""
     final: Batch
     """The turn's last records and pending items, for the caller to commit."""
@@ -256,10 +300,8 @@ class Gate:
                                     "not an hr.Decision")
                 decided_by = _name(scope.approver)
                 if reask is not None:
-                    from handrail.runs._outcome import AwaitingApproval
-
                     if isinstance(decision, Defer):
-                        state.pause(AwaitingApproval(reask.id), CallStatus.AWAITING_APPROVAL,
+                        state.pause(PausedOnRequest(reask.id), CallStatus.AWAITING_APPROVAL,
                                     None)
                         return
                     try:
@@ -430,8 +472,6 @@ class Gate:
     def _decide(self, state: _Call, request: Request | None, decision: Decision, *,
                 decided_by: str) -> None:
         """Apply an approver's decision: refuse, pause (defer), or mark the call to run."""
-        from handrail.runs._outcome import AwaitingApproval
-
         update(state.record, decision=decision.to_dict(), decided_by=decided_by)
         if isinstance(decision, Deny):
             state.finish(ToolResult.error(f"The operator denied this call: {decision.reason}"),
@@ -457,7 +497,7 @@ class Gate:
         item = PendingItem(id=request.id, kind="approval", run_id=self.scope.run_id,
                            call_record=state.record.id, agent=self.scope.agent,
                            tool=request.tool, payload=request.to_dict(), created_at=time.time())
-        state.pause(AwaitingApproval(request.id), CallStatus.AWAITING_APPROVAL, item)
+        state.pause(PausedOnRequest(request.id), CallStatus.AWAITING_APPROVAL, item)
 
     # --------------------------------------------------- stages 7-8: execute
 
@@ -531,8 +571,6 @@ class Gate:
 
     async def _pause_on_question(self, state: _Call, handler: ToolHandler,
                                  interaction: Interaction) -> None:
-        from handrail.runs._outcome import AwaitingAnswer
-
         request = interaction.request
         payload: dict[str, Any]
         if isinstance(request, Question):
@@ -550,14 +588,12 @@ class Gate:
                            tool=str(handler.spec.id), payload=payload, created_at=time.time())
         update(state.record,
                                answers=[_answer_record(a) for a in handler.answers])
-        state.pause(AwaitingAnswer(item.id), CallStatus.AWAITING_ANSWER, item)
+        state.pause(PausedOnQuestion(item.id), CallStatus.AWAITING_ANSWER, item)
 
     # ------------------------------------------------ resume: re-enter a call
 
     async def _reenter(self, state: _Call) -> None:
         """Continue a call recorded by an earlier attempt, from the stage it reached."""
-        from handrail.runs._outcome import AwaitingAnswer, AwaitingApproval, AwaitingRecovery
-
         scope = self.scope
         record = state.record
         status = record.status
@@ -586,7 +622,7 @@ class Gate:
                     update(state.record, status=CallStatus.APPROVED)
                 return
             if item is None or item.state == "open":
-                state.pause(AwaitingApproval(record.pending_id or ""), status, None)
+                state.pause(PausedOnRequest(record.pending_id or ""), status, None)
                 return
             self._check(state, arguments)  # the policy in force now: a new deny wins
             if state.result is None:
@@ -598,7 +634,7 @@ class Gate:
 
         if status is CallStatus.AWAITING_ANSWER:
             if item is None or item.state == "open":
-                state.pause(AwaitingAnswer(record.pending_id or ""), status, None)
+                state.pause(PausedOnQuestion(record.pending_id or ""), status, None)
                 return
             self._check(state, arguments)
             if state.result is None:
@@ -621,10 +657,10 @@ class Gate:
                                payload={"tool": record.tool, "arguments": arguments,
                                         "started_at": record.started_at},
                                created_at=time.time())
-            state.pause(AwaitingRecovery(record.id), CallStatus.IN_DOUBT, item)
+            state.pause(CallInDoubt(record.id), CallStatus.IN_DOUBT, item)
             return
         if item.state == "open":
-            state.pause(AwaitingRecovery(record.id), CallStatus.IN_DOUBT, None)
+            state.pause(CallInDoubt(record.id), CallStatus.IN_DOUBT, None)
             return
         choice = item.decision or {}
         if choice.get("kind") == "retry":

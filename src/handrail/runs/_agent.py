@@ -46,6 +46,7 @@ from handrail.runs._outcome import (
     RunOutcome,
     RunResult,
     outcome_to_dict,
+    pause_outcome,
 )
 from handrail.store import Batch, RunRecord, RunStatus, Store
 from handrail.store._base import ACTIVE_OWNERS, new_owner
@@ -409,8 +410,8 @@ class _Runner:
                         await self._emit("call_finished", tool=r.tool, status=r.status.value,
                                          call_id=r.call_id)
                 if result.pause is not None:
-                    status = RunStatus(result.pause.kind)
-                    return await self._end(result.pause, status, result.final)
+                    paused = pause_outcome(result.pause)
+                    return await self._end(paused, RunStatus(paused.kind), result.final)
                 if self._invalid_streak(result.final.calls):
                     messages.extend(result.results)
                     result.final.messages.extend(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from handrail.errors import UserError
+from handrail.gate import CallInDoubt, PausedOnQuestion, PausedOnRequest, TurnPause
 from handrail.models import Usage
 
 __all__ = [
@@ -87,6 +88,17 @@ _BY_KIND: dict[str, type[Any]] = {
     "failed": Failed,
     "cancelled": Cancelled,
 }
+
+
+def pause_outcome(pause: TurnPause) -> AwaitingApproval | AwaitingAnswer | AwaitingRecovery:
+    """The run outcome for a turn the gate paused (the gate knows turns, not runs)."""
+    if isinstance(pause, PausedOnRequest):
+        return AwaitingApproval(pause.request_id)
+    if isinstance(pause, PausedOnQuestion):
+        return AwaitingAnswer(pause.question_id)
+    if isinstance(pause, CallInDoubt):
+        return AwaitingRecovery(pause.call_id)
+    assert_never(pause)
 
 
 def outcome_to_dict(outcome: RunOutcome) -> dict[str, Any]:
