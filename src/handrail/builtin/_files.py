@@ -30,7 +30,7 @@ from handrail.builtin._fs import (
     shown_path,
     workspace_root,
 )
-from handrail.policy._policy import SECRETS
+from handrail.policy import SECRETS
 from handrail.tools import Act, Action, CallContext, Tool, ToolResult
 
 __all__ = [

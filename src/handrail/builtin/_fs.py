@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from handrail.errors import UserError
-from handrail.policy._paths import OutsideWorkspace, UncanonicalPath, resolve_in_workspace
+from handrail.policy import OutsideWorkspace, UncanonicalPath, resolve_in_workspace
 from handrail.tools import CallContext
 
 __all__ = [
