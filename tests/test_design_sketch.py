@@ -59,7 +59,7 @@ async def test_the_design_sketch_runs(tmp_path: Path) -> None:
     (tmp_path / "handrail.toml").write_text(MANIFEST)
     box = hr.Toolbox([read, Transfer])
     manifest = hr.Manifest.load(tmp_path / "handrail.toml")
-    box.check_against(manifest)
+    hr.manifest.check_against(box, manifest)
 
     policy = (hr.Policy.default()
               .layer("app").allow(hr.Act.WRITE, "src/**").deny(hr.Act.WRITE, "src/secrets/**")

@@ -98,7 +98,7 @@ def _no_description(manifest: Manifest, grant: Grant) -> str:
 
 
 def check_against(toolset: Toolset | SpecSource, manifest: Manifest) -> None:
-    """Check `toolset` against `manifest`; `Toolbox.check_against` calls this.
+    """Check `toolset` against `manifest`: the one entry for the drift check.
 
     Raises:
         ManifestDrift: they disagree; `.problems` lists every disagreement.

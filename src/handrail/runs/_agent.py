@@ -199,7 +199,9 @@ class Agent:
                     f"the manifest's digest is {manifest.digest}, not the expected "
                     f"{expect_digest}: this deployment pins a reviewed manifest that has changed"
                 )
-            self.toolbox.check_against(manifest)
+            from handrail.manifest import check_against
+
+            check_against(self.toolbox, manifest)
             agent_section = manifest.agent
             instructions = instructions if instructions is not None else agent_section.instructions
             name = name if name is not None else agent_section.name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import pydantic_core
 
@@ -29,9 +29,6 @@ from handrail.tools._handler import (
 from handrail.tools._names import DEFAULT_SERVER, ToolId
 from handrail.tools._spec import ToolSpec
 from handrail.tools._steps import Cancel, Finished, Invoke
-
-if TYPE_CHECKING:
-    from handrail.manifest import Manifest
 
 __all__ = ["SchemaTool", "Toolbox", "Toolset", "as_impl"]
 
@@ -344,12 +341,6 @@ class Toolbox:
             f"tool '{tool_id}' asked a question during box.call(); drive it with "
             "box.handler(...).step(...) to answer"
         )
-
-    def check_against(self, manifest: Manifest) -> None:
-        """Raise `ManifestDrift` listing every disagreement with `manifest`."""
-        from handrail.manifest import check_against
-
-        check_against(self, manifest)
 
 
 async def _cancel_quietly(handler: ToolHandler) -> None:
