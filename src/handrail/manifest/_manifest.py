@@ -264,7 +264,7 @@ class Manifest:
 
     ```python
     manifest = hr.Manifest.load("handrail.toml")
-    check_against(box, manifest)       # ManifestDrift lists every disagreement
+    hr.manifest.check_against(box, manifest)  # ManifestDrift lists every disagreement
     print(manifest.digest)             # sha256:…, recorded with every run
     ```
 
