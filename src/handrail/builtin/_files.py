@@ -1,9 +1,11 @@
 """The file tools: `read_file`, `write_file`, `edit_file`, `list_dir`, `search`.
 
-Each declares what it touches as the path the model gave (the policy canonicalises it against
-the agent's workspace), and each body re-resolves that path inside the workspace before
-touching anything (see `_fs`). A path outside the workspace is a model-visible error result,
-never data from outside.
+Their path arguments are `hr.ReadPath` / `hr.WritePath`, the same mechanism any tool uses: the
+gate derives the READ/WRITE action from the path, the policy decides on its canonical form,
+and at the moment of use the path is canonicalised again (a difference refuses the call) and
+the body receives the canonical path, which it opens component by component without following
+symlinks (see `_fs`). A path outside the workspace is a model-visible error, never data from
+outside.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Annotated, Any, BinaryIO, cast
 
 import anyio.to_thread
@@ -24,14 +27,15 @@ from handrail.builtin._fs import (
     Refusal,
     atomic_write,
     describe_os_error,
-    locate,
     open_dir,
     open_file,
+    place_of,
     shown_path,
     workspace_root,
 )
 from handrail.policy._policy import SECRETS
 from handrail.tools import Act, Action, CallContext, Tool, ToolResult
+from handrail.tools._paths import ReadPath, WritePath
 
 __all__ = [
     "EDIT_LIMIT_BYTES",
@@ -93,17 +97,22 @@ async def _in_thread(fn: Callable[[], ToolResult], *, abandon_on_cancel: bool) -
     return await anyio.to_thread.run_sync(fn, abandon_on_cancel=abandon_on_cancel)
 
 
-def _confined(path: str, root: str, body: Callable[[Place], ToolResult]) -> ToolResult:
-    """Run `body` on `path` resolved inside the workspace.
+def _confined(path: Path, root: str, body: Callable[[Place], ToolResult]) -> ToolResult:
+    """Run `body` on the place of `path` (canonical, as the gate bound it) in the workspace.
 
-    Refusals and OS errors become model-visible error results.
+    Refusals and OS errors become model-visible error results naming the workspace-relative
+    path only.
     """
     try:
-        return body(locate(root, path))
+        place = place_of(root, path)
+    except Refusal as refusal:
+        return ToolResult.error(str(refusal))
+    try:
+        return body(place)
     except Refusal as refusal:
         return ToolResult.error(str(refusal))
     except OSError as exc:
-        return ToolResult.error(describe_os_error(exc, path))
+        return ToolResult.error(describe_os_error(exc, place.shown))
 
 
 class ReadFile(Tool, server="workspace", name="read_file", mutates=False):
@@ -113,7 +122,7 @@ class ReadFile(Tool, server="workspace", name="read_file", mutates=False):
     offset to ask for). Use offset and limit to read a long file in parts.
     """
 
-    path: str
+    path: ReadPath
     """The file, relative to the workspace root."""
     offset: int = Field(default=1, ge=1)
     """The first line to return, counting from 1."""
@@ -122,7 +131,7 @@ class ReadFile(Tool, server="workspace", name="read_file", mutates=False):
 
     def actions(self) -> list[Action]:
         """Reads the file."""
-        return [Action(Act.READ, self.path)]
+        return [Action(Act.READ, os.fspath(self.path))]
 
     async def run(self, ctx: CallContext) -> ToolResult:
         """Read the file."""
@@ -203,14 +212,14 @@ class WriteFile(Tool, server="workspace", name="write_file", mutates=True):
     a half-written file.
     """
 
-    path: str
+    path: WritePath
     """The file, relative to the workspace root."""
     content: Utf8Text
     """The file's whole new content."""
 
     def actions(self) -> list[Action]:
         """Writes exactly these bytes to the file."""
-        return [Action(Act.WRITE, self.path, content=self.content.encode("utf-8"))]
+        return [Action(Act.WRITE, os.fspath(self.path), content=self.content.encode("utf-8"))]
 
     async def run(self, ctx: CallContext) -> ToolResult:
         """Write the file."""
@@ -232,7 +241,7 @@ class EditFile(Tool, server="workspace", name="edit_file", mutates=True):
     it is replaced by `new`, matching bytes exactly (no whitespace or case folding).
     """
 
-    path: str
+    path: WritePath
     """The file, relative to the workspace root."""
     old: Utf8Text = Field(min_length=1)
     """The exact text to replace; it must occur exactly once."""
@@ -246,7 +255,7 @@ class EditFile(Tool, server="workspace", name="edit_file", mutates=True):
         runs, and `actions()` has no workspace to read it from. An approver sees `old` and `new`
         in the call's arguments instead.
         """
-        return [Action(Act.WRITE, self.path, content=None)]
+        return [Action(Act.WRITE, os.fspath(self.path), content=None)]
 
     async def run(self, ctx: CallContext) -> ToolResult:
         """Edit the file."""
@@ -297,12 +306,12 @@ class ListDir(Tool, server="workspace", name="list_dir", mutates=False):
     leads outside the workspace cannot be read).
     """
 
-    path: str = "."
+    path: ReadPath = Path(".")
     """The directory, relative to the workspace root; default the root."""
 
     def actions(self) -> list[Action]:
         """Reads the directory."""
-        return [Action(Act.READ, self.path)]
+        return [Action(Act.READ, os.fspath(self.path))]
 
     async def run(self, ctx: CallContext) -> ToolResult:
         """List the directory."""
@@ -341,7 +350,7 @@ class Search(Tool, server="workspace", name="search", mutates=False):
 
     pattern: str
     """A Python regular expression, matched against each line (`re.search`)."""
-    path: str = "."
+    path: ReadPath = Path(".")
     """A directory to search under, or a single file; default the workspace root."""
 
     @field_validator("pattern")
@@ -355,7 +364,7 @@ class Search(Tool, server="workspace", name="search", mutates=False):
 
     def actions(self) -> list[Action]:
         """Reads everything under the path."""
-        return [Action(Act.READ, self.path)]
+        return [Action(Act.READ, os.fspath(self.path))]
 
     async def run(self, ctx: CallContext) -> ToolResult:
         """Search."""

@@ -22,6 +22,16 @@ from handrail.tools._handler import (
     raise_body_error,
 )
 from handrail.tools._names import DEFAULT_SERVER, ToolId, ToolName
+from handrail.tools._paths import (
+    PATH_LIKE_NAMES,
+    ExecArgv,
+    PathChanged,
+    ReadPath,
+    UnguardedArgumentWarning,
+    Url,
+    WritePath,
+    unguarded_path_arguments,
+)
 from handrail.tools._spec import ToolSpec
 from handrail.tools._steps import (
     Cancel,
@@ -37,8 +47,6 @@ from handrail.tools._tool import FunctionTool, Tool, tool
 from handrail.tools._toolbox import SchemaTool, Toolbox, Toolset, as_impl
 
 __all__ = [
-    "DEFAULT_MAX_ARGUMENT_BYTES",
-    "DEFAULT_SERVER",
     "Act",
     "Action",
     "Audio",
@@ -46,9 +54,12 @@ __all__ = [
     "Cancel",
     "CancelInteraction",
     "Content",
+    "DEFAULT_MAX_ARGUMENT_BYTES",
+    "DEFAULT_SERVER",
     "Decline",
     "Elicitation",
     "EmbeddedResource",
+    "ExecArgv",
     "Finished",
     "FunctionTool",
     "HandlerState",
@@ -56,7 +67,10 @@ __all__ = [
     "Interaction",
     "Invoke",
     "Json",
+    "PATH_LIKE_NAMES",
+    "PathChanged",
     "Question",
+    "ReadPath",
     "ResourceLink",
     "Respond",
     "SchemaTool",
@@ -71,9 +85,13 @@ __all__ = [
     "ToolSpec",
     "Toolbox",
     "Toolset",
+    "UnguardedArgumentWarning",
+    "Url",
+    "WritePath",
     "as_impl",
     "check_argument_payload",
     "issues_from_validation_error",
     "raise_body_error",
     "tool",
+    "unguarded_path_arguments",
 ]
