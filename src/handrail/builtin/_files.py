@@ -13,8 +13,8 @@ from __future__ import annotations
 import codecs
 import fnmatch
 import os
-import re
 import stat
+import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, cast
@@ -45,6 +45,9 @@ __all__ = [
     "SEARCH_LIMIT_FILE_BYTES",
     "SEARCH_LIMIT_LINE_CHARS",
     "SEARCH_LIMIT_MATCHES",
+    "SEARCH_LIMIT_PATTERN_CHARS",
+    "SEARCH_LIMIT_SECONDS",
+    "SEARCH_LIMIT_TOTAL_BYTES",
     "SKIPPED_DIRS",
     "EditFile",
     "ListDir",
@@ -67,6 +70,15 @@ SEARCH_LIMIT_FILE_BYTES = 1024 * 1024
 """`search` skips files larger than this."""
 SEARCH_LIMIT_LINE_CHARS = 300
 """`search` shows at most this many characters of a matching line."""
+SEARCH_LIMIT_TOTAL_BYTES = 64 * 1024 * 1024
+"""`search` stops after reading this many bytes in all."""
+SEARCH_LIMIT_SECONDS = 20.0
+"""`search` stops scanning after this long and says so (the scan runs in a worker thread)."""
+SEARCH_LIMIT_PATTERN_CHARS = 2000
+"""The longest pattern `search` accepts."""
+# RE2 matches in time linear in the text whatever the pattern (no backtracking, so `(-+)+x`
+# cannot run for hours), and bounds the memory a compiled pattern may take.
+_RE2_MAX_MEM = 16 * 1024 * 1024
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 """Directories `search` never descends into."""
 
@@ -341,25 +353,23 @@ class ListDir(Tool, server="workspace", name="list_dir", mutates=False):
 
 
 class Search(Tool, server="workspace", name="search", mutates=False):
-    """Search text files in the workspace for a regular expression (Python syntax).
+    """Search text files in the workspace for a regular expression (RE2 syntax).
 
     Each matching line is returned as `file:line: text`, at most 200 of them. Binary files,
     files over 1 MiB, symlinks, `.git` directories and files named like secrets (`.env`,
     `*.pem`, `*.key`...) are skipped.
     """
 
-    pattern: str
-    """A Python regular expression, matched against each line (`re.search`)."""
+    pattern: str = Field(min_length=1, max_length=SEARCH_LIMIT_PATTERN_CHARS)
+    """A regular expression in RE2 syntax (like Python's, without backreferences or
+    lookaround), matched against each line."""
     path: ReadPath = Path(".")
     """A directory to search under, or a single file; default the workspace root."""
 
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid Python regular expression: {exc}") from None
+        _compile(value)
         return value
 
     def actions(self) -> list[Action]:
@@ -374,7 +384,7 @@ class Search(Tool, server="workspace", name="search", mutates=False):
             abandon_on_cancel=True)
 
     def _search(self, place: Place, ctx: CallContext) -> ToolResult:
-        state = _SearchState(re.compile(self.pattern), ctx)
+        state = _SearchState(_compile(self.pattern), ctx)
         if not place.parts:
             self._search_dir(place, state)
         else:
@@ -403,11 +413,36 @@ class Search(Tool, server="workspace", name="search", mutates=False):
                 walk.close()
 
 
+def _compile(pattern: str) -> Any:
+    """The pattern compiled by RE2.
+
+    Raises:
+        ValueError: RE2 cannot compile it (a model-visible invalid-arguments error).
+    """
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # the reason goes to the model, not to our stderr
+    options.max_mem = _RE2_MAX_MEM
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise ValueError(
+            f"the pattern cannot be used: {reason}. search takes RE2 syntax (like Python's, "
+            "without backreferences or lookaround, and of bounded size); simplify the pattern"
+        ) from None
+
+
 class _SearchState:
     """Matches found so far, and the bounds on how far a search goes."""
 
-    def __init__(self, regex: re.Pattern[str], ctx: CallContext) -> None:
+    def __init__(self, regex: Any, ctx: CallContext) -> None:
         self.regex = regex
+        self.deadline = time.monotonic() + SEARCH_LIMIT_SECONDS
+        self.bytes = 0
         self.ctx = ctx
         self.refused = 0
         self.lines: list[str] = []
@@ -430,6 +465,12 @@ class _SearchState:
         if self.files >= SEARCH_LIMIT_FILES:
             self.stopped = f"stopped after reading {SEARCH_LIMIT_FILES} files"
             return
+        if self.bytes >= SEARCH_LIMIT_TOTAL_BYTES:
+            self.stopped = f"stopped after reading {SEARCH_LIMIT_TOTAL_BYTES} bytes"
+            return
+        if time.monotonic() > self.deadline:
+            self.stopped = f"stopped after {SEARCH_LIMIT_SECONDS:g} seconds"
+            return
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                          dir_fd=dirfd)
@@ -443,6 +484,7 @@ class _SearchState:
                 return
             data = f.read(SEARCH_LIMIT_FILE_BYTES + 1)
         self.files += 1
+        self.bytes += len(data)
         if b"\x00" in data[:_SNIFF_BYTES] or len(data) > SEARCH_LIMIT_FILE_BYTES:
             self.skipped += 1
             return
@@ -453,6 +495,9 @@ class _SearchState:
             return
         # Split on \n only, so line numbers agree with read_file's offsets.
         for number, line in enumerate(text.split("\n"), 1):
+            if number % 4096 == 0 and time.monotonic() > self.deadline:
+                self.stopped = f"stopped after {SEARCH_LIMIT_SECONDS:g} seconds"
+                return
             line = line.removesuffix("\r")
             if self.regex.search(line):
                 if len(line) > SEARCH_LIMIT_LINE_CHARS:
