@@ -131,10 +131,10 @@ if TYPE_CHECKING:
         ToolName,
         ToolResult,
         Toolset,
+        ToolSpec,
         UnguardedArgumentWarning,
         Url,
         WritePath,
-        ToolSpec,
         tool,
     )
 

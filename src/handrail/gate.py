@@ -13,12 +13,13 @@
 ```
 
 A turn's calls are planned (stages 1-5, no I/O) together, recorded in one transaction with
-the assistant message, then approved and executed in call order where it matters: a mutating
-call starts after every call before it has finished, a read after every mutating call before
-it (reads next to each other run concurrently). Every READ/WRITE path is canonicalised again at
-the moment of use and the call is refused, not sent, if it now leads elsewhere. Results go back
-in call order and every call id gets exactly one result. A call resumed from the store re-enters at the stage
-its record says it reached, so nothing decided is lost and nothing finished runs twice.
+the assistant message, then approved and executed in call order where it matters: a
+mutating call starts after every call before it has finished, a read after every mutating
+call before it (reads next to each other run concurrently). Every READ/WRITE path is
+canonicalised again at the moment of use and the call is refused, not sent, if it now leads
+elsewhere. Results go back in call order and every call id gets exactly one result. A call
+resumed from the store re-enters at the stage its record says it reached, so nothing decided
+is lost and nothing finished runs twice.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ from handrail.tools import (
     check_argument_payload,
     raise_body_error,
 )
-from handrail.tools._paths import PathChanged, decided_paths
+from handrail.tools._paths import PathChanged, decided_paths, scrub_host_paths
 
 __all__ = ["NOT_GRANTED_MESSAGE", "Gate", "RunScope", "TurnResult"]
 
@@ -520,7 +521,9 @@ class Gate:
                     return  # paused on a question
                 result = maybe
         except ToolError as exc:
-            state.finish(ToolResult.error(_model_text(exc)), CallStatus.FINISHED,
+            # What the model sees names no host path: workspace-relative, or a placeholder.
+            shown = scrub_host_paths(_model_text(exc), scope.workspace)
+            state.finish(ToolResult.error(shown), CallStatus.FINISHED,
                          disposition=exc.disposition.value, error=str(exc))
             return
         state.finish(result, CallStatus.FINISHED)

@@ -99,7 +99,7 @@ async def test_a_symlink_swapped_in_after_the_last_check_is_not_followed(
     assert str(impl.spec.id) == "workspace/write_file"
     validated = impl.validate({"path": "notes/a", "content": "PWNED\n"})
     bound = impl.bind(validated, workspace, {"notes/a": "notes/a"})
-    assert bound.path == Path(os.path.realpath(workspace), "notes", "a")
+    assert bound.path == Path(os.path.realpath(workspace), "notes", "a")  # noqa: ASYNC240 - test setup
     # The race: the link lands between the last check and the open.
     (workspace / "notes" / "a").unlink()
     (workspace / "notes" / "a").symlink_to("../.env")

@@ -95,11 +95,12 @@ async def test_a_spelling_that_leads_to_the_denied_file_is_denied_too(workspace:
 async def test_the_body_receives_the_canonical_path_inside_the_workspace(
     workspace: Path,
 ) -> None:
+    real = os.path.realpath(workspace)  # noqa: ASYNC240 - test setup
     seen, record = await run_one(workspace, "notes/read_note",
                                  {"path": "notes/../notes//a.txt"}, [read_note],
                                  hr.Policy.default())
     assert text(seen) == "a note\n"
-    assert RECEIVED == [Path(os.path.realpath(workspace), "notes", "a.txt")]
+    assert RECEIVED == [Path(real, "notes", "a.txt")]
     # The policy saw the READ (and the tool's own CALL): nothing it touches is hidden.
     assert record.verdict is not None and record.verdict["effect"] == "allow"
 
@@ -204,7 +205,7 @@ def test_a_plain_string_path_argument_warns_when_the_tool_is_defined() -> None:
                                   "url", "cmd", "argv", "command"])
 def test_every_path_like_name_is_reported(name: str) -> None:
     namespace: dict[str, Any] = {}
-    exec(f"async def f({name}: str) -> None:\n    '''F.'''\n", namespace)  # noqa: S102
+    exec(f"async def f({name}: str) -> None:\n    '''F.'''\n", namespace)
     with pytest.warns(hr.UnguardedArgumentWarning):
         tool = hr.tool(server="t", name="f")(namespace["f"])
     assert unguarded_path_arguments(tool) == [name]

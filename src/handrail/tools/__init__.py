@@ -47,6 +47,9 @@ from handrail.tools._tool import FunctionTool, Tool, tool
 from handrail.tools._toolbox import SchemaTool, Toolbox, Toolset, as_impl
 
 __all__ = [
+    "DEFAULT_MAX_ARGUMENT_BYTES",
+    "DEFAULT_SERVER",
+    "PATH_LIKE_NAMES",
     "Act",
     "Action",
     "Audio",
@@ -54,8 +57,6 @@ __all__ = [
     "Cancel",
     "CancelInteraction",
     "Content",
-    "DEFAULT_MAX_ARGUMENT_BYTES",
-    "DEFAULT_SERVER",
     "Decline",
     "Elicitation",
     "EmbeddedResource",
@@ -67,7 +68,6 @@ __all__ = [
     "Interaction",
     "Invoke",
     "Json",
-    "PATH_LIKE_NAMES",
     "PathChanged",
     "Question",
     "ReadPath",

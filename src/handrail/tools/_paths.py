@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import types
 import typing
 import warnings
@@ -35,6 +36,7 @@ from handrail.errors import Disposition, ToolError, UserError
 from handrail.tools._actions import Act, Action
 
 __all__ = [
+    "OUTSIDE_PLACEHOLDER",
     "PATH_LIKE_NAMES",
     "ArgumentKind",
     "ExecArgv",
@@ -45,6 +47,7 @@ __all__ = [
     "WritePath",
     "argument_actions",
     "bind_arguments",
+    "scrub_host_paths",
     "unguarded_path_arguments",
     "warn_unguarded",
 ]
@@ -373,3 +376,44 @@ def warn_unguarded(impl: Any) -> None:
 
 class UnguardedArgumentWarning(UserWarning):
     """A tool argument names a path, URL or command the policy cannot see."""
+
+
+OUTSIDE_PLACEHOLDER = "<path outside the workspace>"
+"""What an absolute path outside the workspace becomes in text shown to a model."""
+
+# An absolute POSIX path: a slash not preceded by a word character, a dot, a colon or another
+# slash (so `a/b`, `./x` and `https://host/x` are left alone), then non-space characters up
+# to a quote, a bracket or a comma.
+_ABSOLUTE = re.compile(r"(?<![\w.:/~-])/[^\s'\"`,;()<>\[\]{}]*")
+
+
+def scrub_host_paths(text: str, workspace: str | os.PathLike[str] | None) -> str:
+    """`text` with host paths made safe to show a model.
+
+    A path under the workspace becomes workspace-relative (`.` for the root); any other
+    absolute path becomes `OUTSIDE_PLACEHOLDER`. Used on exception messages from tool bodies
+    (an `OSError` names its file by absolute path), which would otherwise tell the model where
+    the workspace lives on the host and what lies around it.
+    """
+    roots: list[str] = []
+    if workspace is not None:
+        given = os.path.abspath(os.fspath(workspace))
+        roots = sorted({given, os.path.realpath(given)}, key=len, reverse=True)
+
+    def replace(match: re.Match[str]) -> str:
+        found = match.group(0)
+        trailing = ""
+        while found and found[-1] in ".:!?":  # sentence punctuation after a path
+            trailing = found[-1] + trailing
+            found = found[:-1]
+        for root in roots:
+            prefix = root.rstrip("/") + "/"
+            if found == root or found == prefix:
+                return "." + trailing
+            if found.startswith(prefix):
+                return found[len(prefix):] + trailing
+        if found == "/" and not trailing:
+            return found
+        return OUTSIDE_PLACEHOLDER + trailing
+
+    return _ABSOLUTE.sub(replace, text)
