@@ -238,3 +238,50 @@ def test_typed_or_declared_arguments_are_not_reported() -> None:
 
     for tool in (typed, declared, Declared, count):
         assert unguarded_path_arguments(tool) == []
+
+
+STRICT_APP = '''
+import warnings
+
+import handrail as hr
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+
+    @hr.tool(server="notes", mutates=False)
+    def read_note(path: str) -> str:
+        """Read a note."""
+        return path
+
+
+@hr.tool(server="notes", mutates=False)
+def read_typed(path: hr.ReadPath) -> str:
+    """Read a note, seen by the policy."""
+    return str(path)
+
+
+box = hr.Toolbox([read_note, read_typed])
+'''
+
+
+def test_manifest_check_strict_fails_on_an_unguarded_path_argument(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from handrail.cli import main
+
+    name = f"strict_app_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(STRICT_APP, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    try:
+        assert main(["manifest", "init", f"{name}:box"]) == 0
+        assert main(["manifest", "check", f"{name}:box"]) == 0
+        capsys.readouterr()
+        assert main(["manifest", "check", f"{name}:box", "--strict"]) == 1
+        out = capsys.readouterr().out
+        assert "tool 'notes/read_note'" in out and "'path'" in out and "hr.ReadPath" in out
+        assert "notes/read_typed" not in out
+    finally:
+        sys.modules.pop(name, None)

@@ -31,6 +31,7 @@ from handrail.tools._paths import (
     Url,
     WritePath,
     unguarded_path_arguments,
+    unguarded_problems,
 )
 from handrail.tools._spec import ToolSpec
 from handrail.tools._steps import (
@@ -94,4 +95,5 @@ __all__ = [
     "raise_body_error",
     "tool",
     "unguarded_path_arguments",
+    "unguarded_problems",
 ]

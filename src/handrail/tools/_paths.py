@@ -25,7 +25,7 @@ import re
 import types
 import typing
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -49,6 +49,7 @@ __all__ = [
     "bind_arguments",
     "scrub_host_paths",
     "unguarded_path_arguments",
+    "unguarded_problems",
     "warn_unguarded",
 ]
 
@@ -417,3 +418,22 @@ def scrub_host_paths(text: str, workspace: str | os.PathLike[str] | None) -> str
         return OUTSIDE_PLACEHOLDER + trailing
 
     return _ABSOLUTE.sub(replace, text)
+
+
+def unguarded_problems(impls: Iterable[Any]) -> list[str]:
+    """One message per tool of `impls` with arguments `unguarded_path_arguments` reports.
+
+    For `handrail manifest check --strict`, where each is an error.
+    """
+    found: list[str] = []
+    for impl in impls:
+        names = unguarded_path_arguments(impl)
+        if names:
+            listed = ", ".join(repr(n) for n in names)
+            found.append(
+                f"tool '{impl.spec.id}' ({getattr(impl, 'origin', '?')}): argument(s) {listed} "
+                "look like a path, URL or command but are plain strings and the tool declares "
+                "no actions — the policy never sees what they name; type them hr.ReadPath / "
+                "hr.WritePath / hr.ExecArgv / hr.Url, or declare actions="
+            )
+    return found
