@@ -425,3 +425,13 @@ async def test_a_relative_workspace_is_a_user_error(box) -> None:
     handler = box.handler("workspace/list_dir", workspace=Path("relative/ws"))
     with pytest.raises(hr.UserError, match="absolute"):
         await handler.step(hr.Invoke("c", {}))
+
+
+async def test_search_stops_at_its_time_budget(
+    call, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_files, "SEARCH_LIMIT_SECONDS", -1.0)
+    (workspace / "a.txt").write_text("hit\n")
+    result = await call("search", pattern="hit")
+    assert result.structured is not None and result.structured["complete"] is False
+    assert "stopped after -1 seconds" in text_of(result)

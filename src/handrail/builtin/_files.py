@@ -14,6 +14,7 @@ import codecs
 import fnmatch
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -377,14 +378,23 @@ class Search(Tool, server="workspace", name="search", mutates=False):
         return [Action(Act.READ, os.fspath(self.path))]
 
     async def run(self, ctx: CallContext) -> ToolResult:
-        """Search."""
-        root = workspace_root(ctx)
-        return await _in_thread(
-            lambda: _confined(self.path, root, lambda place: self._search(place, ctx)),
-            abandon_on_cancel=True)
+        """Search.
 
-    def _search(self, place: Place, ctx: CallContext) -> ToolResult:
-        state = _SearchState(_compile(self.pattern), ctx)
+        The scan runs in a worker thread; a cancelled or timed-out call returns at once
+        (the thread is abandoned) and the scan stops at its next file or 4096 lines.
+        """
+        root = workspace_root(ctx)
+        stop = threading.Event()
+        try:
+            return await _in_thread(
+                lambda: _confined(self.path, root,
+                                  lambda place: self._search(place, ctx, stop)),
+                abandon_on_cancel=True)
+        finally:
+            stop.set()
+
+    def _search(self, place: Place, ctx: CallContext, stop: threading.Event) -> ToolResult:
+        state = _SearchState(_compile(self.pattern), ctx, stop)
         if not place.parts:
             self._search_dir(place, state)
         else:
@@ -439,8 +449,9 @@ def _compile(pattern: str) -> Any:
 class _SearchState:
     """Matches found so far, and the bounds on how far a search goes."""
 
-    def __init__(self, regex: Any, ctx: CallContext) -> None:
+    def __init__(self, regex: Any, ctx: CallContext, stop: threading.Event) -> None:
         self.regex = regex
+        self.stop = stop
         self.deadline = time.monotonic() + SEARCH_LIMIT_SECONDS
         self.bytes = 0
         self.ctx = ctx
@@ -468,7 +479,7 @@ class _SearchState:
         if self.bytes >= SEARCH_LIMIT_TOTAL_BYTES:
             self.stopped = f"stopped after reading {SEARCH_LIMIT_TOTAL_BYTES} bytes"
             return
-        if time.monotonic() > self.deadline:
+        if time.monotonic() > self.deadline or self.stop.is_set():
             self.stopped = f"stopped after {SEARCH_LIMIT_SECONDS:g} seconds"
             return
         try:
@@ -495,7 +506,7 @@ class _SearchState:
             return
         # Split on \n only, so line numbers agree with read_file's offsets.
         for number, line in enumerate(text.split("\n"), 1):
-            if number % 4096 == 0 and time.monotonic() > self.deadline:
+            if number % 4096 == 0 and (time.monotonic() > self.deadline or self.stop.is_set()):
                 self.stopped = f"stopped after {SEARCH_LIMIT_SECONDS:g} seconds"
                 return
             line = line.removesuffix("\r")
