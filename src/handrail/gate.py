@@ -49,7 +49,6 @@ from handrail.errors import (
 )
 from handrail.models import ToolCall, ToolResultMessage
 from handrail.policy import Action, Effect, Policy, Rule, Verdict
-from handrail.policy._paths import workspace_root
 from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
 from handrail.store._records import update
 from handrail.tools import (
@@ -375,7 +374,7 @@ class Gate:
         verdict = scope.policy.check_all(actions, workspace=scope.workspace,
                                          mutates=self._mutates(impl))
         # What the verdict was about: compared with the paths again at the moment of use.
-        state.decided = decided_paths(actions, workspace_root(scope.workspace))
+        state.decided = decided_paths(actions, scope.workspace)
         state.verdict = verdict
         record = state.record
         record.arguments_digest = _digest(dumped)
@@ -534,7 +533,9 @@ class Gate:
         Raises:
             PathChanged: one leads elsewhere than when the policy decided (not sent).
         """
-        now = decided_paths(state.actions, workspace_root(self.scope.workspace))
+        if not state.decided:
+            return
+        now = decided_paths(state.actions, self.scope.workspace)
         for given, then in state.decided.items():
             if now.get(given) != then:
                 raise PathChanged(

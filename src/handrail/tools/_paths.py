@@ -302,13 +302,17 @@ def bind_arguments(
     return _walk_model(model, bind)
 
 
-def decided_paths(actions: list[Action], root: str) -> dict[str, str]:
+def decided_paths(actions: list[Action], workspace: str | os.PathLike[str] | None,
+                  ) -> dict[str, str]:
     """Each READ/WRITE target as given -> its canonical form now (unusable ones left out)."""
-    from handrail.policy._paths import canonical_path
+    from handrail.policy._paths import canonical_path, workspace_root
 
     out: dict[str, str] = {}
+    root: str | None = None  # resolved only for a call that touches paths: a syscall
     for action in actions:
         if action.act in (Act.READ, Act.WRITE) and isinstance(action.target, str):
+            if root is None:
+                root = workspace_root(workspace)
             try:
                 out[action.target] = canonical_path(action.target, root)
             except ValueError:
