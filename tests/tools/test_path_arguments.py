@@ -285,3 +285,19 @@ def test_manifest_check_strict_fails_on_an_unguarded_path_argument(
         assert "notes/read_typed" not in out
     finally:
         sys.modules.pop(name, None)
+
+
+async def test_without_a_workspace_a_path_argument_is_a_user_error() -> None:
+    with pytest.raises(hr.UserError, match="needs a workspace"):
+        await hr.Toolbox([read_note]).call("notes/read_note", {"path": "a.txt"})
+    assert RECEIVED == []
+
+
+async def test_a_handler_with_a_workspace_binds_and_confines(workspace: Path) -> None:
+    handler = hr.Toolbox([read_note]).handler("notes/read_note", workspace=workspace)
+    out = await handler.step(hr.Invoke("c", {"path": "notes/a.txt"}))
+    assert isinstance(out, hr.Finished) and out.result.structured == "a note\n"
+    handler = hr.Toolbox([read_note]).handler("notes/read_note", workspace=workspace)
+    with pytest.raises(hr.PathChanged, match="outside the workspace") as caught:
+        await handler.step(hr.Invoke("c", {"path": "../../etc/passwd"}))
+    assert caught.value.disposition is hr.Disposition.NOT_SENT
