@@ -362,8 +362,7 @@ class Search(Tool, server="workspace", name="search", mutates=False):
     """
 
     pattern: str = Field(min_length=1, max_length=SEARCH_LIMIT_PATTERN_CHARS)
-    """A regular expression in RE2 syntax (like Python's, without backreferences or
-    lookaround), matched against each line."""
+    """An RE2 regular expression (Python-like; no backreferences or lookaround), per line."""
     path: ReadPath = Path(".")
     """A directory to search under, or a single file; default the workspace root."""
 
