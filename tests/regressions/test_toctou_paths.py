@@ -172,3 +172,22 @@ async def test_a_write_never_goes_through_a_hard_link(workspace: Path, tmp_path:
     assert not seen[0].result.is_error and not seen[1].result.is_error
     assert outside.read_text() == "outside\n"
     assert (workspace / "notes" / "linked").read_text() == "newer\n"
+
+
+async def test_a_tool_declaring_its_own_write_action_is_rechecked_too(workspace: Path) -> None:
+    """The re-check at the moment of use covers every READ/WRITE action, typed or declared."""
+
+    @hr.tool(server="t", actions=lambda path: [hr.Action(hr.Act.WRITE, path)])
+    def put(path: str, ctx: hr.CallContext) -> str:
+        """Write by the model's spelling (what the re-check protects)."""
+        assert ctx.workspace is not None
+        (ctx.workspace / path).write_text("PWNED\n")
+        return "written"
+
+    seen, records = await run_turn(workspace, [
+        ("workspace/exec", {"argv": ["ln", "-s", "../.env", "notes/a"]}),
+        ("t/put", {"path": "notes/a"}),
+    ], tools=[*workspace_tools(), put])
+    assert (workspace / ".env").read_text() == "API_KEY=hunter2\n"
+    assert records[1].status is hr.CallStatus.REFUSED
+    assert "now leads to '.env'" in text(seen[1])
