@@ -288,7 +288,7 @@ def test_manifest_check_strict_fails_on_an_unguarded_path_argument(
 
 
 async def test_without_a_workspace_a_path_argument_is_a_user_error() -> None:
-    with pytest.raises(hr.UserError, match="needs a workspace"):
+    with pytest.raises(hr.UserError, match="needs an agent workspace"):
         await hr.Toolbox([read_note]).call("notes/read_note", {"path": "a.txt"})
     assert RECEIVED == []
 

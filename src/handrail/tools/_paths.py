@@ -279,8 +279,9 @@ def bind_arguments(
         if act not in (Act.READ, Act.WRITE):
             return leaf
         if workspace is None:
-            raise UserError("a tool with hr.ReadPath/hr.WritePath arguments needs a workspace: "
-                            "give the agent a workspace (or pass workspace= to the handler)")
+            raise UserError("a tool with hr.ReadPath/hr.WritePath arguments needs an agent "
+                            "workspace: give the agent a workspace (or pass workspace= to "
+                            "Toolbox.handler)")
         if root is None:
             root = workspace_root(workspace)
         given = os.fspath(leaf)
