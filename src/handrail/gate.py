@@ -13,9 +13,13 @@
 ```
 
 A turn's calls are planned (stages 1-5, no I/O) together, recorded in one transaction with
-the assistant message, then approved and executed concurrently; results go back in call order
-and every call id gets exactly one result. A call resumed from the store re-enters at the stage
-its record says it reached, so nothing decided is lost and nothing finished runs twice.
+the assistant message, then approved and executed in call order where it matters: a
+mutating call starts after every call before it has finished, a read after every mutating
+call before it (reads next to each other run concurrently). Every READ/WRITE path is
+canonicalised again at the moment of use and the call is refused, not sent, if it now leads
+elsewhere. Results go back in call order and every call id gets exactly one result. A call
+resumed from the store re-enters at the stage its record says it reached, so nothing decided
+is lost and nothing finished runs twice.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ from handrail.tools import (
     check_argument_payload,
     raise_body_error,
 )
+from handrail.tools._paths import PathChanged, decided_paths, scrub_host_paths
 
 __all__ = [
     "NOT_GRANTED_MESSAGE",
@@ -138,6 +143,7 @@ class _Call:
         "actions",
         "answers",
         "call",
+        "decided",
         "impl",
         "outcome",
         "pending",
@@ -154,6 +160,7 @@ class _Call:
         self.impl: ToolImpl | None = None
         self.validated: Any = None
         self.actions: list[Action] = []
+        self.decided: dict[str, str] = {}  # READ/WRITE target as given -> canonical, at check
         self.verdict: Verdict | None = None
         self.result: ToolResult | None = None
         self.outcome: TurnPause | None = None
@@ -320,9 +327,26 @@ class Gate:
         if len(states) == 1:
             await act(states[0])
         else:
+            # The order guarantee (docs/architecture.md): effects happen in call order. A
+            # mutating call starts once every call before it has finished; a read starts once
+            # every mutating call before it has finished, so reads next to each other run
+            # concurrently. No call's check can be raced by an earlier call's effect, and each
+            # path is checked again at its moment of use (`_recheck_paths`).
+            mutating = [s.impl is not None and self._mutates(s.impl) for s in states]
+            done = [anyio.Event() for _ in states]
+
+            async def in_order(i: int) -> None:
+                try:
+                    for j in range(i):
+                        if mutating[i] or mutating[j]:
+                            await done[j].wait()
+                    await act(states[i])
+                finally:
+                    done[i].set()
+
             async with anyio.create_task_group() as tg:
-                for state in states:
-                    tg.start_soon(act, state)
+                for i in range(len(states)):
+                    tg.start_soon(in_order, i)
 
         pause = next((s.outcome for s in states if s.outcome is not None), None)
         results = [ToolResultMessage(s.call.id, s.call.name, s.result)
@@ -391,6 +415,8 @@ class Gate:
         # 5. policy
         verdict = scope.policy.check_all(actions, workspace=scope.workspace,
                                          mutates=self._mutates(impl))
+        # What the verdict was about: compared with the paths again at the moment of use.
+        state.decided = decided_paths(actions, scope.workspace)
         state.verdict = verdict
         record = state.record
         record.arguments_digest = _digest(dumped)
@@ -511,6 +537,13 @@ class Gate:
             await scope.store.write(Batch(calls=[state.record]))
         spec = impl.spec
         try:
+            self._recheck_paths(state)
+            bound = impl.bind(state.validated, scope.workspace, state.decided)
+        except PathChanged as exc:
+            state.finish(ToolResult.error(str(exc)), CallStatus.REFUSED,
+                         disposition=Disposition.NOT_SENT.value, error=str(exc))
+            return
+        try:
             if not spec.interactions and spec.timeout is None:
                 # The common case needs no state machine: the body cannot ask.
                 ctx = (CallContext(call_id=state.call.id, tool_id=spec.id, run_id=scope.run_id,
@@ -518,7 +551,7 @@ class Gate:
                                    permits=self._permits_for(impl))
                        if impl.needs_context else None)
                 try:
-                    result = await impl.execute(state.validated, ctx)
+                    result = await impl.execute(bound, ctx)
                 except BaseException as exc:
                     raise_body_error(spec, exc)
             else:
@@ -527,10 +560,29 @@ class Gate:
                     return  # paused on a question
                 result = maybe
         except ToolError as exc:
-            state.finish(ToolResult.error(_model_text(exc)), CallStatus.FINISHED,
+            # What the model sees names no host path: workspace-relative, or a placeholder.
+            shown = scrub_host_paths(_model_text(exc), scope.workspace)
+            state.finish(ToolResult.error(shown), CallStatus.FINISHED,
                          disposition=exc.disposition.value, error=str(exc))
             return
         state.finish(result, CallStatus.FINISHED)
+
+    def _recheck_paths(self, state: _Call) -> None:
+        """Canonicalise each READ/WRITE target again, at the moment of use.
+
+        Raises:
+            PathChanged: one leads elsewhere than when the policy decided (not sent).
+        """
+        if not state.decided:
+            return
+        now = decided_paths(state.actions, self.scope.workspace)
+        for given, then in state.decided.items():
+            if now.get(given) != then:
+                raise PathChanged(
+                    f"the path {given!r} was checked as {then!r} but now leads to "
+                    f"{now.get(given, 'outside the workspace')!r} (a symlink changed in "
+                    "between); refused, nothing was done — check the path and call again"
+                )
 
     async def _drive_handler(self, state: _Call) -> ToolResult | None:
         scope = self.scope
@@ -539,7 +591,8 @@ class Gate:
         handler = ToolHandler(impl, run_id=scope.run_id, agent=scope.agent,
                               workspace=scope.workspace, deps=scope.deps,
                               permits=self._permits_for(impl),
-                              max_argument_bytes=scope.toolbox.max_argument_bytes)
+                              max_argument_bytes=scope.toolbox.max_argument_bytes,
+                              decided_paths=state.decided)
         out = await handler.step(Invoke(state.call.id, state.record.performed_arguments or {},
                                         answers=list(state.answers)))
         while isinstance(out, Interaction):

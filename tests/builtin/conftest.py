@@ -41,7 +41,13 @@ def call(box: hr.Toolbox, workspace: Path) -> Call:
 
     async def run(name: str, **arguments: Any) -> hr.ToolResult:
         handler = box.handler(f"workspace/{name}", workspace=workspace)
-        out = await handler.step(hr.Invoke("call-1", arguments))
+        try:
+            out = await handler.step(hr.Invoke("call-1", arguments))
+        except hr.ToolError as exc:
+            # A path refused when it is bound (outside the workspace): not sent, and the gate
+            # shows the model this text as an error result.
+            assert exc.disposition is hr.Disposition.NOT_SENT
+            return hr.ToolResult.error(str(exc))
         assert isinstance(out, hr.Finished)
         return out.result
 

@@ -1,11 +1,13 @@
 import os
 import stat
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 import handrail as hr
-from handrail.builtin import _fs
+from handrail.builtin import _files, _fs
 from handrail.builtin._files import (
     LIST_LIMIT_ENTRIES,
     READ_LIMIT_BYTES,
@@ -279,7 +281,40 @@ async def test_search_invalid_regex_is_invalid_arguments(box, workspace: Path) -
     with pytest.raises(hr.InvalidArguments) as caught:
         await handler.step(hr.Invoke("c", {"pattern": "(unclosed"}))
     assert caught.value.issues[0].path == "$.pattern"
-    assert "regular expression" in caught.value.issues[0].message
+    assert "the pattern cannot be used: missing )" in caught.value.issues[0].message
+
+
+@pytest.mark.parametrize("pattern", [r"(a)\1", r"(?<=a)b", r"(?=a)", "a{1000}{1000}", "x" * 3000])
+async def test_search_refuses_patterns_re2_cannot_run_with_a_clear_error(
+    box, workspace: Path, pattern: str
+) -> None:
+    handler = box.handler("workspace/search", workspace=workspace)
+    with pytest.raises(hr.InvalidArguments) as caught:
+        await handler.step(hr.Invoke("c", {"pattern": pattern}))
+    message = caught.value.issues[0].message
+    assert "RE2" in message or "at most" in message
+
+
+async def test_a_catastrophic_pattern_returns_promptly(call, workspace: Path) -> None:
+    """Issue 9 §2: `(-+)+x` over a line of dashes backtracked for hours holding the GIL."""
+    (workspace / "dashes.txt").write_text(("-" * 40 + "\n") * 2000 + "-" * 100_000 + "\n")
+    started = time.monotonic()
+    with anyio.fail_after(20):
+        result = await call("search", pattern="(-+)+x")
+    assert time.monotonic() - started < 5
+    assert "no matches" in text_of(result)
+
+
+async def test_search_stops_after_the_total_byte_cap(
+    call, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_files, "SEARCH_LIMIT_TOTAL_BYTES", 10)
+    for name in "abc":
+        (workspace / f"{name}.txt").write_text("hit hit\n")
+    result = await call("search", pattern="hit")
+    assert result.structured is not None and result.structured["complete"] is False
+    assert result.structured["files_read"] == 2
+    assert "stopped after reading 10 bytes" in text_of(result)
 
 
 async def test_search_does_not_follow_symlinks_out(call, workspace: Path, outside: Path) -> None:
@@ -371,11 +406,11 @@ def test_a_final_symlink_swapped_in_is_not_followed(workspace: Path, outside: Pa
     (workspace / "f.txt").symlink_to(outside / "secret.txt")
     with pytest.raises(OSError):
         os.close(_fs.open_file(place))
-    # Writing replaces the link itself, never the file it points at.
-    _fs.atomic_write(place, b"new")
+    # Writing neither follows the link nor replaces it: what was decided was a file.
+    with pytest.raises(_fs.Refusal, match="symlink"):
+        _fs.atomic_write(place, b"new")
     assert (outside / "secret.txt").read_text() == "TOP SECRET\n"
-    assert not (workspace / "f.txt").is_symlink()
-    assert (workspace / "f.txt").read_bytes() == b"new"
+    assert (workspace / "f.txt").is_symlink()
 
 
 # --- the workspace itself --------------------------------------------------------------------
@@ -390,3 +425,13 @@ async def test_a_relative_workspace_is_a_user_error(box) -> None:
     handler = box.handler("workspace/list_dir", workspace=Path("relative/ws"))
     with pytest.raises(hr.UserError, match="absolute"):
         await handler.step(hr.Invoke("c", {}))
+
+
+async def test_search_stops_at_its_time_budget(
+    call, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_files, "SEARCH_LIMIT_SECONDS", -1.0)
+    (workspace / "a.txt").write_text("hit\n")
+    result = await call("search", pattern="hit")
+    assert result.structured is not None and result.structured["complete"] is False
+    assert "stopped after -1 seconds" in text_of(result)

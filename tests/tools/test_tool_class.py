@@ -76,11 +76,13 @@ def test_class_tool_arguments_are_frozen() -> None:
 
 
 async def test_class_defaults_and_typed_output() -> None:
-    class HTTPGetter(hr.Tool, mutates=False, idempotent=True, timeout=3):
-        url: str
+    # A plain-string `url` the policy cannot see is reported when the class is defined.
+    with pytest.warns(hr.UnguardedArgumentWarning, match="'url'"):
+        class HTTPGetter(hr.Tool, mutates=False, idempotent=True, timeout=3):
+            url: str
 
-        async def run(self, ctx: hr.CallContext) -> int:
-            return len(self.url)
+            async def run(self, ctx: hr.CallContext) -> int:
+                return len(self.url)
 
     impl = as_impl(HTTPGetter)
     assert impl.spec.id == hr.ToolId("local", "http_getter")

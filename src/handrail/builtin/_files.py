@@ -1,9 +1,11 @@
 """The file tools: `read_file`, `write_file`, `edit_file`, `list_dir`, `search`.
 
-Each declares what it touches as the path the model gave (the policy canonicalises it against
-the agent's workspace), and each body re-resolves that path inside the workspace before
-touching anything (see `_fs`). A path outside the workspace is a model-visible error result,
-never data from outside.
+Their path arguments are `hr.ReadPath` / `hr.WritePath`, the same mechanism any tool uses: the
+gate derives the READ/WRITE action from the path, the policy decides on its canonical form,
+and at the moment of use the path is canonicalised again (a difference refuses the call) and
+the body receives the canonical path, which it opens component by component without following
+symlinks (see `_fs`). A path outside the workspace is a model-visible error, never data from
+outside.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import codecs
 import fnmatch
 import os
-import re
 import stat
+import threading
+import time
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Annotated, Any, BinaryIO, cast
 
 import anyio.to_thread
@@ -24,14 +28,15 @@ from handrail.builtin._fs import (
     Refusal,
     atomic_write,
     describe_os_error,
-    locate,
     open_dir,
     open_file,
+    place_of,
     shown_path,
     workspace_root,
 )
 from handrail.policy import SECRETS
 from handrail.tools import Act, Action, CallContext, Tool, ToolResult
+from handrail.tools._paths import ReadPath, WritePath
 
 __all__ = [
     "EDIT_LIMIT_BYTES",
@@ -41,6 +46,9 @@ __all__ = [
     "SEARCH_LIMIT_FILE_BYTES",
     "SEARCH_LIMIT_LINE_CHARS",
     "SEARCH_LIMIT_MATCHES",
+    "SEARCH_LIMIT_PATTERN_CHARS",
+    "SEARCH_LIMIT_SECONDS",
+    "SEARCH_LIMIT_TOTAL_BYTES",
     "SKIPPED_DIRS",
     "EditFile",
     "ListDir",
@@ -63,6 +71,15 @@ SEARCH_LIMIT_FILE_BYTES = 1024 * 1024
 """`search` skips files larger than this."""
 SEARCH_LIMIT_LINE_CHARS = 300
 """`search` shows at most this many characters of a matching line."""
+SEARCH_LIMIT_TOTAL_BYTES = 64 * 1024 * 1024
+"""`search` stops after reading this many bytes in all."""
+SEARCH_LIMIT_SECONDS = 20.0
+"""`search` stops scanning after this long and says so (the scan runs in a worker thread)."""
+SEARCH_LIMIT_PATTERN_CHARS = 2000
+"""The longest pattern `search` accepts."""
+# RE2 matches in time linear in the text whatever the pattern (no backtracking, so `(-+)+x`
+# cannot run for hours), and bounds the memory a compiled pattern may take.
+_RE2_MAX_MEM = 16 * 1024 * 1024
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 """Directories `search` never descends into."""
 
@@ -93,17 +110,22 @@ async def _in_thread(fn: Callable[[], ToolResult], *, abandon_on_cancel: bool) -
     return await anyio.to_thread.run_sync(fn, abandon_on_cancel=abandon_on_cancel)
 
 
-def _confined(path: str, root: str, body: Callable[[Place], ToolResult]) -> ToolResult:
-    """Run `body` on `path` resolved inside the workspace.
+def _confined(path: Path, root: str, body: Callable[[Place], ToolResult]) -> ToolResult:
+    """Run `body` on the place of `path` (canonical, as the gate bound it) in the workspace.
 
-    Refusals and OS errors become model-visible error results.
+    Refusals and OS errors become model-visible error results naming the workspace-relative
+    path only.
     """
     try:
-        return body(locate(root, path))
+        place = place_of(root, path)
+    except Refusal as refusal:
+        return ToolResult.error(str(refusal))
+    try:
+        return body(place)
     except Refusal as refusal:
         return ToolResult.error(str(refusal))
     except OSError as exc:
-        return ToolResult.error(describe_os_error(exc, path))
+        return ToolResult.error(describe_os_error(exc, place.shown))
 
 
 class ReadFile(Tool, server="workspace", name="read_file", mutates=False):
@@ -113,7 +135,7 @@ class ReadFile(Tool, server="workspace", name="read_file", mutates=False):
     offset to ask for). Use offset and limit to read a long file in parts.
     """
 
-    path: str
+    path: ReadPath
     """The file, relative to the workspace root."""
     offset: int = Field(default=1, ge=1)
     """The first line to return, counting from 1."""
@@ -122,7 +144,7 @@ class ReadFile(Tool, server="workspace", name="read_file", mutates=False):
 
     def actions(self) -> list[Action]:
         """Reads the file."""
-        return [Action(Act.READ, self.path)]
+        return [Action(Act.READ, os.fspath(self.path))]
 
     async def run(self, ctx: CallContext) -> ToolResult:
         """Read the file."""
@@ -203,14 +225,14 @@ class WriteFile(Tool, server="workspace", name="write_file", mutates=True):
     a half-written file.
     """
 
-    path: str
+    path: WritePath
     """The file, relative to the workspace root."""
     content: Utf8Text
     """The file's whole new content."""
 
     def actions(self) -> list[Action]:
         """Writes exactly these bytes to the file."""
-        return [Action(Act.WRITE, self.path, content=self.content.encode("utf-8"))]
+        return [Action(Act.WRITE, os.fspath(self.path), content=self.content.encode("utf-8"))]
 
     async def run(self, ctx: CallContext) -> ToolResult:
         """Write the file."""
@@ -232,7 +254,7 @@ class EditFile(Tool, server="workspace", name="edit_file", mutates=True):
     it is replaced by `new`, matching bytes exactly (no whitespace or case folding).
     """
 
-    path: str
+    path: WritePath
     """The file, relative to the workspace root."""
     old: Utf8Text = Field(min_length=1)
     """The exact text to replace; it must occur exactly once."""
@@ -246,7 +268,7 @@ class EditFile(Tool, server="workspace", name="edit_file", mutates=True):
         runs, and `actions()` has no workspace to read it from. An approver sees `old` and `new`
         in the call's arguments instead.
         """
-        return [Action(Act.WRITE, self.path, content=None)]
+        return [Action(Act.WRITE, os.fspath(self.path), content=None)]
 
     async def run(self, ctx: CallContext) -> ToolResult:
         """Edit the file."""
@@ -297,12 +319,12 @@ class ListDir(Tool, server="workspace", name="list_dir", mutates=False):
     leads outside the workspace cannot be read).
     """
 
-    path: str = "."
+    path: ReadPath = Path(".")
     """The directory, relative to the workspace root; default the root."""
 
     def actions(self) -> list[Action]:
         """Reads the directory."""
-        return [Action(Act.READ, self.path)]
+        return [Action(Act.READ, os.fspath(self.path))]
 
     async def run(self, ctx: CallContext) -> ToolResult:
         """List the directory."""
@@ -332,40 +354,46 @@ class ListDir(Tool, server="workspace", name="list_dir", mutates=False):
 
 
 class Search(Tool, server="workspace", name="search", mutates=False):
-    """Search text files in the workspace for a regular expression (Python syntax).
+    """Search text files in the workspace for a regular expression (RE2 syntax).
 
     Each matching line is returned as `file:line: text`, at most 200 of them. Binary files,
     files over 1 MiB, symlinks, `.git` directories and files named like secrets (`.env`,
     `*.pem`, `*.key`...) are skipped.
     """
 
-    pattern: str
-    """A Python regular expression, matched against each line (`re.search`)."""
-    path: str = "."
+    pattern: str = Field(min_length=1, max_length=SEARCH_LIMIT_PATTERN_CHARS)
+    """An RE2 regular expression (Python-like; no backreferences or lookaround), per line."""
+    path: ReadPath = Path(".")
     """A directory to search under, or a single file; default the workspace root."""
 
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid Python regular expression: {exc}") from None
+        _compile(value)
         return value
 
     def actions(self) -> list[Action]:
         """Reads everything under the path."""
-        return [Action(Act.READ, self.path)]
+        return [Action(Act.READ, os.fspath(self.path))]
 
     async def run(self, ctx: CallContext) -> ToolResult:
-        """Search."""
-        root = workspace_root(ctx)
-        return await _in_thread(
-            lambda: _confined(self.path, root, lambda place: self._search(place, ctx)),
-            abandon_on_cancel=True)
+        """Search.
 
-    def _search(self, place: Place, ctx: CallContext) -> ToolResult:
-        state = _SearchState(re.compile(self.pattern), ctx)
+        The scan runs in a worker thread; a cancelled or timed-out call returns at once
+        (the thread is abandoned) and the scan stops at its next file or 4096 lines.
+        """
+        root = workspace_root(ctx)
+        stop = threading.Event()
+        try:
+            return await _in_thread(
+                lambda: _confined(self.path, root,
+                                  lambda place: self._search(place, ctx, stop)),
+                abandon_on_cancel=True)
+        finally:
+            stop.set()
+
+    def _search(self, place: Place, ctx: CallContext, stop: threading.Event) -> ToolResult:
+        state = _SearchState(_compile(self.pattern), ctx, stop)
         if not place.parts:
             self._search_dir(place, state)
         else:
@@ -394,11 +422,37 @@ class Search(Tool, server="workspace", name="search", mutates=False):
                 walk.close()
 
 
+def _compile(pattern: str) -> Any:
+    """The pattern compiled by RE2.
+
+    Raises:
+        ValueError: RE2 cannot compile it (a model-visible invalid-arguments error).
+    """
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False  # the reason goes to the model, not to our stderr
+    options.max_mem = _RE2_MAX_MEM
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise ValueError(
+            f"the pattern cannot be used: {reason}. search takes RE2 syntax (like Python's, "
+            "without backreferences or lookaround, and of bounded size); simplify the pattern"
+        ) from None
+
+
 class _SearchState:
     """Matches found so far, and the bounds on how far a search goes."""
 
-    def __init__(self, regex: re.Pattern[str], ctx: CallContext) -> None:
+    def __init__(self, regex: Any, ctx: CallContext, stop: threading.Event) -> None:
         self.regex = regex
+        self.stop = stop
+        self.deadline = time.monotonic() + SEARCH_LIMIT_SECONDS
+        self.bytes = 0
         self.ctx = ctx
         self.refused = 0
         self.lines: list[str] = []
@@ -421,6 +475,12 @@ class _SearchState:
         if self.files >= SEARCH_LIMIT_FILES:
             self.stopped = f"stopped after reading {SEARCH_LIMIT_FILES} files"
             return
+        if self.bytes >= SEARCH_LIMIT_TOTAL_BYTES:
+            self.stopped = f"stopped after reading {SEARCH_LIMIT_TOTAL_BYTES} bytes"
+            return
+        if time.monotonic() > self.deadline or self.stop.is_set():
+            self.stopped = f"stopped after {SEARCH_LIMIT_SECONDS:g} seconds"
+            return
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                          dir_fd=dirfd)
@@ -434,6 +494,7 @@ class _SearchState:
                 return
             data = f.read(SEARCH_LIMIT_FILE_BYTES + 1)
         self.files += 1
+        self.bytes += len(data)
         if b"\x00" in data[:_SNIFF_BYTES] or len(data) > SEARCH_LIMIT_FILE_BYTES:
             self.skipped += 1
             return
@@ -444,6 +505,9 @@ class _SearchState:
             return
         # Split on \n only, so line numbers agree with read_file's offsets.
         for number, line in enumerate(text.split("\n"), 1):
+            if number % 4096 == 0 and (time.monotonic() > self.deadline or self.stop.is_set()):
+                self.stopped = f"stopped after {SEARCH_LIMIT_SECONDS:g} seconds"
+                return
             line = line.removesuffix("\r")
             if self.regex.search(line):
                 if len(line) > SEARCH_LIMIT_LINE_CHARS:

@@ -1,10 +1,17 @@
 """Confined file access for the workspace tools.
 
-The policy checked the path the model gave; the tool body checks it again (defence in depth),
-then never touches the file by its path. It walks from the workspace root one component at a
-time with `dir_fd` and `O_NOFOLLOW`: `resolve_in_workspace` already resolved every symlink, so
-the walk meets none unless one was swapped in after the check, and then it fails (ELOOP or
-ENOTDIR) instead of following it out of the workspace.
+A path is decided and used as one thing. The tools' path arguments are `hr.ReadPath` /
+`hr.WritePath`: the gate canonicalised the path when the policy decided, canonicalised it again
+at the moment of use (refusing the call if it changed), and hands the body the canonical
+absolute path. The body never resolves it again: it walks from the workspace root one
+component at a time with `dir_fd` and `O_NOFOLLOW`, so a symlink met on the way (one swapped in
+after the last check) fails the walk (ELOOP or ENOTDIR) instead of being followed, and a
+symlink at the last component is refused rather than read through or replaced.
+
+Hard links: a write never goes through a file's other names. `atomic_write` writes a new file
+and renames it over the name, so another name of the old file (inside or outside the
+workspace) keeps the old bytes. A read of a file with several names reads that file: creating
+the second name needed a WRITE or EXEC that the policy decided first.
 
 This needs POSIX `dir_fd` support (Linux, macOS, the BSDs); elsewhere the tools refuse to run
 rather than run unconfined.
@@ -33,6 +40,7 @@ __all__ = [
     "locate",
     "open_dir",
     "open_file",
+    "place_of",
     "shown_path",
     "workspace_root",
 ]
@@ -122,6 +130,32 @@ def locate(root: str, path: str) -> Place:
     return Place(root, tuple(parts), "/".join(parts) or ".")
 
 
+def place_of(root: str, path: str | os.PathLike[str]) -> Place:
+    """The `Place` of a path the gate bound (absolute, canonical), or of a model's path.
+
+    An absolute path is taken as it is, never resolved again: it is what the policy decided,
+    and the walk refuses any symlink on it. It must lie lexically inside `root`. A relative
+    path (a body called directly, without the gate or a handler) is resolved as `locate` does.
+
+    Raises:
+        Refusal: the path is outside the workspace or not in canonical form.
+    """
+    text = os.fspath(path)
+    if not os.path.isabs(text):
+        return locate(root, text)
+    if os.path.normpath(text) != text or text.startswith("//"):
+        raise Refusal("the path is not in canonical form; give a path relative to the "
+                      "workspace root")
+    if text == root:
+        return Place(root, (), ".")
+    prefix = root.rstrip(os.sep) + os.sep
+    if not text.startswith(prefix):
+        raise Refusal("the path is outside the workspace; only paths inside it can be used "
+                      "(relative paths start at the workspace root)")
+    parts = tuple(text[len(prefix):].split(os.sep))
+    return Place(root, parts, "/".join(parts))
+
+
 def _open_dir_fd(place: Place, parts: tuple[str, ...], *, create: bool) -> int:
     fd = os.open(place.root, _DIR_FLAGS)
     try:
@@ -205,6 +239,11 @@ def atomic_write(place: Place, data: bytes) -> None:
             old = None
         if old is not None and stat.S_ISDIR(old.st_mode):
             raise Refusal(f"{place.shown} is a directory; name a file")
+        if old is not None and stat.S_ISLNK(old.st_mode):
+            # Renaming over it would replace the link, not write where it leads; either way
+            # the call would not do what was decided, so it does nothing.
+            raise Refusal(f"{place.shown} is a symlink (it became one after the check); "
+                          "refused, nothing was written")
         # A short name: the target's own name may already be at the length limit.
         tmp = f".handrail-{secrets.token_hex(6)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,

@@ -49,6 +49,9 @@ def register(subparsers: Any) -> None:
                        help="a Toolbox, an Agent, a list of tools, or a callable returning one")
     check.add_argument("--manifest", default=_DEFAULT_PATH,
                        help=f"the manifest to check against (default {_DEFAULT_PATH})")
+    check.add_argument("--strict", action="store_true",
+                       help="also fail on tool arguments named like a path, URL or command "
+                            "that the policy cannot see")
     check.set_defaults(func=_check)
 
     digest = sub.add_parser("digest", help="print the manifest's digest (to pin a deployment)")
@@ -157,6 +160,10 @@ def _check(args: argparse.Namespace) -> int:
     manifest = Manifest.load(args.manifest)
     toolbox, _ = resolve_toolset(args.target)
     found = problems(toolbox, manifest)
+    if args.strict:
+        from handrail.tools import unguarded_problems
+
+        found += unguarded_problems(toolbox.impls() if hasattr(toolbox, "impls") else ())
     if found:
         print(f"{args.manifest}: the code has drifted from the manifest ({len(found)} problem"
               f"{'s' if len(found) != 1 else ''}):")

@@ -22,6 +22,17 @@ from handrail.tools._handler import (
     raise_body_error,
 )
 from handrail.tools._names import DEFAULT_SERVER, ToolId, ToolName
+from handrail.tools._paths import (
+    PATH_LIKE_NAMES,
+    ExecArgv,
+    PathChanged,
+    ReadPath,
+    UnguardedArgumentWarning,
+    Url,
+    WritePath,
+    unguarded_path_arguments,
+    unguarded_problems,
+)
 from handrail.tools._spec import ToolSpec
 from handrail.tools._steps import (
     Cancel,
@@ -39,6 +50,7 @@ from handrail.tools._toolbox import SchemaTool, Toolbox, Toolset, as_impl
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_BYTES",
     "DEFAULT_SERVER",
+    "PATH_LIKE_NAMES",
     "Act",
     "Action",
     "Audio",
@@ -49,6 +61,7 @@ __all__ = [
     "Decline",
     "Elicitation",
     "EmbeddedResource",
+    "ExecArgv",
     "Finished",
     "FunctionTool",
     "HandlerState",
@@ -56,7 +69,9 @@ __all__ = [
     "Interaction",
     "Invoke",
     "Json",
+    "PathChanged",
     "Question",
+    "ReadPath",
     "ResourceLink",
     "Respond",
     "SchemaTool",
@@ -71,9 +86,14 @@ __all__ = [
     "ToolSpec",
     "Toolbox",
     "Toolset",
+    "UnguardedArgumentWarning",
+    "Url",
+    "WritePath",
     "as_impl",
     "check_argument_payload",
     "issues_from_validation_error",
     "raise_body_error",
     "tool",
+    "unguarded_path_arguments",
+    "unguarded_problems",
 ]

@@ -108,6 +108,17 @@ class ToolImpl(abc.ABC):
         """What a call with these arguments touches; by default `CALL server/name`."""
         return [self.default_action()]
 
+    def bind(self, validated: Any, workspace: Any, decided: Any = None) -> Any:
+        """The arguments as the body receives them: checked paths made canonical.
+
+        Called at the moment of use. A tool without `hr.ReadPath`/`hr.WritePath` arguments
+        returns `validated` unchanged.
+
+        Raises:
+            PathChanged: a path now resolves elsewhere than `decided` (not sent).
+        """
+        return validated
+
     def default_action(self) -> Action:
         """`CALL server/name`, built once per tool (an Action is immutable)."""
         action: Action | None = getattr(self, "_default_action_cache", None)
@@ -296,6 +307,7 @@ class ToolHandler:
         "_agent",
         "_answers",
         "_coro",
+        "_decided",
         "_deps",
         "_elapsed",
         "_impl",
@@ -320,8 +332,10 @@ class ToolHandler:
         deps: Any = None,
         permits: Any = None,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+        decided_paths: Mapping[str, str] | None = None,
     ) -> None:
         self._impl = impl
+        self._decided = decided_paths
         self._permits = permits
         self._run_id = run_id
         self._agent = agent
@@ -391,6 +405,8 @@ class ToolHandler:
         self.state = HandlerState.RUNNING
         try:
             validated = _prepare(impl, step.arguments, self._max_bytes)
+            # The moment of use: paths are canonicalised again and must match what was decided.
+            validated = impl.bind(validated, self._workspace, self._decided)
         except BaseException:
             self.state = HandlerState.FINISHED
             raise
@@ -433,9 +449,9 @@ class ToolHandler:
         `not spec.interactions and spec.timeout is None` first.
         """
         spec = impl.spec
-        validated = impl.validate(
+        validated = impl.bind(impl.validate(
             check_argument_payload(spec.id._str, arguments, max_argument_bytes)
-        )
+        ), None)
         ctx = CallContext(call_id=call_id, tool_id=spec.id) if impl.needs_context else None
         try:
             return await impl.execute(validated, ctx)

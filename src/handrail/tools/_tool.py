@@ -35,6 +35,13 @@ from handrail.tools._content import ToolResult, text_result
 from handrail.tools._context import CallContext
 from handrail.tools._handler import ToolImpl, issues_from_validation_error
 from handrail.tools._names import DEFAULT_SERVER, ToolId
+from handrail.tools._paths import (
+    argument_actions,
+    bind_arguments,
+    check_markers,
+    has_marked_arguments,
+    warn_unguarded,
+)
 from handrail.tools._schema import ToolSchemaGenerator, parse_docstring
 from handrail.tools._spec import ToolSpec
 
@@ -232,6 +239,7 @@ class FunctionTool(ToolImpl, Generic[P, R]):
                 self._ctx_param = param.name
                 continue
             _check_schemable(tool_id, where, annotation)
+            check_markers(f"tool '{tool_id}'", annotation, where)
             field_name = param.name
             if hasattr(BaseModel, field_name) or field_name.startswith("model_"):
                 # The name would shadow a BaseModel attribute: store it under another name
@@ -262,6 +270,9 @@ class FunctionTool(ToolImpl, Generic[P, R]):
         self._output = _Output(str(tool_id), hints.get("return", inspect.Signature.empty),
                                f"{qualname}")
         self._actions = actions
+        self.argument_model = self._model
+        self.declares_actions = actions is not None
+        self.marked = has_marked_arguments(self._model)
         self.spec = ToolSpec(
             tool_id,
             description if description is not None else doc_description,
@@ -273,6 +284,7 @@ class FunctionTool(ToolImpl, Generic[P, R]):
             timeout=timeout,
         )
         functools.update_wrapper(self, fn)
+        warn_unguarded(self)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the underlying function directly (no validation, no policy)."""
@@ -298,10 +310,19 @@ class FunctionTool(ToolImpl, Generic[P, R]):
         return {p: getattr(validated, f) for p, f in self._names}
 
     def actions(self, validated: BaseModel) -> list[Action]:
-        """What the call touches: the `actions=` function's answer, or `CALL server/name`."""
+        """What the call touches: the `actions=` function's answer, or `CALL server/name`.
+
+        Plus what the `hr.ReadPath`/`WritePath`/`ExecArgv`/`Url` arguments name.
+        """
         if self._actions is None:
-            return [self.default_action()]
-        return list(self._actions(**self._kwargs(validated)))
+            declared = [self.default_action()]
+        else:
+            declared = list(self._actions(**self._kwargs(validated)))
+        return merge_actions(declared, argument_actions(validated)) if self.marked else declared
+
+    def bind(self, validated: BaseModel, workspace: Any, decided: Any = None) -> BaseModel:
+        """The arguments with each checked path replaced by its canonical path (see _paths)."""
+        return bind_arguments(validated, workspace, decided) if self.marked else validated
 
     def dump_arguments(self, validated: BaseModel) -> dict[str, Any]:
         """The validated arguments as JSON, under the names the model uses."""
@@ -329,6 +350,12 @@ class FunctionTool(ToolImpl, Generic[P, R]):
                 raise _not_sent_from_body(self.spec, exc) from exc
             raise
         return self._output.convert(value)
+
+
+def merge_actions(declared: list[Action], derived: list[Action]) -> list[Action]:
+    """`declared`, then each derived action not already declared (same act and target)."""
+    seen = {(a.act, a.target) for a in declared}
+    return declared + [a for a in derived if (a.act, a.target) not in seen]
 
 
 def _kinds(tool_id: ToolId, interactions: Iterable[str]) -> frozenset[str]:
@@ -450,6 +477,7 @@ class Tool(BaseModel):
                 continue
             if annotation is not None and annotation is not ClassVar:
                 _check_schemable(label, f"field '{field}' of {cls.__name__}", annotation)
+                check_markers(label, annotation, f"field '{field}' of {cls.__name__}")
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -466,6 +494,7 @@ class Tool(BaseModel):
                 raise UserError(f"class {cls.__name__} declares tool keywords but no run()")
             return  # an abstract intermediate class
         cls.__handrail_tool__ = _ClassTool(cls, **kwargs)
+        warn_unguarded(cls.__handrail_tool__)
 
     def actions(self) -> list[Action]:
         """What this call touches; by default `CALL server/name`."""
@@ -491,6 +520,9 @@ class _ClassTool(ToolImpl):
     ) -> None:
         self.cls = cls
         self.origin = f"class {cls.__module__}.{cls.__qualname__}"
+        self.argument_model = cls
+        self.declares_actions = cls.actions is not Tool.actions
+        self.marked = has_marked_arguments(cls)
         tool_id = ToolId(
             DEFAULT_SERVER if server is None else server,
             _snake(cls.__name__) if name is None else name,
@@ -542,7 +574,15 @@ class _ClassTool(ToolImpl):
             raise InvalidArguments(str(self.spec.id), issues_from_validation_error(exc)) from None
 
     def actions(self, validated: Tool) -> list[Action]:
-        return list(validated.actions())
+        declared = list(validated.actions())
+        return merge_actions(declared, argument_actions(validated)) if self.marked else declared
+
+    def bind(self, validated: Tool, workspace: Any, decided: Any = None) -> Tool:
+        if not self.marked:
+            return validated
+        bound = bind_arguments(validated, workspace, decided)
+        assert isinstance(bound, Tool)
+        return bound
 
     def dump_arguments(self, validated: Tool) -> dict[str, Any]:
         dumped: dict[str, Any] = validated.__pydantic_serializer__.to_python(

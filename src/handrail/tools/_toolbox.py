@@ -323,6 +323,8 @@ class Toolbox:
             validated = impl.validate(
                 check_argument_payload(spec.id._str, arguments, self.max_argument_bytes)
             )
+            if getattr(impl, "marked", False):  # path arguments need a workspace: refused here
+                validated = impl.bind(validated, None)
             ctx = None
             if impl.needs_context:
                 ctx = CallContext(call_id=call_id or f"call-{next(_call_ids)}", tool_id=spec.id)
