@@ -294,8 +294,22 @@ def grant_toml(grant: Grant) -> list[str]:
     ordered = {k: entry[k] for k in ("ref", "description", "mutates", "idempotent")}
     for name in ("arguments", "output"):
         if entry[name] is not None:
-            ordered[name] = out.encode_json(entry[name])
+            ordered[name] = out.encode_json(_readable(entry[name]))
     return out.table("tools", ordered, array=True)
+
+
+_FIRST = ("type", "description", "required", "default", "enum")
+
+
+def _readable(schema: Any) -> Any:
+    # Key order is not meaning (the digest sorts keys); a reviewer reads a parameter's type and
+    # description first.
+    if isinstance(schema, dict):
+        keys = [k for k in _FIRST if k in schema] + [k for k in schema if k not in _FIRST]
+        return {k: _readable(schema[k]) for k in keys}
+    if isinstance(schema, list):
+        return [_readable(v) for v in schema]
+    return schema
 
 
 def open_schema(schema: Mapping[str, Any]) -> bool:

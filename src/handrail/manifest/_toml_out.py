@@ -112,13 +112,18 @@ def value(data: Any) -> str:
 
 
 def _is_table_list(data: Any) -> bool:
-    if not (isinstance(data, Sequence) and not isinstance(data, str) and bool(data)
-            and all(isinstance(v, Mapping) for v in data)):
-        return False
-    # Small tables of scalars (`anyOf = [{ type = "integer" }, { type = "null" }]`) read best
-    # inline; anything larger gets `[[...]]` headers of its own.
-    flat = all(not isinstance(item, Mapping | list | tuple) for v in data for item in v.values())
-    return not (flat and len(value(data)) <= _WIDTH // 2)
+    return (isinstance(data, Sequence) and not isinstance(data, str) and bool(data)
+            and all(isinstance(v, Mapping) for v in data))
+
+
+def _inline(name: str, data: Any) -> bool:
+    # Small tables (`items = { type = "string" }`, the `{ "$json" = "null" }` spelling) and
+    # short lists of them (`anyOf = [{ type = "integer" }, { type = "null" }]`) read best on
+    # one line; anything larger gets a `[header]` of its own, one key a line.
+    if isinstance(data, Mapping) and set(data) == {JSON_ESCAPE_KEY}:
+        return True
+    limit = _WIDTH // 2 if isinstance(data, Mapping) else _WIDTH
+    return len(f"{key(name)} = {value(data)}") <= limit
 
 
 def table(header: str, data: Mapping[str, Any], *, array: bool = False) -> list[str]:
@@ -128,7 +133,8 @@ def table(header: str, data: Mapping[str, Any], *, array: bool = False) -> list[
     for name, item in data.items():
         if item is None:
             continue
-        if (isinstance(item, Mapping) and item) or _is_table_list(item):
+        if ((isinstance(item, Mapping) and item) or _is_table_list(item)) and not _inline(
+                name, item):
             later.append((name, item))
         elif isinstance(item, str):
             lines.append(f"{key(name)} = {string(item)}")
