@@ -215,6 +215,8 @@ class Agent:
             agent_section = manifest.agent
             instructions = instructions if instructions is not None else agent_section.instructions
             _check_manifest(self.toolbox, manifest, instructions, model.name)
+            if agent_section.instructions is not None:
+                instructions = agent_section.instructions  # the reviewed spelling, exactly
             name = name if name is not None else agent_section.name
             budgets = manifest.budgets
             if budgets.max_steps is not None:
