@@ -191,8 +191,8 @@ def test_an_agent_section_without_instructions_pins_none() -> None:
     manifest = Manifest.from_toml(PINNED.replace('instructions = "You read ledgers."\n', ""))
     model = Scripted([], name="openai:gpt-4.1-mini")
     hr.Agent(model, [read], manifest=manifest)
-    with pytest.raises(hr.ManifestDrift, match="states no instructions, but the agent is "
-                                               "given instructions \"Unreviewed.\""):
+    with pytest.raises(hr.ManifestDrift, match=r"states no instructions, but the agent is "
+                                               r"given instructions \"Unreviewed\.\""):
         hr.Agent(model, [read], manifest=manifest, instructions="Unreviewed.")
     # No [agent] section at all: the manifest pins tools only.
     tools_only = Manifest.from_toml("[[tools]]" + PINNED.split("[[tools]]")[1])
@@ -219,5 +219,5 @@ async def test_from_manifest_builds_the_agent_the_manifest_states(tmp_path: Any)
     no_model.write_text(PINNED.replace('model = "openai:gpt-4.1-mini"\n', ""), encoding="utf-8")
     with pytest.raises(hr.UserError, match="states no \\[agent\\] model; add model"):
         hr.Agent.from_manifest(no_model, [read])
-    with pytest.raises(hr.UserError, match="takes a hr.Manifest or the path"):
+    with pytest.raises(hr.UserError, match=r"takes a hr\.Manifest or the path"):
         hr.Agent.from_manifest(42, [read])

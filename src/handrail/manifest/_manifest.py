@@ -439,7 +439,6 @@ class Manifest:
         if agent:
             blocks.append(out.table("agent", agent))
         for grant in self.grants:
-            entry = grant.canonical()
             blocks.append(grant_toml(grant))
         if self.policy is not None:
             blocks.append(out.table("policy", self.policy.to_dict()))

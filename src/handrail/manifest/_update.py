@@ -156,17 +156,17 @@ def update(old_text: str, toolbox: Toolset | SpecSource, agent: Mapping[str, Any
 
     text, note = _merge_text(old_text, old, replaced, removed, added,
                              section if section != old.agent else None)
-    merged = None
+    parsed: Manifest | None = None
     if text is not None:
-        merged = Manifest.from_toml(text, source=source)
-        if merged != intended:  # pragma: no cover - a merge must never change other meaning
-            text, merged = None, None
+        parsed = Manifest.from_toml(text, source=source)
+        if parsed != intended:  # pragma: no cover - a merge must never change other meaning
+            text, parsed = None, None
             note = "the file could not be merged block by block"
-    if text is None or merged is None:
+    if text is None or parsed is None:
         text = intended.to_toml()
-        merged = Manifest.from_toml(text, source=source)
+        parsed = Manifest.from_toml(text, source=source)
         note = f"{note}; it was rewritten whole, and its comments are lost"
-    return Updated(old_text, text, merged, changes, note)
+    return Updated(old_text, text, parsed, changes, note)
 
 
 # -- the text merge --------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def _merge_text(text: str, old: Manifest, replaced: dict[int, Grant], removed: l
         gone = [spans[("tools", i)][0] for i in removed]
         at = max(kept) if kept else min(gone) if gone else len(lines)
         if not kept:
-            new_lines = new_lines[1:] + ["\n"]  # it starts a block: the gap goes after it
+            new_lines = [*new_lines[1:], "\n"]  # it starts a block: the gap goes after it
         if at == len(lines) and lines and not lines[-1].endswith("\n"):
             new_lines.insert(0, "\n")
         edits.append((at, at, new_lines))
