@@ -188,3 +188,15 @@ def test_a_schema_keeps_nothing_a_toml_reader_could_mistake() -> None:
     again = Manifest.from_toml(Manifest(grants=(Grant(ref="a/b", arguments=schema),)).to_toml())
     assert _exact(again.grants[0].arguments, schema)
     assert math.copysign(1, again.grants[0].arguments["properties"]["x"]["default"]) == -1
+
+
+def test_a_report_is_bounded_and_cannot_drive_a_terminal() -> None:
+    # A schema from an MCP server is anyone's text: thousands of parameters, escape sequences.
+    many = {"type": "object", "properties": {f"p{i}": {} for i in range(5000)}}
+    changes = schema_changes({"type": "object"}, many)
+    assert len(changes) == 26 and changes[-1] == "… and 4975 more changes"
+    hostile = {"type": "object", "properties": {"\x1b[2Jx": {"description": "\x9b31m"}}}
+    text = "; ".join(schema_changes({"type": "object"}, hostile)) + "; ".join(
+        schema_changes({"type": "object", "properties": {"\x1b[2Jx": {}}}, hostile))
+    assert "\x1b" not in text and "\x9b" not in text
+    assert "\\u001b[2Jx" in text and "\\u009b31m" in text

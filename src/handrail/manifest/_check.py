@@ -14,6 +14,7 @@ in `_tool_review_problems` below.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -185,11 +186,24 @@ def _no_description(manifest: Manifest, grant: Grant) -> Problem:
 # -- naming what changed in a schema ---------------------------------------------------------
 
 _SHOWN = 120  # longest rendering of one value in a message; schemas can be large
+_LISTED = 25  # most changes named one by one; a schema can have thousands of parameters
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _safe(text: str) -> str:
+    # Schemas may come from an MCP server: nothing in them may drive the terminal that shows
+    # the check's report.
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    text = _safe(json.dumps(value, ensure_ascii=False, sort_keys=True))
     return text if len(text) <= _SHOWN else text[:_SHOWN - 1] + "…"
+
+
+def _param(name: str) -> str:
+    shown = _safe(name)
+    return f"'{shown if len(shown) <= _SHOWN else shown[:_SHOWN - 1] + '…'}'"
 
 
 def _describe(schema: Any, required: bool) -> str:
@@ -218,7 +232,8 @@ def schema_changes(pinned: Mapping[str, Any], current: Mapping[str, Any], *,
 
     Parameters (the top-level `properties`) added, removed, or changed keyword by keyword
     (type, required-ness, default, enum, constraints, description…); then any other top-level
-    keyword. Values are shown as JSON, cut at a bounded length.
+    keyword. Values are shown as JSON, cut at a bounded length, control characters escaped;
+    at most 25 changes are listed, then how many more.
     """
     changes: list[str] = []
     old_props = pinned.get("properties")
@@ -231,10 +246,11 @@ def schema_changes(pinned: Mapping[str, Any], current: Mapping[str, Any], *,
                                                                 list) else set()
     for name, schema in new_props.items():
         if name not in old_props:
-            changes.append(f"added {noun} '{name}' ({_describe(schema, name in new_req)})")
+            changes.append(f"added {noun} {_param(name)} ({_describe(schema, name in new_req)})")
     for name, schema in old_props.items():
         if name not in new_props:
-            changes.append(f"removed {noun} '{name}' ({_describe(schema, name in old_req)})")
+            changes.append(f"removed {noun} {_param(name)} "
+                           f"({_describe(schema, name in old_req)})")
     for name, new in new_props.items():
         if name not in old_props:
             continue
@@ -244,29 +260,32 @@ def schema_changes(pinned: Mapping[str, Any], current: Mapping[str, Any], *,
             details.append("now required" if name in new_req else "now optional")
         if isinstance(old, Mapping) and isinstance(new, Mapping):
             for keyword in [*old, *(k for k in new if k not in old)]:
+                word = _param(keyword)[1:-1]
                 if keyword not in new:
-                    details.append(f"{keyword} {_show(old[keyword])} removed")
+                    details.append(f"{word} {_show(old[keyword])} removed")
                 elif keyword not in old:
-                    details.append(f"{keyword} {_show(new[keyword])} added")
+                    details.append(f"{word} {_show(new[keyword])} added")
                 elif not _same(old[keyword], new[keyword]):
-                    details.append(f"{keyword} {_show(old[keyword])} → {_show(new[keyword])}")
+                    details.append(f"{word} {_show(old[keyword])} → {_show(new[keyword])}")
         elif not _same(old, new):
             details.append(f"{_show(old)} → {_show(new)}")
         if details:
-            changes.append(f"changed {noun} '{name}': {', '.join(details)}")
+            changes.append(f"changed {noun} {_param(name)}: {', '.join(details)}")
     for keyword in [*pinned, *(k for k in current if k not in pinned)]:
         if keyword in ("properties", "required"):
             continue
         if keyword not in current:
-            changes.append(f"keyword '{keyword}' {_show(pinned[keyword])} removed")
+            changes.append(f"keyword {_param(keyword)} {_show(pinned[keyword])} removed")
         elif keyword not in pinned:
-            changes.append(f"keyword '{keyword}' {_show(current[keyword])} added")
+            changes.append(f"keyword {_param(keyword)} {_show(current[keyword])} added")
         elif not _same(pinned[keyword], current[keyword]):
-            changes.append(f"keyword '{keyword}' {_show(pinned[keyword])} → "
+            changes.append(f"keyword {_param(keyword)} {_show(pinned[keyword])} → "
                            f"{_show(current[keyword])}")
     if not changes and not _same(pinned.get("required"), current.get("required")):
         changes.append(f"keyword 'required' {_show(pinned.get('required'))} → "
                        f"{_show(current.get('required'))}")
+    if len(changes) > _LISTED:
+        changes = [*changes[:_LISTED], f"… and {len(changes) - _LISTED} more changes"]
     return changes or ["the schemas differ"]
 
 
