@@ -97,3 +97,22 @@ def test_a_file_that_cannot_be_merged_by_block_is_rewritten_and_says_so() -> Non
 def test_update_refuses_a_broken_manifest() -> None:
     with pytest.raises(hr.ManifestError, match="unknown key"):
         update("[[tools]]\nref = 'a/b'\nrefx = 1\n", hr.Toolbox([write_note]), {})
+
+
+def test_an_agent_section_is_added_after_the_leading_comments() -> None:
+    old = Manifest.from_toolbox(hr.Toolbox([write_note])).to_toml()
+    result = update(old, hr.Toolbox([write_note]), {"instructions": "Take notes.",
+                                                     "model": "openai:a"})
+    assert result.note is None
+    assert result.text.startswith(old.split("[[tools]]")[0] + '[agent]\ninstructions = '
+                                  '"Take notes."\nmodel = "openai:a"\n\n[[tools]]')
+    assert result.text.endswith(old.split("[[tools]]", 1)[1])
+
+
+def test_a_merge_that_would_mean_something_else_falls_back_to_a_rewrite() -> None:
+    # `tools = []` is a top-level key: a table inserted above it would swallow it.
+    old = "tools = []\n"
+    result = update(old, hr.Toolbox([write_note]), {"instructions": "Take notes."})
+    assert result.note is not None and "rewritten whole" in result.note
+    assert result.manifest.agent.instructions == "Take notes."
+    assert review(hr.Toolbox([write_note]), result.manifest, strict=True) == []

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from handrail.errors import ManifestError
 from handrail.manifest._check import schema_changes
 from handrail.manifest._locate import key_lines
 from handrail.manifest._manifest import (
@@ -158,8 +159,13 @@ def update(old_text: str, toolbox: Toolset | SpecSource, agent: Mapping[str, Any
                              section if section != old.agent else None)
     parsed: Manifest | None = None
     if text is not None:
-        parsed = Manifest.from_toml(text, source=source)
-        if parsed != intended:  # pragma: no cover - a merge must never change other meaning
+        # The merged text must mean exactly the intended manifest; a layout the block merge
+        # misreads falls back to a whole rewrite rather than to a file that means more or less.
+        try:
+            parsed = Manifest.from_toml(text, source=source)
+        except ManifestError:
+            parsed = None
+        if parsed != intended:
             text, parsed = None, None
             note = "the file could not be merged block by block"
     if text is None or parsed is None:
