@@ -341,3 +341,15 @@ def test_update_of_a_missing_manifest_says_to_init(
     assert main(["manifest", "update", f"{mod}:agent"]) == 1
     assert "handrail.toml does not exist; write one with `handrail manifest init" in (
         capsys.readouterr().err)
+
+
+def test_check_json_reports_a_broken_manifest_as_json(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mod = _write_app(project, "broken", REAL_AGENT)
+    (project / "handrail.toml").write_text('[[tools]]\nref = "a/b"\nmutate = false\n',
+                                           encoding="utf-8")
+    assert main(["manifest", "check", f"{mod}:agent", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+    assert report["error"].startswith("handrail.toml:3: unknown key 'mutate'")

@@ -46,6 +46,11 @@ def _blocks(language: str) -> list[str]:
     return [text for tag, text in _all_blocks() if tag == language]
 
 
+def test_the_page_stands_alone() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    assert "DESIGN.md" not in text and "../" not in text
+
+
 def test_every_block_is_one_the_tests_run() -> None:
     assert {tag for tag, _ in _all_blocks()} == {"python", "toml", "text", "", "console"}
     tags = [tag for tag, _ in _all_blocks()]

@@ -234,10 +234,20 @@ def _update(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from handrail.errors import HandrailError
     from handrail.manifest import Manifest, agent_problems, review
 
-    manifest = Manifest.load(args.manifest)
-    toolbox, agent = resolve_toolset(args.target)
+    try:
+        manifest = Manifest.load(args.manifest)
+        toolbox, agent = resolve_toolset(args.target)
+    except HandrailError as exc:
+        if not args.json:
+            raise
+        # A CI step reading --json gets JSON whatever went wrong.
+        json.dump({"ok": False, "manifest": args.manifest, "target": args.target,
+                   "error": str(exc)}, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 1
     found = review(toolbox, manifest, strict=args.strict)
     if agent:
         found.extend(agent_problems(manifest, instructions=agent.get("instructions"),
