@@ -28,13 +28,18 @@ def _exact(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-_KEYS = st.one_of(st.text(max_size=6), st.sampled_from(["$json", "type", "a.b", "", " ", "\n"]))
+# Text a TOML writer must escape: quotes, backslashes, line breaks, controls, TOML syntax.
+_TRICKY = st.text(alphabet=st.sampled_from(['"', "\\", "\n", "\r", "\t", "'", "a", "\x00",
+                                            "\x7f", "é", "\u2028", "#", "[", "]", "="]),
+                  max_size=12)
+_KEYS = st.one_of(st.text(max_size=6), _TRICKY,
+                  st.sampled_from(["$json", "type", "a.b", "", " ", "\n"]))
 _JSON = st.recursive(
     st.one_of(
         st.none(), st.booleans(),
         st.integers(min_value=-(2**70), max_value=2**70),
         st.floats(allow_nan=False, allow_infinity=False),
-        st.text(max_size=12),
+        st.text(max_size=12), _TRICKY,
     ),
     lambda inner: st.one_of(st.lists(inner, max_size=4),
                             st.dictionaries(_KEYS, inner, max_size=4)),
