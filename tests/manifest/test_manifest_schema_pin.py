@@ -7,7 +7,7 @@ import math
 from typing import Any, Literal
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import handrail as hr
@@ -49,6 +49,9 @@ _JSON = st.recursive(
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=_JSON, name=_KEYS)
+@example(value='say """hi"""\nthen "', name='a"""\nb')  # delimiters inside a multi-line text
+@example(value={"$json": None}, name="$json")           # the escape's own spelling
+@example(value=[None, 2**64, -0.0, {}], name="")
 def test_any_json_in_a_schema_round_trips_through_toml_exactly(value: Any, name: str) -> None:
     # Unknown keywords and `default`/`examples` may hold any JSON value; parameter names are
     # any string. Both must come back exactly, null and all.
