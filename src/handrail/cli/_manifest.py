@@ -31,7 +31,9 @@ def register(subparsers: Any) -> None:
         "init",
         help="write a manifest granting every tool of a Toolbox or Agent",
         description="Write a manifest from the tools in code: descriptions from their "
-        "docstrings, mutates and idempotent from their declarations. Review it, then commit it.",
+        "docstrings, mutates and idempotent from their declarations, every input and output "
+        "schema; for an Agent also its name, instructions, model and policy. Refuses to "
+        "overwrite an existing file (see `manifest update`). Review it, then commit it.",
     )
     init.add_argument("target", metavar="MODULE:OBJECT",
                       help="a Toolbox, an Agent, a list of tools, or a callable returning one")
