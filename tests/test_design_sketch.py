@@ -71,7 +71,7 @@ async def test_the_design_sketch_runs(tmp_path: Path) -> None:
                                                    "amount": 40}),
                           reply("paid")])
         return hr.Agent(model=model, tools=box, policy=policy, manifest=manifest,
-                        instructions="...", workspace=tmp_path)
+                        instructions="Pay invoices.", workspace=tmp_path)
 
     store = hr.Store.open(tmp_path / "runs.db")
     result = await build().run("pay the invoice", store=store)

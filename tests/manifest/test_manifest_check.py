@@ -81,21 +81,21 @@ def test_a_grant_claiming_idempotence_the_tool_does_not_declare() -> None:
                                "handrail.toml:6 but the tool does not declare itself idempotent")
 
 
-def test_a_grant_repeating_arguments_of_a_typed_tool() -> None:
-    repeated = READ + ('arguments = { type = "object", properties = { account = { type = '
-                       '"string" } } }\n')
-    found = problems(make_box(), _manifest(repeated, TRANSFER, SHELL))
+def test_a_typed_tool_whose_schema_differs_from_the_pinned_one() -> None:
+    pinned = READ + ('arguments = { type = "object", properties = { account = { type = '
+                     '"string" } } }\n')
+    found = problems(make_box(), _manifest(pinned, TRANSFER, SHELL))
     assert found == [
-        "the grant of 'ledger/read' in handrail.toml:1 repeats arguments for a tool typed in "
-        "Python (function manifest_tools.read) — the second copy can only drift; delete "
-        "arguments from the grant (the schema comes from the type)"
+        "the input schema of 'ledger/read' (function manifest_tools.read) differs from the one "
+        "pinned in handrail.toml:1: changed parameter 'account': now required, description "
+        "\"The account's id.\" added; keyword 'additionalProperties' false added — the model "
+        "would be offered parameters nobody reviewed; review the change and run `handrail "
+        "manifest update` (or edit [tools.arguments]), or change the tool back"
     ]
-    # The same for a class tool, even when the copy is (for now) identical.
+    # An identical copy is the pin, for a class tool as for a function.
     schema = dict(Transfer.__handrail_tool__.spec.input_schema)
     m = Manifest(grants=(Grant(ref="ledger/transfer", description="Move.", arguments=schema),))
-    assert problems(hr.Toolbox([Transfer]), m)[0].startswith(
-        "the grant of 'ledger/transfer' in the manifest repeats arguments for a tool typed in "
-        "Python (class manifest_tools.Transfer)")
+    assert problems(hr.Toolbox([Transfer]), m) == []
 
 
 def test_a_grant_without_a_description() -> None:
@@ -112,8 +112,9 @@ def test_an_untyped_tool_whose_schema_differs_from_the_grant() -> None:
     box = hr.Toolbox([read, Transfer, shell_tool(changed)])
     found = problems(box, _manifest(READ, TRANSFER, SHELL))
     assert len(found) == 1
-    assert found[0].startswith("the arguments granted for 'shell/run' in handrail.toml:10 differ "
-                               "from the schema the tool declares (spec shell/run)")
+    assert found[0].startswith("the input schema of 'shell/run' (spec shell/run) differs from the "
+                               "one pinned in handrail.toml:10: changed parameter 'cmd': now "
+                               "optional")
 
 
 def test_an_untyped_tool_may_leave_its_schema_to_the_grant() -> None:
@@ -131,7 +132,7 @@ def test_an_untyped_tool_may_leave_its_schema_to_the_grant() -> None:
 def test_every_problem_is_listed_at_once() -> None:
     text = (
         '[[tools]]\nref = "ledger/read"\nmutates = false\n'                    # 1-3: no descr.
-        'arguments = { type = "object" }\n'                                    # 4: typed args
+        'arguments = { type = "object", properties = { a = {} } }\n'           # 4: changed
         '[[tools]]\nref = "ledger/transfer"\nmutates = false\n'                # 5-7: lax
         'description = "Move."\n'
         '[[tools]]\nref = "ledger/refund"\ndescription = "Refund."\n'          # 9: ghost
@@ -141,8 +142,9 @@ def test_every_problem_is_listed_at_once() -> None:
         check_against(make_box(), m)
     found = info.value.problems
     assert [p.split(" — ")[0] for p in found] == [
-        "the grant of 'ledger/read' in handrail.toml:1 repeats arguments for a tool typed in "
-        "Python (function manifest_tools.read)",
+        "the input schema of 'ledger/read' (function manifest_tools.read) differs from the one "
+        "pinned in handrail.toml:1: added parameter 'account' (string, required); removed "
+        "parameter 'a' (optional); keyword 'additionalProperties' false added",
         "tool 'ledger/read' is granted in handrail.toml:1 without a description",
         "tool 'ledger/transfer' declares mutates=True (class manifest_tools.Transfer) but is "
         "granted with mutates = false in handrail.toml:5",
@@ -150,7 +152,7 @@ def test_every_problem_is_listed_at_once() -> None:
         "tool 'ledger/refund' is granted in handrail.toml:9 but nothing implements it",
     ]
     assert str(info.value).startswith("the code has drifted from the manifest (5 problems):\n"
-                                      "  - the grant of 'ledger/read'")
+                                      "  - the input schema of 'ledger/read'")
     assert found == problems(make_box(), m)
 
 
@@ -162,7 +164,7 @@ def test_a_spec_only_source_is_checked_as_untyped() -> None:
     m = _manifest(READ + 'arguments = { type = "object", properties = { x = {} } }\n')
     found = problems(Specs(), m)
     assert len(found) == 1
-    assert "differ from the schema the tool declares" in found[0]
+    assert "differs from the one pinned" in found[0]
 
 
 def test_anything_else_is_refused() -> None:
@@ -193,9 +195,12 @@ def test_from_toolbox_grants_everything_as_declared() -> None:
     m = Manifest.from_toolbox(box, name="bot", model="scripted")
     assert problems(box, m) == []
     by_ref: dict[str, Any] = {str(g.ref): g for g in m.grants}
-    assert by_ref["ledger/read"] == Grant(ref="ledger/read", mutates=False, idempotent=True,
-                                          description="Read a ledger account's balance.")
+    assert by_ref["ledger/read"] == Grant(
+        ref="ledger/read", mutates=False, idempotent=True,
+        description="Read a ledger account's balance.",
+        arguments=dict(read.spec.input_schema), output={"type": "integer"})
     assert by_ref["shell/run"].arguments == SHELL_SCHEMA
-    assert by_ref["ledger/transfer"].arguments is None
+    assert by_ref["ledger/transfer"].arguments == Transfer.__handrail_tool__.spec.input_schema
+    assert by_ref["ledger/transfer"].output is None
     assert m.agent.name == "bot"
     assert Manifest.from_toml(m.to_toml()) == m

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -88,8 +89,8 @@ def test_init_then_check_on_the_same_code_passes(
     assert written.grant("ledger/read") is not None
     assert written.grants[0].mutates is False
     assert written.grants[0].description == "Read a ledger account's balance."
-    assert written.grants[2].arguments is not None  # untyped: the schema is stated
-    assert written.grants[1].arguments is None      # typed: it comes from the type
+    # Every schema is pinned, typed or not: what the model is offered is reviewed.
+    assert all(g.arguments is not None for g in written.grants)
     assert "wrote handrail.toml: 3 tools granted, sha256:" in capsys.readouterr().err
 
     assert main(["manifest", "check", f"{mod}:box"]) == 0
@@ -154,13 +155,16 @@ def test_check_lists_every_problem_and_exits_1(
     assert main(["manifest", "check", f"{mod}:box", "--manifest", "reviewed.toml"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "reviewed.toml: the code has drifted from the manifest (4 problems):"
-    assert [line.split(" — ")[0] for line in out[1:]] == [
+    assert [line.split(" — ")[0] for line in out[1:5]] == [
         f"  - tool 'ledger/transfer' declares mutates=True (function {mod}.transfer) but is "
         "granted with mutates = false in reviewed.toml:6",
         "  - tool 'ledger/transfer' is granted in reviewed.toml:6 without a description",
         "  - tool 'shell/run' is implemented (spec shell/run) but not granted in reviewed.toml",
         "  - tool 'ledger/refund' is granted in reviewed.toml:10 but nothing implements it",
     ]
+    # Hand-written grants without schemas: reported, and not counted as drift.
+    assert out[5] == "reviewed.toml: 2 warnings (errors under --strict):"
+    assert [line.split(":")[0] for line in out[6:]] == ["  - schema not pinned"] * 2
 
 
 def test_check_reports_a_broken_manifest_or_target(
@@ -222,3 +226,130 @@ def test_the_installed_command_runs_in_a_subprocess(project: Path) -> None:
                            capture_output=True, text=True, timeout=30, check=False)
     assert drift.returncode == 1
     assert drift.stdout.count("  - tool '") == 3
+
+
+REAL_AGENT = """
+import handrail as hr
+from handrail.models import Scripted
+
+
+@hr.tool(server="notes")
+def write_note(title: str, text: str) -> str:
+    \"\"\"Write a note.\"\"\"
+    return "ok"
+
+
+agent = hr.Agent(Scripted([], name="openai:gpt-4.1-mini"), [write_note],
+                 instructions="Take notes.", name="notes-bot",
+                 policy=hr.Policy.default().layer("app").allow(hr.Act.CALL, "notes/*"))
+"""
+
+CHANGED_AGENT = REAL_AGENT.replace("title: str, text: str", "title: str, text: str, "
+                                   "append: bool = False")
+
+
+def _write_app(project: Path, name: str, text: str) -> str:
+    module = f"{_module(project)}_{name}"
+    (project / f"{module}.py").write_text(text, encoding="utf-8")
+    return module
+
+
+def test_init_from_an_agent_writes_its_model_instructions_and_policy(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mod = _write_app(project, "real", REAL_AGENT)
+    assert main(["manifest", "init", f"{mod}:agent"]) == 0
+    m = Manifest.load(project / "handrail.toml")
+    assert (m.agent.name, m.agent.instructions, m.agent.model) == (
+        "notes-bot", "Take notes.", "openai:gpt-4.1-mini")
+    assert m.policy is not None
+    assert [layer["name"] for layer in m.policy.to_dict()["layers"]] == ["secrets", "app"]
+    assert m.grants[0].arguments is not None
+    capsys.readouterr()
+    assert main(["manifest", "check", f"{mod}:agent", "--strict"]) == 0
+    assert capsys.readouterr().out.startswith(f"OK: {mod}:agent matches handrail.toml")
+    # Re-running init never overwrites silently; it names the command that merges.
+    before = (project / "handrail.toml").read_text(encoding="utf-8")
+    assert main(["manifest", "init", f"{mod}:agent"]) == 1
+    err = capsys.readouterr().err
+    assert "handrail.toml exists; pass --force to overwrite it" in err
+    assert f"`handrail manifest update {mod}:agent` merges" in err
+    assert (project / "handrail.toml").read_text(encoding="utf-8") == before
+
+
+def test_an_added_parameter_fails_check_and_update_merges_it(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mod = _write_app(project, "v1", REAL_AGENT)
+    assert main(["manifest", "init", f"{mod}:agent"]) == 0
+    path = project / "handrail.toml"
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        'description = "Write a note."', 'description = "Write a note."  # reviewed'),
+        encoding="utf-8")
+    v2 = _write_app(project, "v2", CHANGED_AGENT)
+    capsys.readouterr()
+    assert main(["manifest", "check", f"{v2}:agent"]) == 1
+    out = capsys.readouterr().out
+    assert "added parameter 'append' (boolean, optional, default false)" in out
+
+    assert main(["manifest", "check", f"{v2}:agent", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["strict"] is False
+    assert [(p["kind"], p["severity"], p["ref"]) for p in report["problems"]] == [
+        ("schema_changed", "error", "notes/write_note")]
+
+    before = path.read_text(encoding="utf-8")
+    assert main(["manifest", "update", f"{v2}:agent", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "'notes/write_note': added parameter 'append'" in out
+    assert "+[tools.arguments.properties.append]" in out
+    assert path.read_text(encoding="utf-8") == before  # a dry run writes nothing
+    assert main(["manifest", "update", f"{v2}:agent"]) == 0
+    assert "# reviewed" in path.read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert main(["manifest", "check", f"{v2}:agent", "--strict", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["problems"] == []
+    assert main(["manifest", "update", f"{v2}:agent"]) == 0
+    assert "is up to date" in capsys.readouterr().out
+
+
+def test_check_strict_fails_on_an_unpinned_schema_and_json_says_why(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mod = _write_app(project, "strict", REAL_AGENT)
+    (project / "handrail.toml").write_text(
+        '[[tools]]\nref = "notes/write_note"\ndescription = "Write."\n', encoding="utf-8")
+    assert main(["manifest", "check", f"{mod}:agent"]) == 0  # a warning passes
+    assert "1 warning (errors under --strict)" in capsys.readouterr().out
+    assert main(["manifest", "check", f"{mod}:agent", "--strict", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(p["kind"], p["severity"]) for p in report["problems"]] == [
+        ("schema_not_pinned", "error")]
+    # The agent's own words are checked too when the manifest has an [agent] section.
+    (project / "handrail.toml").write_text(
+        '[agent]\ninstructions = "Other words."\nmodel = "anthropic:x"\n'
+        + (project / "handrail.toml").read_text(encoding="utf-8"), encoding="utf-8")
+    assert main(["manifest", "check", f"{mod}:agent", "--json"]) == 1
+    kinds = [p["kind"] for p in json.loads(capsys.readouterr().out)["problems"]]
+    assert kinds == ["schema_not_pinned", "agent_instructions", "agent_model"]
+
+
+def test_update_of_a_missing_manifest_says_to_init(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mod = _write_app(project, "missing", REAL_AGENT)
+    assert main(["manifest", "update", f"{mod}:agent"]) == 1
+    assert "handrail.toml does not exist; write one with `handrail manifest init" in (
+        capsys.readouterr().err)
+
+
+def test_check_json_reports_a_broken_manifest_as_json(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mod = _write_app(project, "broken", REAL_AGENT)
+    (project / "handrail.toml").write_text('[[tools]]\nref = "a/b"\nmutate = false\n',
+                                           encoding="utf-8")
+    assert main(["manifest", "check", f"{mod}:agent", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+    assert report["error"].startswith("handrail.toml:3: unknown key 'mutate'")

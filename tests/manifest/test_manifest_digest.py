@@ -442,7 +442,7 @@ def test_the_digest_and_canonical_form_are_pinned() -> None:
         "format": CANONICAL_FORMAT,
         "agent": {"name": "bot", "instructions": None, "model": None},
         "tools": [{"ref": "ledger/read", "mutates": False, "idempotent": False,
-                   "description": "Read a balance.", "arguments": None}],
+                   "description": "Read a balance.", "arguments": None, "output": None}],
         "policy": None,
         "budgets": {"max_steps": 5, "max_tokens": None, "max_wall_seconds": 60.0},
     }
@@ -451,13 +451,13 @@ def test_the_digest_and_canonical_form_are_pinned() -> None:
     assert canonical_json(m.canonical()) == (
         b'{"agent":{"instructions":null,"model":null,"name":"bot"},'
         b'"budgets":{"max_steps":5,"max_tokens":null,"max_wall_seconds":60},'
-        b'"format":"handrail.manifest/1","policy":null,'
+        b'"format":"handrail.manifest/2","policy":null,'
         b'"tools":[{"arguments":null,"description":"Read a balance.","idempotent":false,'
-        b'"mutates":false,"ref":"ledger/read"}]}'
+        b'"mutates":false,"output":null,"ref":"ledger/read"}]}'
     )
     assert m.digest == ("sha256:" + __import__("hashlib").sha256(
         canonical_json(m.canonical())).hexdigest())
-    assert m.digest == "sha256:e60b61287921260bbb0d98145e55d08304548ffd03cc08b5536ac847e7035cc0"
+    assert m.digest == "sha256:1832eadca54f88ef7eddbea3d0c7ab0f2523235cd60f6797905e7653ed703dd5"
 
 
 def test_grant_order_and_source_do_not_matter_but_everything_else_does() -> None:

@@ -1,22 +1,32 @@
-"""docs/manifest.md cannot rot: its example loads, and its claims about it hold."""
+"""docs/manifest.md cannot rot: every example on the page runs, and its claims about it hold.
+
+The page's Python blocks run in order in one namespace (as the module `app`), in a directory
+holding the page's TOML example as `handrail.toml`; a `text` block right after a Python block
+is exactly what that block prints.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
+import re
 from pathlib import Path
+from typing import Any
 
-from manifest_tools import Transfer, read, shell_tool
+import pytest
 
 import handrail as hr
-from handrail.manifest import Manifest, canonical_json, problems
+from handrail.cli import main
+from handrail.manifest import Manifest, canonical_json, review
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "manifest.md"
 
 
-def _blocks(language: str) -> list[str]:
-    """The fenced blocks of the doc tagged `language` ("" for untagged ones)."""
-    blocks: list[str] = []
+def _all_blocks() -> list[tuple[str, str]]:
+    """Every fenced block of the doc as (tag, text), in order ("" for untagged ones)."""
+    blocks: list[tuple[str, str]] = []
     current: list[str] | None = None
     tag = ""
     for line in DOC.read_text(encoding="utf-8").splitlines(keepends=True):
@@ -24,46 +34,86 @@ def _blocks(language: str) -> list[str]:
             if current is None:
                 current, tag = [], line[3:].strip()
             else:
-                if tag == language:
-                    blocks.append("".join(current))
+                blocks.append((tag, "".join(current)))
                 current = None
         elif current is not None:
             current.append(line)
+    assert current is None, "an unclosed fence"
     return blocks
 
 
-def test_the_documented_example_loads() -> None:
+def _blocks(language: str) -> list[str]:
+    return [text for tag, text in _all_blocks() if tag == language]
+
+
+def test_the_page_stands_alone() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    assert "DESIGN.md" not in text and "../" not in text
+
+
+def test_every_block_is_one_the_tests_run() -> None:
+    assert {tag for tag, _ in _all_blocks()} == {"python", "toml", "text", "", "console"}
+    tags = [tag for tag, _ in _all_blocks()]
+    for index, tag in enumerate(tags):
+        if tag == "text":  # an output belongs to the Python block right before it
+            assert tags[index - 1] == "python"
+
+
+def _run_page(directory: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     (example,) = _blocks("toml")
-    m = Manifest.from_toml(example, source="docs/manifest.md")
-    assert [str(g.ref) for g in m.grants] == ["ledger/read", "ledger/transfer", "shell/run"]
+    (directory / "handrail.toml").write_text(example, encoding="utf-8")
+    monkeypatch.chdir(directory)
+    namespace: dict[str, Any] = {"__name__": "app"}
+    blocks = _all_blocks()
+    for index, (tag, text) in enumerate(blocks):
+        if tag != "python":
+            continue
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(text, f"{DOC}#block{index}", "exec"), namespace)
+        following = blocks[index + 1] if index + 1 < len(blocks) else ("", "")
+        if following[0] == "text":
+            assert out.getvalue() == following[1], f"block {index} printed something else"
+        else:
+            assert out.getvalue() == ""
+    return namespace
+
+
+def test_every_python_example_runs_and_prints_what_the_page_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    namespace = _run_page(tmp_path, monkeypatch)
+    assert isinstance(namespace["agent"], hr.Agent)
+
+
+def test_the_documented_manifest_passes_a_strict_check_of_the_documented_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    namespace = _run_page(tmp_path, monkeypatch)
+    m = Manifest.load(tmp_path / "handrail.toml")
+    assert review(namespace["box"], m, strict=True) == []
+    assert [str(g.ref) for g in m.grants] == ["ledger/read", "ledger/transfer", "crm/lookup"]
     assert m.agent.instructions is not None and m.agent.instructions.endswith("when unsure.")
     assert m.policy is not None
     assert [layer["name"] for layer in m.policy.to_dict()["layers"]] == ["secrets", "app"]
     assert m.budgets.max_tokens == 200_000
     assert Manifest.from_toml(m.to_toml()) == m
+    # What the page says init wrote is what init writes, apart from the hand edits.
+    written = Manifest.from_toolbox(namespace["box"])
+    for grant in m.grants:
+        init_grant = written.grant(grant.ref)
+        assert init_grant is not None
+        assert (grant.arguments, grant.output) == (init_grant.arguments, init_grant.output)
+    transfer = m.grant("ledger/transfer")
+    assert transfer is not None and transfer.arguments is not None
+    assert transfer.arguments["properties"]["memo"]["default"] is None  # the $json spelling
 
 
-def test_the_documented_example_matches_the_documented_tools() -> None:
-    (example,) = _blocks("toml")
-    m = Manifest.from_toml(example, source="docs/manifest.md")
-    shell = shell_tool({
-        "type": "object",
-        "required": ["cmd"],
-        "additionalProperties": False,
-        "properties": {"cmd": {"type": "string",
-                               "description": "The command line, e.g. 'git status'."}},
-    })
-    assert problems(hr.Toolbox([read, Transfer, shell]), m) == []
-
-
-def test_the_documented_canonical_form_has_the_documented_shape() -> None:
+def test_the_canonical_form_is_the_documented_definition() -> None:
     (example,) = _blocks("toml")
     canonical = Manifest.from_toml(example).canonical()
     assert list(canonical) == ["format", "agent", "tools", "policy", "budgets"]
-    assert list(canonical["agent"]) == ["name", "instructions", "model"]
-    assert list(canonical["tools"][0]) == ["ref", "mutates", "idempotent", "description",
-                                           "arguments"]
-    assert list(canonical["budgets"]) == ["max_steps", "max_tokens", "max_wall_seconds"]
+
     # The documented definition, written out independently.
     def integral(value: object) -> object:
         if isinstance(value, float) and value.is_integer():
@@ -102,3 +152,16 @@ def test_the_documented_error_messages_are_the_real_ones() -> None:
                    "[[tools]]", 'ref = "a/2"']
     lines[19:21] = ["[[tools]]", 'ref = "ledger/read"']
     assert _refused("\n".join(lines)) == duplicate
+
+
+def test_the_documented_commands_and_options_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    (synopsis,) = _blocks("console")
+    commands = [line.split() for line in synopsis.strip().splitlines()]
+    assert [c[:3] for c in commands] == [["handrail", "manifest", sub]
+                                         for sub in ("init", "update", "check", "digest")]
+    for words in commands:
+        with pytest.raises(SystemExit):
+            main([words[1], words[2], "--help"])
+        usage = capsys.readouterr().out
+        for option in re.findall(r"(?<=\[)(--?[a-z-]+)", " ".join(words)):
+            assert re.search(rf"(^|[\s\[,]){re.escape(option)}\b", usage), (words[2], option)

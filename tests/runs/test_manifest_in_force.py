@@ -153,3 +153,71 @@ properties = { to = { type = "string" } }
     assert tools[0].input_schema["required"] == ["to"]
     assert "$.to" in results[0].result.render_text() and results[0].result.is_error
     assert ran == [{"to": "a@b"}]
+
+
+PINNED = """
+[agent]
+name = "ledger-bot"
+instructions = "You read ledgers."
+model = "openai:gpt-4.1-mini"
+
+[[tools]]
+ref = "ledger/read"
+mutates = false
+description = "Read one account's balance (reviewed text)."
+"""
+
+
+def test_instructions_or_a_model_other_than_the_manifests_are_refused_naming_each() -> None:
+    manifest = Manifest.from_toml(PINNED)
+    model = Scripted([], name="openai:gpt-4.1-mini")
+    agent = hr.Agent(model, [read], manifest=manifest)  # the manifest's words are used
+    assert agent.instructions == "You read ledgers."
+    spelled = hr.Agent(model, [read], manifest=manifest, instructions="  You read ledgers.\r\n")
+    assert spelled.instructions == "You read ledgers."  # the model is told the reviewed text
+    with pytest.raises(hr.ManifestDrift) as info:
+        hr.Agent(Scripted([], name="anthropic:claude"), [read, wipe], manifest=manifest,
+                 instructions="You move money.")
+    found = info.value.problems
+    assert len(found) == 3
+    assert found[0].startswith("tool 'ledger/wipe' is implemented")
+    assert found[1].startswith('the agent\'s instructions "You move money." differ from '
+                               '[agent] instructions in the manifest, "You read ledgers."')
+    assert found[2].startswith('the agent\'s model is "anthropic:claude", but [agent] in the '
+                               'manifest pins model "openai:gpt-4.1-mini"')
+
+
+def test_an_agent_section_without_instructions_pins_none() -> None:
+    manifest = Manifest.from_toml(PINNED.replace('instructions = "You read ledgers."\n', ""))
+    model = Scripted([], name="openai:gpt-4.1-mini")
+    hr.Agent(model, [read], manifest=manifest)
+    with pytest.raises(hr.ManifestDrift, match=r"states no instructions, but the agent is "
+                                               r"given instructions \"Unreviewed\.\""):
+        hr.Agent(model, [read], manifest=manifest, instructions="Unreviewed.")
+    # No [agent] section at all: the manifest pins tools only.
+    tools_only = Manifest.from_toml("[[tools]]" + PINNED.split("[[tools]]")[1])
+    hr.Agent(Scripted([]), [read], manifest=tools_only, instructions="Anything.")
+
+
+async def test_from_manifest_builds_the_agent_the_manifest_states(tmp_path: Any) -> None:
+    path = tmp_path / "handrail.toml"
+    path.write_text(PINNED + '\n[policy]\nextends = "default"\n[[policy.layers]]\n'
+                    'name = "app"\ndeny = ["call:ledger/*"]\n', encoding="utf-8")
+    agent = hr.Agent.from_manifest(path, [read], workspace=tmp_path)
+    assert agent.model.name == "openai:gpt-4.1-mini"
+    assert (agent.name, agent.instructions) == ("ledger-bot", "You read ledgers.")
+    assert agent.manifest is not None and agent.manifest.policy is not None
+    assert agent.policy.to_dict() == agent.manifest.policy.to_dict()
+    # A Model object may stand in when its name is the manifest's model...
+    scripted = hr.Agent.from_manifest(str(path), [read], workspace=tmp_path,
+                                      model=Scripted([reply("hi")], name="openai:gpt-4.1-mini"))
+    assert isinstance((await scripted.run("go")).outcome, hr.Completed)
+    # ... and not when it is another.
+    with pytest.raises(hr.ManifestDrift, match="pins model"):
+        hr.Agent.from_manifest(path, [read], model=Scripted([]), workspace=tmp_path)
+    no_model = tmp_path / "no-model.toml"
+    no_model.write_text(PINNED.replace('model = "openai:gpt-4.1-mini"\n', ""), encoding="utf-8")
+    with pytest.raises(hr.UserError, match="states no \\[agent\\] model; add model"):
+        hr.Agent.from_manifest(no_model, [read])
+    with pytest.raises(hr.UserError, match=r"takes a hr\.Manifest or the path"):
+        hr.Agent.from_manifest(42, [read])

@@ -1,9 +1,10 @@
-"""`handrail manifest init | check | digest`: write, enforce and pin `handrail.toml`."""
+"""`handrail manifest init | update | check | digest`: write, enforce and pin `handrail.toml`."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from typing import Any
@@ -30,16 +31,37 @@ def register(subparsers: Any) -> None:
         "init",
         help="write a manifest granting every tool of a Toolbox or Agent",
         description="Write a manifest from the tools in code: descriptions from their "
-        "docstrings, mutates and idempotent from their declarations. Review it, then commit it.",
+        "docstrings, mutates and idempotent from their declarations, every input and output "
+        "schema; for an Agent also its name, instructions, model and policy. Refuses to "
+        "overwrite an existing file (see `manifest update`). Review it, then commit it.",
     )
     init.add_argument("target", metavar="MODULE:OBJECT",
                       help="a Toolbox, an Agent, a list of tools, or a callable returning one")
     init.add_argument("-o", "--output", default=_DEFAULT_PATH,
                       help=f"where to write it (default {_DEFAULT_PATH}; '-' for stdout)")
-    init.add_argument("--force", action="store_true", help="overwrite an existing file")
+    init.add_argument("--force", action="store_true",
+                      help="overwrite an existing file (what was written by hand is lost; "
+                      "`manifest update` keeps it)")
     init.add_argument("--name", help="the agent's name for [agent]")
     init.add_argument("--model", help="the model string for [agent]")
     init.set_defaults(func=_init)
+
+    update = sub.add_parser(
+        "update",
+        help="merge the code's changes into an existing manifest, showing what changed",
+        description="Bring handrail.toml up to date with the code: new tools are granted, "
+        "grants of tools that are gone are removed, schemas and the agent's instructions and "
+        "model follow the code, and mutates/idempotent only ever get stricter. Descriptions, "
+        "[policy], [budgets] and every grant that did not change are kept as written. Prints "
+        "a summary and a diff; review it like any change.",
+    )
+    update.add_argument("target", metavar="MODULE:OBJECT",
+                        help="a Toolbox, an Agent, a list of tools, or a callable returning one")
+    update.add_argument("--manifest", default=_DEFAULT_PATH,
+                        help=f"the manifest to update (default {_DEFAULT_PATH})")
+    update.add_argument("--dry-run", action="store_true",
+                        help="print what would change; write nothing")
+    update.set_defaults(func=_update)
 
     check = sub.add_parser(
         "check",
@@ -50,8 +72,9 @@ def register(subparsers: Any) -> None:
     check.add_argument("--manifest", default=_DEFAULT_PATH,
                        help=f"the manifest to check against (default {_DEFAULT_PATH})")
     check.add_argument("--strict", action="store_true",
-                       help="also fail on tool arguments named like a path, URL or command "
-                            "that the policy cannot see")
+                       help="fail on warnings too (a grant whose schema is not pinned)")
+    check.add_argument("--json", action="store_true",
+                       help="print the result as one JSON object (ok, digest, problems)")
     check.set_defaults(func=_check)
 
     digest = sub.add_parser("digest", help="print the manifest's digest (to pin a deployment)")
@@ -94,11 +117,13 @@ def _is_toolset(obj: object) -> bool:
     return not isinstance(obj, type) and (hasattr(obj, "impls") or hasattr(obj, "specs"))
 
 
-def resolve_toolset(target: str) -> tuple[Any, dict[str, str]]:
-    """The toolbox named by `MODULE:OBJECT`, and [agent] fields found on it.
+def resolve_toolset(target: str) -> tuple[Any, dict[str, Any]]:
+    """The toolbox named by `MODULE:OBJECT`, and what an Agent says for the manifest.
 
     OBJECT may be a Toolbox (anything with `.impls()` or `.specs()`), an Agent (its `.toolbox`),
-    a list of tools, a single tool, or a callable returning one of these.
+    a list of tools, a single tool, or a callable returning one of these. For an Agent the
+    second value holds its `name`, `instructions` and `model` (a model string, or a Model's
+    `name`), and its `policy` (a `hr.Policy`) when it has one; it is empty otherwise.
     """
     from handrail.tools import Toolbox, ToolImpl
 
@@ -106,9 +131,7 @@ def resolve_toolset(target: str) -> tuple[Any, dict[str, str]]:
     for attempt in range(2):
         toolbox = getattr(obj, "toolbox", None)
         if _is_toolset(toolbox):
-            agent = {field: value for field in ("name", "instructions", "model")
-                     if isinstance(value := getattr(obj, field, None), str)}
-            return toolbox, agent
+            return toolbox, _agent_fields(obj)
         if _is_toolset(obj):
             return obj, {}
         if isinstance(obj, list | tuple):
@@ -124,6 +147,24 @@ def resolve_toolset(target: str) -> tuple[Any, dict[str, str]]:
                     "list of tools, or a callable returning one")
 
 
+def _agent_fields(agent: object) -> dict[str, Any]:
+    from handrail.policy import Policy
+
+    fields: dict[str, Any] = {"agent": True}
+    for name in ("name", "instructions"):
+        value = getattr(agent, name, None)
+        if isinstance(value, str):
+            fields[name] = value
+    model = getattr(agent, "model", None)
+    label = model if isinstance(model, str) else getattr(model, "name", None)
+    if isinstance(label, str):
+        fields["model"] = label
+    policy = getattr(agent, "policy", None)
+    if isinstance(policy, Policy):
+        fields["policy"] = policy
+    return fields
+
+
 def _init(args: argparse.Namespace) -> int:
     from handrail.manifest import Manifest
 
@@ -133,6 +174,7 @@ def _init(args: argparse.Namespace) -> int:
         name=args.name or agent.get("name"),
         instructions=agent.get("instructions"),
         model=args.model or agent.get("model"),
+        policy=agent.get("policy"),
     )
     text = manifest.to_toml()
     if args.output == "-":
@@ -142,8 +184,12 @@ def _init(args: argparse.Namespace) -> int:
             with open(args.output, "x" if not args.force else "w", encoding="utf-8") as f:
                 f.write(text)
         except FileExistsError:
-            raise UserError(f"{args.output} exists; pass --force to overwrite it, or -o to "
-                            "write elsewhere") from None
+            raise UserError(
+                f"{args.output} exists; pass --force to overwrite it, or -o to write elsewhere; "
+                f"`handrail manifest update {args.target}"
+                f"{'' if args.output == _DEFAULT_PATH else ' --manifest ' + args.output}` "
+                "merges the code's changes into it and keeps what was written by hand"
+            ) from None
         print(f"wrote {args.output}: {len(manifest.grants)} tool"
               f"{'s' if len(manifest.grants) != 1 else ''} granted, {manifest.digest}",
               file=sys.stderr)
@@ -154,25 +200,86 @@ def _init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _update(args: argparse.Namespace) -> int:
+    from handrail.manifest._update import update
+
+    try:
+        with open(args.manifest, encoding="utf-8") as f:
+            old_text = f.read()
+    except FileNotFoundError:
+        raise UserError(f"{args.manifest} does not exist; write one with `handrail manifest "
+                        f"init {args.target}`") from None
+    except OSError as exc:
+        raise UserError(f"cannot read the manifest {args.manifest}: {exc.strerror}") from exc
+    toolbox, agent = resolve_toolset(args.target)
+    result = update(old_text, toolbox, agent, source=args.manifest)
+    if not result.changes:
+        print(f"{args.manifest} is up to date with {args.target} ({result.manifest.digest})")
+        return 0
+    print(f"{args.manifest}: {len(result.changes)} change{'s' if len(result.changes) != 1 else ''}"
+          f" from {args.target}:")
+    for change in result.changes:
+        print(f"  - {change}")
+    if result.note:
+        print(f"note: {result.note}")
+    print()
+    sys.stdout.write(result.diff(args.manifest))
+    if args.dry_run:
+        print(f"(dry run: {args.manifest} was not written)")
+        return 0
+    tmp = f"{args.manifest}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
+        f.write(result.text)
+    os.replace(tmp, args.manifest)  # whole or not at all
+    print(f"wrote {args.manifest}: {result.manifest.digest}")
+    return 0
+
+
 def _check(args: argparse.Namespace) -> int:
-    from handrail.manifest import Manifest, problems
+    from handrail.errors import HandrailError
+    from handrail.manifest import Manifest, agent_problems, review
 
-    manifest = Manifest.load(args.manifest)
-    toolbox, _ = resolve_toolset(args.target)
-    found = problems(toolbox, manifest)
-    if args.strict:
-        from handrail.tools import unguarded_problems
-
-        found += unguarded_problems(toolbox.impls() if hasattr(toolbox, "impls") else ())
-    if found:
-        print(f"{args.manifest}: the code has drifted from the manifest ({len(found)} problem"
-              f"{'s' if len(found) != 1 else ''}):")
-        for problem in found:
+    try:
+        manifest = Manifest.load(args.manifest)
+        toolbox, agent = resolve_toolset(args.target)
+    except HandrailError as exc:
+        if not args.json:
+            raise
+        # A CI step reading --json gets JSON whatever went wrong.
+        json.dump({"ok": False, "manifest": args.manifest, "target": args.target,
+                   "error": str(exc)}, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 1
+    found = review(toolbox, manifest, strict=args.strict)
+    if agent:
+        found.extend(agent_problems(manifest, instructions=agent.get("instructions"),
+                                    model=agent.get("model")))
+    errors = [p for p in found if p.severity == "error"]
+    warnings = [p for p in found if p.severity == "warning"]
+    if args.json:
+        json.dump({"ok": not errors, "manifest": args.manifest, "target": args.target,
+                   "digest": manifest.digest, "strict": args.strict,
+                   "problems": [p.to_dict() for p in found]}, sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return 1 if errors else 0
+    if errors:
+        print(f"{args.manifest}: the code has drifted from the manifest ({_count(errors)}):")
+        for problem in errors:
             print(f"  - {problem}")
+    if warnings:
+        print(f"{args.manifest}: {len(warnings)} warning{'s' if len(warnings) != 1 else ''} "
+              "(errors under --strict):")
+        for problem in warnings:
+            print(f"  - {problem}")
+    if errors:
         return 1
     print(f"OK: {args.target} matches {args.manifest} ({len(manifest.grants)} tools, "
           f"{manifest.digest})")
     return 0
+
+
+def _count(problems: list[Any]) -> str:
+    return f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
 
 
 def _digest(args: argparse.Namespace) -> int:

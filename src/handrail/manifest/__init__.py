@@ -6,7 +6,15 @@ told, and it stays the authority: `check_against` refuses code that has drifted 
 The file format and the canonical form are documented in docs/manifest.md.
 """
 
-from handrail.manifest._check import check_against, problems
+from handrail.manifest._check import (
+    Problem,
+    Severity,
+    agent_problems,
+    check_against,
+    problems,
+    review,
+    schema_changes,
+)
 from handrail.manifest._manifest import (
     CANONICAL_FORMAT,
     AgentSection,
@@ -22,7 +30,12 @@ __all__ = [
     "Budgets",
     "Grant",
     "Manifest",
+    "Problem",
+    "Severity",
+    "agent_problems",
     "canonical_json",
     "check_against",
     "problems",
+    "review",
+    "schema_changes",
 ]

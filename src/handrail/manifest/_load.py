@@ -23,8 +23,10 @@ from handrail.manifest._manifest import (
     Manifest,
     json_path,
     json_problem,
+    output_schema_problem,
     schema_problem,
 )
+from handrail.manifest._toml_out import decode_json
 from handrail.tools import ToolId
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ __all__ = ["KNOWN_KEYS", "parse"]
 KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("agent", "tools", "policy", "budgets"),
     "agent": ("name", "instructions", "model"),
-    "tools": ("ref", "mutates", "description", "idempotent", "arguments"),
+    "tools": ("ref", "mutates", "description", "idempotent", "arguments", "output"),
     "budgets": ("max_steps", "max_tokens", "max_wall_seconds"),
 }
 """The keys each section accepts, in the order messages list them."""
@@ -228,30 +230,47 @@ def _grants(reader: _Reader, entries: Any) -> list[Grant]:
         mutates = reader.typed(entry, path, "mutates", _is_bool, "true or false")
         idempotent = reader.typed(entry, path, "idempotent", _is_bool, "true or false")
         description = reader.typed(entry, path, "description", _is_str, "a string")
-        arguments = entry.get("arguments")
-        if arguments is not None:
-            if not isinstance(arguments, dict):
-                reader.error((*path, "arguments"), f"arguments {_section(path)} must be a "
-                             f"table (a JSON Schema), not {_kind(arguments)}")
-                arguments = None
-            elif found := json_problem(arguments):
-                inner, reason = found
-                reader.error((*path, "arguments", *inner),
-                             f"arguments.{json_path(inner)} of '{ref}' {_section(path)}: "
-                             f"{reason}")
-                arguments = None
-            else:
-                problem = schema_problem(arguments)
-                if problem:
-                    reader.error((*path, "arguments"),
-                                 f"arguments of '{ref}' {_section(path)}: {problem}")
-                    arguments = None
+        arguments = _schema(reader, entry, path, ref, "arguments")
+        output = _schema(reader, entry, path, ref, "output")
         grants.append(Grant(
             ref=ref,
             mutates=True if mutates is None else mutates,
             description=description,
             idempotent=False if idempotent is None else idempotent,
             arguments=arguments,
+            output=output,
             line=reader.where(path)[0] or None,
         ))
     return grants
+
+
+def _schema(reader: _Reader, entry: dict[str, Any], path: Path, ref: ToolId,
+            name: str) -> dict[str, Any] | None:
+    # A grant's `arguments` or `output`: a JSON Schema spelled in TOML, `null` and other values
+    # TOML lacks written as `{ "$json" = "..." }` (see _toml_out).
+    schema = entry.get(name)
+    if schema is None:
+        return None
+    if not isinstance(schema, dict):
+        reader.error((*path, name), f"{name} {_section(path)} must be a table (a JSON Schema), "
+                     f"not {_kind(schema)}")
+        return None
+    if found := json_problem(schema):
+        inner, reason = found
+        reader.error((*path, name, *inner),
+                     f"{name}.{json_path(inner)} of '{ref}' {_section(path)}: {reason}")
+        return None
+    try:
+        decoded: dict[str, Any] = decode_json(schema)
+    except ValueError as exc:
+        reader.error((*path, name), f"{name} of '{ref}' {_section(path)}: {exc}")
+        return None
+    if not isinstance(decoded, dict):
+        reader.error((*path, name), f"{name} of '{ref}' {_section(path)} must be a JSON Schema "
+                     "object")
+        return None
+    problem = (schema_problem if name == "arguments" else output_schema_problem)(decoded)
+    if problem:
+        reader.error((*path, name), f"{name} of '{ref}' {_section(path)}: {problem}")
+        return None
+    return decoded

@@ -32,14 +32,17 @@ __all__ = [
     "Grant",
     "Manifest",
     "canonical_json",
+    "grant_for",
+    "grant_toml",
     "json_path",
     "json_problem",
     "open_schema",
+    "output_schema_problem",
     "plain",
     "schema_problem",
 ]
 
-CANONICAL_FORMAT = "handrail.manifest/1"
+CANONICAL_FORMAT = "handrail.manifest/2"
 """Names the canonical form; it is part of what the digest hashes, and changes with it."""
 
 
@@ -100,6 +103,15 @@ def schema_problem(schema: Mapping[str, Any]) -> str | None:
     if schema.get("type", "object") != "object":
         return (f"arguments must describe a JSON object (type = \"object\"), got type "
                 f"{schema.get('type')!r}")
+    return _meta_schema_problem(canonical_json(schema))
+
+
+def output_schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """Why `schema` cannot be a tool's output schema, or None when it can."""
+    found = json_problem(schema)
+    if found:
+        path, reason = found
+        return f"{json_path(path)}: {reason}" if path else reason
     return _meta_schema_problem(canonical_json(schema))
 
 
@@ -220,7 +232,12 @@ class Grant:
     idempotent: bool = False
     """Whether an in-doubt call may be retried; takes effect only if the tool says so too."""
     arguments: dict[str, Any] | None = None
-    """A JSON Schema of the arguments, only for tools without a Python type (MCP, subprocess)."""
+    """The JSON Schema of the arguments the model is offered, pinned: the check refuses a tool
+    whose own schema differs. A tool that declares only `{"type": "object"}` (MCP, injected
+    tools that leave it to the manifest) is offered this schema instead. None: not pinned."""
+    output: dict[str, Any] | None = None
+    """The JSON Schema of the tool's structured result, pinned like `arguments`; None when the
+    tool declares none (or the grant does not pin it)."""
     line: int | None = field(default=None, compare=False)
     """The line of the manifest that declares this grant, for messages; None if built in code."""
 
@@ -241,6 +258,14 @@ class Grant:
             if problem:
                 raise ManifestError(f"grant of '{self.ref}': arguments: {problem}")
             object.__setattr__(self, "arguments", plain(self.arguments))
+        if self.output is not None:
+            if not isinstance(self.output, Mapping):
+                raise ManifestError(f"grant of '{self.ref}': output must be a JSON Schema "
+                                    "table")
+            problem = output_schema_problem(self.output)
+            if problem:
+                raise ManifestError(f"grant of '{self.ref}': output: {problem}")
+            object.__setattr__(self, "output", plain(self.output))
 
     def canonical(self) -> dict[str, Any]:
         """This grant's entry in `Manifest.canonical()["tools"]`."""
@@ -250,7 +275,41 @@ class Grant:
             "idempotent": self.idempotent,
             "description": self.description,
             "arguments": self.arguments,
+            "output": self.output,
         }
+
+
+def grant_for(spec: ToolSpec) -> Grant:
+    """The grant `manifest init` writes for `spec`: everything as the code declares it."""
+    output = None if spec.output_schema is None else plain(spec.output_schema)
+    return Grant(ref=spec.id, mutates=spec.mutates, description=spec.description,
+                 idempotent=spec.idempotent, arguments=plain(spec.input_schema), output=output)
+
+
+def grant_toml(grant: Grant) -> list[str]:
+    """The lines of one `[[tools]]` entry, schemas as readable sub-tables."""
+    from handrail.manifest import _toml_out as out
+
+    entry = grant.canonical()
+    ordered = {k: entry[k] for k in ("ref", "description", "mutates", "idempotent")}
+    for name in ("arguments", "output"):
+        if entry[name] is not None:
+            ordered[name] = out.encode_json(_readable(entry[name]))
+    return out.table("tools", ordered, array=True)
+
+
+_FIRST = ("type", "description", "required", "default", "enum")
+
+
+def _readable(schema: Any) -> Any:
+    # Key order is not meaning (the digest sorts keys); a reviewer reads a parameter's type and
+    # description first.
+    if isinstance(schema, dict):
+        keys = [k for k in _FIRST if k in schema] + [k for k in schema if k not in _FIRST]
+        return {k: _readable(schema[k]) for k in keys}
+    if isinstance(schema, list):
+        return [_readable(v) for v in schema]
+    return schema
 
 
 def open_schema(schema: Mapping[str, Any]) -> bool:
@@ -354,23 +413,19 @@ class Manifest:
         name: str | None = None,
         instructions: str | None = None,
         model: str | None = None,
+        policy: Policy | None = None,
     ) -> Manifest:
         """A manifest granting every tool of `toolbox` as the code declares it (for `init`).
 
-        Descriptions and `mutates`/`idempotent` come from the tools; `arguments` are written
-        only for tools without a Python type that declare a schema. No policy, no budgets.
+        Descriptions, `mutates`/`idempotent` and the input and output schemas come from the
+        tools, so the manifest pins exactly what the model is offered. No budgets; `policy`
+        only when given.
         """
         from handrail.manifest._toolsets import tools_of
 
-        grants = []
-        for tool in tools_of(toolbox):
-            spec, arguments = tool.spec, None
-            if not tool.typed and not open_schema(spec.input_schema):
-                arguments = plain(spec.input_schema)
-            grants.append(Grant(ref=spec.id, mutates=spec.mutates, description=spec.description,
-                                idempotent=spec.idempotent, arguments=arguments))
+        grants = [grant_for(tool.spec) for tool in tools_of(toolbox)]
         return cls(agent=AgentSection(name=name, instructions=instructions, model=model),
-                   grants=tuple(grants))
+                   grants=tuple(grants), policy=policy)
 
     def to_toml(self) -> str:
         """This manifest as `handrail.toml` text; `from_toml(m.to_toml()) == m`."""
@@ -384,10 +439,7 @@ class Manifest:
         if agent:
             blocks.append(out.table("agent", agent))
         for grant in self.grants:
-            entry = grant.canonical()
-            ordered = {k: entry[k] for k in ("ref", "description", "mutates", "idempotent",
-                                              "arguments")}
-            blocks.append(out.table("tools", ordered, array=True))
+            blocks.append(grant_toml(grant))
         if self.policy is not None:
             blocks.append(out.table("policy", self.policy.to_dict()))
         budgets = {k: _numbers(v) for k, v in self.budgets.canonical().items() if v is not None}

@@ -4,16 +4,64 @@ Tables are written as `[section]` headers and lists of tables as `[[section]]`, 
 Schema or a policy reads the way a person would write it; anything nested inside a list of
 scalars falls back to inline tables. `None` has no TOML spelling: a key whose value is None is
 left out (every reader here treats a missing key as None).
+
+A JSON Schema is different: `null` in it is meaning (`"default": null`), so schemas pass through
+`encode_json` on the way out and `decode_json` on the way in. A JSON value TOML cannot hold
+(`null`, an integer outside TOML's 64 bits) is written as the one-key inline table
+`{ "$json" = "<its JSON text>" }`; a JSON object whose only key is `"$json"` is written that way
+too, so the spelling can never be read back as something else. The round trip is exact.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["key", "string", "table", "value"]
+__all__ = ["JSON_ESCAPE_KEY", "decode_json", "encode_json", "key", "string", "table", "value"]
+
+JSON_ESCAPE_KEY = "$json"
+"""The key of the one-key table that spells a JSON value TOML has no form for."""
+
+_INT_RANGE = range(-(2**63), 2**63)
+
+
+def encode_json(data: Any) -> Any:
+    """JSON-compatible `data` as data TOML can hold, losslessly (see the module docstring)."""
+    if data is None or (isinstance(data, int) and not isinstance(data, bool)
+                        and data not in _INT_RANGE):
+        return {JSON_ESCAPE_KEY: json.dumps(data)}
+    if isinstance(data, Mapping):
+        if set(data) == {JSON_ESCAPE_KEY}:
+            return {JSON_ESCAPE_KEY: json.dumps(data, ensure_ascii=False, allow_nan=False)}
+        return {k: encode_json(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [encode_json(v) for v in data]
+    return data
+
+
+def decode_json(data: Any) -> Any:
+    """The inverse of `encode_json`, for data read from TOML.
+
+    Raises:
+        ValueError: a `{ "$json" = ... }` table whose value is not a string of JSON text.
+    """
+    if isinstance(data, dict):
+        if set(data) == {JSON_ESCAPE_KEY}:
+            text = data[JSON_ESCAPE_KEY]
+            if not isinstance(text, str):
+                raise ValueError(f'"{JSON_ESCAPE_KEY}" must be a string of JSON text')
+            try:
+                return json.loads(text)
+            except ValueError as exc:
+                raise ValueError(f'"{JSON_ESCAPE_KEY}" = {text!r} is not JSON text: {exc}'
+                                 ) from None
+        return {k: decode_json(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [decode_json(v) for v in data]
+    return data
 
 _WIDTH = 88
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -68,6 +116,16 @@ def _is_table_list(data: Any) -> bool:
             and all(isinstance(v, Mapping) for v in data))
 
 
+def _inline(name: str, data: Any) -> bool:
+    # Small tables (`items = { type = "string" }`, the `{ "$json" = "null" }` spelling) and
+    # short lists of them (`anyOf = [{ type = "integer" }, { type = "null" }]`) read best on
+    # one line; anything larger gets a `[header]` of its own, one key a line.
+    if isinstance(data, Mapping) and set(data) == {JSON_ESCAPE_KEY}:
+        return True
+    limit = _WIDTH // 2 if isinstance(data, Mapping) else _WIDTH
+    return len(f"{key(name)} = {value(data)}") <= limit
+
+
 def table(header: str, data: Mapping[str, Any], *, array: bool = False) -> list[str]:
     """Lines for the table `data` under `header` (a dotted key), sub-tables after it."""
     lines = [f"[[{header}]]" if array else f"[{header}]"]
@@ -75,7 +133,8 @@ def table(header: str, data: Mapping[str, Any], *, array: bool = False) -> list[
     for name, item in data.items():
         if item is None:
             continue
-        if (isinstance(item, Mapping) and item) or _is_table_list(item):
+        if ((isinstance(item, Mapping) and item) or _is_table_list(item)) and not _inline(
+                name, item):
             later.append((name, item))
         elif isinstance(item, str):
             lines.append(f"{key(name)} = {string(item)}")

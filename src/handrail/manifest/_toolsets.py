@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from handrail.errors import UserError
-from handrail.tools import FunctionTool, Tool, ToolImpl, Toolset, ToolSpec
+from handrail.tools import (
+    FunctionTool,
+    Tool,
+    ToolImpl,
+    Toolset,
+    ToolSpec,
+    unguarded_path_arguments,
+)
 
 __all__ = ["Implemented", "SpecSource", "is_typed", "tools_of"]
 
@@ -48,6 +55,8 @@ class Implemented:
     """Whether its input schema comes from a Python type."""
     origin: str
     """Where it was defined, for messages."""
+    unguarded: tuple[str, ...] = ()
+    """Arguments named like a path, URL or command that the policy cannot see."""
 
 
 def tools_of(toolset: Toolset | SpecSource) -> list[Implemented]:
@@ -57,7 +66,9 @@ def tools_of(toolset: Toolset | SpecSource) -> list[Implemented]:
     schemas come from Python types.
     """
     if isinstance(toolset, Toolset):
-        return [Implemented(impl.spec, is_typed(impl), impl.origin) for impl in toolset.impls()]
+        return [Implemented(impl.spec, is_typed(impl), impl.origin,
+                            tuple(unguarded_path_arguments(impl)))
+                for impl in toolset.impls()]
     if isinstance(toolset, SpecSource):
         return [Implemented(spec, False, f"spec {spec.id}") for spec in toolset.specs()]
     raise UserError(

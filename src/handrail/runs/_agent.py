@@ -122,6 +122,18 @@ def _toolbox(tools: object, max_argument_bytes: int) -> Toolbox:
     return Toolbox(list(tools), max_argument_bytes=max_argument_bytes)
 
 
+def _check_manifest(toolbox: Toolbox, manifest: Any, instructions: str | None,
+                    model: str) -> None:
+    from handrail.errors import ManifestDrift
+    from handrail.manifest import agent_problems, problems
+
+    found = [*problems(toolbox, manifest),
+             *(p.message for p in agent_problems(manifest, instructions=instructions,
+                                                  model=model))]
+    if found:
+        raise ManifestDrift(found)
+
+
 class Agent:
     """A model, the tools it may call, and the boundary it runs within.
 
@@ -138,8 +150,10 @@ class Agent:
             that has a policy, the manifest's stays the authority: this one can add denies and
             asks, never allows.
         instructions: The system prompt; default the manifest's.
-        manifest: A `hr.Manifest`; checked against the tools now (drift raises
-            `ManifestDrift`), then only granted tools are offered and callable.
+        manifest: A `hr.Manifest`; checked against the tools now, and against the
+            instructions and model when it has an `[agent]` section (drift raises
+            `ManifestDrift` listing every problem), then only granted tools are offered and
+            callable. `Agent.from_manifest` builds an agent from the manifest instead.
         workspace: The directory READ/WRITE paths are confined to.
         max_steps: Model turns allowed per run (the manifest's budget wins when smaller).
         name: The agent's name (records, pending lists); default the manifest's.
@@ -199,11 +213,11 @@ class Agent:
                     f"the manifest's digest is {manifest.digest}, not the expected "
                     f"{expect_digest}: this deployment pins a reviewed manifest that has changed"
                 )
-            from handrail.manifest import check_against
-
-            check_against(self.toolbox, manifest)
             agent_section = manifest.agent
             instructions = instructions if instructions is not None else agent_section.instructions
+            _check_manifest(self.toolbox, manifest, instructions, model.name)
+            if agent_section.instructions is not None:
+                instructions = agent_section.instructions  # the reviewed spelling, exactly
             name = name if name is not None else agent_section.name
             budgets = manifest.budgets
             if budgets.max_steps is not None:
@@ -223,6 +237,41 @@ class Agent:
         if not isinstance(max_invalid_turns, int) or max_invalid_turns < 0:
             raise UserError("max_invalid_turns must be a non-negative integer")
         self.max_invalid_turns = max_invalid_turns
+
+    @classmethod
+    def from_manifest(cls, manifest: Any, tools: object = (), *, model: Model | str | None = None,
+                      **options: Any) -> Agent:
+        """An agent as the manifest states it: its model, instructions, name and policy.
+
+        ```python
+        agent = hr.Agent.from_manifest("handrail.toml", box)
+        ```
+
+        Args:
+            manifest: A `hr.Manifest`, or the path of a `handrail.toml` to load.
+            tools: The tools, as for `Agent`; checked against the grants.
+            model: Only when the manifest states no model, or to pass a `hr.Model` object
+                (its `name` must be the manifest's model string).
+            **options: Any other `Agent` argument (`workspace=`, `expect_digest=`, `ref=`...).
+
+        Raises:
+            ManifestError: the file cannot be read or breaks the format.
+            ManifestDrift: the tools (or a `model=` given) differ from the manifest.
+            UserError: the manifest states no model and none was given.
+        """
+        from handrail.manifest import Manifest
+
+        if isinstance(manifest, str | os.PathLike):
+            manifest = Manifest.load(manifest)
+        if not isinstance(manifest, Manifest):
+            raise UserError(f"Agent.from_manifest takes a hr.Manifest or the path of a "
+                            f"handrail.toml, not {type(manifest).__name__}")
+        if model is None:
+            if manifest.agent.model is None:
+                raise UserError(f"{manifest.source} states no [agent] model; add model = "
+                                "\"provider:name\" to it, or pass model=")
+            model = manifest.agent.model
+        return cls(model, tools, manifest=manifest, **options)
 
     @property
     def manifest_digest(self) -> str | None:
