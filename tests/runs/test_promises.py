@@ -230,3 +230,35 @@ async def test_a_live_foreign_lease_refuses_take_over(store: hr.Store) -> None:
         lease_until=time.time() - 60)))
     with pytest.raises(hr.ResumeRefused, match="driven by"):
         await hr.resume(store, paused.run_id, agent=agent)
+
+
+# ------------------------------------------- remembered rules outlive a pause
+
+async def test_rules_an_approver_remembered_still_hold_after_the_run_is_resumed(
+        tmp_path: Path) -> None:
+    store = hr.Store.open(tmp_path / "runs.db")
+    (tmp_path / "ws").mkdir()
+
+    def build() -> hr.Agent:
+        return hr.Agent(Scripted([
+            call("workspace/write_file", {"path": "a.md", "content": "a"}),
+            call("ops/deploy", {"service": "web"}),
+            call("workspace/write_file", {"path": "b.md", "content": "b"}),
+            _echo_all]), [*hr.builtin.workspace_tools(), deploy], workspace=tmp_path / "ws")
+
+    def decide(request: hr.Request) -> hr.Decision:
+        if request.act is hr.Act.WRITE:
+            return hr.Decision.approve(remember=["*.md"])
+        return hr.Decision.defer()
+
+    paused = await build().run("go", store=store, approver=hr.CallbackApprover(decide))
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    # Resumed with the default approver (it defers everything): b.md is allowed by the rule
+    # remembered before the pause, so nothing is asked.
+    done = await hr.resume_with_decision(store, paused.outcome.request_id,
+                                         hr.Decision.approve(), agent=build())
+    assert isinstance(done.outcome, hr.Completed), done.outcome
+    assert (tmp_path / "ws" / "b.md").read_text() == "b"
+    last = (await store.calls(paused.run_id))[-1]
+    assert last.verdict is not None and last.verdict["layer"] == "remembered"
+    await store.close()
