@@ -572,6 +572,8 @@ class Gate:
                          disposition=Disposition.NOT_SENT.value, error="tool gone at resume")
             return
         state.impl = impl
+        # A tool re-runs from its start with every answer it was given (see AWAITING_ANSWER).
+        state.answers = [_answer_from(a) for a in record.answers]
         item = await _pending(scope.store, record.pending_id)
         arguments = record.performed_arguments or {}
 
@@ -604,7 +606,11 @@ class Gate:
             if state.result is None:
                 answer = _resumed_answer(item)
                 state.answers = [*(_answer_from(a) for a in record.answers), answer]
-                update(state.record, status=CallStatus.STARTED)
+                update(state.record, answers=[_answer_record(a) for a in state.answers])
+                # An answer authorises nothing: an ask met now (one added while the tool
+                # waited) goes to the approver unless this call was approved before.
+                if _status(state) is CallStatus.STARTED or _approved(state.record):
+                    update(state.record, status=CallStatus.STARTED)
             return
 
         if status is CallStatus.APPROVED:
@@ -643,7 +649,7 @@ class Gate:
 
     def _rerun(self, state: _Call, arguments: Any) -> None:
         """Run a call again after a crash: re-checked, and asked again only if it never was."""
-        approved = (state.record.decision or {}).get("kind") == "approve"
+        approved = _approved(state.record)
         self._check(state, arguments)
         if approved and state.record.status is CallStatus.APPROVED:
             # The approval given before the crash still answers this ask; a deny still wins.
@@ -654,6 +660,11 @@ def _status(state: _Call) -> CallStatus:
     # Read through a function: mypy narrows `state.record.status` across the call that
     # changes it and would call the comparison unreachable.
     return state.record.status
+
+
+def _approved(record: CallRecord) -> bool:
+    """Whether an approver approved this call before (its approval still answers an ask)."""
+    return (record.decision or {}).get("kind") == "approve"
 
 
 def _defers(approver: object) -> bool:

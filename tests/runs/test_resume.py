@@ -177,10 +177,41 @@ async def test_questions_pause_and_the_tool_is_rerun_with_recorded_answers(
 
 
 async def test_an_answer_authorises_nothing(store: hr.Store) -> None:
-    # The tool asks, the answer arrives, but the call still needs its approval.
+    # The tool asks and is answered; the resumed call still passes the policy of the moment:
+    # a deny added while it waited refuses it, whatever the answer said.
     turns: list[Any] = [call("ops/ask_then_deploy", {}), _echo_last]
-    first = await make_agent(None, turns).run("go", store=store)
-    assert isinstance(first.outcome, hr.AwaitingApproval)  # ask before any question
+    allowed = hr.Policy.default().layer("app").allow(hr.Act.CALL, "ops/ask_then_deploy")
+    first = await make_agent(allowed, turns).run("go", store=store)
+    assert isinstance(first.outcome, hr.AwaitingAnswer)
+    frozen = allowed.layer("freeze").deny(hr.Act.CALL, "ops/*")
+    done = await hr.resume_with_answer(store, first.outcome.question_id, "api",
+                                       agent=make_agent(frozen, turns))
+    assert done.outcome == hr.Completed(f"result: {hr.PolicyDenied.MODEL_MESSAGE}")
+    assert DONE == []
+    (record,) = await store.calls(first.run_id)
+    assert record.status is hr.CallStatus.REFUSED
+
+
+async def test_an_answer_does_not_stand_in_for_an_approval(store: hr.Store) -> None:
+    # An ask added while the tool waited for its answer is put to the approver (the default
+    # one defers): the answer alone never lets the call run.
+    turns: list[Any] = [call("ops/ask_then_deploy", {}), _echo_last]
+    allowed = hr.Policy.default().layer("app").allow(hr.Act.CALL, "ops/ask_then_deploy")
+    first = await make_agent(allowed, turns).run("go", store=store)
+    assert isinstance(first.outcome, hr.AwaitingAnswer)
+    review = allowed.layer("review").ask(hr.Act.CALL, "ops/*")
+    second = await hr.resume_with_answer(store, first.outcome.question_id, "api",
+                                         agent=make_agent(review, turns))
+    assert isinstance(second.outcome, hr.AwaitingApproval), second.outcome
+    assert DONE == []
+    third = await hr.resume_with_decision(store, second.outcome.request_id,
+                                          hr.Decision.approve(), agent=make_agent(review, turns))
+    # Approved, the tool runs from its start with the recorded answer and asks its next one.
+    assert isinstance(third.outcome, hr.AwaitingAnswer), third.outcome
+    done = await hr.resume_with_answer(store, third.outcome.question_id, "eu",
+                                       agent=make_agent(review, turns))
+    assert done.outcome == hr.Completed("result: deployed api in eu")
+    assert DONE == ["api@eu"]
 
 
 async def test_a_run_without_a_recorded_policy_is_refused(store: hr.Store) -> None:
