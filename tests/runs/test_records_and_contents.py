@@ -198,6 +198,8 @@ async def test_record_contents_full_keeps_the_bytes_and_says_so(tmp_path: Path,
         paused = await build(ws, WRITE, reply("ok"), record_contents="full").run(
             "w", store=store)
         assert isinstance(paused.outcome, hr.AwaitingApproval)
+        started = await store.run(paused.run_id)
+        assert [e["mode"] for e in started.events if e["kind"] == "record_contents"] == ["full"]
         await hr.resume_with_decision(store, paused.outcome.request_id, hr.Decision.approve(),
                                       agent=build(ws, WRITE, reply("ok"),
                                                   record_contents="full"))
