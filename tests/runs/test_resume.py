@@ -110,14 +110,14 @@ async def test_a_deny_added_while_paused_wins_on_resume(store: hr.Store) -> None
     assert DONE == []
 
 
-async def test_the_current_policy_cannot_widen_the_recorded_one(store: hr.Store) -> None:
+async def test_containing_a_permissive_policy_keeps_the_recorded_deny(store: hr.Store) -> None:
+    # The resume itself is tested end to end in test_promises.py (a permissive agent resumes
+    # a run and is still refused); this checks the recorded policy round-trips with its deny.
     locked = hr.Policy.default().layer("lock").deny(hr.Act.CALL, "ops/deploy")
     result = await make_agent(locked, [call("ops/deploy", {"service": "a"}),
                                        call("ops/deploy", {"service": "b"}),
                                        _echo_last]).run("go", store=store,
                                                         approver=hr.DenyAll())
-    # The run completes; now resume-style widening is impossible: a fresh run under a
-    # permissive agent cannot change a recorded run's boundary.
     assert isinstance(result.outcome, hr.Completed)
     recorded = hr.Policy.from_dict((await store.run(result.run_id)).policy or {})
     widened = recorded.contain(hr.Policy.permissive())
