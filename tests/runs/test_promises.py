@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -211,8 +213,6 @@ async def test_a_live_foreign_lease_refuses_take_over(store: hr.Store) -> None:
     agent = hr.Agent(Scripted([call("ops/deploy", {"service": "web"}), _echo_all]), [deploy])
     paused = await agent.run("go", store=store)
     run = await store.run(paused.run_id)
-    import time
-
     # Another machine drives it and renewed its lease a moment ago.
     await store.write(Batch(run=dataclasses.replace(
         run, status=hr.RunStatus.RUNNING, owner="another-host:4242:abcd",
@@ -226,7 +226,7 @@ async def test_a_live_foreign_lease_refuses_take_over(store: hr.Store) -> None:
     assert RAN == []
     # A live process of this machine keeps its run even after its lease has lapsed.
     await store.write(Batch(run=dataclasses.replace(
-        run, status=hr.RunStatus.RUNNING, owner=f"{os.uname().nodename}:{os.getppid()}:x",
+        run, status=hr.RunStatus.RUNNING, owner=f"{socket.gethostname()}:{os.getppid()}:x",
         lease_until=time.time() - 60)))
     with pytest.raises(hr.ResumeRefused, match="driven by"):
         await hr.resume(store, paused.run_id, agent=agent)
