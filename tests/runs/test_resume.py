@@ -391,3 +391,33 @@ async def test_a_paused_form_is_answered_with_json_text_later(store: hr.Store) -
                                            agent=build())
         assert isinstance(done.outcome, hr.Completed)
         assert done.outcome.output.startswith(expected)
+
+
+async def test_a_denial_keeps_no_bytes_even_when_the_run_cannot_continue_now(
+        tmp_path: Path) -> None:
+    import time
+
+    secret = "bytes that were never written"
+    store = hr.Store.open(tmp_path / "runs.db")
+
+    def build() -> hr.Agent:
+        return hr.Agent(Scripted([call("workspace/write_file",
+                                       {"path": "notes.md", "content": secret}), _echo_last]),
+                        hr.builtin.workspace_tools(), workspace=tmp_path)
+
+    paused = await build().run("write", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    run = await store.run(paused.run_id)
+    # Another machine holds the run right now: the run cannot continue here.
+    await store.write(hr.store.Batch(run=dataclasses.replace(
+        run, status=hr.RunStatus.RUNNING, owner="elsewhere:1:x", lease_until=time.time() + 60)))
+    with pytest.raises(hr.ResumeRefused):
+        await hr.resume_with_decision(store, paused.outcome.request_id,
+                                      hr.Decision.deny("not now"), agent=build())
+    item = await store.pending_item(paused.outcome.request_id)
+    if item.state == "decided":  # a recorded denial never keeps the bytes it refused
+        assert secret not in repr(item.payload)
+    else:  # still pending: the exact request is kept for whoever decides it
+        assert hr.Request.from_dict(item.payload).content == secret.encode()
+    await store.close()
+    assert not (tmp_path / "notes.md").exists()
