@@ -12,6 +12,14 @@
 9. record     every call is recorded, refused ones included, never with file contents
 ```
 
+Records and contents: while a call may still be performed (pending approval, in flight, in
+doubt) its records keep the exact arguments, so it is performed exactly as approved after a
+process exit. Once it is performed, denied or refused, every stored copy of a write's content
+(the call record's arguments and performed arguments, a modified approval, the approval or
+recovery it waited on, and the stored assistant message) is replaced by a marker
+`{"sha256": ..., "bytes": N}` (see `forget_contents`); a refused call's arguments are replaced
+whole. `record_contents="full"` (an Agent option, recorded in the run's events) keeps them.
+
 A turn's calls are planned (stages 1-5, no I/O) together, recorded in one transaction with
 the assistant message, then approved and executed in call order where it matters: a
 mutating call starts after every call before it has finished, a read after every mutating
@@ -24,6 +32,7 @@ is lost and nothing finished runs twice.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -75,6 +84,7 @@ from handrail.tools._paths import PathChanged, decided_paths, scrub_host_paths
 
 __all__ = [
     "NOT_GRANTED_MESSAGE",
+    "RECORD_CONTENTS",
     "CallInDoubt",
     "Gate",
     "PausedOnQuestion",
@@ -82,6 +92,7 @@ __all__ = [
     "RunScope",
     "TurnPause",
     "TurnResult",
+    "content_marker",
 ]
 
 NOT_GRANTED_MESSAGE = "This tool is not available to this agent."
@@ -89,6 +100,10 @@ NOT_GRANTED_MESSAGE = "This tool is not available to this agent."
 
 REDACTED = "[redacted: a refused call's record keeps only the arguments' digest]"
 """What a refused call's record holds in place of its arguments."""
+
+RECORD_CONTENTS = ("digest", "full")
+"""The choices for `record_contents`: keep a finished write's content as its digest (the
+default), or keep the bytes (an explicit opt-in, recorded in the run's events)."""
 
 
 @dataclass(kw_only=True)
@@ -107,6 +122,8 @@ class RunScope:
     manifest: Any = None
     deps: Any = None
     remembered: list[Rule] = field(default_factory=list)
+    record_contents: str = "digest"
+    """`digest`: a finished call's stored contents become markers; `full`: the bytes stay."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -124,6 +141,105 @@ def _digest(arguments: Any) -> str:
     # order the model wrote them in. One shared encoder: building one per call costs more
     # than the encoding.
     return "sha256:" + hashlib.sha256(_CANONICAL.encode(arguments).encode()).hexdigest()
+
+
+def content_marker(content: bytes) -> dict[str, Any]:
+    """What a record keeps in place of file contents: their sha256 and size."""
+    return {"sha256": hashlib.sha256(content).hexdigest(), "bytes": len(content)}
+
+
+Contents = dict[int, set[str]]
+"""Known contents by size, each as the set of their sha256 hex digests."""
+
+
+def _strip(value: Any, contents: Contents) -> Any:
+    """`value` with every string that is exactly one of `contents` replaced by its marker."""
+    if isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        digests = contents.get(len(data))
+        if digests:
+            # Hashed only when the size matches a known content: short strings stay cheap.
+            digest = hashlib.sha256(data).hexdigest()
+            if digest in digests:
+                return {"sha256": digest, "bytes": len(data)}
+        return value
+    if isinstance(value, dict):
+        return {k: _strip(v, contents) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strip(v, contents) for v in value]
+    return value
+
+
+def _strip_text(text: str, contents: Contents) -> str:
+    # Text that is not JSON is kept: such arguments are refused before any action, so they
+    # named nothing the call could have written.
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    stripped = _strip(value, contents)
+    return text if stripped == value else _CANONICAL.encode(stripped)
+
+
+def _refused_arguments(text: str) -> str:
+    """What the stored assistant message keeps of a refused call's arguments."""
+    return _CANONICAL.encode({"redacted": REDACTED, **content_marker(text.encode(
+        "utf-8", "surrogatepass"))})
+
+
+def _contents_of(payload: dict[str, Any], actions: Sequence[Action]) -> Contents:
+    contents: Contents = {}
+    for data in [a.content for a in actions if a.content] + _payload_contents(payload):
+        if data:
+            contents.setdefault(len(data), set()).add(hashlib.sha256(data).hexdigest())
+    return contents
+
+
+def _is_refusal_marker(text: str) -> bool:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("redacted") == REDACTED
+
+
+def _payload_without_contents(payload: dict[str, Any], contents: Contents
+                              ) -> dict[str, Any]:
+    """An approval or recovery item's payload once its call is over: contents as markers."""
+    import base64
+
+    kept = dict(payload)
+    raw = kept.get("content")
+    if isinstance(raw, str):
+        data = base64.b64decode(raw)
+        kept["content"] = None
+        kept["content_sha256"] = hashlib.sha256(data).hexdigest()
+        kept["content_bytes"] = len(data)
+    if "arguments" in kept:
+        kept["arguments"] = _strip(kept["arguments"], contents)
+    actions = kept.get("actions")
+    if isinstance(actions, list):
+        kept["actions"] = [_action_without_content(a) for a in actions]
+    return kept
+
+
+def _action_without_content(action: Any) -> Any:
+    import base64
+
+    if not isinstance(action, dict) or not isinstance(action.get("content"), str):
+        return action
+    data = base64.b64decode(action["content"])
+    return {**action, "content": None, "content_sha256": hashlib.sha256(data).hexdigest(),
+            "content_bytes": len(data)}
+
+
+def _payload_contents(payload: dict[str, Any]) -> list[bytes]:
+    """The contents an approval payload carries (the request's and its actions')."""
+    import base64
+
+    found = [payload.get("content")] + [a.get("content") for a in payload.get("actions", ())
+                                        if isinstance(a, dict)]
+    return [base64.b64decode(c) for c in found if isinstance(c, str)]
 
 
 def _action_record(action: Action) -> dict[str, Any]:
@@ -150,6 +266,7 @@ class _Call:
         "reask",
         "record",
         "result",
+        "spent",
         "validated",
         "verdict",
     )
@@ -167,6 +284,7 @@ class _Call:
         self.pending: list[PendingItem] = []
         self.answers: list[Submit | Decline] = []
         self.reask: PendingItem | None = None  # an open deferred approval to put to the approver
+        self.spent: list[PendingItem] = []  # decided items whose payload may hold contents
 
     def finish(self, result: ToolResult, status: CallStatus, *, disposition: str | None = None,
                error: str | None = None) -> None:
@@ -237,6 +355,9 @@ class TurnResult:
     """The first pause in call order, when a call waits for a person; else None."""
     final: Batch
     """The turn's last records and pending items, for the caller to commit."""
+    message_arguments: dict[str, str] = field(default_factory=dict)
+    """Call id -> the arguments the stored assistant message keeps from now on (contents
+    replaced by markers, a refused call's arguments whole); the caller rewrites the message."""
 
 
 class Gate:
@@ -312,7 +433,8 @@ class Gate:
                                     None)
                         return
                     try:
-                        await scope.store.decide(reask.id, decision.to_dict(), decided_by)
+                        state.spent.append(
+                            await scope.store.decide(reask.id, decision.to_dict(), decided_by))
                     except AlreadyDecided:
                         # Someone decided first, elsewhere: theirs stands.
                         won = await scope.store.pending_item(reask.id)
@@ -353,7 +475,14 @@ class Gate:
                    for s in states if s.result is not None]
         final = Batch(calls=[s.record for s in states],
                       pending=[p for s in states for p in s.pending])
-        return TurnResult(results, pause, final)
+        shown: dict[str, str] = {}
+        if scope.record_contents != "full":
+            for s in states:
+                text = forget_contents(s.record, s.call.arguments, s.actions, s.spent,
+                                       final.pending)
+                if text is not None:
+                    shown[s.call.id] = text
+        return TurnResult(results, pause, final, shown)
 
     # ------------------------------------------------------ stages 1-5: plan
 
@@ -430,6 +559,19 @@ class Gate:
             record.status = CallStatus.APPROVED
         else:
             record.status = CallStatus.STARTED
+
+    def _released(self, state: _Call) -> list[PendingItem]:
+        """The approvals a call has just acted on, kept from now on without their contents.
+
+        Once an approval is applied, the call record's performed arguments hold what will be
+        performed (and are what a retry after a crash uses): the request's bytes are not
+        needed again, and a crash mid-call must not leave them behind.
+        """
+        if self.scope.record_contents == "full" or _status(state) is not CallStatus.STARTED:
+            return []
+        return [dataclasses.replace(item, payload=_payload_without_contents(
+                    item.payload, _contents_of(item.payload, state.actions)))
+                for item in state.spent if item.kind == "approval"]
 
     def _permits_for(self, impl: ToolImpl) -> Any:
         scope = self.scope
@@ -534,7 +676,7 @@ class Gate:
         if persist_start:
             update(state.record, status=CallStatus.STARTED,
                                    started_at=time.time())
-            await scope.store.write(Batch(calls=[state.record]))
+            await scope.store.write(Batch(calls=[state.record], pending=self._released(state)))
         spec = impl.spec
         try:
             self._recheck_paths(state)
@@ -661,6 +803,8 @@ class Gate:
                          disposition=Disposition.NOT_SENT.value, error="tool gone at resume")
             return
         state.impl = impl
+        # A tool re-runs from its start with every answer it was given (see AWAITING_ANSWER).
+        state.answers = [_answer_from(a) for a in record.answers]
         item = await _pending(scope.store, record.pending_id)
         arguments = record.performed_arguments or {}
 
@@ -677,12 +821,14 @@ class Gate:
             if item is None or item.state == "open":
                 state.pause(PausedOnRequest(record.pending_id or ""), status, None)
                 return
+            state.spent.append(item)
             self._check(state, arguments)  # the policy in force now: a new deny wins
             if state.result is None:
                 decision = Decision.from_dict(item.decision or {})
                 # A denied request was kept without its contents: only an approval needs it.
                 request = None if isinstance(decision, Deny) else Request.from_dict(item.payload)
                 self._decide(state, request, decision, decided_by=item.decided_by or "operator")
+                state.pending.extend(self._released(state))
             return
 
         if status is CallStatus.AWAITING_ANSWER:
@@ -693,7 +839,11 @@ class Gate:
             if state.result is None:
                 answer = _resumed_answer(item)
                 state.answers = [*(_answer_from(a) for a in record.answers), answer]
-                update(state.record, status=CallStatus.STARTED)
+                update(state.record, answers=[_answer_record(a) for a in state.answers])
+                # An answer authorises nothing: an ask met now (one added while the tool
+                # waited) goes to the approver unless this call was approved before.
+                if _status(state) is CallStatus.STARTED or _approved(state.record):
+                    update(state.record, status=CallStatus.STARTED)
             return
 
         if status is CallStatus.APPROVED:
@@ -715,6 +865,7 @@ class Gate:
         if item.state == "open":
             state.pause(CallInDoubt(record.id), CallStatus.IN_DOUBT, None)
             return
+        state.spent.append(item)
         choice = item.decision or {}
         if choice.get("kind") == "retry":
             self._rerun(state, arguments)
@@ -732,17 +883,69 @@ class Gate:
 
     def _rerun(self, state: _Call, arguments: Any) -> None:
         """Run a call again after a crash: re-checked, and asked again only if it never was."""
-        approved = (state.record.decision or {}).get("kind") == "approve"
+        approved = _approved(state.record)
         self._check(state, arguments)
         if approved and state.record.status is CallStatus.APPROVED:
             # The approval given before the crash still answers this ask; a deny still wins.
             update(state.record, status=CallStatus.STARTED)
 
 
+def forget_contents(record: CallRecord, sent: str, actions: Sequence[Action],
+                    spent: Sequence[PendingItem], pending: list[PendingItem]) -> str | None:
+    """Replace every stored copy of a finished call's contents by markers (stage 9).
+
+    A call that may still be performed keeps everything. A refused call's record already holds
+    no arguments; a performed one's arguments keep their shape, with each value that is
+    exactly the content of one of its WRITE actions (or of the approval it answered) replaced
+    by `content_marker`. Decided items in `spent` are appended to `pending` (the turn's final
+    write replaces them) with their contents as markers.
+
+    Returns:
+        The arguments text the stored assistant message should keep for `sent` (the model's
+        own text), or None when it may keep what it has.
+    """
+    if record.status not in (CallStatus.FINISHED, CallStatus.REFUSED):
+        return None
+    contents: Contents = {}
+    # The record's actions name the contents of the last check (the performed arguments);
+    # an approval it answered names the contents the model first asked to write.
+    for action in record.actions:
+        size, digest = action.get("content_bytes"), action.get("content_sha256")
+        if isinstance(size, int) and size and isinstance(digest, str):
+            contents.setdefault(size, set()).add(digest)
+    for data in [a.content for a in actions if a.content] + [
+            c for item in spent if item.kind == "approval"
+            for c in _payload_contents(item.payload)]:
+        if data:
+            contents.setdefault(len(data), set()).add(hashlib.sha256(data).hexdigest())
+    for item in spent:
+        pending.append(dataclasses.replace(
+            item, payload=_payload_without_contents(item.payload, contents)))
+    if record.decision and record.decision.get("modified") is not None:
+        record.decision = {**record.decision,
+                           "modified": _strip(record.decision["modified"], contents)}
+    if record.status is CallStatus.REFUSED:
+        if record.arguments != REDACTED or _is_refusal_marker(sent):
+            return None
+        return _refused_arguments(sent)
+    if not contents:
+        return None
+    if record.performed_arguments is not None:
+        record.performed_arguments = _strip(record.performed_arguments, contents)
+    record.arguments = _strip_text(record.arguments, contents)
+    text = _strip_text(sent, contents)
+    return None if text == sent else text
+
+
 def _status(state: _Call) -> CallStatus:
     # Read through a function: mypy narrows `state.record.status` across the call that
     # changes it and would call the comparison unreachable.
     return state.record.status
+
+
+def _approved(record: CallRecord) -> bool:
+    """Whether an approver approved this call before (its approval still answers an ask)."""
+    return (record.decision or {}).get("kind") == "approve"
 
 
 def _defers(approver: object) -> bool:

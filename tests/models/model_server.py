@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import pathlib
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -55,6 +56,8 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.monotonic)
+    """When the request arrived (monotonic seconds): the gaps show how long a client waited."""
 
     def json(self) -> Any:
         return json.loads(self.body)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import email.utils
+import itertools
 import time
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from model_server import Reply, serve
@@ -113,63 +115,65 @@ def test_retry_after_forms() -> None:
 # --- against a local server ---
 
 
-def _openai(url: str, **kwargs: Any) -> tuple[OpenAIChat, list[float]]:
-    model = OpenAIChat("gpt-x", base_url=f"{url}/v1", api_key="sk-test", backoff_base=0.001,
-                       **kwargs)
-    sleeps: list[float] = []
+def _openai(url: str, **kwargs: Any) -> OpenAIChat:
+    # Only public options: how long the client waited between attempts is read off the
+    # local server's arrival times, not by replacing its sleep.
+    options: dict[str, Any] = {"backoff_base": 0.001, **kwargs}
+    return OpenAIChat("gpt-x", base_url=f"{url}/v1", api_key="sk-test", **options)
 
-    async def record(seconds: float) -> None:
-        sleeps.append(seconds)
 
-    model._http.sleep = record
-    return model, sleeps
+def _gaps(server: Any) -> list[float]:
+    at = [r.at for r in server.requests]
+    return [b - a for a, b in itertools.pairwise(at)]
 
 
 async def test_429_honours_retry_after_then_succeeds() -> None:
-    replies = [Reply(429, {"error": {"message": "slow down"}}, headers={"retry-after": "7"}),
+    # retry-after-ms wins over retry-after (seconds): the wait is 0.3 s, never 7 s.
+    replies = [Reply(429, {"error": {"message": "slow down"}},
+                     headers={"retry-after-ms": "300", "retry-after": "7"}),
                Reply(200, OK)]
     async with serve(replies) as server:
-        model, sleeps = _openai(server.url)
-        async with model:
+        async with _openai(server.url) as model:
             response = await model.request([UserMessage("hi")], [])
     assert response.message.text == "hi"
-    assert sleeps == [7.0]
     assert len(server.requests) == 2
+    (gap,) = _gaps(server)
+    assert 0.3 <= gap < 6.5
 
 
 async def test_5xx_retried_with_exponential_backoff_and_jitter() -> None:
     replies = [Reply(500, {"error": {"message": "oops"}}), Reply(502, "bad gateway", "text/html"),
                Reply(503, {}), Reply(200, OK)]
     async with serve(replies) as server:
-        model, sleeps = _openai(server.url)
-        model._http.backoff_base = 1.0
-        async with model:
+        async with _openai(server.url, backoff_base=0.1) as model:
             response = await model.request([UserMessage("hi")], [])
     assert response.usage.input_tokens == 3
-    assert len(sleeps) == 3
-    for attempt, slept in enumerate(sleeps):
-        assert 0.5 * 2**attempt <= slept <= 2**attempt
+    gaps = _gaps(server)
+    assert len(gaps) == 3
+    for attempt, gap in enumerate(gaps):
+        # Jitter keeps each wait within [half, all] of base * 2**attempt; only the lower
+        # bound is exact on a loaded machine (a late wake-up only adds).
+        assert 0.05 * 2**attempt <= gap
 
 
 async def test_retries_are_bounded() -> None:
     async with serve([Reply(503, {"error": {"message": "overloaded"}})] * 5) as server:
-        model, sleeps = _openai(server.url, max_retries=2)
-        async with model:
+        async with _openai(server.url, max_retries=2) as model:
             with pytest.raises(ModelUnavailable, match="gave up after 3 attempts") as info:
                 await model.request([UserMessage("hi")], [])
     assert info.value.status == 503
     assert "overloaded" in str(info.value)
-    assert len(server.requests) == 3 and len(sleeps) == 2
+    assert len(server.requests) == 3
 
 
 async def test_retry_after_beyond_the_limit_fails_at_once() -> None:
     replies = [Reply(429, {"error": {"message": "quota"}}, headers={"retry-after": "3600"})]
     async with serve(replies) as server:
-        model, sleeps = _openai(server.url)
-        async with model:
-            with pytest.raises(ModelUnavailable, match="asks to wait 3600s"):
-                await model.request([UserMessage("hi")], [])
-    assert sleeps == [] and len(server.requests) == 1
+        async with _openai(server.url) as model:
+            with anyio.fail_after(30):  # at once: never the hour it asks for
+                with pytest.raises(ModelUnavailable, match="asks to wait 3600s"):
+                    await model.request([UserMessage("hi")], [])
+    assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize(
@@ -198,39 +202,34 @@ async def test_client_errors_are_not_retried(
 
 async def test_timeouts_are_retried_then_reported() -> None:
     async with serve([Reply(mode="hang"), Reply(mode="hang")]) as server:
-        model, sleeps = _openai(server.url, timeout=0.2, max_retries=1)
-        async with model:
+        async with _openai(server.url, timeout=0.2, max_retries=1) as model:
             with pytest.raises(ModelUnavailable, match="timed out") as info:
                 await model.request([UserMessage("hi")], [])
     assert isinstance(info.value.__cause__, httpx.TimeoutException)
-    assert len(server.requests) == 2 and len(sleeps) == 1
+    assert len(server.requests) == 2
 
 
 async def test_connection_refused_is_retried_then_reported() -> None:
     async with serve([]) as server:
         url = server.url
-    model, sleeps = _openai(url, max_retries=2)
-    async with model:
+    async with _openai(url, max_retries=2) as model:
         with pytest.raises(ModelUnavailable, match="gave up after 3 attempts") as info:
             await model.request([UserMessage("hi")], [])
     assert isinstance(info.value.__cause__, httpx.ConnectError)
-    assert len(sleeps) == 2
 
 
 async def test_body_that_is_not_json() -> None:
     async with serve([Reply(200, "<html>proxy login</html>", "text/html")]) as server:
-        model, _ = _openai(server.url)
-        async with model:
+        async with _openai(server.url) as model:
             with pytest.raises(ModelResponseError, match="proxy login"):
                 await model.request([UserMessage("hi")], [])
 
 
 async def test_body_cut_mid_transfer_is_retried() -> None:
     async with serve([Reply(200, OK, mode="broken_chunked"), Reply(200, OK)]) as server:
-        model, sleeps = _openai(server.url)
-        async with model:
+        async with _openai(server.url) as model:
             response = await model.request([UserMessage("hi")], [])
-    assert response.message.text == "hi" and len(sleeps) == 1
+    assert response.message.text == "hi" and len(server.requests) == 2
 
 
 SSE_TEXT = (
@@ -246,22 +245,20 @@ async def test_stream_retried_before_the_first_event() -> None:
     replies = [Reply(429, {"error": {"message": "slow"}}, headers={"retry-after": "0"}),
                Reply(200, SSE_TEXT, "text/event-stream")]
     async with serve(replies) as server:
-        model, sleeps = _openai(server.url)
-        async with model:
+        async with _openai(server.url) as model:
             events = [e async for e in model.request_stream([UserMessage("hi")], [])]
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["Hel", "lo"]
     done = events[-1]
     assert isinstance(done, ResponseDone)
     assert done.response.message.text == "Hello"
     assert (done.response.usage.input_tokens, done.response.usage.output_tokens) == (4, 2)
-    assert sleeps == [0.0]
+    assert len(server.requests) == 2
 
 
 @pytest.mark.parametrize("mode", ["broken_chunked", "early_eof"])
 async def test_truncated_stream_is_an_error_not_a_short_answer(mode: Any) -> None:
     async with serve([Reply(200, SSE_TEXT, "text/event-stream", mode=mode)]) as server:
-        model, _ = _openai(server.url)
-        async with model:
+        async with _openai(server.url) as model:
             seen: list[Any] = []
             with pytest.raises(ModelUnavailable):
                 async for event in model.request_stream([UserMessage("hi")], []):
@@ -271,8 +268,7 @@ async def test_truncated_stream_is_an_error_not_a_short_answer(mode: Any) -> Non
 
 async def test_stream_client_error_is_mapped() -> None:
     async with serve([Reply(404, {"error": {"message": "no such model"}})]) as server:
-        model, _ = _openai(server.url)
-        async with model:
+        async with _openai(server.url) as model:
             with pytest.raises(ModelNotFound, match="no such model"):
                 async for _ in model.request_stream([UserMessage("hi")], []):
                     pass
@@ -379,8 +375,7 @@ def test_one_model_serves_several_event_loops() -> None:
 ])
 async def test_malformed_openai_response_is_a_model_response_error(body: Any) -> None:
     async with serve([Reply(200, body)]) as server:
-        model, _ = _openai(server.url)
-        async with model:
+        async with _openai(server.url) as model:
             with pytest.raises(ModelResponseError, match="OpenAI"):
                 await model.request([UserMessage("hi")], [])
 
@@ -391,8 +386,7 @@ async def test_malformed_openai_response_is_a_model_response_error(body: Any) ->
 ])
 async def test_malformed_stream_is_a_model_response_error(body: str) -> None:
     async with serve([Reply(200, body, "text/event-stream")]) as server:
-        model, _ = _openai(server.url)
-        async with model:
+        async with _openai(server.url) as model:
             with pytest.raises(ModelResponseError):
                 async for _ in model.request_stream([UserMessage("hi")], []):
                     pass
@@ -410,8 +404,7 @@ async def test_stopping_a_stream_early_releases_the_connection() -> None:
 
     replies = [Reply(200, SSE_TEXT, "text/event-stream"), Reply(200, OK)]
     async with serve(replies) as server:
-        model, _ = _openai(server.url)
-        async with model:
+        async with _openai(server.url) as model:
             async with contextlib.aclosing(
                 model.request_stream([UserMessage("hi")], [])
             ) as events:

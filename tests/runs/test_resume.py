@@ -110,14 +110,14 @@ async def test_a_deny_added_while_paused_wins_on_resume(store: hr.Store) -> None
     assert DONE == []
 
 
-async def test_the_current_policy_cannot_widen_the_recorded_one(store: hr.Store) -> None:
+async def test_containing_a_permissive_policy_keeps_the_recorded_deny(store: hr.Store) -> None:
+    # The resume itself is tested end to end in test_promises.py (a permissive agent resumes
+    # a run and is still refused); this checks the recorded policy round-trips with its deny.
     locked = hr.Policy.default().layer("lock").deny(hr.Act.CALL, "ops/deploy")
     result = await make_agent(locked, [call("ops/deploy", {"service": "a"}),
                                        call("ops/deploy", {"service": "b"}),
                                        _echo_last]).run("go", store=store,
                                                         approver=hr.DenyAll())
-    # The run completes; now resume-style widening is impossible: a fresh run under a
-    # permissive agent cannot change a recorded run's boundary.
     assert isinstance(result.outcome, hr.Completed)
     recorded = hr.Policy.from_dict((await store.run(result.run_id)).policy or {})
     widened = recorded.contain(hr.Policy.permissive())
@@ -177,10 +177,41 @@ async def test_questions_pause_and_the_tool_is_rerun_with_recorded_answers(
 
 
 async def test_an_answer_authorises_nothing(store: hr.Store) -> None:
-    # The tool asks, the answer arrives, but the call still needs its approval.
+    # The tool asks and is answered; the resumed call still passes the policy of the moment:
+    # a deny added while it waited refuses it, whatever the answer said.
     turns: list[Any] = [call("ops/ask_then_deploy", {}), _echo_last]
-    first = await make_agent(None, turns).run("go", store=store)
-    assert isinstance(first.outcome, hr.AwaitingApproval)  # ask before any question
+    allowed = hr.Policy.default().layer("app").allow(hr.Act.CALL, "ops/ask_then_deploy")
+    first = await make_agent(allowed, turns).run("go", store=store)
+    assert isinstance(first.outcome, hr.AwaitingAnswer)
+    frozen = allowed.layer("freeze").deny(hr.Act.CALL, "ops/*")
+    done = await hr.resume_with_answer(store, first.outcome.question_id, "api",
+                                       agent=make_agent(frozen, turns))
+    assert done.outcome == hr.Completed(f"result: {hr.PolicyDenied.MODEL_MESSAGE}")
+    assert DONE == []
+    (record,) = await store.calls(first.run_id)
+    assert record.status is hr.CallStatus.REFUSED
+
+
+async def test_an_answer_does_not_stand_in_for_an_approval(store: hr.Store) -> None:
+    # An ask added while the tool waited for its answer is put to the approver (the default
+    # one defers): the answer alone never lets the call run.
+    turns: list[Any] = [call("ops/ask_then_deploy", {}), _echo_last]
+    allowed = hr.Policy.default().layer("app").allow(hr.Act.CALL, "ops/ask_then_deploy")
+    first = await make_agent(allowed, turns).run("go", store=store)
+    assert isinstance(first.outcome, hr.AwaitingAnswer)
+    review = allowed.layer("review").ask(hr.Act.CALL, "ops/*")
+    second = await hr.resume_with_answer(store, first.outcome.question_id, "api",
+                                         agent=make_agent(review, turns))
+    assert isinstance(second.outcome, hr.AwaitingApproval), second.outcome
+    assert DONE == []
+    third = await hr.resume_with_decision(store, second.outcome.request_id,
+                                          hr.Decision.approve(), agent=make_agent(review, turns))
+    # Approved, the tool runs from its start with the recorded answer and asks its next one.
+    assert isinstance(third.outcome, hr.AwaitingAnswer), third.outcome
+    done = await hr.resume_with_answer(store, third.outcome.question_id, "eu",
+                                       agent=make_agent(review, turns))
+    assert done.outcome == hr.Completed("result: deployed api in eu")
+    assert DONE == ["api@eu"]
 
 
 async def test_a_run_without_a_recorded_policy_is_refused(store: hr.Store) -> None:
@@ -360,3 +391,33 @@ async def test_a_paused_form_is_answered_with_json_text_later(store: hr.Store) -
                                            agent=build())
         assert isinstance(done.outcome, hr.Completed)
         assert done.outcome.output.startswith(expected)
+
+
+async def test_a_denial_keeps_no_bytes_even_when_the_run_cannot_continue_now(
+        tmp_path: Path) -> None:
+    import time
+
+    secret = "bytes that were never written"
+    store = hr.Store.open(tmp_path / "runs.db")
+
+    def build() -> hr.Agent:
+        return hr.Agent(Scripted([call("workspace/write_file",
+                                       {"path": "notes.md", "content": secret}), _echo_last]),
+                        hr.builtin.workspace_tools(), workspace=tmp_path)
+
+    paused = await build().run("write", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    run = await store.run(paused.run_id)
+    # Another machine holds the run right now: the run cannot continue here.
+    await store.write(hr.store.Batch(run=dataclasses.replace(
+        run, status=hr.RunStatus.RUNNING, owner="elsewhere:1:x", lease_until=time.time() + 60)))
+    with pytest.raises(hr.ResumeRefused):
+        await hr.resume_with_decision(store, paused.outcome.request_id,
+                                      hr.Decision.deny("not now"), agent=build())
+    item = await store.pending_item(paused.outcome.request_id)
+    if item.state == "decided":  # a recorded denial never keeps the bytes it refused
+        assert secret not in repr(item.payload)
+    else:  # still pending: the exact request is kept for whoever decides it
+        assert hr.Request.from_dict(item.payload).content == secret.encode()
+    await store.close()
+    assert not (tmp_path / "notes.md").exists()

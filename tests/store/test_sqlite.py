@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from handrail.errors import SchemaTooNew, StoreError
@@ -16,6 +18,8 @@ from handrail.store import Batch, PendingItem, RunRecord, Store
 from handrail.store._sqlite import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
+
+DECIDER = Path(__file__).with_name("decider.py")
 
 
 def test_an_empty_database_is_migrated_to_the_full_schema(tmp_path: Path) -> None:
@@ -62,34 +66,60 @@ def test_unknown_url_schemes_are_refused() -> None:
         Store.open("")
 
 
-async def test_two_processes_deciding_at_once_yield_one_decision(tmp_path: Path) -> None:
+ROUNDS = 60
+
+
+@pytest.mark.slow
+def test_two_processes_released_together_never_both_decide_one_item(tmp_path: Path) -> None:
+    """A check-then-write decide loses this race: both processes read `open`, both write.
+
+    Two long-lived processes decide the same item in each of ROUNDS rounds; a barrier (this
+    test, over a socket) releases them together, so their decisions overlap every round.
+    """
     path = tmp_path / "runs.db"
-    async with Store.open(path) as store:
+    store = Store.open(path)
+
+    async def seed() -> None:
         await store.write(Batch(
             run=RunRecord(id="r1", task="t", created_at=time.time()),
             pending=[PendingItem(id=f"p{i}", kind="approval", run_id="r1", call_record="r1:c",
-                                 created_at=time.time()) for i in range(20)],
+                                 created_at=time.time()) for i in range(ROUNDS)],
         ))
-    script = textwrap.dedent(f"""
-        import anyio, sys
-        from handrail.errors import AlreadyDecided
-        from handrail.store import Store
-        async def main():
-            wins = 0
-            async with Store.open({str(path)!r}) as store:
-                for i in range(20):
-                    try:
-                        await store.decide(f"p{{i}}", {{"kind": "approve"}}, sys.argv[1])
-                        wins += 1
-                    except AlreadyDecided:
-                        pass
-            print(wins)
-        anyio.run(main)
-    """)
-    # Two real processes race on purpose.
-    procs = [subprocess.Popen([sys.executable, "-c", script, name],  # noqa: ASYNC220
-                              stdout=subprocess.PIPE, text=True) for name in ("a", "b")]
-    wins = [int(p.communicate(timeout=60)[0]) for p in procs]
-    assert sum(wins) == 20
-    async with Store.open(path) as store:
-        assert await store.pending() == []
+        await store.close()
+
+    anyio.run(seed)
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(120)
+    port = server.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, str(DECIDER), str(path), str(port), name,
+                               str(ROUNDS)], stdout=subprocess.PIPE, text=True)
+             for name in ("a", "b")]
+    links: list[socket.socket] = []
+    try:
+        links = [server.accept()[0] for _ in procs]
+        for link in links:
+            link.settimeout(120)
+        for _ in range(ROUNDS):
+            for link in links:
+                assert link.recv(1) == b"r"
+            for link in links:
+                link.sendall(b"g")
+        won = {name: json.loads(p.communicate(timeout=120)[0])
+               for name, p in zip(("a", "b"), procs, strict=True)}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for link in links:
+            link.close()
+        server.close()
+    assert sorted(won["a"] + won["b"]) == list(range(ROUNDS)), won  # exactly one winner each
+
+    async def check() -> None:
+        async with Store.open(path) as again:
+            assert await again.pending() == []
+            for name, rounds in won.items():
+                for i in rounds:
+                    assert (await again.pending_item(f"p{i}")).decided_by == name
+
+    anyio.run(check)

@@ -8,6 +8,7 @@ per-turn cost does not grow with the run's length: messages are appended, never 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -21,7 +22,7 @@ import anyio
 
 from handrail.approval import Approver, Decision, Defer, Request, Responder, ResponderNone
 from handrail.errors import ModelError, ModelResponseError, ResumeRefused, UserError
-from handrail.gate import Gate, RunScope
+from handrail.gate import RECORD_CONTENTS, Gate, RunScope
 from handrail.models import (
     AssistantMessage,
     Model,
@@ -165,6 +166,10 @@ class Agent:
             arguments (each is returned to it as a fixable error) before the run fails.
         ref: `"module:object"` naming this agent (or a factory taking the `RunRecord`), so
             `handrail approve`/`resume` in another process can rebuild it.
+        record_contents: `"digest"` (the default): once a call is performed, denied or
+            refused, its stored copies of file contents become `{"sha256", "bytes"}`
+            markers. `"full"` keeps the bytes in the audit trail (recorded in the run's
+            events). See docs/runs.md, "Records and contents".
     """
 
     def __init__(
@@ -184,6 +189,7 @@ class Agent:
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
         ref: str | None = None,
         max_invalid_turns: int = 3,
+        record_contents: Literal["digest", "full"] = "digest",
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -237,6 +243,10 @@ class Agent:
         if not isinstance(max_invalid_turns, int) or max_invalid_turns < 0:
             raise UserError("max_invalid_turns must be a non-negative integer")
         self.max_invalid_turns = max_invalid_turns
+        if record_contents not in RECORD_CONTENTS:
+            raise UserError(f"record_contents must be one of {', '.join(RECORD_CONTENTS)}, "
+                            f"not {record_contents!r}")
+        self.record_contents = record_contents
 
     @classmethod
     def from_manifest(cls, manifest: Any, tools: object = (), *, model: Model | str | None = None,
@@ -319,6 +329,7 @@ class Agent:
             manifest_digest=self.manifest_digest, model=self.model.name,
             workspace=str(self.workspace), created_at=now, updated_at=now, owner=owner,
             lease_until=now + store.lease_seconds, agent_ref=self.ref,
+            events=_contents_event([], self.record_contents, now),
         )
         dumped = dump_messages(messages)
         await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
@@ -348,6 +359,7 @@ class _Runner:
             run_id=run.id, agent=agent.name, toolbox=agent.toolbox, policy=scope_policy,
             store=store, approver=approver, responder=responder, workspace=agent.workspace,
             manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
+            record_contents=agent.record_contents,
         )
         self.gate = Gate(self.scope)
         self.offered = self.gate.offered()
@@ -456,6 +468,15 @@ class _Runner:
                     first.messages.append(self._pending_message)
                     self._pending_message = None
                 result = await self.gate.drive_turn(turn, calls, existing, first)
+                if result.message_arguments:
+                    # From now on the model sees its own call as the store keeps it, in this
+                    # process and in any that resumes the run: one history either way.
+                    shown = result.message_arguments
+                    messages[-1] = AssistantMessage(tuple(
+                        dataclasses.replace(p, arguments=shown[p.id])
+                        if type(p) is ToolCall and p.id in shown else p for p in last.parts))
+                    result.final.messages.append(await self._shown_message(
+                        len(messages) - 1, shown))
                 if self.on_event is not None:
                     for r in result.final.calls:
                         await self._emit("call_finished", tool=r.tool, status=r.status.value,
@@ -522,9 +543,27 @@ class _Runner:
             if not any(type(p) is ToolCall for p in message.parts):
                 return await self._end(Completed(message.text), RunStatus.COMPLETED,
                                        Batch(messages=[entry]))
-            self._pending_message = entry
+            self._pending_message = self._turn_entry = entry
 
     _pending_message: tuple[str, int, dict[str, Any]] | None = None
+    _turn_entry: tuple[str, int, dict[str, Any]] | None = None
+
+    async def _shown_message(self, seq: int, arguments: dict[str, str]
+                             ) -> tuple[str, int, dict[str, Any]]:
+        """The turn's stored assistant message with its calls' arguments as the gate kept them.
+
+        What the model is shown of its own earlier calls from now on: contents as markers, a
+        refused call's arguments redacted.
+        """
+        entry = self._turn_entry
+        if entry is not None and entry[1] == seq:
+            stored = entry[2]
+        else:  # a turn resumed from the store: its message as stored
+            stored = (await self.store.messages(self.run.id))[seq]
+        parts = [{**p, "arguments": arguments[p["id"]]}
+                 if p.get("kind") == "tool_call" and p.get("id") in arguments else p
+                 for p in stored.get("parts", ())]
+        return (self.run.id, seq, {**stored, "parts": parts})
 
     async def _request(self, messages: list[Any]) -> ModelResponse:
         """One model turn; streamed (text deltas become events) when someone listens."""
@@ -607,6 +646,16 @@ async def _decide_and_resume(store: Store, item_id: str, kind: str, decision: di
                          on_event=None, cancel=None)
 
 
+def _contents_event(events: list[dict[str, Any]], mode: str, now: float
+                    ) -> list[dict[str, Any]]:
+    """`events`, plus a record that this run keeps file contents, when it starts to."""
+    kept = [e for e in events if e.get("kind") == "record_contents"]
+    current = kept[-1].get("mode") if kept else "digest"
+    if mode != current:
+        events = [*events, {"kind": "record_contents", "mode": mode, "at": now}]
+    return events
+
+
 def _without_contents(request: dict[str, Any]) -> dict[str, Any]:
     """A denied request as it is kept: what was asked and its digest, never the bytes."""
     import base64
@@ -631,7 +680,7 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
     events = _check_resumable(run, agent, allow_manifest_change)
     run = await store.claim(run_id, new_owner())
     events.append({"kind": "resumed", "at": time.time()})
-    run.events = events
+    run.events = _contents_event(events, agent.record_contents, time.time())
     # The recorded policy stays the boundary; the agent's current policy can only add denies
     # and asks to it (a deny added while paused wins).
     policy = Policy.from_dict(run.policy or {}).contain(agent.policy)
