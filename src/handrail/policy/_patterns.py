@@ -10,7 +10,11 @@ Syntax (the same for every act; what a *segment* is depends on the act):
 
 Segments: READ/WRITE and CALL targets are split on `/`, EXEC argv (joined with spaces) on ` `,
 NET hosts are not split (`*` and `**` both match any run, `[` is literal so IPv6 reads
-naturally).
+naturally). In EXEC, `*` and `?` are not held to a word: `git push*` means "and whatever
+follows", as every user writes it; a whole-word `**` still also matches no words at all.
+
+Matching is linear in the target's length for every pattern (see `_regex`), so a model that
+chooses a long target cannot choose how long the policy works.
 
 Anything that would silently never match is an error when the rule is built: an empty
 pattern, `**` glued to other characters, an unclosed `[`, an empty segment (`a//b`, `src/`),
@@ -274,38 +278,97 @@ def _class_regex(cls: _Class, sep: str | None, *, folded: bool) -> str:
     return f"(?i:{out})" if folded else out
 
 
-def _regex(c: Compiled, *, folded: bool) -> str:
-    sep = _SEP[c.act]
-    any_char = f"[^{re.escape(sep)}]" if sep else "."
+@dataclass(frozen=True, slots=True)
+class _Gap:
+    """`**` before more pattern: nothing, or any run ending with the separator."""
 
-    def seg_regex(tokens: tuple[_Token, ...]) -> str:
-        parts: list[str] = []
-        for t in tokens:
-            if isinstance(t, _Lit):
-                parts.append(re.escape(fold(t.text) if folded else t.text))
-            elif isinstance(t, _Star):
-                parts.append(f"{any_char}*")
-            elif isinstance(t, _One):
-                parts.append(any_char)
-            else:
-                parts.append(_class_regex(t, sep, folded=folded))
-        return "".join(parts)
 
-    esep = re.escape(sep) if sep else ""
-    out: list[str] = []
+def _flat(c: Compiled) -> tuple[list[_Token | _Gap], bool]:
+    """The pattern as one token stream over the whole target, and whether it ends open.
+
+    Separators become literals; a middle or leading `**` is a `_Gap`; a trailing `**` (or a
+    CALL pattern's implicit extension) is reported as the open end.
+    """
+    sep = _SEP[c.act] or ""
+    toks: list[_Token | _Gap] = []
     segs = c.segments
     last = len(segs) - 1
+    open_end = c.extends and segs[-1] is not None
     for i, seg in enumerate(segs):
         if seg is None:
             if i == last:
-                out.append(".*" if i == 0 else f"(?:{esep}.*)?")
+                open_end = True
             else:
-                out.append(f"(?:.*{esep})?" if i == 0 else f"{esep}(?:.*{esep})?")
+                if i > 0:
+                    toks.append(_Lit(sep))
+                toks.append(_Gap())
         else:
             if i > 0 and segs[i - 1] is not None:
-                out.append(esep)
-            out.append(seg_regex(seg))
-    if c.extends and segs[-1] is not None:
+                toks.append(_Lit(sep))
+            toks.extend(seg)
+    return toks, open_end
+
+
+def _regex(c: Compiled, *, folded: bool) -> str:
+    """A regular expression matching the pattern in time linear in the target's length.
+
+    A glob is fixed-length chunks (literals, `?`, classes) separated by gaps (`*`, `**`).
+    Placing every chunk but the last at its leftmost possible position is always right
+    (a later placement only leaves a suffix of the choices open), so each gap-and-chunk is
+    an atomic group with a lazy gap: found once, never revisited. Backtracking therefore
+    never multiplies across gaps, which is what made `*a*b*` against a long target
+    polynomial. The last chunk is anchored at the end by `fullmatch`.
+    """
+    sep = _SEP[c.act]
+    # EXEC: '*' and '?' cross words (issue 10 §3: 'git push*' means "and whatever follows").
+    char_sep = None if c.act is Act.EXEC else sep
+    any_char = f"[^{re.escape(char_sep)}]" if char_sep else "."
+    esep = re.escape(sep) if sep else ""
+    toks, open_end = _flat(c)
+    if not toks and open_end:
+        return ".*"
+
+    def chunk_regex(chunk: list[_Token]) -> str:
+        parts: list[str] = []
+        for t in chunk:
+            if isinstance(t, _Lit):
+                parts.append(re.escape(fold(t.text) if folded else t.text))
+            elif isinstance(t, _One):
+                parts.append(any_char)
+            else:
+                assert isinstance(t, _Class)
+                parts.append(_class_regex(t, char_sep, folded=folded))
+        return "".join(parts)
+
+    # Split into chunk0 (gap chunk)*.
+    chunks: list[list[_Token]] = [[]]
+    gaps: list[_Star | _Gap] = []
+    for t in toks:
+        if isinstance(t, (_Star, _Gap)):
+            gaps.append(t)
+            chunks.append([])
+        else:
+            chunks[-1].append(t)
+
+    def gap_regex(g: _Star | _Gap, *, lazy: bool) -> str:
+        q = "?" if lazy else ""
+        if isinstance(g, _Star):
+            return f"{any_char}*{q}"
+        return f"(?:.*{q}{esep})?{q}"
+
+    end_guard = f"(?={esep}|\\Z)" if sep else ""
+    out = [chunk_regex(chunks[0])]
+    for j, g in enumerate(gaps):
+        body = chunk_regex(chunks[j + 1])
+        final = j == len(gaps) - 1
+        if final and not open_end:
+            out.append(gap_regex(g, lazy=False) + body)
+        else:
+            guard = end_guard if final else ""
+            out.append(f"(?>{gap_regex(g, lazy=True)}{body}{guard})")
+    if open_end:
+        if not gaps:
+            out.append(end_guard)
         out.append(f"(?:{esep}.*)?")
     return "".join(out)
 

@@ -13,16 +13,34 @@ import socket
 
 from handrail.policy._paths import UncanonicalTarget
 
-__all__ = ["canonical_call", "canonical_exec", "canonical_net"]
+__all__ = [
+    "CALL_MAX",
+    "EXEC_MAX",
+    "NET_MAX",
+    "canonical_call",
+    "canonical_exec",
+    "canonical_net",
+]
+
+EXEC_MAX = 131072
+"""The longest argv (joined by spaces, in characters) an EXEC target may be: Linux's
+MAX_ARG_STRLEN, the most one argument may hold. Longer argvs are refused, not matched."""
+NET_MAX = 261
+"""The longest NET target: a 253-character DNS name, `[`/`]`, `:` and a 5-digit port."""
+CALL_MAX = 1024
+"""The longest CALL target (`server/name[/...]`)."""
 
 _HOST = re.compile(r"[a-z0-9_.-]+")
 _V6_PORT = re.compile(r"\[([^\]]+)\](?::([0-9]+))?")
 _LEGACY_V4 = re.compile(r"[0-9a-fx.]+")
 
 
-def _check(text: str, what: str) -> None:
+def _check(text: str, what: str, limit: int) -> None:
     if not text:
         raise UncanonicalTarget(f"the {what} is empty")
+    if len(text) > limit:
+        raise UncanonicalTarget(f"the {what} is {len(text)} characters long; at most {limit} "
+                                "are accepted")
     if "\x00" in text:
         raise UncanonicalTarget(f"the {what} contains a NUL byte")
     try:
@@ -42,6 +60,10 @@ def canonical_exec(argv: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     """
     if not argv:
         raise UncanonicalTarget("the argv is empty")
+    size = sum(len(word) + 1 for word in argv) - 1
+    if size > EXEC_MAX:
+        raise UncanonicalTarget(f"the argv is {size} characters long; at most {EXEC_MAX} "
+                                "are accepted")
     for word in argv[1:]:
         if "\x00" in word:
             raise UncanonicalTarget("an argv word contains a NUL byte")
@@ -50,7 +72,7 @@ def canonical_exec(argv: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
         except UnicodeEncodeError:
             raise UncanonicalTarget("an argv word is not valid UTF-8 (lone surrogate)") from None
     program = argv[0]
-    _check(program, "program name")
+    _check(program, "program name", EXEC_MAX)
     joined = " ".join(argv)
     base = program.rstrip("/").rpartition("/")[2] or program
     if base == program:
@@ -110,7 +132,7 @@ def canonical_net(target: str) -> tuple[str, ...]:
     """
     if not isinstance(target, str):
         raise UncanonicalTarget(f"a NET target must be a string, not {type(target).__name__}")
-    _check(target, "host")
+    _check(target, "host", NET_MAX)
     if any(c.isspace() or c in "/@\\" for c in target):
         raise UncanonicalTarget("a NET target is 'host' or 'host:port', not a URL")
     port: str | None = None
@@ -144,5 +166,5 @@ def canonical_call(target: str) -> tuple[str, ...]:
     Raises:
         UncanonicalTarget: the target is empty or holds a NUL byte or a lone surrogate.
     """
-    _check(target, "call target")
+    _check(target, "call target", CALL_MAX)
     return (target,)
