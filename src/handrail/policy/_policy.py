@@ -269,9 +269,16 @@ _BUILTIN_DEFAULTS: Mapping[str, Effect] = MappingProxyType({
     "call_read_only": Effect.ALLOW,
 })
 
-SECRETS = (".env", ".env.*", "*.pem", "*.key", "id_rsa", "id_ed25519", ".netrc", "**/.git/config")
+SECRETS = (
+    ".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx",
+    "id_rsa", "id_dsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk",
+    ".netrc", ".npmrc", ".pypirc", ".git-credentials",
+    "**/.git/config", "**/.aws/credentials", "**/.docker/config.json", "**/.kube/config",
+)
 """The paths the `secrets` layer of `Policy.default()` denies to READ and WRITE (at any depth:
-a nested repository's `.git/config` holds credentials as often as the top one's)."""
+a nested repository's `.git/config` holds credentials as often as the top one's): private
+keys and certificate bundles, SSH keys, and the credential files of git, npm, PyPI, AWS,
+Docker and Kubernetes."""
 
 
 def _complete_defaults(given: Mapping[str, Effect | str] | None) -> dict[str, Effect]:
@@ -409,9 +416,9 @@ class Policy:
         """The recommended starting point.
 
         Defaults: READ allow, WRITE ask, EXEC ask, NET deny, CALL allow for a tool declaring
-        `mutates=False` and ask otherwise. Layer `secrets` denies READ and WRITE of `.env`,
-        `.env.*`, `*.pem`, `*.key`, `id_rsa`, `id_ed25519`, `.netrc` and `.git/config`
-        (at any depth, in any letter case).
+        `mutates=False` and ask otherwise. Layer `secrets` denies READ and WRITE of the
+        paths in `SECRETS` (`.env`, `*.pem`, SSH keys, `.netrc`, `.npmrc`, `.pypirc`,
+        `.aws/credentials`, `.kube/config`, ...; at any depth, in any letter case).
         """
         rules = [Rule(act, p, Effect.DENY) for act in (Act.READ, Act.WRITE) for p in SECRETS]
         return cls((Layer("secrets", tuple(rules)),), dict(_BUILTIN_DEFAULTS))
