@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -110,7 +111,7 @@ def path_pattern(draw: st.DrawFn) -> str:
     return "/".join(segs)
 
 
-@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=int(os.environ.get("HR_MATCH_EXAMPLES", "1500")), suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(path_pattern(), st.text(alphabet="ab/", min_size=1, max_size=14))
 def test_path_matcher_agrees_with_the_reference(pattern: str, target: str) -> None:
     try:
@@ -124,7 +125,7 @@ def test_path_matcher_agrees_with_the_reference(pattern: str, target: str) -> No
         if "/" in pattern or pattern in ("*", "**") else True
 
 
-@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=int(os.environ.get("HR_MATCH_EXAMPLES", "1500")), suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.lists(st.one_of(st.just("**"),
                           st.lists(st.sampled_from(["a", "b", "ab", "*", "?", "[ab]", "[!a]"]),
                                    min_size=1, max_size=4).map("".join)),

@@ -312,60 +312,120 @@ def _flat(c: Compiled) -> tuple[list[_Token | _Gap], bool]:
 def _regex(c: Compiled, *, folded: bool) -> str:
     """A regular expression matching the pattern in time linear in the target's length.
 
-    A glob is fixed-length chunks (literals, `?`, classes) separated by gaps (`*`, `**`).
-    Placing every chunk but the last at its leftmost possible position is always right
-    (a later placement only leaves a suffix of the choices open), so each gap-and-chunk is
-    an atomic group with a lazy gap: found once, never revisited. Backtracking therefore
-    never multiplies across gaps, which is what made `*a*b*` against a long target
-    polynomial. The last chunk is anchored at the end by `fullmatch`.
+    A glob is fixed-length pieces separated by gaps that match "anything" of some kind. When
+    every gap's set of possible ends only shrinks as its start moves right, placing each piece
+    but the last at its leftmost possible position is always right (a later placement only
+    leaves a subset of the choices open). So each gap-and-piece is an atomic group with a lazy
+    gap: found once, never revisited, and backtracking never multiplies across gaps (which is
+    what made `*a*b*` against a long target polynomial). The last piece is anchored at the
+    end by `fullmatch`.
+
+    Path-like targets (READ/WRITE/CALL) apply this twice: within a segment (pieces between
+    `*`, which cannot leave the segment), and over segments (blocks of whole segments between
+    `**`); each segment is an atomic group ending at a separator. EXEC and NET targets are
+    not split for `*`, so their pattern is one sequence of pieces.
     """
+    if c.act in (Act.EXEC, Act.NET):
+        return _flat_regex(c, folded=folded)
     sep = _SEP[c.act]
-    # EXEC: '*' and '?' cross words (issue 10 §3: 'git push*' means "and whatever follows").
-    char_sep = None if c.act is Act.EXEC else sep
-    any_char = f"[^{re.escape(char_sep)}]" if char_sep else "."
+    assert sep is not None
+    esep = re.escape(sep)
+    any_char = f"[^{esep}]"
+
+    def piece(tokens: Sequence[_Token]) -> str:
+        return _piece_regex(tokens, any_char, sep, folded=folded)
+
+    def seg_regex(tokens: tuple[_Token, ...]) -> str:
+        pieces: list[list[_Token]] = [[]]
+        for t in tokens:
+            if isinstance(t, _Star):
+                pieces.append([])
+            else:
+                pieces[-1].append(t)
+        if len(pieces) == 1:
+            # Fixed length; the boundary keeps an atomic block from settling on a prefix.
+            return f"{piece(pieces[0])}(?={esep}|\\Z)"
+        middle = "".join(f"(?>{any_char}*?{piece(p)})" for p in pieces[1:-1])
+        body = f"{piece(pieces[0])}{middle}{any_char}*{piece(pieces[-1])}"
+        return f"(?>{body}(?={esep}|\\Z))"
+
+    blocks: list[list[tuple[_Token, ...]]] = [[]]
+    for seg in c.segments:
+        if seg is None:
+            blocks.append([])
+        else:
+            blocks[-1].append(seg)
+    open_end = c.extends and c.segments[-1] is not None
+    if len(blocks) > 1 and not blocks[-1]:
+        open_end = True  # a trailing '**'
+        blocks.pop()
+    if blocks == [[]]:
+        return ".*"
+
+    def block_regex(block: list[tuple[_Token, ...]]) -> str:
+        return esep.join(seg_regex(s) for s in block)
+
+    out = [block_regex(blocks[0])]
+    for j, block in enumerate(blocks[1:]):
+        lead = esep if blocks[0] or j > 0 else ""
+        if j == len(blocks) - 2 and not open_end:
+            out.append(f"{lead}(?:.*{esep})?{block_regex(block)}")
+        else:
+            out.append(f"(?>{lead}(?:.*?{esep})??{block_regex(block)})")
+    if open_end:
+        out.append(f"(?:{esep}.*)?")
+    return "".join(out)
+
+
+def _piece_regex(
+    tokens: Sequence[_Token | _Gap], any_char: str, sep: str | None, *, folded: bool
+) -> str:
+    parts: list[str] = []
+    for t in tokens:
+        if isinstance(t, _Lit):
+            parts.append(re.escape(fold(t.text) if folded else t.text))
+        elif isinstance(t, _One):
+            parts.append(any_char)
+        else:
+            assert isinstance(t, _Class)
+            parts.append(_class_regex(t, sep, folded=folded))
+    return "".join(parts)
+
+
+def _flat_regex(c: Compiled, *, folded: bool) -> str:
+    """EXEC and NET: `*` and `?` cross words, a whole-word `**` is "any words, or none"."""
+    sep = _SEP[c.act]
     esep = re.escape(sep) if sep else ""
     toks, open_end = _flat(c)
     if not toks and open_end:
         return ".*"
-
-    def chunk_regex(chunk: list[_Token]) -> str:
-        parts: list[str] = []
-        for t in chunk:
-            if isinstance(t, _Lit):
-                parts.append(re.escape(fold(t.text) if folded else t.text))
-            elif isinstance(t, _One):
-                parts.append(any_char)
-            else:
-                assert isinstance(t, _Class)
-                parts.append(_class_regex(t, char_sep, folded=folded))
-        return "".join(parts)
-
-    # Split into chunk0 (gap chunk)*.
-    chunks: list[list[_Token]] = [[]]
-    gaps: list[_Star | _Gap] = []
+    # Split into piece0 (gaps piece)*. Adjacent gaps ('** *x') are one gap.
+    pieces: list[list[_Token | _Gap]] = [[]]
+    gaps: list[list[_Star | _Gap]] = []
     for t in toks:
         if isinstance(t, (_Star, _Gap)):
-            gaps.append(t)
-            chunks.append([])
+            if gaps and not pieces[-1]:
+                gaps[-1].append(t)
+            else:
+                gaps.append([t])
+                pieces.append([])
         else:
-            chunks[-1].append(t)
+            pieces[-1].append(t)
 
-    def gap_regex(g: _Star | _Gap, *, lazy: bool) -> str:
+    def gap_regex(gap: list[_Star | _Gap], *, lazy: bool) -> str:
         q = "?" if lazy else ""
-        if isinstance(g, _Star):
-            return f"{any_char}*{q}"
-        return f"(?:.*{q}{esep})?{q}"
+        return "".join(f".*{q}" if isinstance(g, _Star) else f"(?:.*{q}{esep})?{q}"
+                       for g in gap)
 
     end_guard = f"(?={esep}|\\Z)" if sep else ""
-    out = [chunk_regex(chunks[0])]
-    for j, g in enumerate(gaps):
-        body = chunk_regex(chunks[j + 1])
-        final = j == len(gaps) - 1
-        if final and not open_end:
-            out.append(gap_regex(g, lazy=False) + body)
+    out = [_piece_regex(pieces[0], ".", None, folded=folded)]
+    for j, gap in enumerate(gaps):
+        body = _piece_regex(pieces[j + 1], ".", None, folded=folded)
+        if j == len(gaps) - 1 and not open_end:
+            out.append(gap_regex(gap, lazy=False) + body)
         else:
-            guard = end_guard if final else ""
-            out.append(f"(?>{gap_regex(g, lazy=True)}{body}{guard})")
+            guard = end_guard if j == len(gaps) - 1 else ""
+            out.append(f"(?>{gap_regex(gap, lazy=True)}{body}{guard})")
     if open_end:
         if not gaps:
             out.append(end_guard)

@@ -673,7 +673,9 @@ class _Compiled:
         # check the same few targets over and over, so the answer is kept, bounded. Paths are
         # still canonicalised on every check (the filesystem may change); only the matching
         # of the canonical form is memoised.
-        self.memo: dict[tuple[str, str, tuple[str, ...], bool], Verdict] = {}
+        self.memo: dict[
+            tuple[str, str, tuple[str, ...], tuple[str, ...] | None, bool], Verdict
+        ] = {}
         self.defaults: dict[tuple[str, bool], tuple[Effect, str]] = {}
         for act in Act:
             for mutates in (True, False):
@@ -704,6 +706,7 @@ class _Compiled:
         act = action.act
         key = act._value_
         raw_target = action.target
+        allow_full: tuple[str, ...] | None = None
         try:
             if act is Act.READ or act is Act.WRITE:
                 assert isinstance(raw_target, str)
@@ -712,7 +715,7 @@ class _Compiled:
                 base: tuple[str, ...] = (target.rpartition("/")[2],)
             elif act is Act.EXEC:
                 assert isinstance(raw_target, tuple)
-                target, full = canonical_exec(raw_target)
+                target, full, allow_full = canonical_exec(raw_target, self._root(workspace))
                 base = ()
             elif act is Act.NET:
                 assert isinstance(raw_target, str)
@@ -728,22 +731,27 @@ class _Compiled:
         except UncanonicalTarget as exc:
             return Verdict._make(Effect.DENY, None, CONFINEMENT, _shown(raw_target),
                            f"target cannot be canonicalised: {exc}")
-        memo_key = (key, target, full, bool(mutates))
+        memo_key = (key, target, full, allow_full, bool(mutates))
         known = self.memo.get(memo_key)
         if known is not None:
             return known
-        verdict = self._match(key, act, target, full, base, mutates)
+        verdict = self._match(key, act, target, full, base, mutates, allow_full)
         if len(self.memo) >= _MEMO_SIZE:
             self.memo.clear()
         self.memo[memo_key] = verdict
         return verdict
 
     def _match(self, key: str, act: Act, target: str, full: tuple[str, ...],
-               base: tuple[str, ...], mutates: bool) -> Verdict:
+               base: tuple[str, ...], mutates: bool,
+               allow_full: tuple[str, ...] | None = None) -> Verdict:
         matchers = self.matchers[key]
         if matchers:
             ascii_only = target.isascii() and all(c.isascii() for c in full)
+            # Allow rules may see fewer candidates than deny and ask (EXEC: a bare program
+            # name only when it was found on PATH); they match exactly, never folded.
             raw = (prepare(full, act, segmented=True), prepare(base, act, segmented=False))
+            allow_raw = raw if allow_full is None else (
+                prepare(allow_full, act, segmented=True), raw[1])
             folded: tuple[Sequence[Prepared], Sequence[Prepared]] | None = None
             strict_raw = raw
             for matcher in matchers:
@@ -758,7 +766,7 @@ class _Compiled:
                                       prepare(raw_base, act, segmented=False))
                     folded = (prepare(folded_full, act, segmented=True),
                               prepare(folded_base, act, segmented=False))
-                cands = strict_raw if matcher.folded is not None else raw
+                cands = strict_raw if matcher.folded is not None else allow_raw
                 rid = matcher.first(cands, folded, ascii_only)
                 if rid is not None:
                     rule, layer, reason = self.rules[rid]

@@ -8,8 +8,10 @@ which the policy turns into Deny.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
+from dataclasses import dataclass
 
 from handrail.policy._paths import UncanonicalTarget
 
@@ -17,9 +19,11 @@ __all__ = [
     "CALL_MAX",
     "EXEC_MAX",
     "NET_MAX",
+    "Program",
     "canonical_call",
     "canonical_exec",
     "canonical_net",
+    "resolve_program",
 ]
 
 EXEC_MAX = 131072
@@ -49,11 +53,80 @@ def _check(text: str, what: str, limit: int) -> None:
         raise UncanonicalTarget(f"the {what} is not valid UTF-8 (lone surrogate)") from None
 
 
-def canonical_exec(argv: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-    """The argv joined by spaces, and the candidates rules are matched against.
+@dataclass(frozen=True, slots=True)
+class Program:
+    """Where an argv's program word leads: what the policy decides on and the exec tool runs."""
 
-    The candidates are the joined argv and the program, and both again with the program
-    reduced to its basename (so a rule on `rm` also catches `/bin/rm`).
+    given: str
+    """argv[0] as written."""
+    path: str | None
+    """The absolute, lexically normal path that will be executed (`//bin/../bin/git` is
+    `/bin/git`; `./x` is `<workspace>/x`; a bare name is its PATH lookup); None for a bare
+    name found nowhere on PATH (nothing would run)."""
+    real: str | None
+    """`path` with symlinks resolved (the file the kernel will load)."""
+    on_path: bool
+    """Given as a bare name and found on PATH: only then may an allow by bare name match."""
+
+
+def _lexical(path: str) -> str:
+    # posixpath keeps a leading '//' (POSIX leaves it implementation-defined); Linux treats it
+    # as '/', and a rule pinned to '/bin/git' must catch '//bin/git'.
+    out = os.path.normpath(path)
+    if out.startswith("//"):
+        out = "/" + out.lstrip("/")
+    return out
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _search_path(name: str, root: str) -> str | None:
+    """`name` looked up on PATH, skipping relative entries and entries inside the workspace.
+
+    A PATH holding `.`, an empty entry or the workspace would let a model put its own `git`
+    where the lookup finds it first; such entries are ignored, by the check and the run alike.
+    """
+    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue
+        entry = _lexical(entry)
+        if _inside(entry, root) or _inside(os.path.realpath(entry), root):
+            continue
+        candidate = os.path.join(entry, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def resolve_program(program: str, root: str) -> Program:
+    """Resolve argv[0] the way the exec tool will run it, for the policy to decide on.
+
+    A name without `/` is looked up on PATH (see `_search_path`); a path is taken against
+    the workspace root (the program's working directory) and normalised.
+    """
+    if "/" not in program:
+        found = _search_path(program, root)
+        if found is None:
+            return Program(program, None, None, False)
+        return Program(program, found, os.path.realpath(found), True)
+    path = _lexical(program if os.path.isabs(program) else os.path.join(root, program))
+    return Program(program, path, os.path.realpath(path), False)
+
+
+def canonical_exec(
+    argv: tuple[str, ...], root: str
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """The target shown, and the candidates deny/ask rules and allow rules are matched against.
+
+    The program word is resolved (`resolve_program`). Deny and ask rules see the argv with the
+    program as given, as its canonical path, its real path (symlinks followed), and each of
+    those reduced to its basename (a rule on `rm` catches `/bin/rm`, `//bin/../bin/rm` and a
+    link named `x` pointing at `rm`). Allow rules see a bare program name only when it was
+    given bare and found on PATH (an allow of `git status` never admits a `git` placed
+    somewhere by path), and otherwise only the canonical and real paths (and, inside the
+    workspace, the workspace-relative path): a path is allowed only by a rule naming it.
 
     Raises:
         UncanonicalTarget: the argv is empty or holds an unusable string.
@@ -73,14 +146,30 @@ def canonical_exec(argv: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
             raise UncanonicalTarget("an argv word is not valid UTF-8 (lone surrogate)") from None
     program = argv[0]
     _check(program, "program name", EXEC_MAX)
-    joined = " ".join(argv)
-    base = program.rstrip("/").rpartition("/")[2] or program
-    if base == program:
-        return joined, (joined, program) if len(argv) > 1 else (joined,)
-    joined_base = " ".join((base, *argv[1:]))
-    if len(argv) == 1:
-        return joined, (joined, base)
-    return joined, (joined, joined_base, program, base)
+    rest = argv[1:]
+
+    def with_program(word: str) -> tuple[str, ...]:
+        return (" ".join((word, *rest)), word) if rest else (word,)
+
+    resolved = resolve_program(program, root)
+    allow: dict[str, None] = {}
+    if resolved.on_path:
+        allow.update(dict.fromkeys(with_program(program)))
+    if resolved.path is not None:
+        assert resolved.real is not None
+        for path in (resolved.path, resolved.real):
+            allow.update(dict.fromkeys(with_program(path)))
+            if not resolved.on_path and _inside(path, root) and path != root:
+                rel = path[len(root.rstrip(os.sep)) + 1:]
+                allow.update(dict.fromkeys(with_program(rel)))
+    deny = dict(allow)
+    deny.update(dict.fromkeys(with_program(program)))
+    for path in (program, resolved.path, resolved.real):
+        if path is not None:
+            base = path.rstrip("/").rpartition("/")[2] or path
+            deny.update(dict.fromkeys(with_program(base)))
+    shown_program = program if resolved.on_path or resolved.path is None else resolved.path
+    return " ".join((shown_program, *rest)), tuple(deny), tuple(allow)
 
 
 def _canonical_host(host: str) -> tuple[str, bool]:
