@@ -23,6 +23,7 @@ __all__ = [
     "canonical_call",
     "canonical_exec",
     "canonical_net",
+    "is_inside",
     "resolve_program",
 ]
 
@@ -78,7 +79,8 @@ def _lexical(path: str) -> str:
     return out
 
 
-def _inside(path: str, root: str) -> bool:
+def is_inside(path: str, root: str) -> bool:
+    """`path` is `root` or lies below it (both absolute and normal)."""
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
@@ -92,7 +94,7 @@ def _search_path(name: str, root: str) -> str | None:
         if not entry or not os.path.isabs(entry):
             continue
         entry = _lexical(entry)
-        if _inside(entry, root) or _inside(os.path.realpath(entry), root):
+        if is_inside(entry, root) or is_inside(os.path.realpath(entry), root):
             continue
         candidate = os.path.join(entry, name)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
@@ -126,7 +128,7 @@ def canonical_exec(
     link named `x` pointing at `rm`). Allow rules see a bare program name only when it was
     given bare and found on PATH (an allow of `git status` never admits a `git` placed
     somewhere by path), and otherwise only the canonical and real paths (and, inside the
-    workspace, the workspace-relative path): a path is allowed only by a rule naming it.
+    workspace, `./rel` and a `rel` holding a `/`): a path is allowed only by a rule naming it.
 
     Raises:
         UncanonicalTarget: the argv is empty or holds an unusable string.
@@ -159,16 +161,20 @@ def canonical_exec(
         assert resolved.real is not None
         for path in (resolved.path, resolved.real):
             allow.update(dict.fromkeys(with_program(path)))
-            if not resolved.on_path and _inside(path, root) and path != root:
+            if not resolved.on_path and is_inside(path, root) and path != root:
+                # './x' always; 'sub/x' only with a '/': a bare 'x' would be a PATH name.
                 rel = path[len(root.rstrip(os.sep)) + 1:]
-                allow.update(dict.fromkeys(with_program(rel)))
+                spellings = ("./" + rel, rel) if "/" in rel else ("./" + rel,)
+                for spelling in spellings:
+                    allow.update(dict.fromkeys(with_program(spelling)))
     deny = dict(allow)
     deny.update(dict.fromkeys(with_program(program)))
-    for path in (program, resolved.path, resolved.real):
-        if path is not None:
-            base = path.rstrip("/").rpartition("/")[2] or path
+    for spelled in (program, resolved.path, resolved.real):
+        if spelled is not None:
+            base = spelled.rstrip("/").rpartition("/")[2] or spelled
             deny.update(dict.fromkeys(with_program(base)))
-    shown_program = program if resolved.on_path or resolved.path is None else resolved.path
+    # The verdict names the file that will run (a PATH lookup or a path made canonical).
+    shown_program = program if resolved.path is None else resolved.path
     return " ".join((shown_program, *rest)), tuple(deny), tuple(allow)
 
 
