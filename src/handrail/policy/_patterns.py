@@ -30,6 +30,7 @@ Every index answers with the smallest rule id that matches, so explanations are 
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,8 @@ class Compiled:
     """Also matches any target that extends a match by more segments (CALL)."""
     has_negated_class: bool
     """Contains `[!...]`, which case folding cannot over-approximate (see Index)."""
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
+    """A NET rule naming a CIDR block (`10.0.0.0/8`): matched by address, not as a glob."""
 
 
 def _parse_segment(seg: str, *, where: str, classes: bool) -> tuple[_Token, ...]:
@@ -248,18 +251,34 @@ def compile_pattern(act: Act, pattern: str) -> Compiled:
 
 def _compile_net(pattern: str, where: str) -> Compiled:
     from handrail.policy._paths import UncanonicalTarget
-    from handrail.policy._targets import canonical_net
+    from handrail.policy._targets import NET_CLASSES, canonical_net
 
     if not pattern.isascii():
         raise PolicyError(f"{where}: write the host in its ASCII form (IDNA, 'xn--...')")
+    if "/" in pattern and not any(c.isspace() or c in "@*?" for c in pattern):
+        try:
+            network = ipaddress.ip_network(pattern, strict=False)
+        except ValueError:
+            raise PolicyError(f"{where}: not a CIDR block like '10.0.0.0/8' or 'fc00::/7'; a "
+                              "NET pattern is 'host', 'host:port' or a CIDR block") from None
+        return Compiled(Act.NET, (), False, False, False, network)
     if any(c.isspace() or c in "/@" for c in pattern):
         raise PolicyError(f"{where}: a NET pattern is 'host' or 'host:port', nothing more")
     text = pattern.replace("**", "*")  # hosts have no segments: '**' and '*' are the same
     if not any(c in text for c in "*?\\"):
+        keyword, colon, port = text.lower().partition(":")
+        if keyword in NET_CLASSES:
+            if colon and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+                raise PolicyError(f"{where}: the port {port!r} is not a number from 0 to 65535")
+            return Compiled(Act.NET, ((_Lit(text.lower()),),), False, False, False)
         try:
-            text = canonical_net(text)[0]
+            candidates = canonical_net(text)
         except UncanonicalTarget as exc:
             raise PolicyError(f"{where}: {exc}") from None
+        text = candidates[0]
+        if "loopback" in candidates:
+            # A rule naming one spelling of this machine names them all (see canonical_net).
+            text = next((c for c in candidates if c.startswith("loopback:")), "loopback")
         return Compiled(Act.NET, ((_Lit(text),),), False, False, False)
     tokens = _parse_segment(text.lower(), where=where, classes=False)
     return Compiled(Act.NET, (tokens,), False, False, False)

@@ -27,7 +27,13 @@ from handrail.policy._paths import (
     workspace_root,
 )
 from handrail.policy._patterns import Compiled, Index, Prepared, compile_pattern, fold, prepare
-from handrail.policy._targets import canonical_call, canonical_exec, canonical_net
+from handrail.policy._targets import (
+    IpAddress,
+    canonical_call,
+    canonical_exec,
+    canonical_net,
+    net_addresses,
+)
 from handrail.tools import Act, Action
 
 __all__ = ["CONFINEMENT", "Effect", "Layer", "Policy", "Rule", "Verdict", "parse_act"]
@@ -304,10 +310,13 @@ def _complete_defaults(given: Mapping[str, Effect | str] | None) -> dict[str, Ef
 class _EffectMatcher:
     """The compiled rules of one (act, effect)."""
 
-    __slots__ = ("base", "effect", "folded", "folded_base", "raw_always")
+    __slots__ = ("base", "effect", "folded", "folded_base", "networks", "raw_always")
 
     def __init__(self, effect: Effect, entries: list[tuple[int, Compiled]]) -> None:
         self.effect = effect
+        # NET CIDR rules are matched by address, not as globs: a short list, tried in order.
+        self.networks = [(i, c.network) for i, c in entries if c.network is not None]
+        entries = [(i, c) for i, c in entries if c.network is None]
         full = [(i, c) for i, c in entries if not c.basename]
         base = [(i, c) for i, c in entries if c.basename]
         # Allow matches exactly; deny and ask also match case-folded (see the module docstring),
@@ -332,8 +341,14 @@ class _EffectMatcher:
         raw: tuple[Sequence[Prepared], Sequence[Prepared]],
         folded: tuple[Sequence[Prepared], Sequence[Prepared]] | None,
         ascii_only: bool,
+        addresses: Sequence[IpAddress] = (),
     ) -> int | None:
         best: int | None = None
+        if addresses and self.networks:
+            for rid, network in self.networks:
+                if any(ip.version == network.version and ip in network for ip in addresses):
+                    best = rid
+                    break
         if folded is not None and self.folded is not None:
             for index, cands in zip(self.folded, folded, strict=True):
                 if index is not None and cands:
@@ -707,6 +722,7 @@ class _Compiled:
         key = act._value_
         raw_target = action.target
         allow_full: tuple[str, ...] | None = None
+        addresses: tuple[IpAddress, ...] = ()
         try:
             if act is Act.READ or act is Act.WRITE:
                 assert isinstance(raw_target, str)
@@ -721,6 +737,7 @@ class _Compiled:
                 assert isinstance(raw_target, str)
                 full = canonical_net(raw_target)
                 target, base = full[0], ()
+                addresses = net_addresses(full)
             else:
                 assert isinstance(raw_target, str)
                 full = canonical_call(raw_target)
@@ -735,7 +752,7 @@ class _Compiled:
         known = self.memo.get(memo_key)
         if known is not None:
             return known
-        verdict = self._match(key, act, target, full, base, mutates, allow_full)
+        verdict = self._match(key, act, target, full, base, mutates, allow_full, addresses)
         if len(self.memo) >= _MEMO_SIZE:
             self.memo.clear()
         self.memo[memo_key] = verdict
@@ -743,7 +760,8 @@ class _Compiled:
 
     def _match(self, key: str, act: Act, target: str, full: tuple[str, ...],
                base: tuple[str, ...], mutates: bool,
-               allow_full: tuple[str, ...] | None = None) -> Verdict:
+               allow_full: tuple[str, ...] | None = None,
+               addresses: tuple[IpAddress, ...] = ()) -> Verdict:
         matchers = self.matchers[key]
         if matchers:
             ascii_only = target.isascii() and all(c.isascii() for c in full)
@@ -767,7 +785,7 @@ class _Compiled:
                     folded = (prepare(folded_full, act, segmented=True),
                               prepare(folded_base, act, segmented=False))
                 cands = strict_raw if matcher.folded is not None else allow_raw
-                rid = matcher.first(cands, folded, ascii_only)
+                rid = matcher.first(cands, folded, ascii_only, addresses)
                 if rid is not None:
                     rule, layer, reason = self.rules[rid]
                     return Verdict._make(matcher.effect, rule, layer, target, reason)

@@ -7,8 +7,10 @@ which the policy turns into Deny.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
+import stat
 import re
 import socket
 from dataclasses import dataclass
@@ -18,12 +20,16 @@ from handrail.policy._paths import UncanonicalTarget
 __all__ = [
     "CALL_MAX",
     "EXEC_MAX",
+    "IpAddress",
+    "NET_CLASSES",
     "NET_MAX",
     "Program",
+    "address_classes",
     "canonical_call",
     "canonical_exec",
     "canonical_net",
     "is_inside",
+    "net_addresses",
     "resolve_program",
 ]
 
@@ -84,20 +90,33 @@ def is_inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+@functools.lru_cache(maxsize=16)
+def _search_dirs(path_env: str, root: str) -> tuple[str, ...]:
+    # Cached per (PATH, root): realpath of every entry on each check cost ~300 µs.
+    dirs: list[str] = []
+    for entry in path_env.split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue
+        entry = _lexical(entry)
+        if is_inside(entry, root) or is_inside(os.path.realpath(entry), root):
+            continue
+        dirs.append(entry)
+    return tuple(dirs)
+
+
 def _search_path(name: str, root: str) -> str | None:
     """`name` looked up on PATH, skipping relative entries and entries inside the workspace.
 
     A PATH holding `.`, an empty entry or the workspace would let a model put its own `git`
     where the lookup finds it first; such entries are ignored, by the check and the run alike.
     """
-    for entry in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        if not entry or not os.path.isabs(entry):
-            continue
-        entry = _lexical(entry)
-        if is_inside(entry, root) or is_inside(os.path.realpath(entry), root):
-            continue
+    for entry in _search_dirs(os.environ.get("PATH", os.defpath), root):
         candidate = os.path.join(entry, name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and os.access(candidate, os.X_OK):
             return candidate
     return None
 
@@ -112,7 +131,9 @@ def resolve_program(program: str, root: str) -> Program:
         found = _search_path(program, root)
         if found is None:
             return Program(program, None, None, False)
-        return Program(program, found, os.path.realpath(found), True)
+        # Not followed through links: PATH directories are the host's, outside the workspace,
+        # and a realpath here doubled the cost of every EXEC check.
+        return Program(program, found, found, True)
     path = _lexical(program if os.path.isabs(program) else os.path.join(root, program))
     return Program(program, path, os.path.realpath(path), False)
 
@@ -215,6 +236,31 @@ def _canonical_host(host: str) -> tuple[str, bool]:
     return host, False
 
 
+NET_CLASSES = ("loopback", "link-local", "private")
+"""Keywords a NET rule may name instead of a host. `loopback`: this machine (127.0.0.0/8,
+::1, and the unspecified 0.0.0.0 and ::, which reach it too, plus `localhost`); `link-local`:
+169.254.0.0/16 and fe80::/10 (cloud metadata services live there); `private`: every address
+that is not globally routable (RFC 1918, unique-local, and the two classes above)."""
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def address_classes(ip: IpAddress) -> tuple[str, ...]:
+    """The `NET_CLASSES` keywords `ip` belongs to."""
+    if ip.is_loopback or ip.is_unspecified:
+        return ("loopback", "private")
+    if ip.is_link_local:
+        return ("link-local", "private")
+    if ip.is_private or not ip.is_global:
+        return ("private",)
+    return ()
+
+
+def _is_localhost(host: str) -> bool:
+    # RFC 6761: 'localhost' and every name under it resolve to loopback.
+    return host == "localhost" or host.endswith(".localhost")
+
+
 def canonical_net(target: str) -> tuple[str, ...]:
     """Candidates for a NET target: `(host:port, host)`, or `(host,)` without a port.
 
@@ -247,12 +293,55 @@ def canonical_net(target: str) -> tuple[str, ...]:
     else:
         host = target
     canonical, v6 = _canonical_host(host)
-    if port is None:
-        return (canonical,)
-    if not port.isascii() or not port.isdigit() or int(port) > 65535:
+    if canonical in NET_CLASSES:
+        raise UncanonicalTarget(f"{canonical!r} is a policy keyword, not a host name; name the "
+                                "host fully")
+    if port is not None and (not port.isascii() or not port.isdigit() or int(port) > 65535):
         raise UncanonicalTarget(f"the port {port!r} is not a number from 0 to 65535")
-    shown = f"[{canonical}]" if v6 else canonical
-    return (f"{shown}:{int(port)}", canonical)
+    hosts = [canonical]
+    ip: IpAddress | None = None
+    if _is_localhost(canonical):
+        ip = ipaddress.IPv4Address("127.0.0.1")
+    elif v6 or _LEGACY_V4.fullmatch(canonical):
+        with_ip = _parse_ip(canonical)
+        ip = with_ip
+    if ip is not None:
+        # Every spelling of an address class is one target: '0', '0.0.0.0', '::', '[::1]',
+        # 'localhost' and 127.0.0.2 all reach this machine, and a rule naming any of them (or
+        # the class keyword) names them all.
+        hosts += address_classes(ip)
+    if port is None:
+        return tuple(hosts)
+    out = [f"[{canonical}]:{int(port)}" if v6 else f"{canonical}:{int(port)}", canonical]
+    for extra in hosts[1:]:
+        out += (f"{extra}:{int(port)}", extra)
+    return tuple(out)
+
+
+_LOOPBACKS = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
+
+
+def net_addresses(candidates: tuple[str, ...]) -> tuple[IpAddress, ...]:
+    """The addresses CIDR rules judge for a NET target (from `canonical_net`'s candidates).
+
+    An IP target is its address; `localhost` and every loopback or unspecified address is the
+    whole loopback class (`127.0.0.0/8` and `::1/128` each catch `0.0.0.0` and `[::]`).
+    A host name has none: names are not resolved by the policy (the fetch tool resolves them
+    and checks the address it will connect to).
+    """
+    host = candidates[1] if len(candidates) > 1 and ":" in candidates[0] and \
+        not candidates[0].endswith("]") and candidates[1] not in NET_CLASSES else candidates[0]
+    ip = _parse_ip(host)
+    if "loopback" in candidates:
+        return (ip, *_LOOPBACKS) if ip is not None else _LOOPBACKS
+    return (ip,) if ip is not None else ()
+
+
+def _parse_ip(host: str) -> IpAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
 
 
 def canonical_call(target: str) -> tuple[str, ...]:
