@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import ipaddress
 import os
-import stat
 import re
 import socket
+import stat
 from dataclasses import dataclass
 
 from handrail.policy._paths import UncanonicalTarget
@@ -20,9 +20,9 @@ from handrail.policy._paths import UncanonicalTarget
 __all__ = [
     "CALL_MAX",
     "EXEC_MAX",
-    "IpAddress",
     "NET_CLASSES",
     "NET_MAX",
+    "IpAddress",
     "Program",
     "address_classes",
     "canonical_call",
