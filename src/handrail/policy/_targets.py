@@ -71,7 +71,8 @@ class Program:
     `/bin/git`; `./x` is `<workspace>/x`; a bare name is its PATH lookup); None for a bare
     name found nowhere on PATH (nothing would run)."""
     real: str | None
-    """`path` with symlinks resolved (the file the kernel will load)."""
+    """`path` with symlinks resolved (the file the kernel will load) for a program given by
+    path; a PATH lookup's result as found (PATH directories are the host's)."""
     on_path: bool
     """Given as a bare name and found on PATH: only then may an allow by bare name match."""
 
