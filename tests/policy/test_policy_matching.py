@@ -278,3 +278,34 @@ def test_exec_prefix_star_matches_every_extension(argv: list[str], cut: int) -> 
     except hr.PolicyError:
         return
     assert linear_matches(X, pattern, joined)
+
+
+def test_a_thousand_adversarial_rules_against_the_longest_targets(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(9)
+    atoms = ["a", "*", "?", "[a]", "aa", "b"]
+    patterns: set[str] = set()
+    while len(patterns) < 1000:
+        segs = []
+        for _ in range(rng.randint(1, 4)):
+            if rng.random() < 0.3:
+                segs.append("**")
+            else:
+                segs.append("".join(rng.choice(atoms) for _ in range(rng.randint(2, 9))))
+        pattern = "/".join(segs)
+        try:
+            compile_pattern(R, pattern)
+        except hr.PolicyError:
+            continue
+        patterns.add(pattern)
+    layer = Layer("adversarial", tuple(Rule(R, p, Effect.DENY) for p in sorted(patterns)))
+    policy = Policy((layer,), {"read": Effect.ALLOW})
+    (tmp_path / "d").mkdir()
+    targets = ["a" * 255, "d/" + "a" * 250 + "c",
+               "/".join(["a" * 40] * 90)[:PATH_MAX], "/".join(["a"] * 1000) + "/c"]
+    start = time.perf_counter()
+    for target in targets:
+        policy.check(hr.Action(R, target), workspace=tmp_path)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 20, f"{elapsed:.1f}s for {len(targets)} checks against 1000 rules"
