@@ -22,9 +22,10 @@ Targets are canonicalised before matching; matching sees only the canonical form
 - CALL: `server/name[/...]`; a pattern also covers targets extending it (`ledger/transfer`
   covers `ledger/transfer/acct-42`).
 
-Patterns: `*` within a segment (any run for EXEC), `**` across segments, `?` one character, `[a-z]`/`[!a]` one
-character of a set, `\` escapes. A path pattern without `/` matches the basename at any depth
-(`.env` catches `a/b/.env`); a leading `/` anchors it at the workspace root. Deny and ask
+Patterns: `*` within a segment (any run for EXEC), `**` across segments, `?` one character,
+`[a-z]`/`[!a]` one character of a set, `\` escapes. A path pattern without `/` matches the
+basename at any depth (`.env` catches `a/b/.env`); a leading `/` anchors it at the workspace
+root. Deny and ask
 rules match in any letter case (case-insensitive filesystems); allow rules match exactly.
 A malformed pattern raises `PolicyError` when the rule is built.
 """
