@@ -768,8 +768,11 @@ class _Compiled:
             # Allow rules may see fewer candidates than deny and ask (EXEC: a bare program
             # name only when it was found on PATH); they match exactly, never folded.
             raw = (prepare(full, act, segmented=True), prepare(base, act, segmented=False))
-            allow_raw = raw if allow_full is None else (
-                prepare(allow_full, act, segmented=True), raw[1])
+            allow_raw = raw
+            if allow_full is not None:
+                # A subset of `full`, already split once: pick, don't split again.
+                keep = set(allow_full)
+                allow_raw = (tuple(p for p in raw[0] if p[0] in keep), raw[1])
             folded: tuple[Sequence[Prepared], Sequence[Prepared]] | None = None
             strict_raw = raw
             for matcher in matchers:
