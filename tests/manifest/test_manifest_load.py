@@ -321,3 +321,34 @@ def test_a_malformed_policy_names_its_key_path_and_line() -> None:
 def test_an_empty_policy_section_is_a_policy() -> None:
     assert Manifest.from_toml("[policy]\n").policy is not None
     assert Manifest.from_toml("[policy]\n") != Manifest.from_toml("")
+
+
+# -- issue 9 §2: a BOM is accepted; nesting too deep is a clear error, not a RecursionError ----
+
+def test_a_manifest_starting_with_a_bom_is_read_as_without(tmp_path: Path) -> None:
+    path = tmp_path / "handrail.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD_TOML.encode("utf-8"))
+    assert Manifest.load(path) == Manifest.from_toml(GOOD_TOML)
+    assert Manifest.from_toml("\ufeff" + GOOD_TOML).grants[0].line == 7  # lines unchanged
+
+
+@pytest.mark.parametrize("text", [
+    "x = " + "[" * 5000 + "]" * 5000,
+    "x = " + "{a = " * 3000 + "1" + "}" * 3000,
+    "[agent]\nname = \"a\"\n\ninstructions = " + "[" * 100 + "]" * 100,
+])
+def test_nesting_too_deep_is_a_manifest_error_naming_the_line(
+    tmp_path: Path, text: str
+) -> None:
+    message = _error(text)
+    assert "nest more than 64 levels" in message
+    assert message.startswith("handrail.toml:")
+    path = tmp_path / "handrail.toml"
+    path.write_text(text)
+    with pytest.raises(hr.ManifestError, match=r"handrail.toml:\d+: arrays or inline tables"):
+        Manifest.load(path)
+
+
+def test_brackets_inside_strings_and_comments_are_not_nesting() -> None:
+    text = 'x = "' + "[" * 500 + '"\ny = \'\'\'' + "{" * 500 + "'''\n# " + "[" * 500 + "\n"
+    assert "unknown key" in _error(text)

@@ -138,3 +138,25 @@ def test_round_trip_enforces_identically(
     assert Policy.from_dict(json.loads(json.dumps(policy.to_dict()))) == policy
     for action in actions:
         assert loaded.check(action, mutates=mutates) == policy.check(action, mutates=mutates)
+
+
+# -- issue 9 §2: a BOM is accepted; nesting too deep is a clear error, not a RecursionError ----
+
+def test_a_policy_file_starting_with_a_bom_loads(tmp_path: Path) -> None:
+    text = '[policy]\n[[policy.layers]]\nname = "app"\ndeny = ["read:*.pem"]\n'
+    path = tmp_path / "policy.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    assert Policy.load(path) == Policy.from_toml(text)
+    assert Policy.from_toml("\ufeff" + text) == Policy.from_toml(text)
+
+
+@pytest.mark.parametrize("text", [
+    "[policy]\nlayers = " + "[" * 5000 + "]" * 5000,
+    "[policy]\ndefaults = " + "{a = " * 3000 + "1" + "}" * 3000,
+])
+def test_nesting_too_deep_is_a_policy_error_naming_the_line(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    with pytest.raises(PolicyError, match=r"policy.toml:2: arrays or inline tables nest more "
+                                          r"than 64 levels"):
+        Policy.load(path)

@@ -20,6 +20,7 @@ from anyio.abc import ByteReceiveStream, Process
 from pydantic import Field, field_validator
 
 from handrail.builtin._fs import workspace_root
+from handrail.policy._targets import is_inside, resolve_program
 from handrail.tools import Act, Action, CallContext, Json, Tool, ToolResult
 
 __all__ = ["EXEC_DEFAULT_TIMEOUT", "EXEC_MAX_TIMEOUT", "EXEC_OUTPUT_LIMIT_BYTES",
@@ -98,9 +99,21 @@ class Exec(Tool, server="workspace", name="exec", mutates=True):
         """Run the program."""
         root = workspace_root(ctx, files=False)
         timeout = self.timeout if self.timeout is not None else EXEC_DEFAULT_TIMEOUT
+        # Run the very file the policy decided on: argv[0] resolved the same way (PATH lookup
+        # skipping the workspace, or a canonical path), never re-resolved by the OS.
+        program = resolve_program(self.argv[0], root)
+        if program.path is None:
+            return ToolResult.error(f"program {self.argv[0]!r} not found on PATH (a program in "
+                                    "the workspace is run by its path, e.g. './script')")
+        if program.real != program.path and is_inside(program.path, root):
+            # A link in the workspace can be re-pointed between the check and the run (by
+            # another call of the same turn): the policy decided on the name, so refuse.
+            return ToolResult.error(f"program {self.argv[0]!r} is a symbolic link inside the "
+                                    "workspace; run the program it points to by its own path")
+        argv = [program.path, *self.argv[1:]]
         try:
             process = await anyio.open_process(
-                self.argv,
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -8,11 +8,15 @@ httpx is imported on first use, not when handrail is imported.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import socket
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from pydantic import field_validator
 
+from handrail.policy._paths import UncanonicalTarget
+from handrail.policy._targets import address_classes, canonical_net
 from handrail.tools import Act, Action, CallContext, Text, Tool, ToolResult
 
 if TYPE_CHECKING:
@@ -90,7 +94,10 @@ class Fetch(Tool, server="workspace", name="fetch", mutates=False):
         url = _parse(self.url)
         try:
             with anyio.fail_after(FETCH_TIMEOUT):
-                return await _get(url)
+                address = await _decide_address(url, ctx)
+                if isinstance(address, ToolResult):
+                    return address
+                return await _get(url, address)
         except TimeoutError:
             return ToolResult.error(f"fetching {url} took longer than {FETCH_TIMEOUT:g}s; "
                                     "gave up")
@@ -98,15 +105,66 @@ class Fetch(Tool, server="workspace", name="fetch", mutates=False):
             return ToolResult.error(describe_http_error(exc, url))
 
 
-async def _get(url: httpx.URL) -> ToolResult:
+async def _decide_address(url: httpx.URL, ctx: CallContext) -> str | ToolResult:
+    """The one IP address this fetch will connect to, checked at the moment of use.
+
+    An IP literal (in any spelling the policy accepts: `0`, `2130706433`, `[::ffff:...]`) is
+    the address the policy decided on. A name is resolved here, off the event loop and within
+    the call's deadline, and the first address is used for the connection (never re-resolved,
+    so a second DNS answer cannot differ). The policy decided on the name; an address it would
+    not name (this machine, link-local, private networks) is reached only when the policy
+    allows that address outright, so a deny of `loopback` or `10.0.0.0/8` also holds for a
+    public-looking name that resolves there.
+    """
+    port = url.port or _DEFAULT_PORTS[url.scheme]
+    host = url.raw_host.decode("ascii").lower()
+    try:
+        canonical = canonical_net(f"[{host}]" if ":" in host else host)
+    except UncanonicalTarget as exc:
+        return ToolResult.error(f"cannot fetch {url}: {exc}")
+    ip = _parse_ip(canonical[0])
+    if ip is not None:
+        return str(ip)
+    try:
+        infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return ToolResult.error(f"could not resolve {host!r}: {exc}")
+    addresses = [_parse_ip(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    chosen = next((a for a in addresses if a is not None), None)
+    if chosen is None:
+        return ToolResult.error(f"{host!r} resolved to no usable address")
+    if address_classes(chosen):
+        target = f"[{chosen}]:{port}" if chosen.version == 6 else f"{chosen}:{port}"
+        if not ctx.permits(Action(Act.NET, target)):
+            return ToolResult.error(
+                f"not fetched: {host!r} resolves to {chosen} ({', '.join(address_classes(chosen))}"
+                "), which the policy does not allow; a rule must name that address or its class"
+            )
+    return str(chosen)
+
+
+def _parse_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+async def _get(url: httpx.URL, address: str) -> ToolResult:
     import httpx
 
+    # Connect to the decided address; the server still sees its name (Host header), and TLS
+    # still sends and verifies the name (SNI).
+    connect_url = url.copy_with(host=address)
+    headers = {"User-Agent": "handrail-fetch", "Host": url.netloc.decode("ascii")}
+    extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
     # trust_env=False: no proxy settings or ~/.netrc credentials from the host's environment
     # reach a URL the model chose.
     async with (
         httpx.AsyncClient(follow_redirects=False, trust_env=False,
                           timeout=httpx.Timeout(FETCH_TIMEOUT)) as client,
-        client.stream("GET", url, headers={"User-Agent": "handrail-fetch"}) as response,
+        client.stream("GET", connect_url, headers=headers,
+                      extensions=extensions) as response,
     ):
         status = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
         structured: dict[str, Any] = {"url": str(url), "status": response.status_code}

@@ -27,6 +27,7 @@ from handrail.manifest._manifest import (
     schema_problem,
 )
 from handrail.manifest._toml_out import decode_json
+from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 from handrail.tools import ToolId
 
 if TYPE_CHECKING:
@@ -129,8 +130,15 @@ def _is_seconds(v: Any) -> bool:
 
 def parse(text: str, *, source: str = "<string>") -> Manifest:
     """Parse and check manifest TOML (see `Manifest.from_toml`)."""
+    text = without_bom(text)
+    line = too_deep(text)
+    if line is not None:
+        raise ManifestError(f"{source}:{line}: arrays or inline tables nest more than "
+                            f"{MAX_NESTING} levels deep; a manifest needs only a few")
     try:
         data = tomllib.loads(text)
+    except RecursionError:  # pragma: no cover - too_deep refuses such text first
+        raise ManifestError(f"{source}: nested too deeply to parse") from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         found = _TOML_LINE.search(message)

@@ -11,15 +11,21 @@ Targets are canonicalised before matching; matching sees only the canonical form
 - READ/WRITE: the path resolved against the workspace root (`..`, `.`, `//` collapsed,
   symlinks followed, absolute paths made relative). Outside the workspace, or impossible to
   canonicalise (NUL byte, lone surrogate): Deny, whatever the rules say.
-- EXEC: the argv joined by spaces, and the program; a program word without `/` matches the
-  program's basename wherever it lives (`rm` catches `/bin/rm`), an absolute one pins it.
-- NET: `host:port` and `host`, lower-cased, IPs in standard form (`127.1` is `127.0.0.1`).
+- EXEC: the argv joined by spaces, the program resolved (PATH lookup, or a path normalised
+  against the workspace); in deny/ask rules a program word without `/` matches the basename
+  of the program as given, resolved or behind a link (`rm` catches `/bin/rm`); in allow rules
+  only a program given bare and found on PATH; an absolute one pins it. `*` and `?` cross
+  argv words (`git push*` covers `git push origin main`).
+- NET: `host:port` and `host`, lower-cased, IPs in standard form (`127.1` is `127.0.0.1`),
+  plus the address classes `loopback`, `link-local`, `private` as keywords; CIDR rules.
+- Targets are length-capped (a path at PATH_MAX, 4096 bytes) and matching is linear-time.
 - CALL: `server/name[/...]`; a pattern also covers targets extending it (`ledger/transfer`
   covers `ledger/transfer/acct-42`).
 
-Patterns: `*` within a segment, `**` across segments, `?` one character, `[a-z]`/`[!a]` one
-character of a set, `\` escapes. A path pattern without `/` matches the basename at any depth
-(`.env` catches `a/b/.env`); a leading `/` anchors it at the workspace root. Deny and ask
+Patterns: `*` within a segment (any run for EXEC), `**` across segments, `?` one character,
+`[a-z]`/`[!a]` one character of a set, `\` escapes. A path pattern without `/` matches the
+basename at any depth (`.env` catches `a/b/.env`); a leading `/` anchors it at the workspace
+root. Deny and ask
 rules match in any letter case (case-insensitive filesystems); allow rules match exactly.
 A malformed pattern raises `PolicyError` when the rule is built.
 """

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "PATH_MAX",
     "OutsideWorkspace",
     "UncanonicalPath",
     "UncanonicalTarget",
@@ -31,6 +32,12 @@ __all__ = [
     "resolve_in_workspace",
     "workspace_root",
 ]
+
+
+PATH_MAX = 4096
+"""The longest path (in UTF-8 bytes) a READ/WRITE target may have: Linux's PATH_MAX. A longer
+one cannot be opened by the kernel anyway, and matching it would let a model choose how long
+the policy works; it is refused before anything else looks at it."""
 
 
 class UncanonicalTarget(ValueError):
@@ -60,10 +67,16 @@ def _check_text(target: object) -> str:
         raise UncanonicalPath("the path is empty")
     if "\x00" in target:
         raise UncanonicalPath("the path contains a NUL byte")
+    if len(target) > PATH_MAX:
+        raise UncanonicalPath(f"the path is {len(target)} characters long; at most {PATH_MAX} "
+                              "bytes (the OS's PATH_MAX) can name a file")
     try:
-        target.encode("utf-8")
+        size = len(target.encode("utf-8"))
     except UnicodeEncodeError:
         raise UncanonicalPath("the path is not valid UTF-8 (lone surrogate)") from None
+    if size > PATH_MAX:
+        raise UncanonicalPath(f"the path is {size} bytes long in UTF-8; at most {PATH_MAX} "
+                              "bytes (the OS's PATH_MAX) can name a file")
     return target
 
 
@@ -73,6 +86,10 @@ def _resolve(target: str, root: str) -> str:
         resolved = os.path.realpath(joined)
     except (OSError, ValueError) as exc:
         raise UncanonicalPath(f"the path cannot be resolved: {exc}") from None
+    if len(resolved) > PATH_MAX:
+        # A short target can grow through symlinks; the cap holds for what is matched.
+        raise UncanonicalPath(f"the path resolves to {len(resolved)} characters; at most "
+                              f"{PATH_MAX} (the OS's PATH_MAX) can name a file")
     if resolved != root and not resolved.startswith(root.rstrip(os.sep) + os.sep):
         raise OutsideWorkspace(f"{target!r} resolves outside the workspace")
     return resolved

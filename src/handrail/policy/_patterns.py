@@ -10,7 +10,11 @@ Syntax (the same for every act; what a *segment* is depends on the act):
 
 Segments: READ/WRITE and CALL targets are split on `/`, EXEC argv (joined with spaces) on ` `,
 NET hosts are not split (`*` and `**` both match any run, `[` is literal so IPv6 reads
-naturally).
+naturally). In EXEC, `*` and `?` are not held to a word: `git push*` means "and whatever
+follows", as every user writes it; a whole-word `**` still also matches no words at all.
+
+Matching is linear in the target's length for every pattern (see `_regex`), so a model that
+chooses a long target cannot choose how long the policy works.
 
 Anything that would silently never match is an error when the rule is built: an empty
 pattern, `**` glued to other characters, an unclosed `[`, an empty segment (`a//b`, `src/`),
@@ -26,6 +30,7 @@ Every index answers with the smallest rule id that matches, so explanations are 
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -91,6 +96,8 @@ class Compiled:
     """Also matches any target that extends a match by more segments (CALL)."""
     has_negated_class: bool
     """Contains `[!...]`, which case folding cannot over-approximate (see Index)."""
+    network: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
+    """A NET rule naming a CIDR block (`10.0.0.0/8`): matched by address, not as a glob."""
 
 
 def _parse_segment(seg: str, *, where: str, classes: bool) -> tuple[_Token, ...]:
@@ -244,18 +251,34 @@ def compile_pattern(act: Act, pattern: str) -> Compiled:
 
 def _compile_net(pattern: str, where: str) -> Compiled:
     from handrail.policy._paths import UncanonicalTarget
-    from handrail.policy._targets import canonical_net
+    from handrail.policy._targets import NET_CLASSES, canonical_net
 
     if not pattern.isascii():
         raise PolicyError(f"{where}: write the host in its ASCII form (IDNA, 'xn--...')")
+    if "/" in pattern and not any(c.isspace() or c in "@*?" for c in pattern):
+        try:
+            network = ipaddress.ip_network(pattern, strict=False)
+        except ValueError:
+            raise PolicyError(f"{where}: not a CIDR block like '10.0.0.0/8' or 'fc00::/7'; a "
+                              "NET pattern is 'host', 'host:port' or a CIDR block") from None
+        return Compiled(Act.NET, (), False, False, False, network)
     if any(c.isspace() or c in "/@" for c in pattern):
         raise PolicyError(f"{where}: a NET pattern is 'host' or 'host:port', nothing more")
     text = pattern.replace("**", "*")  # hosts have no segments: '**' and '*' are the same
     if not any(c in text for c in "*?\\"):
+        keyword, colon, port = text.lower().partition(":")
+        if keyword in NET_CLASSES:
+            if colon and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+                raise PolicyError(f"{where}: the port {port!r} is not a number from 0 to 65535")
+            return Compiled(Act.NET, ((_Lit(text.lower()),),), False, False, False)
         try:
-            text = canonical_net(text)[0]
+            candidates = canonical_net(text)
         except UncanonicalTarget as exc:
             raise PolicyError(f"{where}: {exc}") from None
+        text = candidates[0]
+        if "loopback" in candidates:
+            # A rule naming one spelling of this machine names them all (see canonical_net).
+            text = next((c for c in candidates if c.startswith("loopback:")), "loopback")
         return Compiled(Act.NET, ((_Lit(text),),), False, False, False)
     tokens = _parse_segment(text.lower(), where=where, classes=False)
     return Compiled(Act.NET, (tokens,), False, False, False)
@@ -274,38 +297,157 @@ def _class_regex(cls: _Class, sep: str | None, *, folded: bool) -> str:
     return f"(?i:{out})" if folded else out
 
 
-def _regex(c: Compiled, *, folded: bool) -> str:
-    sep = _SEP[c.act]
-    any_char = f"[^{re.escape(sep)}]" if sep else "."
+@dataclass(frozen=True, slots=True)
+class _Gap:
+    """`**` before more pattern: nothing, or any run ending with the separator."""
 
-    def seg_regex(tokens: tuple[_Token, ...]) -> str:
-        parts: list[str] = []
-        for t in tokens:
-            if isinstance(t, _Lit):
-                parts.append(re.escape(fold(t.text) if folded else t.text))
-            elif isinstance(t, _Star):
-                parts.append(f"{any_char}*")
-            elif isinstance(t, _One):
-                parts.append(any_char)
-            else:
-                parts.append(_class_regex(t, sep, folded=folded))
-        return "".join(parts)
 
-    esep = re.escape(sep) if sep else ""
-    out: list[str] = []
+def _flat(c: Compiled) -> tuple[list[_Token | _Gap], bool]:
+    """The pattern as one token stream over the whole target, and whether it ends open.
+
+    Separators become literals; a middle or leading `**` is a `_Gap`; a trailing `**` (or a
+    CALL pattern's implicit extension) is reported as the open end.
+    """
+    sep = _SEP[c.act] or ""
+    toks: list[_Token | _Gap] = []
     segs = c.segments
     last = len(segs) - 1
+    open_end = c.extends and segs[-1] is not None
     for i, seg in enumerate(segs):
         if seg is None:
             if i == last:
-                out.append(".*" if i == 0 else f"(?:{esep}.*)?")
+                open_end = True
             else:
-                out.append(f"(?:.*{esep})?" if i == 0 else f"{esep}(?:.*{esep})?")
+                if i > 0:
+                    toks.append(_Lit(sep))
+                toks.append(_Gap())
         else:
             if i > 0 and segs[i - 1] is not None:
-                out.append(esep)
-            out.append(seg_regex(seg))
-    if c.extends and segs[-1] is not None:
+                toks.append(_Lit(sep))
+            toks.extend(seg)
+    return toks, open_end
+
+
+def _regex(c: Compiled, *, folded: bool) -> str:
+    """A regular expression matching the pattern in time linear in the target's length.
+
+    A glob is fixed-length pieces separated by gaps that match "anything" of some kind. When
+    every gap's set of possible ends only shrinks as its start moves right, placing each piece
+    but the last at its leftmost possible position is always right (a later placement only
+    leaves a subset of the choices open). So each gap-and-piece is an atomic group with a lazy
+    gap: found once, never revisited, and backtracking never multiplies across gaps (which is
+    what made `*a*b*` against a long target polynomial). The last piece is anchored at the
+    end by `fullmatch`.
+
+    Path-like targets (READ/WRITE/CALL) apply this twice: within a segment (pieces between
+    `*`, which cannot leave the segment), and over segments (blocks of whole segments between
+    `**`); each segment is an atomic group ending at a separator. EXEC and NET targets are
+    not split for `*`, so their pattern is one sequence of pieces.
+    """
+    if c.act in (Act.EXEC, Act.NET):
+        return _flat_regex(c, folded=folded)
+    sep = _SEP[c.act]
+    assert sep is not None
+    esep = re.escape(sep)
+    any_char = f"[^{esep}]"
+
+    def piece(tokens: Sequence[_Token]) -> str:
+        return _piece_regex(tokens, any_char, sep, folded=folded)
+
+    def seg_regex(tokens: tuple[_Token, ...]) -> str:
+        pieces: list[list[_Token]] = [[]]
+        for t in tokens:
+            if isinstance(t, _Star):
+                pieces.append([])
+            else:
+                pieces[-1].append(t)
+        if len(pieces) == 1:
+            # Fixed length; the boundary keeps an atomic block from settling on a prefix.
+            return f"{piece(pieces[0])}(?={esep}|\\Z)"
+        middle = "".join(f"(?>{any_char}*?{piece(p)})" for p in pieces[1:-1])
+        body = f"{piece(pieces[0])}{middle}{any_char}*{piece(pieces[-1])}"
+        return f"(?>{body}(?={esep}|\\Z))"
+
+    blocks: list[list[tuple[_Token, ...]]] = [[]]
+    for seg in c.segments:
+        if seg is None:
+            blocks.append([])
+        else:
+            blocks[-1].append(seg)
+    open_end = c.extends and c.segments[-1] is not None
+    if len(blocks) > 1 and not blocks[-1]:
+        open_end = True  # a trailing '**'
+        blocks.pop()
+    if blocks == [[]]:
+        return ".*"
+
+    def block_regex(block: list[tuple[_Token, ...]]) -> str:
+        return esep.join(seg_regex(s) for s in block)
+
+    out = [block_regex(blocks[0])]
+    for j, block in enumerate(blocks[1:]):
+        lead = esep if blocks[0] or j > 0 else ""
+        if j == len(blocks) - 2 and not open_end:
+            out.append(f"{lead}(?:.*{esep})?{block_regex(block)}")
+        else:
+            out.append(f"(?>{lead}(?:.*?{esep})??{block_regex(block)})")
+    if open_end:
+        out.append(f"(?:{esep}.*)?")
+    return "".join(out)
+
+
+def _piece_regex(
+    tokens: Sequence[_Token | _Gap], any_char: str, sep: str | None, *, folded: bool
+) -> str:
+    parts: list[str] = []
+    for t in tokens:
+        if isinstance(t, _Lit):
+            parts.append(re.escape(fold(t.text) if folded else t.text))
+        elif isinstance(t, _One):
+            parts.append(any_char)
+        else:
+            assert isinstance(t, _Class)
+            parts.append(_class_regex(t, sep, folded=folded))
+    return "".join(parts)
+
+
+def _flat_regex(c: Compiled, *, folded: bool) -> str:
+    """EXEC and NET: `*` and `?` cross words, a whole-word `**` is "any words, or none"."""
+    sep = _SEP[c.act]
+    esep = re.escape(sep) if sep else ""
+    toks, open_end = _flat(c)
+    if not toks and open_end:
+        return ".*"
+    # Split into piece0 (gaps piece)*. Adjacent gaps ('** *x') are one gap.
+    pieces: list[list[_Token | _Gap]] = [[]]
+    gaps: list[list[_Star | _Gap]] = []
+    for t in toks:
+        if isinstance(t, (_Star, _Gap)):
+            if gaps and not pieces[-1]:
+                gaps[-1].append(t)
+            else:
+                gaps.append([t])
+                pieces.append([])
+        else:
+            pieces[-1].append(t)
+
+    def gap_regex(gap: list[_Star | _Gap], *, lazy: bool) -> str:
+        q = "?" if lazy else ""
+        return "".join(f".*{q}" if isinstance(g, _Star) else f"(?:.*{q}{esep})?{q}"
+                       for g in gap)
+
+    end_guard = f"(?={esep}|\\Z)" if sep else ""
+    out = [_piece_regex(pieces[0], ".", None, folded=folded)]
+    for j, gap in enumerate(gaps):
+        body = _piece_regex(pieces[j + 1], ".", None, folded=folded)
+        if j == len(gaps) - 1 and not open_end:
+            out.append(gap_regex(gap, lazy=False) + body)
+        else:
+            guard = end_guard if j == len(gaps) - 1 else ""
+            out.append(f"(?>{gap_regex(gap, lazy=True)}{body}{guard})")
+    if open_end:
+        if not gaps:
+            out.append(end_guard)
         out.append(f"(?:{esep}.*)?")
     return "".join(out)
 

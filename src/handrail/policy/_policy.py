@@ -27,7 +27,13 @@ from handrail.policy._paths import (
     workspace_root,
 )
 from handrail.policy._patterns import Compiled, Index, Prepared, compile_pattern, fold, prepare
-from handrail.policy._targets import canonical_call, canonical_exec, canonical_net
+from handrail.policy._targets import (
+    IpAddress,
+    canonical_call,
+    canonical_exec,
+    canonical_net,
+    net_addresses,
+)
 from handrail.tools import Act, Action
 
 __all__ = ["CONFINEMENT", "Effect", "Layer", "Policy", "Rule", "Verdict", "parse_act"]
@@ -269,9 +275,16 @@ _BUILTIN_DEFAULTS: Mapping[str, Effect] = MappingProxyType({
     "call_read_only": Effect.ALLOW,
 })
 
-SECRETS = (".env", ".env.*", "*.pem", "*.key", "id_rsa", "id_ed25519", ".netrc", "**/.git/config")
+SECRETS = (
+    ".env", ".env.*", "*.pem", "*.key", "*.p12", "*.pfx",
+    "id_rsa", "id_dsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk",
+    ".netrc", ".npmrc", ".pypirc", ".git-credentials",
+    "**/.git/config", "**/.aws/credentials", "**/.docker/config.json", "**/.kube/config",
+)
 """The paths the `secrets` layer of `Policy.default()` denies to READ and WRITE (at any depth:
-a nested repository's `.git/config` holds credentials as often as the top one's)."""
+a nested repository's `.git/config` holds credentials as often as the top one's): private
+keys and certificate bundles, SSH keys, and the credential files of git, npm, PyPI, AWS,
+Docker and Kubernetes."""
 
 
 def _complete_defaults(given: Mapping[str, Effect | str] | None) -> dict[str, Effect]:
@@ -297,10 +310,13 @@ def _complete_defaults(given: Mapping[str, Effect | str] | None) -> dict[str, Ef
 class _EffectMatcher:
     """The compiled rules of one (act, effect)."""
 
-    __slots__ = ("base", "effect", "folded", "folded_base", "raw_always")
+    __slots__ = ("base", "effect", "folded", "folded_base", "networks", "raw_always")
 
     def __init__(self, effect: Effect, entries: list[tuple[int, Compiled]]) -> None:
         self.effect = effect
+        # NET CIDR rules are matched by address, not as globs: a short list, tried in order.
+        self.networks = [(i, c.network) for i, c in entries if c.network is not None]
+        entries = [(i, c) for i, c in entries if c.network is None]
         full = [(i, c) for i, c in entries if not c.basename]
         base = [(i, c) for i, c in entries if c.basename]
         # Allow matches exactly; deny and ask also match case-folded (see the module docstring),
@@ -325,8 +341,14 @@ class _EffectMatcher:
         raw: tuple[Sequence[Prepared], Sequence[Prepared]],
         folded: tuple[Sequence[Prepared], Sequence[Prepared]] | None,
         ascii_only: bool,
+        addresses: Sequence[IpAddress] = (),
     ) -> int | None:
         best: int | None = None
+        if addresses and self.networks:
+            for rid, network in self.networks:
+                if any(ip.version == network.version and ip in network for ip in addresses):
+                    best = rid
+                    break
         if folded is not None and self.folded is not None:
             for index, cands in zip(self.folded, folded, strict=True):
                 if index is not None and cands:
@@ -409,9 +431,9 @@ class Policy:
         """The recommended starting point.
 
         Defaults: READ allow, WRITE ask, EXEC ask, NET deny, CALL allow for a tool declaring
-        `mutates=False` and ask otherwise. Layer `secrets` denies READ and WRITE of `.env`,
-        `.env.*`, `*.pem`, `*.key`, `id_rsa`, `id_ed25519`, `.netrc` and `.git/config`
-        (at any depth, in any letter case).
+        `mutates=False` and ask otherwise. Layer `secrets` denies READ and WRITE of the
+        paths in `SECRETS` (`.env`, `*.pem`, SSH keys, `.netrc`, `.npmrc`, `.pypirc`,
+        `.aws/credentials`, `.kube/config`, ...; at any depth, in any letter case).
         """
         rules = [Rule(act, p, Effect.DENY) for act in (Act.READ, Act.WRITE) for p in SECRETS]
         return cls((Layer("secrets", tuple(rules)),), dict(_BUILTIN_DEFAULTS))
@@ -666,7 +688,9 @@ class _Compiled:
         # check the same few targets over and over, so the answer is kept, bounded. Paths are
         # still canonicalised on every check (the filesystem may change); only the matching
         # of the canonical form is memoised.
-        self.memo: dict[tuple[str, str, tuple[str, ...], bool], Verdict] = {}
+        self.memo: dict[
+            tuple[str, str, tuple[str, ...], tuple[str, ...] | None, bool], Verdict
+        ] = {}
         self.defaults: dict[tuple[str, bool], tuple[Effect, str]] = {}
         for act in Act:
             for mutates in (True, False):
@@ -697,6 +721,8 @@ class _Compiled:
         act = action.act
         key = act._value_
         raw_target = action.target
+        allow_full: tuple[str, ...] | None = None
+        addresses: tuple[IpAddress, ...] = ()
         try:
             if act is Act.READ or act is Act.WRITE:
                 assert isinstance(raw_target, str)
@@ -705,12 +731,13 @@ class _Compiled:
                 base: tuple[str, ...] = (target.rpartition("/")[2],)
             elif act is Act.EXEC:
                 assert isinstance(raw_target, tuple)
-                target, full = canonical_exec(raw_target)
+                target, full, allow_full = canonical_exec(raw_target, self._root(workspace))
                 base = ()
             elif act is Act.NET:
                 assert isinstance(raw_target, str)
                 full = canonical_net(raw_target)
                 target, base = full[0], ()
+                addresses = net_addresses(full)
             else:
                 assert isinstance(raw_target, str)
                 full = canonical_call(raw_target)
@@ -721,22 +748,31 @@ class _Compiled:
         except UncanonicalTarget as exc:
             return Verdict._make(Effect.DENY, None, CONFINEMENT, _shown(raw_target),
                            f"target cannot be canonicalised: {exc}")
-        memo_key = (key, target, full, bool(mutates))
+        memo_key = (key, target, full, allow_full, bool(mutates))
         known = self.memo.get(memo_key)
         if known is not None:
             return known
-        verdict = self._match(key, act, target, full, base, mutates)
+        verdict = self._match(key, act, target, full, base, mutates, allow_full, addresses)
         if len(self.memo) >= _MEMO_SIZE:
             self.memo.clear()
         self.memo[memo_key] = verdict
         return verdict
 
     def _match(self, key: str, act: Act, target: str, full: tuple[str, ...],
-               base: tuple[str, ...], mutates: bool) -> Verdict:
+               base: tuple[str, ...], mutates: bool,
+               allow_full: tuple[str, ...] | None = None,
+               addresses: tuple[IpAddress, ...] = ()) -> Verdict:
         matchers = self.matchers[key]
         if matchers:
             ascii_only = target.isascii() and all(c.isascii() for c in full)
+            # Allow rules may see fewer candidates than deny and ask (EXEC: a bare program
+            # name only when it was found on PATH); they match exactly, never folded.
             raw = (prepare(full, act, segmented=True), prepare(base, act, segmented=False))
+            allow_raw = raw
+            if allow_full is not None:
+                # A subset of `full`, already split once: pick, don't split again.
+                keep = set(allow_full)
+                allow_raw = (tuple(p for p in raw[0] if p[0] in keep), raw[1])
             folded: tuple[Sequence[Prepared], Sequence[Prepared]] | None = None
             strict_raw = raw
             for matcher in matchers:
@@ -751,8 +787,8 @@ class _Compiled:
                                       prepare(raw_base, act, segmented=False))
                     folded = (prepare(folded_full, act, segmented=True),
                               prepare(folded_base, act, segmented=False))
-                cands = strict_raw if matcher.folded is not None else raw
-                rid = matcher.first(cands, folded, ascii_only)
+                cands = strict_raw if matcher.folded is not None else allow_raw
+                rid = matcher.first(cands, folded, ascii_only, addresses)
                 if rid is not None:
                     rule, layer, reason = self.rules[rid]
                     return Verdict._make(matcher.effect, rule, layer, target, reason)

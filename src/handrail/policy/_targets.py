@@ -7,22 +7,51 @@ which the policy turns into Deny.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
+import os
 import re
 import socket
+import stat
+from dataclasses import dataclass
 
 from handrail.policy._paths import UncanonicalTarget
 
-__all__ = ["canonical_call", "canonical_exec", "canonical_net"]
+__all__ = [
+    "CALL_MAX",
+    "EXEC_MAX",
+    "NET_CLASSES",
+    "NET_MAX",
+    "IpAddress",
+    "Program",
+    "address_classes",
+    "canonical_call",
+    "canonical_exec",
+    "canonical_net",
+    "is_inside",
+    "net_addresses",
+    "resolve_program",
+]
+
+EXEC_MAX = 131072
+"""The longest argv (joined by spaces, in characters) an EXEC target may be: Linux's
+MAX_ARG_STRLEN, the most one argument may hold. Longer argvs are refused, not matched."""
+NET_MAX = 261
+"""The longest NET target: a 253-character DNS name, `[`/`]`, `:` and a 5-digit port."""
+CALL_MAX = 1024
+"""The longest CALL target (`server/name[/...]`)."""
 
 _HOST = re.compile(r"[a-z0-9_.-]+")
 _V6_PORT = re.compile(r"\[([^\]]+)\](?::([0-9]+))?")
 _LEGACY_V4 = re.compile(r"[0-9a-fx.]+")
 
 
-def _check(text: str, what: str) -> None:
+def _check(text: str, what: str, limit: int) -> None:
     if not text:
         raise UncanonicalTarget(f"the {what} is empty")
+    if len(text) > limit:
+        raise UncanonicalTarget(f"the {what} is {len(text)} characters long; at most {limit} "
+                                "are accepted")
     if "\x00" in text:
         raise UncanonicalTarget(f"the {what} contains a NUL byte")
     try:
@@ -31,17 +60,109 @@ def _check(text: str, what: str) -> None:
         raise UncanonicalTarget(f"the {what} is not valid UTF-8 (lone surrogate)") from None
 
 
-def canonical_exec(argv: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
-    """The argv joined by spaces, and the candidates rules are matched against.
+@dataclass(frozen=True, slots=True)
+class Program:
+    """Where an argv's program word leads: what the policy decides on and the exec tool runs."""
 
-    The candidates are the joined argv and the program, and both again with the program
-    reduced to its basename (so a rule on `rm` also catches `/bin/rm`).
+    given: str
+    """argv[0] as written."""
+    path: str | None
+    """The absolute, lexically normal path that will be executed (`//bin/../bin/git` is
+    `/bin/git`; `./x` is `<workspace>/x`; a bare name is its PATH lookup); None for a bare
+    name found nowhere on PATH (nothing would run)."""
+    real: str | None
+    """`path` with symlinks resolved (the file the kernel will load) for a program given by
+    path; a PATH lookup's result as found (PATH directories are the host's)."""
+    on_path: bool
+    """Given as a bare name and found on PATH: only then may an allow by bare name match."""
+
+
+def _lexical(path: str) -> str:
+    # posixpath keeps a leading '//' (POSIX leaves it implementation-defined); Linux treats it
+    # as '/', and a rule pinned to '/bin/git' must catch '//bin/git'.
+    out = os.path.normpath(path)
+    if out.startswith("//"):
+        out = "/" + out.lstrip("/")
+    return out
+
+
+def is_inside(path: str, root: str) -> bool:
+    """`path` is `root` or lies below it (both absolute and normal)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+@functools.lru_cache(maxsize=16)
+def _search_dirs(path_env: str, root: str) -> tuple[str, ...]:
+    # Cached per (PATH, root): realpath of every entry on each check cost ~300 µs.
+    dirs: list[str] = []
+    for entry in path_env.split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue
+        entry = _lexical(entry)
+        if is_inside(entry, root) or is_inside(os.path.realpath(entry), root):
+            continue
+        dirs.append(entry)
+    return tuple(dirs)
+
+
+def _search_path(name: str, root: str) -> str | None:
+    """`name` looked up on PATH, skipping relative entries and entries inside the workspace.
+
+    A PATH holding `.`, an empty entry or the workspace would let a model put its own `git`
+    where the lookup finds it first; such entries are ignored, by the check and the run alike.
+    """
+    for entry in _search_dirs(os.environ.get("PATH", os.defpath), root):
+        candidate = entry + "/" + name
+        # access() answers a miss without raising: a raised OSError per PATH entry was most of
+        # the cost of an EXEC check.
+        if os.access(candidate, os.X_OK):
+            try:
+                if stat.S_ISREG(os.stat(candidate).st_mode):
+                    return candidate
+            except OSError:
+                continue
+    return None
+
+
+def resolve_program(program: str, root: str) -> Program:
+    """Resolve argv[0] the way the exec tool will run it, for the policy to decide on.
+
+    A name without `/` is looked up on PATH (see `_search_path`); a path is taken against
+    the workspace root (the program's working directory) and normalised.
+    """
+    if "/" not in program:
+        found = _search_path(program, root)
+        if found is None:
+            return Program(program, None, None, False)
+        # Not followed through links: PATH directories are the host's, outside the workspace,
+        # and a realpath here doubled the cost of every EXEC check.
+        return Program(program, found, found, True)
+    path = _lexical(program if os.path.isabs(program) else os.path.join(root, program))
+    return Program(program, path, os.path.realpath(path), False)
+
+
+def canonical_exec(
+    argv: tuple[str, ...], root: str
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """The target shown, and the candidates deny/ask rules and allow rules are matched against.
+
+    The program word is resolved (`resolve_program`). Deny and ask rules see the argv with the
+    program as given, as its canonical path, its real path (symlinks followed), and each of
+    those reduced to its basename (a rule on `rm` catches `/bin/rm`, `//bin/../bin/rm` and a
+    link named `x` pointing at `rm`). Allow rules see a bare program name only when it was
+    given bare and found on PATH (an allow of `git status` never admits a `git` placed
+    somewhere by path), and otherwise only the canonical and real paths (and, inside the
+    workspace, `./rel` and a `rel` holding a `/`): a path is allowed only by a rule naming it.
 
     Raises:
         UncanonicalTarget: the argv is empty or holds an unusable string.
     """
     if not argv:
         raise UncanonicalTarget("the argv is empty")
+    size = sum(len(word) + 1 for word in argv) - 1
+    if size > EXEC_MAX:
+        raise UncanonicalTarget(f"the argv is {size} characters long; at most {EXEC_MAX} "
+                                "are accepted")
     for word in argv[1:]:
         if "\x00" in word:
             raise UncanonicalTarget("an argv word contains a NUL byte")
@@ -50,15 +171,35 @@ def canonical_exec(argv: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
         except UnicodeEncodeError:
             raise UncanonicalTarget("an argv word is not valid UTF-8 (lone surrogate)") from None
     program = argv[0]
-    _check(program, "program name")
-    joined = " ".join(argv)
-    base = program.rstrip("/").rpartition("/")[2] or program
-    if base == program:
-        return joined, (joined, program) if len(argv) > 1 else (joined,)
-    joined_base = " ".join((base, *argv[1:]))
-    if len(argv) == 1:
-        return joined, (joined, base)
-    return joined, (joined, joined_base, program, base)
+    _check(program, "program name", EXEC_MAX)
+    rest = argv[1:]
+
+    def with_program(word: str) -> tuple[str, ...]:
+        return (" ".join((word, *rest)), word) if rest else (word,)
+
+    resolved = resolve_program(program, root)
+    allow: dict[str, None] = {}
+    if resolved.on_path:
+        allow.update(dict.fromkeys(with_program(program)))
+    if resolved.path is not None:
+        assert resolved.real is not None
+        for path in (resolved.path, resolved.real):
+            allow.update(dict.fromkeys(with_program(path)))
+            if not resolved.on_path and is_inside(path, root) and path != root:
+                # './x' always; 'sub/x' only with a '/': a bare 'x' would be a PATH name.
+                rel = path[len(root.rstrip(os.sep)) + 1:]
+                spellings = ("./" + rel, rel) if "/" in rel else ("./" + rel,)
+                for spelling in spellings:
+                    allow.update(dict.fromkeys(with_program(spelling)))
+    deny = dict(allow)
+    deny.update(dict.fromkeys(with_program(program)))
+    for spelled in (program, resolved.path, resolved.real):
+        if spelled is not None:
+            base = spelled.rstrip("/").rpartition("/")[2] or spelled
+            deny.update(dict.fromkeys(with_program(base)))
+    # The verdict names the file that will run (a PATH lookup or a path made canonical).
+    shown_program = program if resolved.path is None else resolved.path
+    return " ".join((shown_program, *rest)), tuple(deny), tuple(allow)
 
 
 def _canonical_host(host: str) -> tuple[str, bool]:
@@ -98,6 +239,31 @@ def _canonical_host(host: str) -> tuple[str, bool]:
     return host, False
 
 
+NET_CLASSES = ("loopback", "link-local", "private")
+"""Keywords a NET rule may name instead of a host. `loopback`: this machine (127.0.0.0/8,
+::1, and the unspecified 0.0.0.0 and ::, which reach it too, plus `localhost`); `link-local`:
+169.254.0.0/16 and fe80::/10 (cloud metadata services live there); `private`: every address
+that is not globally routable (RFC 1918, unique-local, and the two classes above)."""
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def address_classes(ip: IpAddress) -> tuple[str, ...]:
+    """The `NET_CLASSES` keywords `ip` belongs to."""
+    if ip.is_loopback or ip.is_unspecified:
+        return ("loopback", "private")
+    if ip.is_link_local:
+        return ("link-local", "private")
+    if ip.is_private or not ip.is_global:
+        return ("private",)
+    return ()
+
+
+def _is_localhost(host: str) -> bool:
+    # RFC 6761: 'localhost' and every name under it resolve to loopback.
+    return host == "localhost" or host.endswith(".localhost")
+
+
 def canonical_net(target: str) -> tuple[str, ...]:
     """Candidates for a NET target: `(host:port, host)`, or `(host,)` without a port.
 
@@ -110,7 +276,7 @@ def canonical_net(target: str) -> tuple[str, ...]:
     """
     if not isinstance(target, str):
         raise UncanonicalTarget(f"a NET target must be a string, not {type(target).__name__}")
-    _check(target, "host")
+    _check(target, "host", NET_MAX)
     if any(c.isspace() or c in "/@\\" for c in target):
         raise UncanonicalTarget("a NET target is 'host' or 'host:port', not a URL")
     port: str | None = None
@@ -130,12 +296,55 @@ def canonical_net(target: str) -> tuple[str, ...]:
     else:
         host = target
     canonical, v6 = _canonical_host(host)
-    if port is None:
-        return (canonical,)
-    if not port.isascii() or not port.isdigit() or int(port) > 65535:
+    if canonical in NET_CLASSES:
+        raise UncanonicalTarget(f"{canonical!r} is a policy keyword, not a host name; name the "
+                                "host fully")
+    if port is not None and (not port.isascii() or not port.isdigit() or int(port) > 65535):
         raise UncanonicalTarget(f"the port {port!r} is not a number from 0 to 65535")
-    shown = f"[{canonical}]" if v6 else canonical
-    return (f"{shown}:{int(port)}", canonical)
+    hosts = [canonical]
+    ip: IpAddress | None = None
+    if _is_localhost(canonical):
+        ip = ipaddress.IPv4Address("127.0.0.1")
+    elif v6 or _LEGACY_V4.fullmatch(canonical):
+        with_ip = _parse_ip(canonical)
+        ip = with_ip
+    if ip is not None:
+        # Every spelling of an address class is one target: '0', '0.0.0.0', '::', '[::1]',
+        # 'localhost' and 127.0.0.2 all reach this machine, and a rule naming any of them (or
+        # the class keyword) names them all.
+        hosts += address_classes(ip)
+    if port is None:
+        return tuple(hosts)
+    out = [f"[{canonical}]:{int(port)}" if v6 else f"{canonical}:{int(port)}", canonical]
+    for extra in hosts[1:]:
+        out += (f"{extra}:{int(port)}", extra)
+    return tuple(out)
+
+
+_LOOPBACKS = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
+
+
+def net_addresses(candidates: tuple[str, ...]) -> tuple[IpAddress, ...]:
+    """The addresses CIDR rules judge for a NET target (from `canonical_net`'s candidates).
+
+    An IP target is its address; `localhost` and every loopback or unspecified address is the
+    whole loopback class (`127.0.0.0/8` and `::1/128` each catch `0.0.0.0` and `[::]`).
+    A host name has none: names are not resolved by the policy (the fetch tool resolves them
+    and checks the address it will connect to).
+    """
+    host = candidates[1] if len(candidates) > 1 and ":" in candidates[0] and \
+        not candidates[0].endswith("]") and candidates[1] not in NET_CLASSES else candidates[0]
+    ip = _parse_ip(host)
+    if "loopback" in candidates:
+        return (ip, *_LOOPBACKS) if ip is not None else _LOOPBACKS
+    return (ip,) if ip is not None else ()
+
+
+def _parse_ip(host: str) -> IpAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
 
 
 def canonical_call(target: str) -> tuple[str, ...]:
@@ -144,5 +353,5 @@ def canonical_call(target: str) -> tuple[str, ...]:
     Raises:
         UncanonicalTarget: the target is empty or holds a NUL byte or a lone surrogate.
     """
-    _check(target, "call target")
+    _check(target, "call target", CALL_MAX)
     return (target,)

@@ -35,6 +35,7 @@ from typing import Any
 
 from handrail.errors import PolicyError
 from handrail.policy._policy import DEFAULT_KEYS, Effect, Layer, Policy, Rule
+from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 
 __all__ = ["policy_from_dict", "policy_from_toml", "policy_to_dict", "policy_to_toml"]
 
@@ -174,10 +175,17 @@ def policy_from_toml(text: str, *, source: str = "<policy>") -> Policy:
     Raises:
         PolicyError: invalid TOML, or an invalid policy; the message names the line.
     """
+    text = without_bom(text)
+    line = too_deep(text)
+    if line is not None:
+        raise PolicyError(f"{source}:{line}: arrays or inline tables nest more than "
+                          f"{MAX_NESTING} levels deep; a policy needs only a few")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{source}: invalid TOML: {exc}") from None
+    except RecursionError:  # pragma: no cover - too_deep refuses such text first
+        raise PolicyError(f"{source}: nested too deeply to parse") from None
     wrapped = set(doc) == {"policy"} and isinstance(doc["policy"], Mapping)
     data = doc["policy"] if wrapped else doc
     try:
