@@ -68,6 +68,7 @@ from handrail.tools import (
     Finished,
     Interaction,
     Invoke,
+    PathChanged,
     Question,
     Respond,
     Submit,
@@ -78,9 +79,10 @@ from handrail.tools import (
     ToolResult,
     ToolSpec,
     check_argument_payload,
+    decided_paths,
     raise_body_error,
+    scrub_host_paths,
 )
-from handrail.tools._paths import PathChanged, decided_paths, scrub_host_paths
 
 __all__ = [
     "NOT_GRANTED_MESSAGE",

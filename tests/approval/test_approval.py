@@ -53,7 +53,9 @@ def test_exports_are_pinned() -> None:
     assert set(policy_pkg.__all__) == {
         "CONFINEMENT", "SECRETS", "Act", "Action", "Effect", "Layer", "OutsideWorkspace",
         "Policy", "Rule", "UncanonicalPath", "UncanonicalTarget", "Verdict", "canonicalize",
-        "resolve_in_workspace"}
+        "resolve_in_workspace", "MAX_NESTING", "PATH_MAX", "address_classes", "canonical_net",
+        "canonical_path", "is_inside", "resolve_program", "too_deep", "without_bom",
+        "workspace_root"}
     for module in (approval, policy_pkg):
         assert all(hasattr(module, name) for name in module.__all__)
     assert approval.Question is hr.Question

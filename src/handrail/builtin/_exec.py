@@ -20,7 +20,7 @@ from anyio.abc import ByteReceiveStream, Process
 from pydantic import Field, field_validator
 
 from handrail.builtin._fs import workspace_root
-from handrail.policy._targets import is_inside, resolve_program
+from handrail.policy import is_inside, resolve_program
 from handrail.tools import Act, Action, CallContext, Json, Tool, ToolResult
 
 __all__ = ["EXEC_DEFAULT_TIMEOUT", "EXEC_MAX_TIMEOUT", "EXEC_OUTPUT_LIMIT_BYTES",

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 from pydantic import field_validator
 
-from handrail.policy._paths import UncanonicalTarget
-from handrail.policy._targets import address_classes, canonical_net
+from handrail.policy import UncanonicalTarget, address_classes, canonical_net
 from handrail.tools import Act, Action, CallContext, Text, Tool, ToolResult
 
 if TYPE_CHECKING:

@@ -35,8 +35,7 @@ from handrail.builtin._fs import (
     workspace_root,
 )
 from handrail.policy import SECRETS
-from handrail.tools import Act, Action, CallContext, Tool, ToolResult
-from handrail.tools._paths import ReadPath, WritePath
+from handrail.tools import Act, Action, CallContext, ReadPath, Tool, ToolResult, WritePath
 
 __all__ = [
     "EDIT_LIMIT_BYTES",

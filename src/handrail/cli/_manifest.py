@@ -201,7 +201,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _update(args: argparse.Namespace) -> int:
-    from handrail.manifest._update import update
+    from handrail.manifest import update
 
     try:
         with open(args.manifest, encoding="utf-8") as f:

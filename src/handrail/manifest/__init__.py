@@ -23,6 +23,7 @@ from handrail.manifest._manifest import (
     Manifest,
     canonical_json,
 )
+from handrail.manifest._update import update
 
 __all__ = [
     "CANONICAL_FORMAT",
@@ -38,4 +39,5 @@ __all__ = [
     "problems",
     "review",
     "schema_changes",
+    "update",
 ]

@@ -27,7 +27,7 @@ from handrail.manifest._manifest import (
     schema_problem,
 )
 from handrail.manifest._toml_out import decode_json
-from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
+from handrail.policy import MAX_NESTING, too_deep, without_bom
 from handrail.tools import ToolId
 
 if TYPE_CHECKING:

@@ -31,17 +31,24 @@ A malformed pattern raises `PolicyError` when the rule is built.
 """
 
 from handrail.policy._paths import (
+    PATH_MAX,
     OutsideWorkspace,
     UncanonicalPath,
     UncanonicalTarget,
+    canonical_path,
     canonicalize,
     resolve_in_workspace,
+    workspace_root,
 )
 from handrail.policy._policy import CONFINEMENT, SECRETS, Effect, Layer, Policy, Rule, Verdict
+from handrail.policy._targets import address_classes, canonical_net, is_inside, resolve_program
+from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 from handrail.tools import Act, Action
 
 __all__ = [
     "CONFINEMENT",
+    "MAX_NESTING",
+    "PATH_MAX",
     "SECRETS",
     "Act",
     "Action",
@@ -53,6 +60,14 @@ __all__ = [
     "UncanonicalPath",
     "UncanonicalTarget",
     "Verdict",
+    "address_classes",
+    "canonical_net",
+    "canonical_path",
     "canonicalize",
+    "is_inside",
     "resolve_in_workspace",
+    "resolve_program",
+    "too_deep",
+    "without_bom",
+    "workspace_root",
 ]

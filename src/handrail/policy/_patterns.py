@@ -250,8 +250,8 @@ def compile_pattern(act: Act, pattern: str) -> Compiled:
 
 
 def _compile_net(pattern: str, where: str) -> Compiled:
-    from handrail.policy._paths import UncanonicalTarget
     from handrail.policy._targets import NET_CLASSES, canonical_net
+    from handrail.tools import UncanonicalTarget
 
     if not pattern.isascii():
         raise PolicyError(f"{where}: write the host in its ASCII form (IDNA, 'xn--...')")

@@ -15,7 +15,7 @@ import socket
 import stat
 from dataclasses import dataclass
 
-from handrail.policy._paths import UncanonicalTarget
+from handrail.tools import UncanonicalTarget
 
 __all__ = [
     "CALL_MAX",

@@ -30,6 +30,9 @@ from handrail.tools._paths import (
     UnguardedArgumentWarning,
     Url,
     WritePath,
+    bind_arguments,
+    decided_paths,
+    scrub_host_paths,
     unguarded_path_arguments,
     unguarded_problems,
 )
@@ -46,11 +49,22 @@ from handrail.tools._steps import (
 )
 from handrail.tools._tool import FunctionTool, Tool, tool
 from handrail.tools._toolbox import SchemaTool, Toolbox, Toolset, as_impl
+from handrail.tools._workspace import (
+    PATH_MAX,
+    OutsideWorkspace,
+    UncanonicalPath,
+    UncanonicalTarget,
+    canonical_path,
+    canonicalize,
+    resolve_in_workspace,
+    workspace_root,
+)
 
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_BYTES",
     "DEFAULT_SERVER",
     "PATH_LIKE_NAMES",
+    "PATH_MAX",
     "Act",
     "Action",
     "Audio",
@@ -69,6 +83,7 @@ __all__ = [
     "Interaction",
     "Invoke",
     "Json",
+    "OutsideWorkspace",
     "PathChanged",
     "Question",
     "ReadPath",
@@ -86,14 +101,23 @@ __all__ = [
     "ToolSpec",
     "Toolbox",
     "Toolset",
+    "UncanonicalPath",
+    "UncanonicalTarget",
     "UnguardedArgumentWarning",
     "Url",
     "WritePath",
     "as_impl",
+    "bind_arguments",
+    "canonical_path",
+    "canonicalize",
     "check_argument_payload",
+    "decided_paths",
     "issues_from_validation_error",
     "raise_body_error",
+    "resolve_in_workspace",
+    "scrub_host_paths",
     "tool",
     "unguarded_path_arguments",
     "unguarded_problems",
+    "workspace_root",
 ]

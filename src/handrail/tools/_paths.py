@@ -265,7 +265,7 @@ def bind_arguments(
             workspace (not sent).
         UserError: the call has marked paths but no workspace.
     """
-    from handrail.policy._paths import (
+    from handrail.tools._workspace import (
         OutsideWorkspace,
         UncanonicalPath,
         canonical_path,
@@ -306,7 +306,7 @@ def bind_arguments(
 def decided_paths(actions: list[Action], workspace: str | os.PathLike[str] | None,
                   ) -> dict[str, str]:
     """Each READ/WRITE target as given -> its canonical form now (unusable ones left out)."""
-    from handrail.policy._paths import canonical_path, workspace_root
+    from handrail.tools._workspace import canonical_path, workspace_root
 
     out: dict[str, str] = {}
     root: str | None = None  # resolved only for a call that touches paths: a syscall
