@@ -66,7 +66,7 @@ async def _paused(store: hr.Store) -> tuple[hr.RunResult, str]:
 async def test_a_decision_that_cannot_be_applied_is_not_recorded(
         store: hr.Store, decision: hr.Decision) -> None:
     paused, request_id = await _paused(store)
-    with pytest.raises(hr.UserError, match="cannot be applied|do not fit"):
+    with pytest.raises(hr.UserError, match=r"cannot be applied|do not fit"):
         await hr.resume_with_decision(store, request_id, decision, agent=make_agent())
     item = await store.pending_item(request_id)
     assert item.state == "open" and item.decision is None
