@@ -1,0 +1,253 @@
+"""What the CLI says is what is, and what it shows is what will happen.
+
+Stories (issues 9 §4, §6 and 10 §4, §5): `pending`/`show` printed model-chosen argv raw (escape
+sequences made an exec display as `exec git status`); a mistyped `HANDRAIL_STORE` created an
+empty store; an approve whose model then failed left `pending` empty and `runs` saying
+`running`; `--store` worked only after the command; `runs --status bogus` and `runs --json |
+head` printed tracebacks; `approve` on a question said "not a approval"; every decision was
+recorded as made by "cli".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import handrail as hr
+from handrail.cli import main
+from handrail.cli._display import argv_text, needs_escape, printable, printable_json
+from handrail.store import Store
+
+sys.path.insert(0, str(Path(__file__).parent))  # cli_agents, as `--agent cli_agents:...`
+
+import cli_agents  # noqa: E402 - importable only once its folder is on the path
+
+# Every character that may not reach a terminal as it is.
+_FORBIDDEN = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F),
+                               *range(0x2066, 0x206A), *range(0x200B, 0x2010), 0xFEFF,
+                               0x2028, 0x2029)]
+
+
+def _clean(text: str) -> bool:
+    return not any(c in text for c in _FORBIDDEN if c != "\n")
+
+
+@given(st.text())
+def test_printable_text_holds_no_control_or_bidi_character(text: str) -> None:
+    out = printable(text)
+    assert not any(c in out for c in _FORBIDDEN)
+    assert not any(0xD800 <= ord(c) < 0xE000 for c in out)
+    out.encode("utf-8")  # a terminal can be sent it
+    # Unambiguous: text without anything to escape is shown exactly as it is.
+    if not any(needs_escape(c) for c in text):
+        assert out == text
+
+
+@given(st.recursive(st.text() | st.integers() | st.none(),
+                    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner)))
+def test_printable_json_is_the_same_json_and_holds_no_control_character(value: Any) -> None:
+    out = printable_json(value)
+    assert not any(c in out for c in _FORBIDDEN)
+    assert json.loads(out) == value
+
+
+def test_argv_is_shown_as_the_quoted_list_it_is() -> None:
+    shown = argv_text(cli_agents.HOSTILE_ARGV)
+    assert json.loads(shown) == cli_agents.HOSTILE_ARGV
+    assert shown.startswith('["echo", "planted\\u001b[2K\\r') and _clean(shown)
+
+
+# ------------------------------------------------------------- end to end
+
+
+def _run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def paused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, str]:
+    """A store holding a run paused on the hostile exec: (store path, run id, request id)."""
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.delenv("HANDRAIL_STORE", raising=False)
+    monkeypatch.delenv("HANDRAIL_AGENT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    db = str(tmp_path / "runs.db")
+
+    async def go() -> tuple[str, str]:
+        async with Store.open(db) as store:
+            record = hr.RunRecord(id="x", task="t", workspace=str(workspace))
+            result = await cli_agents.working(record).run("run it", store=store)
+            assert isinstance(result.outcome, hr.AwaitingApproval)
+            return result.run_id, result.outcome.request_id
+
+    run_id, request_id = anyio.run(go)
+    return db, run_id, request_id
+
+
+def test_pending_and_show_print_a_hostile_argv_escaped(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    db, run_id, _ = paused
+    for command in (["pending"], ["show", run_id]):
+        code, out, err = _run_cli(capsys, *command, "--store", db)
+        assert code == 0, err
+        assert _clean(out), repr(out)
+        assert '["echo", "planted\\u001b[2K\\r\\u001b[1Aexec git status\\u202e' in out
+
+
+def test_reading_commands_never_create_a_store(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    typo = tmp_path / "no" / "such" / "runs.db"
+    monkeypatch.setenv("HANDRAIL_STORE", str(typo))
+    for command in (["runs"], ["pending"], ["show", "r1"], ["approve", "p1"]):
+        code, _, err = _run_cli(capsys, *command)
+        assert code == 1 and "no handrail store at" in err and "HANDRAIL_STORE" in err
+    assert not (tmp_path / "no").exists()
+
+
+def test_store_is_accepted_before_and_after_the_command(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    db, run_id, _ = paused
+    for args in (["--store", db, "runs", "--json"], ["runs", "--json", "--store", db]):
+        code, out, err = _run_cli(capsys, *args)
+        assert code == 0, err
+        assert [r["id"] for r in json.loads(out)] == [run_id]
+
+
+def test_a_bad_status_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["runs", "--status", "bogus"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'bogus'" in err and "awaiting_approval" in err
+
+
+def test_approve_on_a_question_names_the_right_command(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    db, _, request_id = paused
+    code, _, err = _run_cli(capsys, "answer", request_id, "yes", "--store", db)
+    assert code == 1 and "is an approval, not a question" in err
+    assert "handrail approve" in err
+
+
+def test_a_decision_records_who_made_it(paused: tuple[str, str, str],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    db, run_id, request_id = paused
+    code, out, err = _run_cli(capsys, "approve", request_id, "--as", "alice",
+                              "--agent", "cli_agents:working", "--store", db)
+    assert code == 0, err
+    assert "completed" in out and _clean(out)
+    code, out, _ = _run_cli(capsys, "show", run_id, "--store", db)
+    assert "decision: approve by alice" in out
+
+
+def test_the_default_decider_is_the_os_user_at_this_host(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    db, _, request_id = paused
+    code, out, err = _run_cli(capsys, "deny", request_id, "--reason", "no", "--no-resume",
+                              "--store", db)
+    assert code == 0, err
+
+    async def who() -> str | None:
+        async with Store.open(db) as store:
+            return (await store.pending_item(request_id)).decided_by
+
+    decided_by = anyio.run(who)
+    assert decided_by is not None and decided_by.endswith("@" + socket.gethostname())
+    assert decided_by != "cli"
+
+
+def test_an_approve_whose_run_cannot_continue_says_so_and_leaves_it_ready(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    db, run_id, request_id = paused
+    code, _, err = _run_cli(capsys, "approve", request_id, "--agent", "cli_agents:no_key",
+                            "--store", db)
+    assert code == 1
+    assert "the decision was recorded" in err and "OPENAI_API_KEY" in err
+    assert f"handrail resume {run_id}" in err
+    code, out, _ = _run_cli(capsys, "runs", "--json", "--store", db)
+    (run,) = json.loads(out)
+    assert (run["status"], run["outcome"]) == ("ready", None)
+    code, out, _ = _run_cli(capsys, "runs", "--store", db)
+    assert "ready (stopped on an error" in out
+    code, out, _ = _run_cli(capsys, "resume", run_id, "--agent", "cli_agents:working",
+                            "--store", db)
+    assert code == 0 and "completed" in out
+
+
+def test_answer_without_resume_leaves_a_ready_run(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    db, run_id, request_id = paused
+    code, out, err = _run_cli(capsys, "approve", request_id, "--no-resume", "--store", db)
+    assert code == 0, err
+    assert f"handrail resume {run_id}" in out
+    code, out, _ = _run_cli(capsys, "runs", "--store", db)
+    assert "ready (decided, not yet continued)" in out
+    code, out, _ = _run_cli(capsys, "pending", "--store", db)
+    assert out.strip() == "nothing is pending"
+
+
+def test_recover_retry_without_the_tool_keeps_the_call_in_doubt(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    db, run_id, request_id = paused
+
+    async def crash() -> str:
+        async with Store.open(db) as store:
+            await store.decide(request_id, hr.Decision.approve().to_dict(), "op")
+            (record,) = await store.calls(run_id)
+            run = await store.run(run_id)
+            await store.write(hr.store.Batch(
+                run=dataclasses.replace(run, status=hr.RunStatus.RUNNING, owner="gone:1:x"),
+                calls=[dataclasses.replace(record, status=hr.CallStatus.STARTED)]))
+            return record.id
+
+    call_id = anyio.run(crash)
+    code, out, err = _run_cli(capsys, "resume", run_id, "--agent", "cli_agents:working",
+                              "--store", db)
+    assert code == 0 and "was in flight" in out, err
+    code, out, err = _run_cli(capsys, "recover", call_id, "--retry",
+                              "--agent", "cli_agents:without_exec", "--store", db)
+    assert code == 1 and "stays in doubt" in err and "completed" not in out
+    code, out, _ = _run_cli(capsys, "pending", "--json", "--store", db)
+    assert [p["id"] for p in json.loads(out)] == [call_id]
+
+
+@pytest.mark.slow
+def test_a_closed_pipe_ends_quietly(paused: tuple[str, str, str]) -> None:
+    db, _, _ = paused
+
+    async def many() -> None:
+        async with Store.open(db) as store:
+            for i in range(400):
+                await store.write(hr.store.Batch(run=hr.RunRecord(
+                    id=f"r{i}", task="x" * 400, created_at=float(i))))
+
+    anyio.run(many)
+    env = {**os.environ, "HANDRAIL_STORE": db}
+    proc = subprocess.Popen([sys.executable, "-m", "handrail.cli", "runs", "--json",
+                             "--limit", "400"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(10)
+    proc.stdout.close()  # what `| head -c 10` does
+    with proc.stderr:
+        err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err
