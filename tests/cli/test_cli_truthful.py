@@ -29,7 +29,7 @@ from handrail.store import Store
 
 sys.path.insert(0, str(Path(__file__).parent))  # cli_agents, as `--agent cli_agents:...`
 
-import cli_agents  # noqa: E402 - importable only once its folder is on the path
+import cli_agents  # importable once its folder is on the path
 
 # Every character that may not reach a terminal as it is.
 _FORBIDDEN = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F),
@@ -159,7 +159,7 @@ def test_the_default_decider_is_the_os_user_at_this_host(
     import socket
 
     db, _, request_id = paused
-    code, out, err = _run_cli(capsys, "deny", request_id, "--reason", "no", "--no-resume",
+    code, _, err = _run_cli(capsys, "deny", request_id, "--reason", "no", "--no-resume",
                               "--store", db)
     assert code == 0, err
 
