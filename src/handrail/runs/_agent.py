@@ -482,9 +482,9 @@ class _Runner:
                     RunStatus.FAILED)
             try:
                 response = await self._request(messages)
+                usage = _checked_usage(response.usage)
             except ModelError as exc:
                 return await self._end(Failed(f"the model failed: {exc}"), RunStatus.FAILED)
-            usage = response.usage
             self._run_update(steps=self.run.steps + 1,
                              input_tokens=self.run.input_tokens + usage.input_tokens,
                              output_tokens=self.run.output_tokens + usage.output_tokens,
@@ -546,6 +546,22 @@ class _Runner:
         return [c for c in await self.store.calls(self.run.id) if c.turn == turn]
 
     _resumed = False
+
+
+def _checked_usage(usage: Any) -> Usage:
+    """A model's reported usage, refused unless every count is a whole number in 0..2**53.
+
+    Any `Model` reports usage, not only the HTTP adapters: a count like 1e300 would otherwise
+    reach the store and fail there, leaving the run without a truthful status.
+    """
+    from handrail.models._base import provider_int
+
+    try:
+        return Usage(provider_int(usage.input_tokens, "input_tokens"),
+                     provider_int(usage.output_tokens, "output_tokens"),
+                     provider_int(usage.requests, "requests"))
+    except (ValueError, AttributeError) as exc:
+        raise ModelResponseError(f"the model reported an impossible usage: {exc}") from None
 
 
 # ----------------------------------------------------------------- resume
