@@ -45,3 +45,12 @@ def no_key(run: hr.RunRecord) -> hr.Agent:
 def without_exec(run: hr.RunRecord) -> hr.Agent:
     """An agent that lost the exec tool."""
     return _agent(run, reply("x"), tools=[t for t in workspace_tools() if t.__name__ != "Exec"])
+
+
+def _interrupt(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
+    raise KeyboardInterrupt
+
+
+def interrupted(run: hr.RunRecord) -> hr.Agent:
+    """Ctrl-C arrives while its model is asked for the next turn."""
+    return _agent(run, _interrupt)

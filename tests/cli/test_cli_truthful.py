@@ -105,6 +105,7 @@ def test_pending_and_show_print_a_hostile_argv_escaped(
         assert code == 0, err
         assert _clean(out), repr(out)
         assert '["echo", "planted\\u001b[2K\\r\\u001b[1Aexec git status\\u202e' in out
+        assert "\\\\" not in out  # escaped once, never twice
 
 
 def test_reading_commands_never_create_a_store(tmp_path: Path,
@@ -199,7 +200,8 @@ def test_answer_without_resume_leaves_a_ready_run(
     code, out, _ = _run_cli(capsys, "runs", "--store", db)
     assert "ready (decided, not yet continued)" in out
     code, out, _ = _run_cli(capsys, "pending", "--store", db)
-    assert out.strip() == "nothing is pending"
+    assert out.splitlines() == ["nothing is pending", f"run {run_id} is ready (decided, not yet "
+                                f"continued): handrail resume {run_id}"]
 
 
 def test_recover_retry_without_the_tool_keeps_the_call_in_doubt(
@@ -251,3 +253,26 @@ def test_a_closed_pipe_ends_quietly(paused: tuple[str, str, str]) -> None:
         err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_approve_with_a_missing_agent_module_records_nothing(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    db, _, request_id = paused
+    code, _, err = _run_cli(capsys, "approve", request_id, "--agent", "no_such_module:agent",
+                            "--store", db)
+    assert code == 1 and "nothing was recorded" in err and "--no-resume" in err
+    code, out, _ = _run_cli(capsys, "pending", "--json", "--store", db)
+    assert [p["id"] for p in json.loads(out)] == [request_id]
+    code, out, _ = _run_cli(capsys, "runs", "--json", "--store", db)
+    assert json.loads(out)[0]["status"] == "awaiting_approval"
+
+
+def test_ctrl_c_during_the_continued_run_says_it_is_ready(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    db, run_id, request_id = paused
+    code, _, err = _run_cli(capsys, "approve", request_id, "--agent", "cli_agents:interrupted",
+                            "--store", db)
+    assert code == 130
+    assert "the decision was recorded" in err and f"handrail resume {run_id}" in err
+    code, out, _ = _run_cli(capsys, "runs", "--json", "--store", db)
+    assert json.loads(out)[0]["status"] == "ready"

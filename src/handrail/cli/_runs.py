@@ -183,7 +183,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         table = Table("run", "status", "agent", "task", "steps", "started")
         for r in runs:
             table.add_row(_safe(r.id), _status_text(r), _safe(r.agent or "-"),
-                          _safe(_short(r.task, 50)), str(r.steps), _ago(r.created_at))
+                          _markup(_short(r.task, 50)), str(r.steps), _ago(r.created_at))
         _console().print(table if runs else "no runs in this store")
         return 0
 
@@ -200,7 +200,11 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
 def _short(text: object, width: int) -> str:
     """Whitespace folded, cut to `width` characters, then made printable."""
     folded = " ".join(str(text).split())
-    return printable(folded if len(folded) <= width else folded[: width - 1] + "…")
+    return printable(_cut(folded, width))
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -294,7 +298,6 @@ def _cmd_pending(args: argparse.Namespace) -> int:
         console = _console()
         if not items:
             console.print("nothing is pending")
-            return 0
         for p in items:
             console.print(f"[bold]{_safe(p.id)}[/] {_safe(p.kind)} — run {_safe(p.run_id)} — "
                           f"tool {_safe(p.tool)} — {_ago(p.created_at)}")
@@ -307,7 +310,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                                   f"{_markup(_target_text(action.get('target')))}")
                 console.print(f"    why: {_safe(payload.get('verdict_reason', ''))}")
                 console.print("    arguments: "
-                              f"{_markup(_short(printable_json(payload.get('arguments')), 200))}")
+                              f"{_markup(_cut(printable_json(payload.get('arguments')), 200))}")
             elif p.kind == "question":
                 console.print("    asks: "
                               f"{_safe(payload.get('question') or payload.get('message'))}")
@@ -317,7 +320,12 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                 if payload.get("tool_missing"):
                     console.print("    [red]its tool is not in the agent that resumed it[/]: "
                                   "retry needs an agent that has it")
-                console.print(f"    in doubt: {_markup(_short(printable_json(payload), 200))}")
+                console.print(f"    in doubt: {_markup(_cut(printable_json(payload), 200))}")
+        # Runs that wait for nobody but a `resume` (decided, or stopped on an error): said, so
+        # "nothing is pending" never hides a run that has not finished.
+        for run in await store.runs(status=RunStatus.READY, limit=20):
+            console.print(f"run {_safe(run.id)} is {_status_text(run)}: handrail resume "
+                          f"{_safe(run.id)}")
         return 0
 
     return _run_async(go, args)
