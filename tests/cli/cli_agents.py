@@ -54,3 +54,23 @@ def _interrupt(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
 def interrupted(run: hr.RunRecord) -> hr.Agent:
     """Ctrl-C arrives while its model is asked for the next turn."""
     return _agent(run, _interrupt)
+
+
+class _Hang:
+    """A model that announces it was asked (a marker file), then waits forever."""
+
+    name = "scripted-cli"
+
+    async def request(self, messages: Any, tools: Any, settings: Any = None) -> Any:
+        import os
+
+        import anyio
+
+        await anyio.Path(os.environ["HANDRAIL_TEST_MARKER"]).write_text("asked")
+        await anyio.sleep_forever()
+
+
+def hang(run: hr.RunRecord) -> hr.Agent:
+    """Hangs in the model turn after the approved call: for a real Ctrl-C (SIGINT)."""
+    return hr.Agent(_Hang(), workspace_tools(), policy=hr.Policy.default(),  # type: ignore[arg-type]
+                    workspace=run.workspace or ".", name="cli-test", ref="cli_agents:working")

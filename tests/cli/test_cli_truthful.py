@@ -276,3 +276,33 @@ def test_ctrl_c_during_the_continued_run_says_it_is_ready(
     assert "the decision was recorded" in err and f"handrail resume {run_id}" in err
     code, out, _ = _run_cli(capsys, "runs", "--json", "--store", db)
     assert json.loads(out)[0]["status"] == "ready"
+
+
+@pytest.mark.slow
+def test_a_real_ctrl_c_leaves_the_run_ready(paused: tuple[str, str, str], tmp_path: Path) -> None:
+    import signal
+    import time
+
+    db, run_id, request_id = paused
+    marker = tmp_path / "asked"
+    env = {**os.environ, "HANDRAIL_TEST_MARKER": str(marker),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    proc = subprocess.Popen([sys.executable, "-m", "handrail.cli", "approve", request_id,
+                             "--agent", "cli_agents:hang", "--store", db],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not marker.exists():  # the model was asked: the decision is recorded, the call ran
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert "the decision was recorded" in err and f"handrail resume {run_id}" in err
+    assert "Traceback" not in err
+
+    async def status() -> tuple[hr.RunStatus, Any]:
+        async with Store.open(db) as store:
+            run = await store.run(run_id)
+            return run.status, run.owner
+
+    assert anyio.run(status) == (hr.RunStatus.READY, None)
