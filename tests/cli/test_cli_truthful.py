@@ -306,3 +306,24 @@ def test_a_real_ctrl_c_leaves_the_run_ready(paused: tuple[str, str, str], tmp_pa
             return run.status, run.owner
 
     assert anyio.run(status) == (hr.RunStatus.READY, None)
+
+
+def test_a_running_run_whose_process_is_gone_is_not_shown_as_running(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+    import socket
+
+    db, run_id, _ = paused
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+    async def crash() -> None:
+        async with Store.open(db) as store:
+            run = await store.run(run_id)
+            await store.write(hr.store.Batch(run=dataclasses.replace(
+                run, status=hr.RunStatus.RUNNING, outcome=None,
+                owner=f"{socket.gethostname()}:{dead}:x")))
+
+    anyio.run(crash)
+    code, out, _ = _run_cli(capsys, "runs", "--store", db)
+    assert code == 0 and "stopped (its process is gone" in out
