@@ -327,3 +327,19 @@ def test_a_running_run_whose_process_is_gone_is_not_shown_as_running(
     anyio.run(crash)
     code, out, _ = _run_cli(capsys, "runs", "--store", db)
     assert code == 0 and "stopped (its process is gone" in out
+
+
+@pytest.mark.parametrize("extra", [["--no-resume"], ["--agent", "cli_agents:working"]])
+def test_approve_with_a_malformed_remember_pattern_records_nothing(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str],
+        extra: list[str]) -> None:
+    db, run_id, request_id = paused
+    # An unclosed bracket: malformed for every act (issue 9's 'a**' is, for paths and calls).
+    code, _, err = _run_cli(capsys, "approve", request_id, "--remember", "a[b", *extra,
+                            "--store", db)
+    assert code == 1 and "cannot be applied" in err and "a[b" in err
+    code, out, _ = _run_cli(capsys, "pending", "--json", "--store", db)
+    assert [p["id"] for p in json.loads(out)] == [request_id]
+    code, out, err = _run_cli(capsys, "approve", request_id, "--agent", "cli_agents:working",
+                              "--store", db)
+    assert code == 0 and f"run {run_id} completed" in out, err
