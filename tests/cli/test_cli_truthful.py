@@ -343,3 +343,60 @@ def test_approve_with_a_malformed_remember_pattern_records_nothing(
     code, out, err = _run_cli(capsys, "approve", request_id, "--agent", "cli_agents:working",
                               "--store", db)
     assert code == 0 and f"run {run_id} completed" in out, err
+
+
+_HOSTILE_TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from(_FORBIDDEN), max_size=40)
+
+
+def test_nothing_a_model_or_tool_wrote_reaches_the_terminal_raw(tmp_path: Path) -> None:
+    """Any text in any field a model or a tool fills: `runs`, `show`, `pending` print it inert."""
+    import contextlib
+    import io
+
+    from hypothesis import HealthCheck, Phase, settings
+
+    import uuid
+
+    # No shrinking: each example runs three commands on a real store, and the failing output
+    # (in the assertion) already shows the offending character.
+    @settings(max_examples=30, deadline=None, phases=[Phase.generate],
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(task=_HOSTILE_TEXT, name=_HOSTILE_TEXT, target=_HOSTILE_TEXT,
+           argv=st.lists(_HOSTILE_TEXT, min_size=1, max_size=3), result=_HOSTILE_TEXT,
+           call_id=_HOSTILE_TEXT)
+    def check(task: str, name: str, target: str, argv: list[str], result: str,
+              call_id: str) -> None:
+        db = str(tmp_path / f"{uuid.uuid4().hex}.db")  # a run's task and agent are written once
+
+        async def write() -> None:
+            async with Store.open(db) as store:
+                run = hr.RunRecord(id="r", task=task or "t", agent=name, model=name,
+                                   status=hr.RunStatus.AWAITING_APPROVAL,
+                                   outcome={"kind": "awaiting_approval", "request_id": call_id})
+                call = hr.CallRecord(
+                    id=f"r:{call_id}", run_id="r", call_id=call_id, turn=0, index=0,
+                    model_name=name, tool=name, status=hr.CallStatus.FINISHED,
+                    actions=[{"act": "read", "target": target}, {"act": "exec", "target": argv}],
+                    verdict={"effect": "ask", "reason": target}, decided_by=name,
+                    decision={"kind": "approve"},
+                    result={"content": [{"kind": "text", "text": result}]}, error=result)
+                item = hr.store.PendingItem(
+                    id=call_id or "p", kind="approval", run_id="r", call_record=call.id,
+                    agent=name, tool=name,
+                    payload={"act": "exec", "target": target, "arguments": {name: argv},
+                             "verdict_reason": result,
+                             "actions": [{"act": "exec", "target": argv}]})
+                messages = [("r", 0, {"kind": "user", "text": task}),
+                            ("r", 1, {"kind": "assistant",
+                                      "parts": [{"kind": "text", "text": result}]})]
+                await store.write(hr.store.Batch(run=run, calls=[call], pending=[item],
+                                                 messages=messages))
+
+        anyio.run(write)
+        for command in (["runs"], ["show", "r"], ["pending"]):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                assert main([*command, "--store", db]) == 0
+            assert _clean(out.getvalue()), (command, out.getvalue())
+
+    check()
