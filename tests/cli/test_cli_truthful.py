@@ -352,10 +352,9 @@ def test_nothing_a_model_or_tool_wrote_reaches_the_terminal_raw(tmp_path: Path) 
     """Any text in any field a model or a tool fills: `runs`, `show`, `pending` print it inert."""
     import contextlib
     import io
+    import uuid
 
     from hypothesis import HealthCheck, Phase, settings
-
-    import uuid
 
     # No shrinking: each example runs three commands on a real store, and the failing output
     # (in the assertion) already shows the offending character.
