@@ -74,3 +74,8 @@ def hang(run: hr.RunRecord) -> hr.Agent:
     """Hangs in the model turn after the approved call: for a real Ctrl-C (SIGINT)."""
     return hr.Agent(_Hang(), workspace_tools(), policy=hr.Policy.default(),  # type: ignore[arg-type]
                     workspace=run.workspace or ".", name="cli-test", ref="cli_agents:working")
+
+
+def broken_factory(run: hr.RunRecord) -> hr.Agent:
+    """A factory that fails (a missing setting, say)."""
+    raise KeyError("WORKSPACE")

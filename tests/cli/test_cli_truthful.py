@@ -399,3 +399,38 @@ def test_nothing_a_model_or_tool_wrote_reaches_the_terminal_raw(tmp_path: Path) 
             assert _clean(out.getvalue()), (command, out.getvalue())
 
     check()
+
+
+def test_a_failing_agent_factory_is_a_clear_error_and_records_nothing(
+        paused: tuple[str, str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    db, _, request_id = paused
+    code, _, err = _run_cli(capsys, "approve", request_id, "--agent",
+                            "cli_agents:broken_factory", "--store", db)
+    assert code == 1 and "could not build the agent: KeyError" in err
+    assert "nothing was recorded" in err
+    code, out, _ = _run_cli(capsys, "pending", "--json", "--store", db)
+    assert [p["id"] for p in json.loads(out)] == [request_id]
+
+
+def test_recording_one_of_two_open_items_says_the_run_still_waits(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from handrail.builtin import workspace_tools
+    from handrail.models import Scripted, calls, reply
+
+    db = str(tmp_path / "two.db")
+
+    async def go() -> str:
+        async with Store.open(db) as store:
+            agent = hr.Agent(Scripted([calls([("workspace/exec", {"argv": ["echo", "a"]}),
+                                              ("workspace/exec", {"argv": ["echo", "b"]})]),
+                                       reply("ok")]), workspace_tools(), workspace=tmp_path)
+            result = await agent.run("go", store=store)
+            return result.run_id
+
+    run_id = anyio.run(go)
+    code, out, _ = _run_cli(capsys, "pending", "--json", "--store", db)
+    first, second = (p["id"] for p in json.loads(out))
+    code, out, err = _run_cli(capsys, "approve", first, "--no-resume", "--store", db)
+    assert code == 0 and "still waits: awaiting_approval" in out, err
+    code, out, err = _run_cli(capsys, "approve", second, "--no-resume", "--store", db)
+    assert code == 0 and f"run {run_id} is ready" in out, err

@@ -91,7 +91,13 @@ def _agent_for(args: argparse.Namespace, run: RunRecord) -> Any:
         return None
     obj = load_object(ref)
     if not isinstance(obj, Agent) and callable(obj):
-        obj = obj(run)
+        try:
+            obj = obj(run)
+        except HandrailError:
+            raise
+        except Exception as exc:  # the user's factory: its failure is a clear error, not a trace
+            raise UserError(f"{ref} could not build the agent: {type(exc).__name__}: "
+                            f"{exc}") from exc
     if not isinstance(obj, Agent):
         raise UserError(f"{ref} is not an hr.Agent (nor a factory returning one)")
     return obj
@@ -360,8 +366,14 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
         state["recorded"] = True
         console = _console()
         if agent is None:
-            console.print(f"recorded (by {_safe(decided_by)}); run {run.id} is ready: continue "
-                          f"it with: handrail resume {run.id} --agent MODULE:OBJECT")
+            after = await store.run(run.id)
+            if after.status is RunStatus.READY:
+                console.print(f"recorded (by {_safe(decided_by)}); run {run.id} is ready: "
+                              f"continue it with: handrail resume {run.id} --agent "
+                              "MODULE:OBJECT")
+            else:  # another of its items is still open
+                console.print(f"recorded (by {_safe(decided_by)}); run {run.id} still waits: "
+                              f"{_status_text(after)} — see handrail pending")
             return 0
         result = await resume(store, run.id, agent=agent)
         _print_outcome(result)
