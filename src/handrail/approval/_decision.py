@@ -103,7 +103,8 @@ class Approve(Decision):
         object) is refused whole, so it can never be recorded and then brick its run.
         """
         try:
-            self.remember_rules(act)
+            if self.remember:
+                self.remember_rules(act)
         except PolicyError as exc:
             raise UserError(f"this approval cannot be applied: {exc}") from None
         if self.modified is not None:
