@@ -434,6 +434,8 @@ class Gate:
                         state.pause(PausedOnRequest(reask.id), CallStatus.AWAITING_APPROVAL,
                                     None)
                         return
+                    if isinstance(decision, Approve):
+                        decision.check(request.act)  # never record what cannot be applied
                     try:
                         state.spent.append(
                             await scope.store.decide(reask.id, decision.to_dict(), decided_by))
@@ -799,7 +801,9 @@ class Gate:
             state.result = ToolResult.from_dict(record.result)
             return
         impl = scope.toolbox.by_model_name(record.model_name)
-        if impl is None:
+        # A call that may have acted stays in doubt when its tool is gone: never "not sent".
+        in_flight = status in (CallStatus.STARTED, CallStatus.IN_DOUBT)
+        if impl is None and not in_flight:
             state.finish(ToolResult.error(f"The tool {record.model_name!r} is no longer "
                                           "available."), CallStatus.REFUSED,
                          disposition=Disposition.NOT_SENT.value, error="tool gone at resume")
@@ -853,15 +857,22 @@ class Gate:
             return
 
         # STARTED (in flight at a crash) or IN_DOUBT (an operator was asked).
-        if status is CallStatus.STARTED and self._spec(impl).idempotent:
+        if status is CallStatus.STARTED and impl is not None and self._spec(impl).idempotent:
             self._rerun(state, arguments)
             return
-        if status is CallStatus.STARTED or item is None or item.kind != "recovery":
+        # A retry decided without the agent (`--no-resume`) that this agent cannot perform:
+        # asked again, the tool's absence in the item, rather than recorded as not sent.
+        cannot_retry = impl is None and item is not None and item.state != "open" and \
+            (item.decision or {}).get("kind") == "retry"
+        if status is CallStatus.STARTED or item is None or item.kind != "recovery" or \
+                cannot_retry:
+            payload = {"tool": record.tool, "arguments": arguments,
+                       "started_at": record.started_at}
+            if impl is None:
+                payload["tool_missing"] = True
             item = PendingItem(id=record.id, kind="recovery", run_id=scope.run_id,
                                call_record=record.id, agent=scope.agent, tool=record.tool,
-                               payload={"tool": record.tool, "arguments": arguments,
-                                        "started_at": record.started_at},
-                               created_at=time.time())
+                               payload=payload, created_at=time.time())
             state.pause(CallInDoubt(record.id), CallStatus.IN_DOUBT, item)
             return
         if item.state == "open":

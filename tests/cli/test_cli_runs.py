@@ -69,6 +69,11 @@ def test_deny_without_resume_records_then_resume_continues(tmp_path: Path) -> No
 
 def test_errors_are_one_line_with_exit_code_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                                ) -> None:
+    import anyio
+
+    from handrail.store import Store
+
+    anyio.run(Store.open(tmp_path / "x.db").close)
     code = main(["show", "nope", "--store", str(tmp_path / "x.db")])
     assert code == 1
     assert "no run 'nope'" in capsys.readouterr().err

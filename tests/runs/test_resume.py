@@ -218,7 +218,8 @@ async def test_a_run_without_a_recorded_policy_is_refused(store: hr.Store) -> No
     # A run written by something that recorded no policy (a policy is immutable once a run
     # exists, so this can only be a run created that way).
     legacy = hr.RunRecord(id="legacy", task="t", status=hr.RunStatus.AWAITING_APPROVAL,
-                          policy=None, created_at=1.0)
+                          policy=None, created_at=1.0,
+                          outcome={"kind": "awaiting_approval", "request_id": "x"})
     await store.write(hr.store.Batch(run=legacy))
     with pytest.raises(hr.ResumeRefused, match="no recorded policy"):
         await hr.resume(store, "legacy", agent=make_agent())
@@ -287,7 +288,7 @@ async def test_an_idempotent_call_in_flight_is_retried_without_asking(store: hr.
 async def test_wrong_kinds_of_ids_are_clear_errors(store: hr.Store) -> None:
     paused = await _deferred(store)
     assert isinstance(paused.outcome, hr.AwaitingApproval)
-    with pytest.raises(hr.UserError, match="not a pending question"):
+    with pytest.raises(hr.UserError, match="an approval, not a question: use `handrail approve"):
         await hr.resume_with_answer(store, paused.outcome.request_id, "x", agent=make_agent())
     with pytest.raises(hr.UserError, match="deferring again"):
         await hr.resume_with_decision(store, paused.outcome.request_id, hr.Decision.defer(),
@@ -364,7 +365,8 @@ async def test_a_run_whose_runner_died_in_this_process_can_be_resumed_here(
     with pytest.raises(KeyboardInterrupt):
         await build(broken).run("go", store=store)
     (run,) = await store.runs()
-    assert run.status is hr.RunStatus.RUNNING  # left as it was when the runner died
+    assert run.status is hr.RunStatus.READY and run.outcome is None  # nobody drives it
+    assert run.events[-1]["kind"] == "interrupted"
     done = await hr.resume(store, run.id, agent=build(deploy),
                            approver=hr.ApproveAll())
     assert isinstance(done.outcome, hr.AwaitingRecovery)  # the call was in flight

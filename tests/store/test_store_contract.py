@@ -53,7 +53,8 @@ def _item(item_id: str, run_id: str = "r1", kind: str = "approval", **kw: object
 
 async def test_run_round_trip_keeps_every_field(store: Store) -> None:
     run = _run(status=RunStatus.AWAITING_APPROVAL, parent_id="p", manifest_digest="sha256:ab",
-               model="m", workspace="/w", updated_at=2.0, outcome={"kind": "failed", "error": "e"},
+               model="m", workspace="/w", updated_at=2.0,
+               outcome={"kind": "awaiting_approval", "request_id": "p1"},
                input_tokens=3, output_tokens=4, model_requests=5,
                remembered=[{"act": "write", "pattern": "*.md", "effect": "allow"}], steps=6,
                owner="h:1:x", lease_until=9.0, events=[{"kind": "resumed"}], agent_ref="m:o")
@@ -116,7 +117,8 @@ async def test_decide_is_compare_and_swap(store: Store) -> None:
 
 
 async def test_claim_refuses_finished_and_live_runs(store: Store) -> None:
-    await store.write(Batch(run=_run("done", status=RunStatus.COMPLETED)))
+    await store.write(Batch(run=_run("done", status=RunStatus.COMPLETED,
+                                     outcome={"kind": "completed", "output": "ok"})))
     with pytest.raises(ResumeRefused, match="completed"):
         await store.claim("done", "me")
     from handrail.store._base import ACTIVE_OWNERS, new_owner
@@ -149,7 +151,8 @@ async def test_claim_takes_a_run_whose_owner_died_or_whose_lease_ran_out(store: 
 
 
 async def test_paused_runs_are_claimable(store: Store) -> None:
-    await store.write(Batch(run=_run(status=RunStatus.AWAITING_APPROVAL)))
+    await store.write(Batch(run=_run(status=RunStatus.AWAITING_APPROVAL,
+                                     outcome={"kind": "awaiting_approval", "request_id": "p"})))
     run = await store.claim("r1", "me")
     assert run.status is RunStatus.RUNNING and run.lease_until > time.time()
     assert dataclasses.replace(await store.run("r1")) == run

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from handrail.errors import UserError
+from handrail.errors import PolicyError, UserError
 from handrail.policy._policy import Effect, Rule, parse_act
 from handrail.tools import Act
 
@@ -93,6 +94,28 @@ class Approve(Decision):
             if not isinstance(item, Rule | str):
                 raise UserError(f"remember takes hr.Rule or pattern strings, not {item!r}")
         object.__setattr__(self, "remember", remember)
+
+    def check(self, act: Act | str) -> None:
+        """Raise `UserError` unless this approval can be applied to a request of `act`.
+
+        Called BEFORE a decision is recorded: a decision that would fail when applied (a
+        remembered pattern malformed for the act, replacement arguments that are not a JSON
+        object) is refused whole, so it can never be recorded and then brick its run.
+        """
+        try:
+            if self.remember:
+                self.remember_rules(act)
+        except PolicyError as exc:
+            raise UserError(f"this approval cannot be applied: {exc}") from None
+        if self.modified is not None:
+            try:
+                json.dumps(self.modified, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise UserError(f"this approval cannot be applied: its modified arguments "
+                                f"are not a JSON object ({exc})") from None
+            if any(not isinstance(k, str) for k in self.modified):
+                raise UserError("this approval cannot be applied: its modified arguments "
+                                "must have string keys")
 
     def remember_rules(self, act: Act | str) -> list[Rule]:
         """`remember` as rules: each bare pattern becomes `allow act pattern`.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -23,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="handrail",
         description="Inspect, approve and resume agent runs; check manifests; run the demo.",
     )
+    parser.add_argument("--store", default=None,
+                        help="the run store, for the run commands (also accepted after the "
+                             "command; default: $HANDRAIL_STORE or ./.handrail/runs.db)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:
@@ -43,13 +47,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
+    from handrail.cli._display import printable
     from handrail.errors import HandrailError
 
     try:
         code: int = func(args)
+        sys.stdout.flush()
     except HandrailError as exc:
-        print(f"handrail: error: {exc}", file=sys.stderr)
+        # A message can quote what a model chose (an id, a path): printable, like the rest.
+        print(f"handrail: error: {printable(exc)}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (`handrail runs --json | head`): end quietly. Python would
+        # report the pipe again when it flushes stdout at exit, so stdout goes to devnull.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command ended by a closed pipe
+    except KeyboardInterrupt:
+        print("handrail: interrupted", file=sys.stderr)
+        return 130
     return code
 
 

@@ -1,18 +1,25 @@
 """`handrail runs|show|pending|approve|deny|answer|resume|recover|demo`.
 
-The store comes from `--store`, else `HANDRAIL_STORE`, else `./.handrail/runs.db`. Commands
-that continue a run need its agent: `--agent MODULE:OBJECT`, else `HANDRAIL_AGENT`, else the
-`agent_ref` the run recorded (an Agent, or a factory called with the run's record). Deciding
-never needs the agent: without one, the decision is recorded and the run waits for
-`handrail resume`.
+The store comes from `--store` (before or after the command), else `HANDRAIL_STORE`, else
+`./.handrail/runs.db`. Only `demo` creates a store: every other command says so when none
+exists there (a mistyped path must not become an empty store). Commands that continue a run
+need its agent: `--agent MODULE:OBJECT`, else `HANDRAIL_AGENT`, else the `agent_ref` the run
+recorded (an Agent, or a factory called with the run's record). Deciding never needs the
+agent: without one, the decision is recorded and the run waits, READY, for `handrail resume`.
+
+A decision is checked, then recorded, then the run continues. Whatever stops it continuing (an
+error, Ctrl-C) leaves the run READY, and the command says so, with the next step, and exits
+non-zero. Everything printed that a model or a tool wrote goes through `printable`.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import importlib
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -20,8 +27,9 @@ from typing import Any
 
 import anyio
 
-from handrail.errors import UserError
-from handrail.store import RunRecord, Store
+from handrail.cli._display import argv_text, printable, printable_json
+from handrail.errors import HandrailError, UserError
+from handrail.store import RunRecord, RunStatus, Store
 
 __all__ = ["load_object", "register"]
 
@@ -29,7 +37,31 @@ DEFAULT_STORE = os.path.join(".handrail", "runs.db")
 
 
 def _store_path(args: argparse.Namespace) -> str:
-    return str(args.store or os.environ.get("HANDRAIL_STORE") or DEFAULT_STORE)
+    return str(getattr(args, "store", None) or os.environ.get("HANDRAIL_STORE")
+               or DEFAULT_STORE)
+
+
+def _existing_store(args: argparse.Namespace) -> Store:
+    """Open the store, which must exist: only `demo` creates one."""
+    path = _store_path(args)
+    source = ("--store" if getattr(args, "store", None)
+              else "$HANDRAIL_STORE" if os.environ.get("HANDRAIL_STORE") else "the default")
+    file = path.removeprefix("sqlite://")
+    if "://" not in file and not os.path.isfile(os.path.expanduser(file)):
+        raise UserError(
+            f"no handrail store at {printable(path)} (from {source}): check the path; "
+            "this command never creates one (`handrail demo` or an agent's run does)"
+        )
+    return Store.open(path)
+
+
+def _decider() -> str:
+    """Who decides, for the audit trail: the OS user at this host."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no $USER (some containers)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
 def load_object(ref: str) -> Any:
@@ -59,7 +91,13 @@ def _agent_for(args: argparse.Namespace, run: RunRecord) -> Any:
         return None
     obj = load_object(ref)
     if not isinstance(obj, Agent) and callable(obj):
-        obj = obj(run)
+        try:
+            obj = obj(run)
+        except HandrailError:
+            raise
+        except Exception as exc:  # the user's factory: its failure is a clear error, not a trace
+            raise UserError(f"{ref} could not build the agent: {type(exc).__name__}: "
+                            f"{exc}") from exc
     if not isinstance(obj, Agent):
         raise UserError(f"{ref} is not an hr.Agent (nor a factory returning one)")
     return obj
@@ -67,7 +105,7 @@ def _agent_for(args: argparse.Namespace, run: RunRecord) -> Any:
 
 def _run_async(fn: Callable[[Store], Awaitable[int]], args: argparse.Namespace) -> int:
     async def main() -> int:
-        store = Store.open(_store_path(args))
+        store = _existing_store(args)
         try:
             return await fn(store)
         finally:
@@ -79,7 +117,15 @@ def _run_async(fn: Callable[[Store], Awaitable[int]], args: argparse.Namespace) 
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    # No emoji codes (":warning:" in a model's text is text) and no highlighting.
+    return Console(highlight=False, soft_wrap=True, emoji=False)
+
+
+def _safe(value: object) -> str:
+    """A model's or a tool's text for rich markup: escaped, then markup-quoted."""
+    from rich.markup import escape
+
+    return escape(printable(value))
 
 
 def _ago(ts: float | None) -> str:
@@ -96,28 +142,42 @@ def _print_outcome(result: Any) -> None:
     outcome = result.outcome
     console = _console()
     kind = outcome.kind
+    run = result.run_id
     if kind == "completed":
-        console.print(f"[green]run {result.run_id} completed[/]: {outcome.output}")
+        console.print(f"[green]run {run} completed[/]: {_safe(outcome.output)}")
     elif kind == "awaiting_approval":
-        console.print(f"[yellow]run {result.run_id} waits for approval {outcome.request_id}[/]")
+        console.print(f"[yellow]run {run} waits for approval {_safe(outcome.request_id)}[/]")
     elif kind == "awaiting_answer":
-        console.print(f"[yellow]run {result.run_id} waits for an answer to "
-                      f"{outcome.question_id}[/]")
+        console.print(f"[yellow]run {run} waits for an answer to "
+                      f"{_safe(outcome.question_id)}[/]")
     elif kind == "awaiting_recovery":
-        console.print(f"[yellow]run {result.run_id}: call {outcome.call_id} was in flight at a "
+        console.print(f"[yellow]run {run}: call {_safe(outcome.call_id)} was in flight at a "
                       "crash; decide with `handrail recover`[/]")
     elif kind == "failed":
-        console.print(f"[red]run {result.run_id} failed[/]: {outcome.error}")
+        console.print(f"[red]run {run} failed[/]: {_safe(outcome.error)}")
     else:
-        console.print(f"run {result.run_id} {kind}: {getattr(outcome, 'reason', '')}")
+        console.print(f"run {run} {kind}: {_safe(getattr(outcome, 'reason', ''))}")
+
+
+def _status_text(run: RunRecord) -> str:
+    """The run's status as a person should read it (a dead owner's run is not running)."""
+    from handrail.store._base import is_owner_alive, owner_is_on_this_host
+
+    if run.status is RunStatus.READY:
+        last = run.events[-1] if run.events else {}
+        if last.get("kind") == "interrupted":
+            return "ready (stopped on an error; resume continues it)"
+        return "ready (decided, not yet continued)"
+    if run.status is RunStatus.RUNNING and run.owner and owner_is_on_this_host(run.owner) \
+            and not is_owner_alive(run.owner):
+        return "stopped (its process is gone; resume continues it)"
+    return str(run.status.value)
 
 
 # ------------------------------------------------------------------ queries
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from handrail.store import RunStatus
-
     async def go(store: Store) -> int:
         status = RunStatus(args.status) if args.status else None
         runs = await store.runs(limit=args.limit, status=status)
@@ -128,8 +188,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
         table = Table("run", "status", "agent", "task", "steps", "started")
         for r in runs:
-            table.add_row(r.id, r.status.value, r.agent or "-", _short(r.task, 50),
-                          str(r.steps), _ago(r.created_at))
+            table.add_row(_safe(r.id), _status_text(r), _safe(r.agent or "-"),
+                          _markup(_short(r.task, 50)), str(r.steps), _ago(r.created_at))
         _console().print(table if runs else "no runs in this store")
         return 0
 
@@ -143,8 +203,13 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
             "input_tokens": r.input_tokens, "output_tokens": r.output_tokens}
 
 
-def _short(text: str, width: int) -> str:
-    text = " ".join(str(text).split())
+def _short(text: object, width: int) -> str:
+    """Whitespace folded, cut to `width` characters, then made printable."""
+    folded = " ".join(str(text).split())
+    return printable(_cut(folded, width))
+
+
+def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -158,11 +223,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
                               "calls": [_call_json(c) for c in calls]}, indent=2))
             return 0
         console = _console()
-        console.print(f"[bold]run {run.id}[/] — {run.status.value} — agent {run.agent or '-'} — "
-                      f"model {run.model or '-'}")
-        console.print(f"task: {run.task}")
+        console.print(f"[bold]run {_safe(run.id)}[/] — {_status_text(run)} — agent "
+                      f"{_safe(run.agent or '-')} — model {_safe(run.model or '-')}")
+        console.print(f"task: {_safe(run.task)}")
         if run.manifest_digest:
-            console.print(f"manifest: {run.manifest_digest}")
+            console.print(f"manifest: {_safe(run.manifest_digest)}")
         console.print(f"tokens: {run.input_tokens} in / {run.output_tokens} out over "
                       f"{run.model_requests} requests")
         by_turn: dict[int, list[Any]] = {}
@@ -175,13 +240,16 @@ def _cmd_show(args: argparse.Namespace) -> int:
                 turn += 1
                 text = "".join(p.get("text", "") for p in m["parts"] if p["kind"] == "text")
                 if text:
-                    console.print(f"\n[cyan]model[/] {_short(text, 200)}")
+                    console.print(f"\n[cyan]model[/] {_markup(_short(text, 200))}")
                 for c in by_turn.get(turn, []):
                     _print_call(console, c)
             elif kind == "user":
-                console.print(f"[magenta]user[/] {_short(m['text'], 200)}")
+                console.print(f"[magenta]user[/] {_markup(_short(m['text'], 200))}")
+        for event in run.events:
+            if event.get("kind") == "interrupted":
+                console.print(f"\n[red]stopped on an error[/]: {_safe(event.get('error'))}")
         if run.outcome:
-            console.print(f"\noutcome: {json.dumps(run.outcome)}")
+            console.print(f"\noutcome: {_markup(printable_json(run.outcome))}")
         return 0
 
     return _run_async(go, args)
@@ -195,26 +263,34 @@ def _call_json(c: Any) -> dict[str, Any]:
             "error": c.error, "pending_id": c.pending_id}
 
 
-def _print_call(console: Any, c: Any) -> None:
-    verdict = c.verdict or {}
-    effect = verdict.get("effect", "-")
-    colour = {"allow": "green", "ask": "yellow", "deny": "red"}.get(effect, "white")
-    actions = ", ".join(
-        f"{a['act']} "
-        + (a["target"] if isinstance(a["target"], str) else " ".join(a["target"]))
-        for a in c.actions
-    ) or "-"
-    console.print(f"  [bold]{c.tool or c.model_name}[/] ({c.id}) → {actions}")
-    console.print(f"    verdict: [{colour}]{effect}[/] — {verdict.get('reason', c.error or '-')}")
-    if c.decision:
-        console.print(f"    decision: {c.decision.get('kind')} by {c.decided_by}")
-    result = c.result or {}
-    texts = [i.get("text", "") for i in result.get("content", []) if i.get("kind") == "text"]
+def _markup(text: str) -> str:
     from rich.markup import escape
 
-    console.print(escape(f"    status: {c.status.value}"
-                         + (f" — result: {_short(' '.join(texts), 120)}" if texts else "")
-                         + (f" ({c.disposition})" if c.disposition else "")))
+    return escape(text)
+
+
+def _target_text(target: Any) -> str:
+    """A call's target: a path or host as printable text, an argv as the quoted list it is."""
+    return argv_text(target) if isinstance(target, list | tuple) else printable(target)
+
+
+def _print_call(console: Any, c: Any) -> None:
+    verdict = c.verdict or {}
+    effect = str(verdict.get("effect", "-"))
+    colour = {"allow": "green", "ask": "yellow", "deny": "red"}.get(effect, "white")
+    actions = ", ".join(f"{printable(a['act'])} {_target_text(a['target'])}"
+                        for a in c.actions) or "-"
+    console.print(f"  [bold]{_safe(c.tool or c.model_name)}[/] ({_safe(c.id)}) → "
+                  f"{_markup(actions)}")
+    console.print(f"    verdict: [{colour}]{_safe(effect)}[/] — "
+                  f"{_safe(verdict.get('reason', c.error or '-'))}")
+    if c.decision:
+        console.print(f"    decision: {_safe(c.decision.get('kind'))} by {_safe(c.decided_by)}")
+    result = c.result or {}
+    texts = [i.get("text", "") for i in result.get("content", []) if i.get("kind") == "text"]
+    console.print(_markup(f"    status: {c.status.value}"
+                          + (f" — result: {_short(' '.join(texts), 120)}" if texts else "")
+                          + (f" ({printable(c.disposition)})" if c.disposition else "")))
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
@@ -228,21 +304,34 @@ def _cmd_pending(args: argparse.Namespace) -> int:
         console = _console()
         if not items:
             console.print("nothing is pending")
-            return 0
         for p in items:
-            console.print(f"[bold]{p.id}[/] {p.kind} — run {p.run_id} — tool {p.tool} — "
-                          f"{_ago(p.created_at)}")
+            console.print(f"[bold]{_safe(p.id)}[/] {_safe(p.kind)} — run {_safe(p.run_id)} — "
+                          f"tool {_safe(p.tool)} — {_ago(p.created_at)}")
             payload = p.payload
             if p.kind == "approval":
-                console.print(f"    {payload.get('act')} {payload.get('target')}"
-                              f"  ({payload.get('verdict_reason', '')})")
-                console.print(f"    arguments: {_short(json.dumps(payload.get('arguments')), 200)}")
+                actions = payload.get("actions") or [
+                    {"act": payload.get("act"), "target": payload.get("target")}]
+                for action in actions:
+                    console.print(f"    {_safe(action.get('act'))} "
+                                  f"{_markup(_target_text(action.get('target')))}")
+                console.print(f"    why: {_safe(payload.get('verdict_reason', ''))}")
+                console.print("    arguments: "
+                              f"{_markup(_cut(printable_json(payload.get('arguments')), 200))}")
             elif p.kind == "question":
-                console.print(f"    asks: {payload.get('question') or payload.get('message')}")
+                console.print("    asks: "
+                              f"{_safe(payload.get('question') or payload.get('message'))}")
                 if payload.get("choices"):
-                    console.print(f"    choices: {', '.join(payload['choices'])}")
+                    console.print("    choices: " + _markup(argv_text(payload["choices"])))
             else:
-                console.print(f"    in doubt: {_short(json.dumps(payload), 200)}")
+                if payload.get("tool_missing"):
+                    console.print("    [red]its tool is not in the agent that resumed it[/]: "
+                                  "retry needs an agent that has it")
+                console.print(f"    in doubt: {_markup(_cut(printable_json(payload), 200))}")
+        # Runs that wait for nobody but a `resume` (decided, or stopped on an error): said, so
+        # "nothing is pending" never hides a run that has not finished.
+        for run in await store.runs(status=RunStatus.READY, limit=20):
+            console.print(f"run {_safe(run.id)} is {_status_text(run)}: handrail resume "
+                          f"{_safe(run.id)}")
         return 0
 
     return _run_async(go, args)
@@ -251,58 +340,75 @@ def _cmd_pending(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- decisions
 
 
-def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str, Any],
-                        resume_fn: Callable[..., Awaitable[Any]], value: Any) -> int:
+def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str, Any]) -> int:
+    """Check, record, continue; whatever stops the run continuing is said, with the next step."""
+    from handrail.runs import resume
+    from handrail.runs._agent import _check_resumable
+    from handrail.runs._decisions import record_decision, wrong_kind
+
+    decided_by = args.decided_by or _decider()
+    state: dict[str, Any] = {}
+
     async def go(store: Store) -> int:
         item = await store.pending_item(args.id)
         if item.kind != kind:
-            raise UserError(f"{args.id} is a pending {item.kind}, not a {kind}")
+            raise wrong_kind(item, kind)
         run = await store.run(item.run_id)
-        agent = None if args.no_resume else _agent_for(args, run)
+        state["run"] = run.id
+        try:
+            agent = None if args.no_resume else _agent_for(args, run)
+            if agent is not None:
+                _check_resumable(run, agent, False)
+        except HandrailError as exc:
+            raise UserError(f"{exc} — nothing was recorded; fix the agent, or record the "
+                            "decision alone with --no-resume") from exc
+        await record_decision(store, args.id, kind, decision, decided_by, agent=agent)
+        state["recorded"] = True
         console = _console()
         if agent is None:
-            await store.decide(args.id, decision, "cli")
-            console.print(f"recorded; continue the run with: handrail resume {item.run_id} "
-                          "--agent MODULE:OBJECT")
+            after = await store.run(run.id)
+            if after.status is RunStatus.READY:
+                console.print(f"recorded (by {_safe(decided_by)}); run {run.id} is ready: "
+                              f"continue it with: handrail resume {run.id} --agent "
+                              "MODULE:OBJECT")
+            else:  # another of its items is still open
+                console.print(f"recorded (by {_safe(decided_by)}); run {run.id} still waits: "
+                              f"{_status_text(after)} — see handrail pending")
             return 0
-        result = await resume_fn(store, args.id, value, agent=agent, **_decided_by(kind))
+        result = await resume(store, run.id, agent=agent)
         _print_outcome(result)
         return 0
 
-    return _run_async(go, args)
-
-
-def _decided_by(kind: str) -> dict[str, str]:
-    return {"answered_by": "cli"} if kind == "question" else {"decided_by": "cli"}
+    try:
+        return _run_async(go, args)
+    except (Exception, KeyboardInterrupt) as exc:
+        if not state.get("recorded"):
+            raise
+        _say_ready(state["run"], exc,
+                   f"the decision was recorded (by {printable(decided_by)}), but ")
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
 
 
 def _cmd_approve(args: argparse.Namespace) -> int:
     from handrail.approval import Decision
-    from handrail.runs import resume_with_decision
 
     decision = Decision.approve(remember=tuple(args.remember or ()))
-    return _decide_then_resume(args, "approval", decision.to_dict(), resume_with_decision,
-                               decision)
+    return _decide_then_resume(args, "approval", decision.to_dict())
 
 
 def _cmd_deny(args: argparse.Namespace) -> int:
     from handrail.approval import Decision
-    from handrail.runs import resume_with_decision
 
     decision = Decision.deny(args.reason)
-    return _decide_then_resume(args, "approval", decision.to_dict(), resume_with_decision,
-                               decision)
+    return _decide_then_resume(args, "approval", decision.to_dict())
 
 
 def _cmd_answer(args: argparse.Namespace) -> int:
-    from handrail.runs import resume_with_answer
-
-    return _decide_then_resume(args, "question", {"answer": args.text}, resume_with_answer,
-                               args.text)
+    return _decide_then_resume(args, "question", {"answer": args.text})
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
-    from handrail.runs import Recovery, resume_with_recovery
+    from handrail.runs import Recovery
 
     if args.retry:
         recovery = Recovery.retry()
@@ -311,12 +417,14 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     else:
         recovery = Recovery.completed(args.completed)
     args.id = args.call
-    return _decide_then_resume(args, "recovery", recovery.to_dict(), resume_with_recovery,
-                               recovery)
+    return _decide_then_resume(args, "recovery", recovery.to_dict())
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
+    from handrail.errors import ResumeRefused
     from handrail.runs import resume
+
+    started: list[str] = []
 
     async def go(store: Store) -> int:
         run = await store.run(args.run)
@@ -324,12 +432,30 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         if agent is None:
             raise UserError(f"run {run.id} recorded no agent reference: pass --agent "
                             "MODULE:OBJECT (or set HANDRAIL_AGENT)")
+        started.append(run.id)
         result = await resume(store, run.id, agent=agent,
                               allow_manifest_change=args.allow_manifest_change)
         _print_outcome(result)
         return 0
 
-    return _run_async(go, args)
+    try:
+        return _run_async(go, args)
+    except ResumeRefused:
+        raise
+    except (Exception, KeyboardInterrupt) as exc:
+        if not started:
+            raise
+        _say_ready(started[0], exc, "")
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+
+
+def _say_ready(run_id: str, exc: BaseException, recorded: str) -> None:
+    """Tell the person the run did not continue, that it is READY, and what to do next."""
+    what = ("interrupted" if isinstance(exc, KeyboardInterrupt)
+            else str(exc) if isinstance(exc, HandrailError) else f"{type(exc).__name__}: {exc}")
+    print(f"handrail: {recorded}run {run_id} could not continue: {printable(what)}\n"
+          f"handrail: run {run_id} is ready; fix that, then continue it with: "
+          f"handrail resume {run_id}", file=sys.stderr)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -346,20 +472,27 @@ def register(sub: Any) -> None:
     store_help = "the run store (default: $HANDRAIL_STORE or ./.handrail/runs.db)"
 
     def add(name: str, help_text: str, func: Callable[[argparse.Namespace], int],
-            agent: bool = False) -> argparse.ArgumentParser:
+            agent: bool = False, decides: bool = False) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text,
                                                          description=help_text)
-        parser.add_argument("--store", help=store_help)
+        # SUPPRESS: given only before the command (`handrail --store X approve`), the
+        # top-level value stands.
+        parser.add_argument("--store", help=store_help, default=argparse.SUPPRESS)
         if agent:
             parser.add_argument("--agent", metavar="MODULE:OBJECT",
                                 help="the agent that continues the run (default: "
                                      "$HANDRAIL_AGENT, else the one the run recorded)")
+        if decides:
+            parser.add_argument("--as", dest="decided_by", metavar="NAME",
+                                help="who decides, kept in the audit trail (default: "
+                                     "USER@HOST)")
         parser.set_defaults(func=func)
         return parser
 
     p = add("demo", "run the offline demo: reads, a denied secret, a deferred write", _cmd_demo)
     p = add("runs", "list runs, newest first", _cmd_runs)
-    p.add_argument("--status", help="only runs in this status")
+    p.add_argument("--status", choices=[s.value for s in RunStatus],
+                   help="only runs in this status")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("show", "a run's timeline: each call, verdict, decision and result", _cmd_show)
@@ -371,16 +504,16 @@ def register(sub: Any) -> None:
     p.add_argument("--agent-name", dest="agent_name", help="only this agent's")
     p.add_argument("--tool", help="only this tool's (server/name)")
     p.add_argument("--json", action="store_true")
-    p = add("approve", "approve a deferred action and continue its run", _cmd_approve, True)
+    p = add("approve", "approve a deferred action and continue its run", _cmd_approve, True, True)
     p.add_argument("id")
     p.add_argument("--remember", action="append", metavar="PATTERN",
                    help="also allow this pattern (same act) for the rest of the run")
     p.add_argument("--no-resume", action="store_true", help="record only; resume later")
-    p = add("deny", "deny a deferred action; the model reads the reason", _cmd_deny, True)
+    p = add("deny", "deny a deferred action; the model reads the reason", _cmd_deny, True, True)
     p.add_argument("id")
     p.add_argument("--reason", required=True)
     p.add_argument("--no-resume", action="store_true")
-    p = add("answer", "answer a tool's question and continue its run", _cmd_answer, True)
+    p = add("answer", "answer a tool's question and continue its run", _cmd_answer, True, True)
     p.add_argument("id")
     p.add_argument("text")
     p.add_argument("--no-resume", action="store_true")
@@ -388,7 +521,7 @@ def register(sub: Any) -> None:
     p.add_argument("run")
     p.add_argument("--allow-manifest-change", action="store_true",
                    help="resume under a manifest other than the one the run started with")
-    p = add("recover", "decide a call that was in flight at a crash", _cmd_recover, True)
+    p = add("recover", "decide a call that was in flight at a crash", _cmd_recover, True, True)
     p.add_argument("call")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--retry", action="store_true", help="run it again")

@@ -24,10 +24,11 @@ from handrail.models._base import (
     CallIds,
     HttpModel,
     malformed,
+    provider_int,
     same_specs,
     unsupported_message,
 )
-from handrail.models._http import error_detail
+from handrail.models._http import JsonBody, error_detail
 from handrail.models._messages import (
     AssistantMessage,
     ModelResponse,
@@ -45,6 +46,7 @@ from handrail.models._messages import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    replay,
 )
 from handrail.tools import Image, Text, ToolSpec
 from handrail.tools._content import render_item
@@ -181,9 +183,14 @@ def _finish(raw: Any, has_calls: bool) -> str:
     return _FINISH.get(raw, raw)
 
 
+def _index(data: Mapping[str, Any]) -> int:
+    """A content block's index; -1 (no block) when absent."""
+    return -1 if data.get("index") is None else provider_int(data["index"], "index")
+
+
 def _input_tokens(usage: Mapping[str, Any]) -> int:
     return sum(
-        int(usage.get(k) or 0)
+        provider_int(usage.get(k), f"usage.{k}")
         for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
 
@@ -365,7 +372,8 @@ class Anthropic(HttpModel):
         usage = data.get("usage") or {}
         return ModelResponse(
             AssistantMessage(tuple(parts)),
-            Usage(_input_tokens(usage), int(usage.get("output_tokens") or 0)),
+            Usage(_input_tokens(usage),
+                  provider_int(usage.get("output_tokens"), "usage.output_tokens")),
             _finish(data.get("stop_reason"), has_calls),
             data.get("model") or self.model,
         )
@@ -385,6 +393,10 @@ class Anthropic(HttpModel):
             ConfigError: no API key (nothing was sent).
             ModelError: the provider failed (retried only before the first event).
         """
+        if settings is not None and settings.stream is False:
+            for whole in replay(await self.request(messages, tools, settings)):
+                yield whole
+            return
         body = self._body(messages, tools, settings, stream=True)
         blocks: dict[int, _Block] = {}
         ids = CallIds()
@@ -396,6 +408,10 @@ class Anthropic(HttpModel):
         async with contextlib.aclosing(stream) as events:
             try:
                 async for event in events:
+                    if isinstance(event, JsonBody):  # the server ignored `stream: true`
+                        for whole in replay(self._parse(event.data)):
+                            yield whole
+                        return
                     try:
                         data = pydantic_core.from_json(event.data)
                     except ValueError as exc:
@@ -409,12 +425,12 @@ class Anthropic(HttpModel):
                         model = message.get("model")
                         usage = message.get("usage") or {}
                         input_tokens = _input_tokens(usage)
-                        output_tokens = int(usage.get("output_tokens") or 0)
+                        output_tokens = provider_int(usage.get("output_tokens"),
+                                                     "usage.output_tokens")
                     elif kind == "content_block_start":
                         raw = data.get("content_block") or {}
-                        block = blocks[int(data.get("index", len(blocks)))] = _Block(
-                            str(raw.get("type"))
-                        )
+                        at = provider_int(data.get("index", len(blocks)), "index")
+                        block = blocks[at] = _Block(str(raw.get("type")))
                         if block.kind == "text" and raw.get("text"):
                             block.text.append(raw["text"])
                             yield TextDelta(raw["text"])
@@ -429,7 +445,7 @@ class Anthropic(HttpModel):
                             block.start_input = raw.get("input")
                             yield ToolCallStart(block.call_id, block.name)
                     elif kind == "content_block_delta":
-                        block = blocks.get(int(data.get("index", -1)), _Block("unknown"))
+                        block = blocks.get(_index(data), _Block("unknown"))
                         delta = data.get("delta") or {}
                         dkind = delta.get("type")
                         if dkind == "text_delta" and delta.get("text"):
@@ -446,7 +462,7 @@ class Anthropic(HttpModel):
                             if block.kind == "tool_use":
                                 yield ToolCallDelta(block.call_id, delta["partial_json"])
                     elif kind == "content_block_stop":
-                        block = blocks.get(int(data.get("index", -1)), _Block("unknown"))
+                        block = blocks.get(_index(data), _Block("unknown"))
                         if block.kind == "tool_use" and not block.text and block.start_input:
                             # The whole input came with the block's start, no fragments followed.
                             block.text.append(pydantic_core.to_json(block.start_input).decode())
@@ -454,7 +470,9 @@ class Anthropic(HttpModel):
                     elif kind == "message_delta":
                         stop_reason = (data.get("delta") or {}).get("stop_reason") or stop_reason
                         usage = data.get("usage") or {}
-                        output_tokens = int(usage.get("output_tokens") or output_tokens)
+                        if usage.get("output_tokens") is not None:
+                            output_tokens = provider_int(usage["output_tokens"],
+                                                         "usage.output_tokens")
                         if usage.get("input_tokens") is not None:
                             input_tokens = _input_tokens(usage)
                     elif kind == "message_stop":

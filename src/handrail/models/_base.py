@@ -15,7 +15,16 @@ from handrail.errors import ConfigError, ModelResponseError, UserError
 from handrail.models._http import ErrorContext, HttpClient
 from handrail.tools import ToolSpec
 
-__all__ = ["MALFORMED", "CallIds", "HttpModel", "malformed", "same_specs", "unsupported_message"]
+__all__ = [
+    "MALFORMED",
+    "MAX_COUNT",
+    "CallIds",
+    "HttpModel",
+    "malformed",
+    "provider_int",
+    "same_specs",
+    "unsupported_message",
+]
 
 # Hosted vendor endpoints always need a key; a self-hosted compatible server (vLLM, Ollama,
 # LM Studio) usually takes none, so elsewhere a missing key means "send no auth header".
@@ -171,7 +180,7 @@ def unsupported_message(message: Any) -> UserError:
     )
 
 
-MALFORMED = (AttributeError, TypeError, KeyError, IndexError, ValueError)
+MALFORMED = (AttributeError, TypeError, KeyError, IndexError, ValueError, OverflowError)
 """What reading a response of an unexpected shape raises (a list where an object belongs...).
 
 Caught only around response parsing, where it means the provider's answer is malformed."""
@@ -184,3 +193,25 @@ def malformed(provider: str, exc: Exception, body: Any = None) -> ModelResponseE
         f"({type(exc).__name__}: {exc})",
         body=body,
     )
+
+
+MAX_COUNT = 2**53
+"""The largest count (tokens, an index) a provider's answer may carry: JSON's exact integers."""
+
+
+def provider_int(value: Any, what: str) -> int:
+    """A count from a provider's answer (absent is 0), checked: a whole number in 0..2**53.
+
+    `int()` alone turns `1e999` (infinity) into an OverflowError, `NaN` into a ValueError, and
+    `1e300` into an integer no store can hold; a count like that means the answer is malformed.
+
+    Raises:
+        ValueError: anything else (caught with `MALFORMED`, it becomes a `ModelResponseError`).
+    """
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            (isinstance(value, float) and not value.is_integer()) or \
+            not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{what} is {value!r}, not a whole number from 0 to 2**53")
+    return int(value)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import functools
+import math
 import random
 import ssl
 import time
@@ -51,6 +52,7 @@ __all__ = [
     "EXCEPTION_MAP",
     "ErrorContext",
     "HttpClient",
+    "JsonBody",
     "ServerSentEvent",
     "error_detail",
     "map_failure",
@@ -179,25 +181,39 @@ def _map_status(response: httpx.Response, ctx: ErrorContext) -> ModelError:
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or HTTP date), or None."""
-    millis = headers.get("retry-after-ms")
+    """Seconds to wait from `retry-after-ms` or `Retry-After` (seconds or HTTP date), or None.
+
+    A value that is not a finite number (`nan`, `inf`, `1e999`) or a date is ignored, as if
+    absent: the provider's hint is then replaced by our own backoff. A negative one is 0.
+    """
+    millis = _finite(headers.get("retry-after-ms"))
     if millis is not None:
-        try:
-            return max(float(millis) / 1000.0, 0.0)
-        except ValueError:
-            pass
+        return max(millis / 1000.0, 0.0)
     value = headers.get("retry-after")
     if value is None:
         return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
+    seconds = _finite(value)
+    if seconds is not None:
+        return max(seconds, 0.0)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+    try:
+        wait = when.timestamp() - (time.time() if now is None else now)
+    except (ValueError, OverflowError):  # a date no clock can reach
+        return None
+    return max(wait, 0.0) if math.isfinite(wait) else None
+
+
+def _finite(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 @functools.cache
@@ -212,6 +228,14 @@ class ServerSentEvent:
 
     event: str
     data: str
+
+
+@dataclass(frozen=True, slots=True)
+class JsonBody:
+    """A streamed request answered with one JSON body (the server ignored `stream: true`)."""
+
+    data: Any
+    """The decoded body: what a non-streamed request returns."""
 
 
 class HttpClient:
@@ -346,12 +370,13 @@ class HttpClient:
 
     async def stream_sse(
         self, path: str, body: Mapping[str, Any] | bytes
-    ) -> AsyncGenerator[ServerSentEvent, None]:
+    ) -> AsyncGenerator[ServerSentEvent | JsonBody, None]:
         """POST `body` and yield the server-sent events of the answer.
 
         Retried like `post_json` until the response headers arrive; failures while reading
         the stream are mapped and raised. Ends when the server closes the stream: a caller
-        checks its own end-of-message marker to detect truncation.
+        checks its own end-of-message marker to detect truncation. A server that answers
+        with a JSON content type instead of a stream yields one `JsonBody`.
 
         Raises:
             ConfigError: no API key where one is required (nothing was sent).
@@ -382,6 +407,22 @@ class HttpClient:
                     await self._retry_or_raise(error, cause, attempt, response)
                     attempt += 1
                     continue
+                content_type = response.headers.get("content-type", "").lower()
+                if "json" in content_type and "event-stream" not in content_type:
+                    try:
+                        await response.aread()
+                    except httpx.HTTPError as exc:
+                        raise map_failure(exc, ctx) from exc
+                    try:
+                        data = pydantic_core.from_json(response.content)
+                    except ValueError as exc:
+                        raise ModelResponseError(
+                            f"{ctx.provider} answered with a body that is not JSON: "
+                            f"{error_detail(response.text)}",
+                            status=response.status_code,
+                        ) from exc
+                    yield JsonBody(data)
+                    return
                 try:
                     async with contextlib.aclosing(_parse_sse(response.aiter_lines())) as events:
                         async for event in events:

@@ -36,6 +36,7 @@ __all__ = [
     "UserMessage",
     "dump_messages",
     "load_messages",
+    "replay",
 ]
 
 
@@ -186,6 +187,9 @@ class ModelSettings:
     """Whether the model may, must, or must not call tools."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Provider-specific fields merged into the request body."""
+    stream: bool | None = None
+    """False: never ask the server to stream (for servers that ignore or break `stream`);
+    a streamed request then sends one plain request and replays its answer as events."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,3 +290,23 @@ def load_messages(data: Sequence[Mapping[str, Any]]) -> list[Any]:
         else:
             out.append(_adapter().validate_python([item])[0])
     return out
+
+
+def replay(response: ModelResponse) -> list[StreamEvent]:
+    """The events a stream of `response` would have carried, `ResponseDone` last.
+
+    For a streamed request answered whole (a server that ignores `stream: true`, or
+    `ModelSettings(stream=False)`): listeners see the same kinds of events either way.
+    """
+    events: list[StreamEvent] = []
+    for part in response.message.parts:
+        if isinstance(part, TextPart) and part.text:
+            events.append(TextDelta(part.text))
+        elif isinstance(part, ThinkingPart) and part.text:
+            events.append(ThinkingDelta(part.text))
+        elif isinstance(part, ToolCall):
+            events.append(ToolCallStart(part.id, part.name))
+            if part.arguments:
+                events.append(ToolCallDelta(part.id, part.arguments))
+    events.append(ResponseDone(response))
+    return events

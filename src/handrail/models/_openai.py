@@ -20,10 +20,11 @@ from handrail.models._base import (
     CallIds,
     HttpModel,
     malformed,
+    provider_int,
     same_specs,
     unsupported_message,
 )
-from handrail.models._http import error_detail
+from handrail.models._http import JsonBody, error_detail
 from handrail.models._messages import (
     AssistantMessage,
     ModelResponse,
@@ -41,6 +42,7 @@ from handrail.models._messages import (
     ToolResultMessage,
     Usage,
     UserMessage,
+    replay,
 )
 from handrail.tools import Image, ToolSpec
 from handrail.tools._content import render_item
@@ -248,7 +250,8 @@ def _finish(raw: Any, has_calls: bool) -> str:
 def _usage(raw: Any) -> Usage:
     if not isinstance(raw, Mapping):
         return Usage()
-    return Usage(int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0))
+    return Usage(provider_int(raw.get("prompt_tokens"), "usage.prompt_tokens"),
+                 provider_int(raw.get("completion_tokens"), "usage.completion_tokens"))
 
 
 def _arguments(raw: Any) -> str:
@@ -457,6 +460,10 @@ class OpenAIChat(HttpModel):
             ConfigError: no API key for a hosted endpoint (nothing was sent).
             ModelError: the provider failed (retried only before the first event).
         """
+        if settings is not None and settings.stream is False:
+            for whole in replay(await self.request(messages, tools, settings)):
+                yield whole
+            return
         body = self._body(messages, tools, settings, stream=True)
         text: list[str] = []
         reasoning: list[str] = []
@@ -470,6 +477,10 @@ class OpenAIChat(HttpModel):
         async with contextlib.aclosing(stream) as events:
             try:
                 async for event in events:
+                    if isinstance(event, JsonBody):  # the server ignored `stream: true`
+                        for whole in replay(self._parse(event.data)):
+                            yield whole
+                        return
                     if event.data.strip() == "[DONE]":
                         done = True
                         break

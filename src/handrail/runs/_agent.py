@@ -312,7 +312,8 @@ class Agent:
             parent_run_id: The parent run, for a sub-agent.
 
         Cancellation: an outside cancellation (an enclosing cancel scope) is never swallowed;
-        the run stays RUNNING in the store and `hr.resume` continues it after its lease.
+        like an exception or Ctrl-C it leaves the run READY in the store (the error in its
+        events), and `hr.resume` continues it.
         """
         if not isinstance(task, str) or not task.strip():
             raise UserError("Agent.run needs a non-empty task string")
@@ -393,11 +394,46 @@ class _Runner:
         batch.run = self._run_update(status=status, outcome=outcome_to_dict(outcome), owner=None,
                                      lease_until=0.0)
         await self.store.write(batch)
+        self._ended = True
         await self._emit("paused" if status.value.startswith("awaiting") else "finished",
                          outcome=outcome_to_dict(outcome))
         return self._result(outcome)
 
     async def drive(self, cancel: anyio.Event | None) -> RunResult:
+        """Drive the run; whatever way out it takes, the store tells the truth about it.
+
+        A pause or an end is recorded by `_end`. Any other way out (an exception, Ctrl-C, an
+        outside cancellation) leaves the run READY, its error in its events, so `handrail runs`
+        does not show a run nobody drives as running and `resume` continues it at once.
+        """
+        try:
+            return await self._drive_owned(cancel)
+        except BaseException as exc:
+            await self._left_ready(exc)
+            raise
+
+    _ended = False
+
+    async def _left_ready(self, exc: BaseException) -> None:
+        if self._ended:
+            return  # the outcome was recorded; what failed after it (an event hook) changes nothing
+        # Shielded and bounded: this runs while a cancellation or Ctrl-C unwinds the task.
+        with anyio.move_on_after(10, shield=True):
+            try:
+                run = await self.store.run(self.run.id)
+                if run.status is not RunStatus.RUNNING or run.owner != self.run.owner:
+                    return  # taken over meanwhile: not ours to change
+                error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                run.events = [*run.events, {"kind": "interrupted", "error": error[:1000],
+                                            "at": time.time()}]
+                run.status, run.outcome, run.owner, run.lease_until = (
+                    RunStatus.READY, None, None, 0.0)
+                run.updated_at = time.time()
+                await self.store.write(Batch(run=run))
+            except Exception:  # the store failing too: the original error is what is raised
+                pass
+
+    async def _drive_owned(self, cancel: anyio.Event | None) -> RunResult:
         owner = self.run.owner or ""
         ACTIVE_OWNERS.add(owner)
         try:
@@ -519,9 +555,9 @@ class _Runner:
                     RunStatus.FAILED)
             try:
                 response = await self._request(messages)
+                usage = _checked_usage(response.usage)
             except ModelError as exc:
                 return await self._end(Failed(f"the model failed: {exc}"), RunStatus.FAILED)
-            usage = response.usage
             self._run_update(steps=self.run.steps + 1,
                              input_tokens=self.run.input_tokens + usage.input_tokens,
                              output_tokens=self.run.output_tokens + usage.output_tokens,
@@ -603,6 +639,22 @@ class _Runner:
     _resumed = False
 
 
+def _checked_usage(usage: Any) -> Usage:
+    """A model's reported usage, refused unless every count is a whole number in 0..2**53.
+
+    Any `Model` reports usage, not only the HTTP adapters: a count like 1e300 would otherwise
+    reach the store and fail there, leaving the run without a truthful status.
+    """
+    from handrail.models._base import provider_int
+
+    try:
+        return Usage(provider_int(usage.input_tokens, "input_tokens"),
+                     provider_int(usage.output_tokens, "output_tokens"),
+                     provider_int(usage.requests, "requests"))
+    except (ValueError, AttributeError) as exc:
+        raise ModelResponseError(f"the model reported an impossible usage: {exc}") from None
+
+
 # ----------------------------------------------------------------- resume
 
 
@@ -632,15 +684,14 @@ async def _decide_and_resume(store: Store, item_id: str, kind: str, decision: di
                              decided_by: str, *, agent: Agent, approver: Approver | None,
                              responder: Responder | None,
                              allow_manifest_change: bool) -> RunResult:
-    """Check the item and its run can be resumed, record the decision (CAS), continue."""
+    """Check the item, its run and the decision, record the decision (CAS), continue."""
+    from handrail.runs._decisions import record_decision, wrong_kind
+
     item = await store.pending_item(item_id)
     if item.kind != kind:
-        raise UserError(f"{item_id} is a pending {item.kind}, not a pending {kind}")
+        raise wrong_kind(item, kind)
     _check_resumable(await store.run(item.run_id), agent, allow_manifest_change)
-    payload = None
-    if kind == "approval" and decision.get("kind") == "deny":
-        payload = _without_contents(item.payload)
-    await store.decide(item_id, decision, decided_by, payload=payload)
+    await record_decision(store, item_id, kind, decision, decided_by, agent=agent)
     return await _resume(store, item.run_id, agent=agent, approver=approver,
                          responder=responder, allow_manifest_change=allow_manifest_change,
                          on_event=None, cancel=None)
@@ -654,23 +705,6 @@ def _contents_event(events: list[dict[str, Any]], mode: str, now: float
     if mode != current:
         events = [*events, {"kind": "record_contents", "mode": mode, "at": now}]
     return events
-
-
-def _without_contents(request: dict[str, Any]) -> dict[str, Any]:
-    """A denied request as it is kept: what was asked and its digest, never the bytes."""
-    import base64
-    import hashlib
-
-    kept = dict(request)
-    content = kept.get("content")
-    if content:
-        raw = base64.b64decode(content)
-        kept["content"] = None
-        kept["content_sha256"] = hashlib.sha256(raw).hexdigest()
-        kept["content_bytes"] = len(raw)
-    kept["arguments"] = {"redacted": "a denied request keeps only what it touched"}
-    kept["actions"] = [{**a, "content": None} for a in kept.get("actions", [])]
-    return kept
 
 
 async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver | None,

@@ -3,18 +3,68 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 import datetime as dt
 import os
 import socket
 import time
 from typing import Any
 
-from handrail.errors import ConfigError, ResumeRefused
+from handrail.errors import ConfigError, ResumeRefused, StoreError
 from handrail.store._records import Batch, CallRecord, PendingItem, RunRecord, RunStatus
 
-__all__ = ["Store", "is_owner_alive", "new_owner"]
+__all__ = ["Store", "check_run_record", "is_owner_alive", "new_owner"]
 
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED)
+
+# The outcome kind each status carries: a run's status and its outcome never disagree (what
+# `handrail runs` shows and what `handrail pending` lists are read from these two).
+_OUTCOME_OF: dict[RunStatus, str | None] = {
+    RunStatus.RUNNING: None,
+    RunStatus.READY: None,
+    RunStatus.AWAITING_APPROVAL: "awaiting_approval",
+    RunStatus.AWAITING_ANSWER: "awaiting_answer",
+    RunStatus.AWAITING_RECOVERY: "awaiting_recovery",
+    RunStatus.COMPLETED: "completed",
+    RunStatus.FAILED: "failed",
+    RunStatus.CANCELLED: "cancelled",
+}
+_PAUSED = (RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_ANSWER, RunStatus.AWAITING_RECOVERY)
+_STATUS_OF_ITEM = {"approval": RunStatus.AWAITING_APPROVAL, "question": RunStatus.AWAITING_ANSWER,
+                   "recovery": RunStatus.AWAITING_RECOVERY}
+_ID_FIELD = {"approval": "request_id", "question": "question_id", "recovery": "call_id"}
+
+
+def check_run_record(run: RunRecord) -> None:
+    """Raise `StoreError` unless the run's status and outcome agree (the store invariant).
+
+    RUNNING and READY carry no outcome; every other status carries an outcome of its kind.
+    """
+    expected = _OUTCOME_OF[run.status]
+    kind = None if run.outcome is None else run.outcome.get("kind")
+    if kind != expected:
+        raise StoreError(
+            f"run {run.id}: status {run.status.value} with outcome {kind or 'none'} — a run's "
+            f"status and outcome must agree (expected outcome {expected or 'none'})"
+        )
+
+
+def status_after_decision(run: RunRecord, still_open: list[PendingItem]) -> RunRecord | None:
+    """The run as it must read once one of its pending items was decided, or None (unchanged).
+
+    A paused run whose every item is decided becomes READY (decided, not yet continued); one
+    that still waits on another item points at the oldest open one. A run some process is
+    driving (an approver deciding during a resume) is left to its runner.
+    """
+    if run.status not in _PAUSED:
+        return None
+    if not still_open:
+        return dataclasses.replace(run, status=RunStatus.READY, outcome=None,
+                                   updated_at=time.time())
+    first = min(still_open, key=lambda p: p.created_at)
+    status = _STATUS_OF_ITEM.get(first.kind, RunStatus.AWAITING_APPROVAL)
+    return dataclasses.replace(run, status=status, updated_at=time.time(),
+                               outcome={"kind": status.value, _ID_FIELD[first.kind]: first.id})
 
 
 ACTIVE_OWNERS: set[str] = set()
@@ -124,6 +174,9 @@ class Store(abc.ABC):
     async def write(self, batch: Batch, *, wait: bool = True) -> None:
         """Commit every write of `batch` in one transaction.
 
+        Raises `StoreError` (nothing written) when the batch's run has a status and an outcome
+        that disagree (see `check_run_record`).
+
         With `wait=False` the write is queued and this returns at once; writes still apply
         in order, any later operation waits for it, and its failure is raised by the next
         operation (or `flush`). The batch may be changed as soon as this returns.
@@ -186,7 +239,9 @@ class Store(abc.ABC):
         """Record the decision on an open item, atomically (compare-and-swap).
 
         `payload`, when given, replaces the item's payload in the same step (a denied write's
-        bytes are dropped this way).
+        bytes are dropped this way). In the same step a paused run moves on: to READY when
+        nothing else of it is open (decided, not yet continued), else to the status of its
+        oldest open item, so the run's status never names a decided item.
 
         Raises:
             NotFound: no item has that id.
@@ -196,6 +251,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def claim(self, run_id: str, owner: str) -> RunRecord:
         """Take over a run atomically: mark it RUNNING under `owner` with a fresh lease.
+
+        The run's outcome is cleared in the same step (a RUNNING run has none).
 
         Raises:
             NotFound: no run has that id.

@@ -8,7 +8,13 @@ import time
 from typing import Any
 
 from handrail.errors import AlreadyDecided, NotFound
-from handrail.store._base import Store, check_claimable, cutoff
+from handrail.store._base import (
+    Store,
+    check_claimable,
+    check_run_record,
+    cutoff,
+    status_after_decision,
+)
 from handrail.store._records import (
     Batch,
     CallRecord,
@@ -33,6 +39,7 @@ class MemoryStore(Store):
 
     async def write(self, batch: Batch, *, wait: bool = True) -> None:
         if batch.run is not None:
+            check_run_record(batch.run)
             self._runs[batch.run.id] = clone(batch.run)
         for run_id, seq, message in batch.messages:
             # seq is the message's position; a replayed write must not duplicate.
@@ -111,13 +118,20 @@ class MemoryStore(Store):
                                    decided_by=decided_by, decided_at=time.time(),
                                    payload=item.payload if payload is None else payload)
         self._pending[item_id] = item
+        run = self._runs.get(item.run_id)
+        if run is not None:
+            still_open = [p for p in self._pending.values()
+                          if p.run_id == run.id and p.state == "open"]
+            moved = status_after_decision(run, still_open)
+            if moved is not None:
+                self._runs[run.id] = moved
         return item
 
     async def claim(self, run_id: str, owner: str) -> RunRecord:
         run = await self.run(run_id)
         now = time.time()
         check_claimable(run, now)
-        run = dataclasses.replace(run, status=RunStatus.RUNNING, owner=owner,
+        run = dataclasses.replace(run, status=RunStatus.RUNNING, owner=owner, outcome=None,
                                   lease_until=now + self.lease_seconds, updated_at=now)
         self._runs[run_id] = run
         return run

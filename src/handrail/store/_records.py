@@ -66,6 +66,10 @@ class RunStatus(enum.Enum):
     """Stopped by an error (model failure, step budget). Terminal."""
     CANCELLED = "cancelled"
     """Stopped by its caller; `resume` may continue it."""
+    READY = "ready"
+    """Nobody drives it and nothing waits for a person: what it waited on was decided but it
+    has not continued yet, or the process driving it stopped on an error or an interrupt (the
+    run's last event says which). `resume` continues it."""
 
 
 class CallStatus(enum.Enum):
@@ -117,7 +121,8 @@ class RunRecord:
     updated_at: float = 0.0
     """Unix time of the last change."""
     outcome: dict[str, Any] | None = None
-    """The last outcome (`RunOutcome` as a dict)."""
+    """The outcome of the status the run is in (`RunOutcome` as a dict): None while RUNNING or
+    READY, else of the same kind as `status` (a store refuses a run whose two disagree)."""
     input_tokens: int = 0
     """Tokens sent to the model so far."""
     output_tokens: int = 0

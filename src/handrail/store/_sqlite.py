@@ -29,7 +29,13 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from handrail.errors import AlreadyDecided, NotFound, SchemaTooNew, StoreError
-from handrail.store._base import Store, check_claimable, cutoff
+from handrail.store._base import (
+    Store,
+    check_claimable,
+    check_run_record,
+    cutoff,
+    status_after_decision,
+)
 from handrail.store._records import (
     Batch,
     CallRecord,
@@ -353,6 +359,7 @@ class SQLiteStore(Store):
         # soon as this returns (at once, with wait=False).
         run_row = None
         if batch.run is not None:
+            check_run_record(batch.run)
             # A run's policy does not change: serialise it once per run, not once per turn.
             cached = self._policy_json.get(batch.run.id)
             if cached is None or cached[0] is not batch.run.policy:
@@ -483,6 +490,17 @@ class SQLiteStore(Store):
                 raise AlreadyDecided(
                     f"{item.kind} {item_id} was already decided by {item.decided_by}"
                 )
+            run_row = db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?",
+                                 (item.run_id,)).fetchone()
+            if run_row is not None:
+                still_open = [_pending_from(r) for r in db.execute(
+                    f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = ? AND "
+                    "state = 'open'", (item.run_id,)).fetchall()]
+                moved = status_after_decision(_run_from(run_row), still_open)
+                if moved is not None:
+                    db.execute("UPDATE runs SET status = ?, outcome = ?, updated_at = ? "
+                               "WHERE id = ?", (moved.status.value, _dumps(moved.outcome),
+                                                moved.updated_at, moved.id))
             return item
 
         return await self._tx(cas)
@@ -496,10 +514,11 @@ class SQLiteStore(Store):
             run = _run_from(row)
             now = time.time()
             check_claimable(run, now)
-            run = dataclasses.replace(run, status=RunStatus.RUNNING, owner=owner,
+            run = dataclasses.replace(run, status=RunStatus.RUNNING, owner=owner, outcome=None,
                                       lease_until=now + self.lease_seconds, updated_at=now)
-            db.execute("UPDATE runs SET status = ?, owner = ?, lease_until = ?, updated_at = ? "
-                       "WHERE id = ?", (run.status.value, owner, run.lease_until, now, run_id))
+            db.execute("UPDATE runs SET status = ?, owner = ?, lease_until = ?, updated_at = ?, "
+                       "outcome = NULL WHERE id = ?",
+                       (run.status.value, owner, run.lease_until, now, run_id))
             return run
 
         return await self._tx(cas)
