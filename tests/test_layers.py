@@ -56,6 +56,9 @@ KNOWN_PRIVATE: dict[tuple[str, str], str] = {
     ("gate", "handrail.store._records"):
         "`update` (set fields of a record); issue 22's store items give the store contract "
         "one public module, and this import goes with them",
+    ("cli", "handrail.store._base"):
+        "`is_owner_alive` and `owner_is_on_this_host` (is a run's owner gone); waits for the "
+        "same public store contract module (issue 22, store items)",
     ("runs", "handrail.store._base"):
         "`ACTIVE_OWNERS` and `new_owner` (run ownership); waits for the same public store "
         "contract module (issue 22, store items)",

@@ -215,7 +215,7 @@ async def test_a_live_foreign_lease_refuses_take_over(store: hr.Store) -> None:
     run = await store.run(paused.run_id)
     # Another machine drives it and renewed its lease a moment ago.
     await store.write(Batch(run=dataclasses.replace(
-        run, status=hr.RunStatus.RUNNING, owner="another-host:4242:abcd",
+        run, status=hr.RunStatus.RUNNING, outcome=None, owner="another-host:4242:abcd",
         lease_until=time.time() + 60)))
     with pytest.raises(hr.ResumeRefused, match="driven by another-host"):
         await hr.resume(store, paused.run_id, agent=agent, approver=hr.ApproveAll())
@@ -226,7 +226,8 @@ async def test_a_live_foreign_lease_refuses_take_over(store: hr.Store) -> None:
     assert RAN == []
     # A live process of this machine keeps its run even after its lease has lapsed.
     await store.write(Batch(run=dataclasses.replace(
-        run, status=hr.RunStatus.RUNNING, owner=f"{socket.gethostname()}:{os.getppid()}:x",
+        run, status=hr.RunStatus.RUNNING, outcome=None,
+        owner=f"{socket.gethostname()}:{os.getppid()}:x",
         lease_until=time.time() - 60)))
     with pytest.raises(hr.ResumeRefused, match="driven by"):
         await hr.resume(store, paused.run_id, agent=agent)

@@ -412,7 +412,8 @@ async def test_a_denial_keeps_no_bytes_even_when_the_run_cannot_continue_now(
     run = await store.run(paused.run_id)
     # Another machine holds the run right now: the run cannot continue here.
     await store.write(hr.store.Batch(run=dataclasses.replace(
-        run, status=hr.RunStatus.RUNNING, owner="elsewhere:1:x", lease_until=time.time() + 60)))
+        run, status=hr.RunStatus.RUNNING, outcome=None, owner="elsewhere:1:x",
+        lease_until=time.time() + 60)))
     with pytest.raises(hr.ResumeRefused):
         await hr.resume_with_decision(store, paused.outcome.request_id,
                                       hr.Decision.deny("not now"), agent=build())

@@ -342,9 +342,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
 
 def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str, Any]) -> int:
     """Check, record, continue; whatever stops the run continuing is said, with the next step."""
-    from handrail.runs import resume
-    from handrail.runs._agent import _check_resumable
-    from handrail.runs._decisions import record_decision, wrong_kind
+    from handrail.runs import check_resumable, record_decision, resume, wrong_kind
 
     decided_by = args.decided_by or _decider()
     state: dict[str, Any] = {}
@@ -358,7 +356,7 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
         try:
             agent = None if args.no_resume else _agent_for(args, run)
             if agent is not None:
-                _check_resumable(run, agent, False)
+                check_resumable(run, agent, False)
         except HandrailError as exc:
             raise UserError(f"{exc} — nothing was recorded; fix the agent, or record the "
                             "decision alone with --no-resume") from exc

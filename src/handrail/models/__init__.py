@@ -29,6 +29,7 @@ from handrail.models._messages import (
     UserMessage,
     dump_messages,
     load_messages,
+    provider_int,
 )
 from handrail.models._model import Model, StreamingModel
 from handrail.models._scripted import Scripted, Turn, call, calls, reply
@@ -67,6 +68,7 @@ __all__ = [
     "dump_messages",
     "infer_model",
     "load_messages",
+    "provider_int",
     "reply",
 ]
 

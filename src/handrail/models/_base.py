@@ -13,6 +13,7 @@ import httpx
 
 from handrail.errors import ConfigError, ModelResponseError, UserError
 from handrail.models._http import ErrorContext, HttpClient
+from handrail.models._messages import MAX_COUNT, provider_int
 from handrail.tools import ToolSpec
 
 __all__ = [
@@ -195,23 +196,3 @@ def malformed(provider: str, exc: Exception, body: Any = None) -> ModelResponseE
     )
 
 
-MAX_COUNT = 2**53
-"""The largest count (tokens, an index) a provider's answer may carry: JSON's exact integers."""
-
-
-def provider_int(value: Any, what: str) -> int:
-    """A count from a provider's answer (absent is 0), checked: a whole number in 0..2**53.
-
-    `int()` alone turns `1e999` (infinity) into an OverflowError, `NaN` into a ValueError, and
-    `1e300` into an integer no store can hold; a count like that means the answer is malformed.
-
-    Raises:
-        ValueError: anything else (caught with `MALFORMED`, it becomes a `ModelResponseError`).
-    """
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int | float) or \
-            (isinstance(value, float) and not value.is_integer()) or \
-            not 0 <= value <= MAX_COUNT:
-        raise ValueError(f"{what} is {value!r}, not a whole number from 0 to 2**53")
-    return int(value)

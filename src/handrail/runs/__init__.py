@@ -5,6 +5,7 @@ from handrail.runs._agent import (
     DeferAll,
     Recovery,
     RunEvent,
+    check_resumable,
     resume,
     resume_sync,
     resume_with_answer,
@@ -14,6 +15,7 @@ from handrail.runs._agent import (
     resume_with_recovery,
     resume_with_recovery_sync,
 )
+from handrail.runs._decisions import record_decision, wrong_kind
 from handrail.runs._outcome import (
     AwaitingAnswer,
     AwaitingApproval,
@@ -39,7 +41,9 @@ __all__ = [
     "RunEvent",
     "RunOutcome",
     "RunResult",
+    "check_resumable",
     "outcome_from_dict",
+    "record_decision",
     "resume",
     "resume_sync",
     "resume_with_answer",
@@ -48,4 +52,5 @@ __all__ = [
     "resume_with_decision_sync",
     "resume_with_recovery",
     "resume_with_recovery_sync",
+    "wrong_kind",
 ]

@@ -645,7 +645,7 @@ def _checked_usage(usage: Any) -> Usage:
     Any `Model` reports usage, not only the HTTP adapters: a count like 1e300 would otherwise
     reach the store and fail there, leaving the run without a truthful status.
     """
-    from handrail.models._base import provider_int
+    from handrail.models import provider_int
 
     try:
         return Usage(provider_int(usage.input_tokens, "input_tokens"),
@@ -658,7 +658,7 @@ def _checked_usage(usage: Any) -> Usage:
 # ----------------------------------------------------------------- resume
 
 
-def _check_resumable(run: RunRecord, agent: Agent, allow_manifest_change: bool
+def check_resumable(run: RunRecord, agent: Agent, allow_manifest_change: bool
                      ) -> list[dict[str, Any]]:
     """Refuse to resume across a boundary; returns the run's events plus what to record."""
     if not isinstance(agent, Agent):
@@ -690,7 +690,7 @@ async def _decide_and_resume(store: Store, item_id: str, kind: str, decision: di
     item = await store.pending_item(item_id)
     if item.kind != kind:
         raise wrong_kind(item, kind)
-    _check_resumable(await store.run(item.run_id), agent, allow_manifest_change)
+    check_resumable(await store.run(item.run_id), agent, allow_manifest_change)
     await record_decision(store, item_id, kind, decision, decided_by, agent=agent)
     return await _resume(store, item.run_id, agent=agent, approver=approver,
                          responder=responder, allow_manifest_change=allow_manifest_change,
@@ -711,7 +711,7 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
                   responder: Responder | None, allow_manifest_change: bool,
                   on_event: EventCallback | None, cancel: anyio.Event | None) -> RunResult:
     run = await store.run(run_id)
-    events = _check_resumable(run, agent, allow_manifest_change)
+    events = check_resumable(run, agent, allow_manifest_change)
     run = await store.claim(run_id, new_owner())
     events.append({"kind": "resumed", "at": time.time()})
     run.events = _contents_event(events, agent.record_contents, time.time())
