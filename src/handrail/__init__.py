@@ -131,6 +131,7 @@ if TYPE_CHECKING:
         ToolSpec,
         tool,
     )
+    from handrail.web import InboxApprover
 
 _LAZY: dict[str, str] = {
     "Act": "handrail.tools",
@@ -164,6 +165,7 @@ _LAZY: dict[str, str] = {
     "FixedResponder": "handrail.approval",
     "Grant": "handrail.manifest",
     "Image": "handrail.tools",
+    "InboxApprover": "handrail.web",
     "Interaction": "handrail.tools",
     "Invoke": "handrail.tools",
     "Json": "handrail.tools",
@@ -212,7 +214,7 @@ _LAZY: dict[str, str] = {
 }
 
 _SUBPACKAGES = frozenset({"approval", "builtin", "manifest", "models", "policy", "runs",
-                          "store", "tools"})
+                          "store", "tools", "web"})
 
 __version__ = "0.1.0"
 
@@ -256,6 +258,7 @@ __all__ = [
     "HandlerStateError",
     "HandrailError",
     "Image",
+    "InboxApprover",
     "Interaction",
     "InteractionDeclined",
     "InvalidArguments",
