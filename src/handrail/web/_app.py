@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import anyio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -143,7 +143,8 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
             if post:
                 form = await _form(request)
                 if form is None:
-                    return JSONResponse({"error": "request too large"}, status_code=413)
+                    return JSONResponse({"error": "send a url-encoded form of at most 1 MiB"},
+                                        status_code=413)
                 sent = request.headers.get("x-csrf-token") or form.get("csrf")
                 if not csrf_ok(session, sent if isinstance(sent, str) else None):
                     return JSONResponse({"error": "missing or wrong CSRF token; reload the "
@@ -163,7 +164,8 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
     async def login(request: Request) -> Response:
         form = await _form(request)
         if form is None:
-            return JSONResponse({"error": "request too large"}, status_code=413)
+            return JSONResponse({"error": "send a url-encoded form of at most 1 MiB"},
+                                status_code=413)
         token = str(form.get("token") or "")
         user = clean_user(str(form.get("user") or default_user or ""))
         session = sessions.login(token, user) if user else None
@@ -363,12 +365,31 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
 
 
 async def _form(request: Request) -> FormData | None:
-    """The request's form, or None when it is larger than `MAX_FORM_BYTES`."""
-    # A body of unknown length is refused: browsers always send Content-Length for a form.
+    """The request's url-encoded form, or None when it is too large or of another type.
+
+    Only `application/x-www-form-urlencoded` (what the page's forms send) is read, so no
+    multipart parser meets what a client sent. A body of unknown length is refused: browsers
+    always send Content-Length for a form.
+    """
     length = request.headers.get("content-length")
     if length is None or not length.isdigit() or int(length) > MAX_FORM_BYTES:
         return None
-    return await request.form(max_files=0, max_fields=50, max_part_size=MAX_FORM_BYTES)
+    if int(length) == 0:
+        return FormData()
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    try:
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=50,
+                          errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return FormData(pairs)
 
 
 def _version(items: list[PendingItem]) -> str:
