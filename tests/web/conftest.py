@@ -14,11 +14,11 @@ import pytest
 
 pytest.importorskip("starlette", reason="the inbox needs the web extra: pip install -e '.[web]'")
 
-import inbox_agents  # noqa: E402 - after the skip: it imports nothing web, but the app does
-from starlette.testclient import TestClient  # noqa: E402
+import inbox_agents
+from starlette.testclient import TestClient
 
-import handrail as hr  # noqa: E402
-from handrail.web import create_app  # noqa: E402
+import handrail as hr
+from handrail.web import create_app
 
 TOKEN = "login-token-for-tests-0123456789"
 

@@ -52,8 +52,8 @@ class AppendLine(hr.Tool, server="log", name="append_line", mutates=True):
         """Writes the file."""
         return [hr.Action(hr.Act.WRITE, self.path)]
 
-    async def run(self, ctx: hr.CallContext) -> str:
-        """Append."""
+    def run(self, ctx: hr.CallContext) -> str:
+        """Append (a sync body: the tool layer runs it in a worker thread)."""
         target = Path(ctx.workspace or ".") / self.path
         with open(target, "a", encoding="utf-8") as fh:
             fh.write(self.line + "\n")

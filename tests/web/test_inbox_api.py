@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TOKEN, Inbox, login, run_store, wait_until
 from starlette.testclient import TestClient
 
 import handrail as hr
+from conftest import TOKEN, Inbox, login, run_store, wait_until
 from handrail.web._app import SECURITY_HEADERS
 
 WRITE = "workspace/write_file"
@@ -330,7 +330,6 @@ def test_unknown_items_and_runs_are_404(inbox: Inbox) -> None:
 
 def test_without_an_agent_the_decision_is_recorded_and_the_run_waits(tmp_path: Path) -> None:
     from conftest import _start
-
     from handrail.web import create_app
 
     db = tmp_path / "runs.db"

@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, urlencode
 import anyio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -389,7 +389,8 @@ async def _form(request: Request) -> FormData | None:
                           errors="strict")
     except (UnicodeDecodeError, ValueError):
         return None
-    return FormData(pairs)
+    fields: list[tuple[str, str | UploadFile]] = list(pairs)
+    return FormData(fields)
 
 
 def _version(items: list[PendingItem]) -> str:
