@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,10 @@ TOKEN = "login-token-for-tests-0123456789"
 
 
 def run_store(db: Path, fn: Callable[[hr.Store], Any]) -> Any:
-    """Run `fn(store)` (async) on its own store and event loop (the app has its own)."""
+    """Run `fn(store)` (async) on its own store and event loop (the app has its own).
+
+    In a thread of its own: Playwright's sync API keeps an event loop in the test's thread.
+    """
 
     async def go() -> Any:
         store = hr.Store.open(db)
@@ -33,7 +37,8 @@ def run_store(db: Path, fn: Callable[[hr.Store], Any]) -> Any:
         finally:
             await store.close()
 
-    return anyio.run(go)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, go).result(timeout=120)
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
