@@ -8,9 +8,9 @@ from pathlib import Path
 import anyio
 import inbox_agents
 import pytest
-from conftest import Inbox, run_store, wait_until
 
 import handrail as hr
+from conftest import Inbox, run_store, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -90,7 +90,7 @@ async def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         hr.InboxApprover(store, timeout=-1)
     with pytest.raises(hr.UserError, match="poll_interval"):
         hr.InboxApprover(store, poll_interval=0)
-    with pytest.raises(hr.UserError, match="hr.Store"):
+    with pytest.raises(hr.UserError, match=r"hr\.Store"):
         hr.InboxApprover("runs.db")  # type: ignore[arg-type]
     await store.close()
 

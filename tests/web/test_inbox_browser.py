@@ -30,10 +30,10 @@ if not os.path.exists(CHROMIUM):
 sync_api = pytest.importorskip("playwright.sync_api",
                                reason="browser tests need playwright (the dev extra)")
 
-import inbox_agents
-from conftest import run_store
+import inbox_agents  # noqa: E402 - imported once the skips above have had their say
 
-import handrail as hr
+import handrail as hr  # noqa: E402
+from conftest import run_store  # noqa: E402
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -83,7 +83,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     workspace = base / "ws"
     workspace.mkdir()
     run_store(db, lambda s: s.runs())
-    log = open(base / "server.log", "w+", encoding="utf-8")  # noqa: SIM115 - closed below
+    log = open(base / "server.log", "w+", encoding="utf-8")
     proc = subprocess.Popen(
         [sys.executable, "-m", "handrail.cli", "inbox", "--store", str(db), "--port", "0",
          "--user", "alice"],
@@ -126,7 +126,7 @@ def browser_context(server: Server) -> Iterator[Any]:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
                                      args=["--no-sandbox", "--disable-dev-shm-usage",
                                            "--disable-gpu"])
-    except Exception as exc:  # noqa: BLE001 - a browser that cannot start is a skip, said why
+    except Exception as exc:
         pw.stop()
         pytest.skip(f"chromium at {CHROMIUM} does not start: {exc}")
     context = browser.new_context(viewport={"width": 1100, "height": 900})
