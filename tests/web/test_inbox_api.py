@@ -355,3 +355,33 @@ def test_without_an_agent_the_decision_is_recorded_and_the_run_waits(tmp_path: P
 def test_wait_until_helper_fails_loudly() -> None:
     with pytest.raises(AssertionError, match="timed out"):
         wait_until(lambda: False, "nothing", timeout=0.05)
+
+
+def test_a_cross_site_post_is_refused_even_with_the_token(inbox: Inbox) -> None:
+    paused = inbox.pause(WRITE, {"path": "a.txt", "content": "x\n"})
+    item = inbox.item_for(paused.run_id)
+    response = inbox.client.post(f"/items/{item.id}/approve", data={"csrf": inbox.csrf},
+                                 headers={"sec-fetch-site": "cross-site"})
+    assert response.status_code == 403
+    assert inbox.item(item.id).state == "open"
+
+
+def test_an_agent_that_cannot_be_rebuilt_is_explained_not_a_crash(tmp_path: Path) -> None:
+    from conftest import _start
+    from handrail.web import create_app
+
+    db = tmp_path / "runs.db"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run_store(db, lambda s: _start(s, workspace, WRITE, {"path": "a", "content": "b"}))
+
+    def broken(run: hr.RunRecord) -> hr.Agent:
+        raise RuntimeError("the module moved")
+
+    app = create_app(hr.Store.open(db), agent_for=broken, login_tokens=(TOKEN,))
+    with TestClient(app, base_url="http://127.0.0.1:8765") as client:
+        login(client)
+        (item,) = run_store(db, lambda s: s.pending())
+        page = client.get(f"/items/{item.id}")
+        assert page.status_code == 200
+        assert "could not be rebuilt: RuntimeError: the module moved" in page.text
