@@ -141,6 +141,12 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
                 return RedirectResponse("/login", status_code=303)
             request.scope["session_obj"] = session
             if post:
+                # Defence in depth beside SameSite=Strict and the token: a browser says when a
+                # request comes from another site.
+                if request.headers.get("sec-fetch-site", "same-origin") not in (
+                        "same-origin", "none"):
+                    return JSONResponse({"error": "cross-site request refused"},
+                                        status_code=403)
                 form = await _form(request)
                 if form is None:
                     return JSONResponse({"error": "send a url-encoded form of at most 1 MiB"},

@@ -61,6 +61,8 @@ MAX_FILE_BYTES = 1 << 20
 MAX_TEXT = 64 * 1024
 """Longest reason, answer, observation or pattern accepted from the page."""
 PAGE_SIZE = 50
+AGENT_CACHE = 64
+"""How many rebuilt agents are kept (one per run)."""
 
 
 class Refused(Exception):
@@ -129,6 +131,8 @@ class Job:
     state: str = "running"
     """`running`, `done` or `failed`."""
     message: str = ""
+    error: BaseException | None = None
+    """What stopped it, when it failed."""
 
 
 class _DecisionSignal:
@@ -188,18 +192,25 @@ class Inbox:
         """Every open item (for the filter choices)."""
         return await self.store.pending()
 
-    def agent(self, run: RunRecord) -> tuple[Agent | None, str | None]:
-        """The run's agent (cached per run), or None with the reason."""
+    async def agent(self, run: RunRecord) -> tuple[Agent | None, str | None]:
+        """The run's agent, or None with the reason (the last few are kept).
+
+        Rebuilt in a worker thread: importing the agent's module and building it (a manifest
+        read from disk) is blocking work.
+        """
         cached = self._agents.get(run.id)
         if cached is not None:
             return cached
         try:
-            agent = self.agent_for(run)
+            agent = await anyio.to_thread.run_sync(self.agent_for, run)
             problem = None if agent is not None else (
                 "the run recorded no agent reference; the inbox records decisions and the "
                 f"run waits for `handrail resume {run.id} --agent MODULE:OBJECT`")
-        except (HandrailError, ImportError, ValueError, TypeError) as exc:
-            agent, problem = None, f"the run's agent could not be rebuilt: {exc}"
+        except Exception as exc:  # boundary: the run's own code; its failure is shown, not raised
+            agent, problem = None, (f"the run's agent could not be rebuilt: "
+                                    f"{type(exc).__name__}: {exc}")
+        if len(self._agents) >= AGENT_CACHE:
+            self._agents.pop(next(iter(self._agents)))
         self._agents[run.id] = (agent, problem)
         return agent, problem
 
@@ -214,7 +225,7 @@ class Inbox:
             run: RunRecord | None = await self.store.run(item.run_id)
         except NotFound:
             run = None
-        agent, problem = self.agent(run) if run is not None else (None, "the run is gone")
+        agent, problem = (await self.agent(run)) if run is not None else (None, "the run is gone")
         schema: dict[str, Any] | None = None
         impl = _impl(agent, item.tool)
         if impl is not None:
@@ -302,7 +313,9 @@ class Inbox:
         text = _bounded(text, "the answer")
         item, run, agent = await self._open(item_id, "question")
         if item.payload.get("kind") == "form":
-            _check_form_answer(text, item.payload.get("schema") or {})
+            # In a thread: the schema (the tool's) may hold patterns that take a while.
+            await anyio.to_thread.run_sync(_check_form_answer, text,
+                                           item.payload.get("schema") or {})
         elif not text.strip():
             raise Refused(422, "the answer is empty")
         return await self._decide(item, run, agent, user, {"answer": text},
@@ -338,7 +351,7 @@ class Inbox:
             raise Refused(422, f"{item_id} is a pending {item.kind}, not a {kind}")
         if item.state != "open":
             raise Refused(409, _already(item))
-        agent, _ = self.agent(run)
+        agent, _ = await self.agent(run)
         return item, run, agent
 
     def _check_modified(self, item: PendingItem, run: RunRecord, agent: Agent | None,
@@ -406,6 +419,7 @@ class Inbox:
                     job.state, job.message = "failed", str(exc)
             except Exception as exc:  # boundary: a failed resume is reported, the server stays
                 job.state, job.message = "failed", f"{type(exc).__name__}: {exc}"
+                job.error = exc
             else:
                 job.state, job.message = "done", f"the run is now {result.outcome.kind}"
             finally:
@@ -417,9 +431,10 @@ class Inbox:
             error = signal.error
             if isinstance(error, AlreadyDecided):
                 raise Refused(409, _already(await self.store.pending_item(item.id)))
-            if job.state == "failed":
-                raise Refused(409, f"not decided: {job.message}")
-            raise Refused(409, f"not decided: {error}")
+            # Refused before the compare-and-swap (the decision does not fit, the run cannot
+            # be continued): nothing was recorded.
+            status = 422 if isinstance(job.error, HandrailError | ValueError) else 409
+            raise Refused(status, f"not decided: {job.message or error}")
         self.jobs[run.id] = job
         return "Decided. The run continues in the background."
 
