@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -202,7 +203,17 @@ def test_edited_arguments_are_validated_then_checked_by_the_policy(inbox: Inbox)
     outside = inbox.post(url, {"arguments": '{"path": "../escape.txt", "content": "x"}'})
     assert outside.status_code == 422 and "policy denies" in outside.text
     assert inbox.item(item.id).state == "open"
-    ok = inbox.post(url, {"arguments": '{"path": "b.txt", "content": "edited\\n"}'})
+    preview = inbox.post(url, {"arguments": '{"path": "b.txt", "content": "edited\\n"}'})
+    assert preview.status_code == 200
+    assert "write <code>b.txt</code>" in preview.text and "+edited" in preview.text
+    assert inbox.item(item.id).state == "open"  # a preview records nothing
+    previewed = re.search(r'name="previewed" value="([0-9a-f]{64})"', preview.text)
+    assert previewed
+    swapped = inbox.post(url, {"confirm": "1", "previewed": previewed.group(1),
+                               "arguments": '{"path": "c.txt", "content": "other"}'})
+    assert swapped.status_code == 409 and inbox.item(item.id).state == "open"
+    ok = inbox.post(url, {"confirm": "1", "previewed": previewed.group(1),
+                          "arguments": '{"path": "b.txt", "content": "edited\\n"}'})
     assert ok.status_code == 303
     inbox.finished(paused.run_id)
     assert (inbox.workspace / "b.txt").read_text() == "edited\n"

@@ -194,18 +194,29 @@ def test_an_edited_argument_that_fails_the_schema_is_refused_in_the_page(
     paused = server.pause(WRITE, {"path": "edit.txt", "content": "x"})
     item = server.item_of(paused.run_id)
     sent: list[str] = []
-    page.on("request", lambda r: sent.append(r.url) if r.method == "POST" else None)
+
+    def record_posts(request: Any) -> None:
+        if request.method == "POST":
+            sent.append(request.url)
+
+    page.on("request", record_posts)
     page.goto(origin(server) + f"/items/{item.id}")
     page.get_by_label("Arguments (JSON").fill('{"path": 5, "content": "x", "mode": 1}')
-    page.get_by_role("button", name="Approve with these arguments").click()
+    page.get_by_role("button", name="Check the edited call").click()
     errors = page.locator("#edit-errors")
     expect(errors).to_contain_text("path must be string")
     expect(errors).to_contain_text('unknown field "mode"')
     expect(page.locator("#edited")).to_be_focused()
     assert sent == [] and server.item(item.id).state == "open"
+    page.remove_listener("request", record_posts)
     # A valid edit goes through, and the server's answer is what was shown.
     page.get_by_label("Arguments (JSON").fill('{"path": "edited.txt", "content": "edited"}')
-    page.get_by_role("button", name="Approve with these arguments").click()
+    page.get_by_role("button", name="Check the edited call").click()
+    # The server's understanding of the edit, before anything is recorded.
+    expect(page.locator(".diff .d-add", has_text="edited")).to_be_visible()
+    expect(page.locator("h3", has_text="write edited.txt")).to_be_visible()
+    assert server.item(item.id).state == "open"
+    page.get_by_role("button", name="Approve this call").click()
     expect(page.locator(".flash")).to_contain_text("Decided")
     page.goto(origin(server) + f"/runs/{paused.run_id}")
     expect(page.locator("#run-status")).to_contain_text("completed")

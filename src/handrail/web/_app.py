@@ -284,9 +284,26 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
         remember = field(form, "remember_pattern") if field(form, "remember") else None
         return await inbox.approve(item_id, session.user, remember=remember)
 
+    async def approve_edited(request: Request, session: Session) -> Response:
+        """Without `confirm`: show what the edited call would do. With it: approve that."""
+        form: FormData = request.scope["form_obj"]
+        if field(form, "confirm"):
+            return await decision_endpoint(do_approve_edited)(request, session)
+        item_id = request.path_params["item_id"]
+        try:
+            check = await inbox.check_edit(item_id, field(form, "arguments"))
+        except Refused as exc:
+            if exc.status == 404:
+                return render(request, "missing.html", status=404, what="pending item")
+            return await item_page(request, session, status=exc.status, error=exc.message,
+                                   form=form)
+        item = await store.pending_item(item_id)
+        return render(request, "edit_preview.html", item=item, check=check)
+
     async def do_approve_edited(item_id: str, session: Session, form: FormData) -> str:
         return await inbox.approve(item_id, session.user,
-                                   modified_json=field(form, "arguments"))
+                                   modified_json=field(form, "arguments"),
+                                   previewed=field(form, "previewed"))
 
     async def do_deny(item_id: str, session: Session, form: FormData) -> str:
         return await inbox.deny(item_id, session.user, field(form, "reason"))
@@ -354,8 +371,7 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
         Route("/api/items/{item_id}", guarded(item_state, api=True)),
         Route("/items/{item_id}/approve", post(decision_endpoint(do_approve)),
               methods=["POST"]),
-        Route("/items/{item_id}/approve-edited", post(decision_endpoint(do_approve_edited)),
-              methods=["POST"]),
+        Route("/items/{item_id}/approve-edited", post(approve_edited), methods=["POST"]),
         Route("/items/{item_id}/deny", post(decision_endpoint(do_deny)), methods=["POST"]),
         Route("/items/{item_id}/answer", post(decision_endpoint(do_answer)), methods=["POST"]),
         Route("/items/{item_id}/recover", post(decision_endpoint(do_recover)),

@@ -14,6 +14,7 @@ import base64
 import binascii
 import difflib
 import hashlib
+import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -51,7 +52,7 @@ from handrail.runs import (
 from handrail.store import PendingItem, RunRecord, Store
 from handrail.tools import Act, ToolImpl
 
-__all__ = ["AgentFor", "Inbox", "ItemView", "Refused"]
+__all__ = ["AgentFor", "EditCheck", "Inbox", "ItemView", "Refused"]
 
 AgentFor = Callable[[RunRecord], Agent | None]
 """Rebuilds the agent of a run (from the `ref` it recorded), or None when it cannot."""
@@ -108,6 +109,24 @@ class ItemView:
     """Whether the inbox can continue the run itself (an agent was rebuilt)."""
     agent_problem: str | None
     """Why the agent could not be rebuilt, when it could not."""
+
+
+@dataclass(frozen=True, slots=True)
+class EditCheck:
+    """Edited arguments as the server understood them: what approving them would do."""
+
+    arguments: dict[str, Any]
+    """The validated arguments, as the tool dumps them (what is recorded and performed)."""
+    arguments_json: str
+    """The same, pretty."""
+    digest: str
+    """sha256 of their canonical JSON: approving must name the previewed one."""
+    actions: list[ActionView]
+    """What the edited call touches, with diffs."""
+    effect: str
+    """The policy's verdict on them (`ask` or `allow`; a deny is refused)."""
+    reason: str
+    """Why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,13 +295,26 @@ class Inbox:
 
     # ----------------------------------------------------------- deciding
 
+    async def check_edit(self, item_id: str, modified_json: str) -> EditCheck:
+        """What approving `modified_json` would do, for the person to see before approving."""
+        item, run, agent = await self._open(item_id, "approval")
+        return await self._check_modified(item, run, agent, modified_json)
+
     async def approve(self, item_id: str, user: str, *, modified_json: str | None = None,
-                      remember: str | None = None) -> str:
-        """Approve (optionally with edited arguments, or remembering a pattern)."""
+                      previewed: str | None = None, remember: str | None = None) -> str:
+        """Approve (optionally with edited arguments, or remembering a pattern).
+
+        Edited arguments are approved only as previewed: `previewed` is the digest the
+        preview showed, and arguments that no longer check out to it are refused.
+        """
         item, run, agent = await self._open(item_id, "approval")
         modified: dict[str, Any] | None = None
         if modified_json is not None:
-            modified = self._check_modified(item, run, agent, modified_json)
+            checked = await self._check_modified(item, run, agent, modified_json)
+            if previewed is None or not hmac.compare_digest(checked.digest, previewed):
+                raise Refused(409, "these arguments are not the ones previewed; check the "
+                                   "edited arguments again before approving them")
+            modified = checked.arguments
         patterns: tuple[str, ...] = ()
         if remember is not None and remember.strip():
             pattern = _bounded(remember.strip(), "the pattern to remember")
@@ -354,8 +386,8 @@ class Inbox:
         agent, _ = await self.agent(run)
         return item, run, agent
 
-    def _check_modified(self, item: PendingItem, run: RunRecord, agent: Agent | None,
-                        text: str) -> dict[str, Any]:
+    async def _check_modified(self, item: PendingItem, run: RunRecord, agent: Agent | None,
+                              text: str) -> EditCheck:
         """Edited arguments: parsed, validated by the tool, checked by the run's policy."""
         impl = _impl(agent, item.tool)
         if agent is None or impl is None:
@@ -384,11 +416,27 @@ class Inbox:
         if run.remembered:
             policy = policy.with_layer_on_top(
                 "remembered", [Rule.from_dict(r) for r in run.remembered])
-        verdict = policy.check_all(actions, workspace=run.workspace or agent.workspace,
-                                   mutates=impl.spec.mutates)
+        workspace = run.workspace or str(agent.workspace)
+        verdict = policy.check_all(actions, workspace=workspace, mutates=impl.spec.mutates)
         if verdict.effect is Effect.DENY:
             raise Refused(422, f"the policy denies the edited call: {verdict.reason}")
-        return dumped
+        views = []
+        for action in actions:
+            # The canonical target, as the policy judged it (and the gate will).
+            target = policy.check(action, workspace=workspace, mutates=impl.spec.mutates).target
+            shown = {"act": action.act.value, "target": target,
+                     "content": None if action.content is None
+                     else base64.b64encode(action.content).decode("ascii")}
+            diff = await anyio.to_thread.run_sync(_action_diff, shown, workspace, item.tool,
+                                                  dumped)
+            views.append(ActionView(act=action.act.value, target=target, diff=diff))
+        canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"),
+                               ensure_ascii=False)
+        return EditCheck(
+            arguments=dumped,
+            arguments_json=json.dumps(dumped, indent=2, sort_keys=True, ensure_ascii=False),
+            digest=hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest(),
+            actions=views, effect=verdict.effect.value, reason=verdict.reason)
 
     async def _decide(self, item: PendingItem, run: RunRecord, agent: Agent | None, user: str,
                       decision: dict[str, Any],
