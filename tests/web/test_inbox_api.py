@@ -116,6 +116,8 @@ def test_the_list_is_newest_first_and_filters_by_agent_tool_kind_and_age(inbox: 
     assert second.run_id in questions and first.run_id not in questions
     assert "0 pending" in inbox.client.get("/", params={"agent": "someone-else"}).text
     assert "0 pending" in inbox.client.get("/", params={"age": "1h"}).text
+    fragment = inbox.client.get("/fragments/items", params={"kind": "question"}).text
+    assert '<option value="inbox-test">' in fragment and f'<option value="{WRITE}">' in fragment
 
 
 def test_the_fragment_answers_304_until_something_changes(inbox: Inbox) -> None:

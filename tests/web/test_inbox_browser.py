@@ -315,8 +315,10 @@ def test_keyboard_alone_labels_and_a_narrow_window(server: Server, page: Any) ->
     assert unlabelled == []
     # 400% zoom of a 1280-pixel window is a 320-pixel one: nothing may need sideways scrolling.
     page.set_viewport_size({"width": 320, "height": 800})
-    page.reload()
-    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    for path in ("/", f"/runs/{paused.run_id}", f"/items/{item.id}"):
+        page.goto(origin(server) + path)
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), path
+    page.screenshot(path=str(server.shots / "inbox-narrow.png"), full_page=True)
     page.get_by_label("Reason (the model reads it)").focus()
     page.keyboard.type("not by keyboard today")
     page.keyboard.press("Tab")

@@ -216,7 +216,7 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
                                        filters.older_than)) else await inbox.all_open()
         agents = sorted({p.agent for p in everything if p.agent})
         tools = sorted({p.tool for p in everything if p.tool})
-        version = _version(items)
+        version = _version(items, agents, tools)
 
         def page_link(n: int) -> str:
             return "/?" + urlencode({**{k: v for k, v in raw.items() if v}, "page": n})
@@ -415,10 +415,11 @@ async def _form(request: Request) -> FormData | None:
     return FormData(fields)
 
 
-def _version(items: list[PendingItem]) -> str:
+def _version(items: list[PendingItem], *suggestions: list[str]) -> str:
+    """What the list shows, as a short digest (the fragment's ETag)."""
     digest = hashlib.sha256()
-    for p in items:
-        digest.update(p.id.encode())
+    for text in [p.id for p in items] + [t for group in suggestions for t in ("\1", *group)]:
+        digest.update(text.encode("utf-8", "surrogatepass"))
         digest.update(b"\0")
     return digest.hexdigest()[:16]
 
