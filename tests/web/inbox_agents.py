@@ -67,13 +67,21 @@ async def pick_service(ctx: hr.CallContext) -> str:
     return f"deploying {service}"
 
 
+@hr.tool(server="ops", name="profile", interactions={"form"}, mutates=False)
+async def profile(ctx: hr.CallContext) -> str:
+    """Ask for a form (an age), then say it."""
+    data = await ctx.elicit({"type": "object", "properties": {"age": {"type": "integer"}},
+                             "required": ["age"], "additionalProperties": False}, "How old?")
+    return f"age {data['age']}"
+
+
 def agent(run: RunRecord | None = None, *, workspace: str | None = None) -> hr.Agent:
     """The test agent: workspace tools, append_line, pick_service; the default policy."""
     root = workspace if workspace is not None else (run.workspace if run else None)
     assert root is not None
     return hr.Agent(
         Scripted([_first, _final], name="scripted-inbox"),
-        [*workspace_tools(), AppendLine, pick_service],
+        [*workspace_tools(), AppendLine, pick_service, profile],
         policy=hr.Policy.default(),
         workspace=root,
         name="inbox-test",

@@ -250,6 +250,20 @@ def test_a_question_is_answered_by_its_choice(inbox: Inbox) -> None:
     assert inbox.item(item.id).decided_by == "alice"
 
 
+def test_a_form_is_answered_with_json_that_fits_its_schema(inbox: Inbox) -> None:
+    paused = inbox.pause("ops/profile", {})
+    item = inbox.item_for(paused.run_id)
+    page = inbox.client.get(f"/items/{item.id}").text
+    assert "How old?" in page and 'id="form-answer"' in page and "data-schema=" in page
+    for bad in ("seven", '{"age": "seven"}', '{"age": 7, "name": "x"}'):
+        response = inbox.post(f"/items/{item.id}/answer", {"answer": bad})
+        assert response.status_code == 422, bad
+    assert inbox.item(item.id).state == "open"
+    assert inbox.post(f"/items/{item.id}/answer", {"answer": '{"age": 7}'}).status_code == 303
+    run = inbox.finished(paused.run_id)
+    assert run.outcome is not None and "age 7" in run.outcome["output"]
+
+
 @pytest.mark.parametrize(("choice", "lines", "expect"), [
     ("completed", "", "it happened"), ("abort", "", "may or may not"),
     ("retry", "again\n", "appended"),

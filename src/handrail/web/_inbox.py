@@ -211,13 +211,16 @@ class Inbox:
         """Every open item (for the filter choices)."""
         return await self.store.pending()
 
-    async def agent(self, run: RunRecord) -> tuple[Agent | None, str | None]:
-        """The run's agent, or None with the reason (the last few are kept).
+    async def agent(self, run: RunRecord, *, fresh: bool = False
+                    ) -> tuple[Agent | None, str | None]:
+        """The run's agent, or None with the reason.
 
         Rebuilt in a worker thread: importing the agent's module and building it (a manifest
-        read from disk) is blocking work.
+        read from disk) is blocking work. Pages reuse the last few built; a decision gets a
+        fresh one (`fresh=True`), as `handrail approve` would, and it both checks edited
+        arguments and continues the run.
         """
-        cached = self._agents.get(run.id)
+        cached = None if fresh else self._agents.get(run.id)
         if cached is not None:
             return cached
         try:
@@ -228,6 +231,7 @@ class Inbox:
         except Exception as exc:  # boundary: the run's own code; its failure is shown, not raised
             agent, problem = None, (f"the run's agent could not be rebuilt: "
                                     f"{type(exc).__name__}: {exc}")
+        self._agents.pop(run.id, None)
         if len(self._agents) >= AGENT_CACHE:
             self._agents.pop(next(iter(self._agents)))
         self._agents[run.id] = (agent, problem)
@@ -383,7 +387,7 @@ class Inbox:
             raise Refused(422, f"{item_id} is a pending {item.kind}, not a {kind}")
         if item.state != "open":
             raise Refused(409, _already(item))
-        agent, _ = await self.agent(run)
+        agent, _ = await self.agent(run, fresh=True)
         return item, run, agent
 
     async def _check_modified(self, item: PendingItem, run: RunRecord, agent: Agent | None,
