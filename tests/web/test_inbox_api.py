@@ -141,6 +141,8 @@ def test_approve_records_who_and_resumes_the_run_once(inbox: Inbox) -> None:
     assert "d-add" in page and "+# Notes" in page  # the diff against the (absent) file
     response = inbox.post(f"/items/{item.id}/approve")
     assert response.status_code == 303
+    inbox.client.get("/fragments/items")  # another tab polling must not take the message
+    assert "Decided. The run continues" in inbox.client.get(f"/items/{item.id}").text
     run = inbox.finished(paused.run_id)
     assert run.status is hr.RunStatus.COMPLETED
     assert (inbox.workspace / "notes.md").read_text() == "# Notes\n"

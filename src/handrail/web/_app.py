@@ -125,10 +125,13 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
 
     def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         session: Session | None = request.scope.get("session_obj")
+        # Only a whole page shows (and so consumes) the message a decision left; a fragment
+        # the page polls for must not swallow it.
+        whole_page = not name.startswith("_")
+        flash = flashes.pop(session.id, None) if session and whole_page else None
         html = env.get_template(name).render(
-            session=session, csrf=session.csrf if session else "", poll_ms=int(poll_seconds
-                                                                                * 1000),
-            flash=flashes.pop(session.id, None) if session else None, **context)
+            session=session, csrf=session.csrf if session else "",
+            poll_ms=int(poll_seconds * 1000), flash=flash, **context)
         return HTMLResponse(html, status_code=status)
 
     def guarded(fn: Callable[[Request, Session], Awaitable[Response]], *, api: bool = False,
