@@ -118,3 +118,34 @@ def test_the_inbox_page_decides_for_a_waiting_process(inbox: Inbox) -> None:
     assert (inbox.workspace / "l.txt").read_text() == "x\n"
     run = inbox.client.get(f"/runs/{results[0].run_id}").text
     assert "not continued here" in run or "completed" in run
+
+
+async def test_a_decision_made_just_as_the_wait_times_out_is_the_one_used(
+        tmp_path: Path) -> None:
+    """The timeout is settled by compare-and-swap: a person who decided first wins."""
+    store = hr.Store.open(tmp_path / "runs.db")
+
+    raced: list[str] = []
+
+    class Racing(type(store)):  # type: ignore[misc]
+        async def decide(self, item_id: str, decision: dict[str, object], decided_by: str,
+                         **kwargs: object) -> hr.PendingItem:
+            if decision.get("kind") == "defer":  # the approver gives up: alice got there first
+                raced.append(item_id)
+                await super().decide(item_id, hr.Decision.approve().to_dict(), "alice")
+            item: hr.PendingItem = await super().decide(item_id, decision, decided_by,
+                                                        **kwargs)
+            return item
+
+    store.__class__ = Racing
+    agent = inbox_agents.agent(workspace=str(tmp_path))
+    task = '{"tool": "workspace/write_file", "arguments": {"path": "a.txt", "content": "A"}}'
+    result = await agent.run(task, store=store, approver=hr.InboxApprover(store, timeout=0))
+    assert isinstance(result.outcome, hr.Completed)
+    assert (tmp_path / "a.txt").read_text() == "A"
+    (item_id,) = raced
+    item = await store.pending_item(item_id)
+    assert item.decided_by == "alice" and item.decision is not None
+    assert item.decision["kind"] == "approve"
+    assert await store.pending() == []
+    await store.close()
