@@ -113,7 +113,7 @@ class Sessions:
 
 def clean_user(name: str) -> str:
     """A person's name as recorded: printable, single-line, at most 64 characters."""
-    text = "".join(ch for ch in str(name) if ch.isprintable()).strip()
+    text = "".join(ch if ch.isprintable() else " " for ch in str(name))
     return " ".join(text.split())[:_MAX_NAME]
 
 
