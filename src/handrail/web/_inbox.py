@@ -63,6 +63,8 @@ MAX_TEXT = 64 * 1024
 """Longest reason, answer, observation or pattern accepted from the page."""
 PAGE_SIZE = 50
 AGENT_CACHE = 64
+MAX_JOBS = 1000
+"""How many runs' last background resume the run pages can still report."""
 """How many rebuilt agents are kept (one per run)."""
 
 
@@ -487,6 +489,9 @@ class Inbox:
             # be continued): nothing was recorded.
             status = 422 if isinstance(job.error, HandrailError | ValueError) else 409
             raise Refused(status, f"not decided: {job.message or error}")
+        self.jobs.pop(run.id, None)
+        if len(self.jobs) >= MAX_JOBS:
+            self.jobs.pop(next(iter(self.jobs)))
         self.jobs[run.id] = job
         return "Decided. The run continues in the background."
 
