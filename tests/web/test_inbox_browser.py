@@ -173,6 +173,7 @@ def test_a_deferred_run_appears_is_approved_and_completes(server: Server, page: 
     item = server.item_of(paused.run_id)
     link = page.locator(f"#item-{item.id}")
     expect(link).to_be_visible()  # arrived without a reload
+    expect(page.locator("#live-note")).to_contain_text("1 pending")  # and was announced
     page.screenshot(path=str(server.shots / "inbox-list.png"), full_page=True)
     link.click()
     expect(page.locator(".diff .d-add", has_text="new line, written once")).to_be_visible()

@@ -28,6 +28,10 @@
     const active = document.activeElement;
     const focusedId = active && container.contains(active) ? active.id : null;
     container.innerHTML = html;
+    // The region replaced is not a live region (a new one is not announced); this one stays.
+    const note = document.getElementById("live-note");
+    const summary = container.querySelector("#count, #run-status");
+    if (note && summary) note.textContent = summary.textContent;
     if (focusedId) {
       const again = document.getElementById(focusedId);
       if (again) again.focus();
