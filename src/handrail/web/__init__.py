@@ -8,19 +8,22 @@ for hosting it another way.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from handrail.web._approver import InboxApprover
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-    from handrail.store import Store
+    from handrail.runs import Agent
+    from handrail.store import RunRecord, Store
 
 __all__ = ["InboxApprover", "create_app"]
 
 
-def create_app(store: Store, *, agent_for: Any, login_tokens: tuple[str, ...] = (),
+def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
+               login_tokens: tuple[str, ...] = (),
                reusable_tokens: tuple[str, ...] = (), default_user: str | None = None,
                poll_seconds: float = 1.5) -> Starlette:
     """The inbox as an ASGI application (needs `handrail[web]`).
