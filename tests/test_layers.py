@@ -43,8 +43,10 @@ LAYERS: dict[str, frozenset[str]] = {
     "gate": frozenset({"errors", "tools", "policy", "approval", "models", "store"}),
     "runs": frozenset({"errors", "tools", "policy", "approval", "models", "store", "gate",
                        "manifest"}),
+    "web": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
+                      "runs"}),
     "cli": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
-                      "builtin", "runs"}),
+                      "builtin", "runs", "web"}),
 }
 """Package -> the packages of ours it may import (directly; nothing is implied)."""
 

@@ -137,6 +137,7 @@ if TYPE_CHECKING:
         WritePath,
         tool,
     )
+    from handrail.web import InboxApprover
 
 _LAZY: dict[str, str] = {
     "Act": "handrail.tools",
@@ -170,6 +171,7 @@ _LAZY: dict[str, str] = {
     "FixedResponder": "handrail.approval",
     "Grant": "handrail.manifest",
     "Image": "handrail.tools",
+    "InboxApprover": "handrail.web",
     "Interaction": "handrail.tools",
     "Invoke": "handrail.tools",
     "Json": "handrail.tools",
@@ -224,7 +226,7 @@ _LAZY: dict[str, str] = {
 }
 
 _SUBPACKAGES = frozenset({"approval", "builtin", "manifest", "models", "policy", "runs",
-                          "store", "tools"})
+                          "store", "tools", "web"})
 
 __version__ = "0.1.0"
 
@@ -269,6 +271,7 @@ __all__ = [
     "HandlerStateError",
     "HandrailError",
     "Image",
+    "InboxApprover",
     "Interaction",
     "InteractionDeclined",
     "InvalidArguments",

@@ -1,0 +1,139 @@
+"""`handrail inbox`: serve the approvals inbox (needs the `handrail[web]` extra).
+
+It prints one URL with a one-time login token; the token becomes a session cookie. It binds to
+127.0.0.1; any other address needs `--token-file` (the team's login token, kept out of shell
+history and process lists) or an explicit `--allow-remote`, because whoever reaches the page
+with a token can make agents write files and run programs. Put TLS in front of it before
+exposing it beyond one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import ipaddress
+import os
+import secrets
+import socket
+from typing import Any
+
+import anyio
+
+from handrail.cli._runs import _agent_for, _store_path
+from handrail.errors import UserError
+from handrail.store import RunRecord, Store
+
+__all__ = ["register"]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _read_token_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except OSError as exc:
+        raise UserError(f"cannot read the token file {path!r}: {exc}") from None
+    if len(token) < 16:
+        raise UserError(f"the token in {path!r} is shorter than 16 characters; put a long "
+                        "random token there (e.g. `python -c 'import secrets; "
+                        "print(secrets.token_urlsafe(32))'`)")
+    return token
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _cmd_inbox(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from handrail.web import create_app
+    except ModuleNotFoundError as exc:
+        raise UserError(f"`handrail inbox` needs the web extra: pip install 'handrail[web]' "
+                        f"({exc.name} is missing)") from None
+    host = args.host
+    if not _is_loopback(host) and not (args.token_file or args.allow_remote):
+        raise UserError(f"--host {host} is reachable from other machines: pass --token-file "
+                        "FILE (a login token you hand out) or --allow-remote to do it anyway")
+    url_store = _store_path(args)
+    if "://" not in url_store and not os.path.exists(url_store):
+        raise UserError(f"no run store at {url_store!r}: pass --store (or set HANDRAIL_STORE)")
+    reusable = (_read_token_file(args.token_file),) if args.token_file else ()
+    one_time = secrets.token_urlsafe(24)
+    user = args.user or _default_user()
+
+    def agent_for(run: RunRecord) -> Any:
+        return _agent_for(argparse.Namespace(agent=args.agent), run)
+
+    async def serve() -> int:
+        store = Store.open(url_store)
+        try:
+            app = create_app(store, agent_for=agent_for, login_tokens=(one_time,),
+                             reusable_tokens=reusable, default_user=user)
+            sock = _bind(host, args.port)
+            port = sock.getsockname()[1]
+            shown = f"[{host}]" if ":" in host else host
+            print(f"handrail inbox for {url_store}", flush=True)
+            print(f"open http://{shown}:{port}/login?token={one_time}", flush=True)
+            if reusable:
+                print("or sign in with the token from the token file", flush=True)
+            config = uvicorn.Config(app, log_level=args.log_level, access_log=False,
+                                    lifespan="on", server_header=False)
+            server = uvicorn.Server(config)
+            await server.serve(sockets=[sock])
+            return 0
+        finally:
+            await store.close()
+
+    try:
+        return anyio.run(serve)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _default_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
+
+
+def register(sub: Any) -> None:
+    """Add `handrail inbox` to the `handrail` parser."""
+    text = "serve the approvals inbox: a web page to decide what agents wait on"
+    p: argparse.ArgumentParser = sub.add_parser("inbox", help=text, description=text)
+    p.add_argument("--store", help="the run store (default: $HANDRAIL_STORE or "
+                                   "./.handrail/runs.db)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
+                                                        "127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks one)")
+    p.add_argument("--user", help="the name proposed at login, recorded with decisions "
+                                  "(default: your login name)")
+    p.add_argument("--token-file", help="a file holding a login token that keeps working "
+                                        "(needed for a non-loopback --host)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="listen on a non-loopback --host without a token file")
+    p.add_argument("--agent", metavar="MODULE:OBJECT",
+                   help="the agent that continues runs (default: the one each run recorded)")
+    p.add_argument("--log-level", default="warning",
+                   choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=_cmd_inbox)

@@ -1,0 +1,52 @@
+"""The approvals inbox: a web page where people see and decide what agents wait on.
+
+`handrail inbox` serves it (extra `handrail[web]`: Starlette, uvicorn, Jinja2); see
+docs/inbox.md. `InboxApprover` (no web dependency) lets a long-lived process wait for the
+inbox's decision in-process. `create_app` builds the ASGI application itself, for tests and
+for hosting it another way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from handrail.web._approver import InboxApprover
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from handrail.runs import Agent
+    from handrail.store import RunRecord, Store
+
+__all__ = ["InboxApprover", "create_app"]
+
+
+def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
+               login_tokens: tuple[str, ...] = (),
+               reusable_tokens: tuple[str, ...] = (), default_user: str | None = None,
+               poll_seconds: float = 1.5) -> Starlette:
+    """The inbox as an ASGI application (needs `handrail[web]`).
+
+    Args:
+        store: The run store.
+        agent_for: `fn(run) -> Agent | None`: rebuilds the agent that continues a run.
+        login_tokens: One-time login tokens (each opens one session).
+        reusable_tokens: Tokens that keep working (a team's shared `--token-file`).
+        default_user: The name the login form proposes.
+        poll_seconds: How often the page looks for changes.
+
+    Raises:
+        UserError: the web extra is not installed.
+    """
+    from handrail.errors import UserError
+
+    try:
+        from handrail.web._app import create_app as build
+        from handrail.web._auth import Sessions
+    except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
+        raise UserError(f"the inbox needs the web extra: pip install 'handrail[web]' ({exc})"
+                        ) from exc
+    sessions = Sessions(one_time=set(login_tokens), reusable=set(reusable_tokens))
+    return build(store, sessions=sessions, agent_for=agent_for, default_user=default_user,
+                 poll_seconds=poll_seconds)

@@ -1,0 +1,80 @@
+"""`handrail inbox`: what it refuses before it listens, and what it prints when it does."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import run_store
+from handrail.cli import main
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.db"
+    run_store(path, lambda s: s.runs())
+    return path
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.5", "::"])
+def test_a_non_loopback_host_needs_a_token_file_or_allow_remote(
+        db: Path, host: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inbox", "--store", str(db), "--host", host]) == 1
+    err = capsys.readouterr().err
+    assert "--token-file" in err and "--allow-remote" in err
+
+
+def test_a_short_token_file_is_refused(db: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    token = tmp_path / "token"
+    token.write_text("short\n")
+    assert main(["inbox", "--store", str(db), "--host", "0.0.0.0", "--token-file",
+                 str(token)]) == 1
+    assert "shorter than 16" in capsys.readouterr().err
+
+
+def test_a_missing_store_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inbox", "--store", str(tmp_path / "nope.db")]) == 1
+    assert "no run store" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_it_prints_a_one_time_login_link_and_guards_everything_else(db: Path) -> None:
+    env = {**os.environ}
+    env.pop("HANDRAIL_STORE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "handrail.cli", "inbox", "--store", str(db),
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=env)
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        url = None
+        for line in proc.stdout:
+            found = re.search(r"(http://127\.0\.0\.1:\d+)/login\?token=(\S+)", line)
+            if found:
+                url = found.group(1)
+                break
+        watchdog.cancel()
+        assert url is not None
+        with urllib.request.urlopen(f"{url}/login") as response:
+            assert response.status == 200
+            assert "Content-Security-Policy" in response.headers
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}/api/items/x")
+        assert refused.value.code == 401
+        refused.value.close()
+    finally:
+        watchdog.cancel()
+        proc.terminate()
+        proc.wait(timeout=15)
+        if proc.stdout is not None:
+            proc.stdout.close()
