@@ -8,14 +8,16 @@ import time
 from typing import Any
 
 from handrail.errors import AlreadyDecided, NotFound
-from handrail.store._base import Store, check_claimable, cutoff
-from handrail.store._records import (
+from handrail.store.contract import (
     Batch,
     CallRecord,
     PendingItem,
     RunRecord,
     RunStatus,
+    Store,
+    check_claimable,
     clone,
+    cutoff,
 )
 
 __all__ = ["MemoryStore"]
