@@ -22,13 +22,13 @@ from handrail.store.contract import (
 __all__ = ["Batch", "CallRecord", "CallStatus", "PendingItem", "RunRecord", "RunStatus", "Store"]
 
 
-def _sqlite(url: str, durability: Durability) -> Store:
+def _open_sqlite(url: str, durability: Durability) -> Store:
     from handrail.store._sqlite import SQLiteStore
 
     return SQLiteStore(url.removeprefix("sqlite://"), durability=durability)
 
 
-def _memory(url: str, durability: Durability) -> Store:
+def _open_memory(url: str, durability: Durability) -> Store:
     # Nothing in memory survives the process, whatever durability was asked for: this store
     # is for tests and benchmarks, and says so in `Store.memory`'s docstring.
     from handrail.store._memory import MemoryStore
@@ -36,5 +36,5 @@ def _memory(url: str, durability: Durability) -> Store:
     return MemoryStore()
 
 
-register_backend("sqlite", _sqlite)
-register_backend("memory", _memory)
+register_backend("sqlite", _open_sqlite)
+register_backend("memory", _open_memory)
