@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from handrail.errors import AlreadyDecided, ConfigError, ResumeRefused, StoreError
@@ -150,7 +151,7 @@ async def test_another_connections_lock_is_waited_for_off_the_loop(tmp_path: Pat
                 # commit that waited on the loop would stall these steps for its busy timeout.
                 t0 = time.monotonic()
                 for _ in range(50):
-                    await anyio.sleep(0)
+                    await anyio.lowlevel.checkpoint()
                 assert time.monotonic() - t0 < 5
                 assert not done.is_set()
                 other.execute("COMMIT")

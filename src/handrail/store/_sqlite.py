@@ -212,8 +212,16 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
 """Ordered, named migrations; a database records which ran in `_migrations`."""
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+"""One shared encoder: `json.dumps` with options builds a new encoder per call."""
+
+
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"))
+    if value is None:
+        return None
+    if not value and type(value) is list:
+        return "[]"
+    return _ENCODE(value)
 
 
 def _loads(text: str | None) -> Any:
@@ -251,6 +259,7 @@ _CALL_REPLACE = (
     f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES ({','.join('?' * 22)}) ON CONFLICT(id) DO "
     "UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _CALL_COLUMNS.split(", ")[1:])
 )
+_MESSAGE_REPLACE = "INSERT OR REPLACE INTO messages (run_id, seq, data) VALUES (?, ?, ?)"
 _PENDING_REPLACE = (
     f"INSERT OR REPLACE INTO pending ({_PENDING_COLUMNS}) VALUES ({','.join('?' * 12)})"
 )
@@ -311,7 +320,7 @@ def _pending_from(row: tuple[Any, ...]) -> PendingItem:
 CHECKPOINT_EVERY = 256
 """Group commits between two PASSIVE checkpoints (each commit adds a few WAL pages)."""
 
-LOOP_GROUP_LIMIT = 64
+LOOP_GROUP_LIMIT = 16
 """At most this many operations per group committed on the event loop (bounds the loop's
 time in one commit to a few milliseconds; the rest go in the next group)."""
 
@@ -337,21 +346,36 @@ class _Op:
 
 
 def _apply_group(db: sqlite3.Connection, ops: list[_Op]) -> list[tuple[bool, Any]]:
-    """Run `ops` in one transaction, each in a savepoint; commit; return each one's outcome.
+    """Run `ops` in one transaction; commit; return each one's outcome.
+
+    An operation that fails is rolled back alone and the others commit. Optimistically the
+    group first runs without savepoints (two statements per operation saved); the first
+    failure rolls the whole transaction back and the group is run again with a savepoint
+    around each operation. Operations are functions of the database's state, so running one
+    again after a rollback is the same as running it once.
 
     Raises what BEGIN or COMMIT raised (the whole group failed; nothing of it is kept).
     """
     db.execute("BEGIN IMMEDIATE")
     outcomes: list[tuple[bool, Any]] = []
     try:
-        if len(ops) == 1:
-            # Alone in its transaction: its failure is the transaction's, no savepoint needed.
+        failed = False
+        if len(ops) > 1:
+            # Rolling back to here keeps the write lock (a ROLLBACK would give it up).
+            db.execute("SAVEPOINT optimistic")
+        for op in ops:
             try:
-                outcomes.append((True, ops[0].fn(db)))
+                outcomes.append((True, op.fn(db)))
             except Exception as exc:
-                db.execute("ROLLBACK")
-                return [(False, exc)]
-        else:
+                if len(ops) == 1:
+                    # Alone in its transaction: its failure is the transaction's.
+                    db.execute("ROLLBACK")
+                    return [(False, exc)]
+                failed = True
+                break
+        if failed:
+            db.execute("ROLLBACK TO optimistic")
+            outcomes = []
             for op in ops:
                 db.execute("SAVEPOINT op")
                 try:
@@ -715,17 +739,20 @@ class SQLiteStore(Store):
                 cached = (batch.run.policy, _dumps(batch.run.policy))
                 self._policy_json[batch.run.id] = cached
             run_row = _run_row(batch.run, cached[1])
-        messages = [(r, s, json.dumps(m, separators=(",", ":"))) for r, s, m in batch.messages]
+        messages = [(r, s, _ENCODE(m)) for r, s, m in batch.messages]
         calls = [_call_row(c) for c in batch.calls]
         pending = [_pending_row(p) for p in batch.pending]
 
         def apply(db: sqlite3.Connection) -> None:
             if run_row is not None:
                 db.execute(_RUN_UPSERT, run_row)
-            if messages:
-                db.executemany("INSERT OR REPLACE INTO messages (run_id, seq, data) "
-                               "VALUES (?, ?, ?)", messages)
-            if calls:
+            if len(messages) == 1:
+                db.execute(_MESSAGE_REPLACE, messages[0])
+            elif messages:
+                db.executemany(_MESSAGE_REPLACE, messages)
+            if len(calls) == 1:
+                db.execute(_CALL_REPLACE, calls[0])
+            elif calls:
                 db.executemany(_CALL_REPLACE, calls)
             if pending:
                 db.executemany(_PENDING_REPLACE, pending)
