@@ -219,6 +219,35 @@ def test_a_0001_database_is_migrated_with_its_data(tmp_path: Path) -> None:
     assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     sql = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     assert "WITHOUT ROWID" in sql["calls"] and "WITHOUT ROWID" in sql["messages"]
+    assert "log" in sql
+    db.close()
+
+
+async def test_the_log_is_folded_into_the_tables_for_every_reader(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = Store.open(path)
+    await store.write(Batch(run=_run("r1"), messages=[("r1", 0, {"k": 0})]))
+    from handrail.store import CallRecord
+
+    first = CallRecord(id="r1:c", run_id="r1", call_id="c", turn=0, index=0, model_name="x")
+    await store.write(Batch(calls=[first], messages=[("r1", 1, {"k": 1})]))
+    second = CallRecord(id="r1:c", run_id="r1", call_id="c", turn=0, index=0, model_name="x",
+                        error="later")
+    await store.write(Batch(calls=[second], messages=[("r1", 1, {"k": "1b"})]))
+    # Another process's reader (plain SQL) sees nothing yet: the writes are in the log.
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM calls").fetchone()[0] == 0
+    # A reader through the store folds the log first; the later record wins.
+    other = Store.open(path)
+    assert [c.error for c in await other.calls("r1")] == ["later"]
+    assert await other.messages("r1") == [{"k": 0}, {"k": "1b"}]
+    await other.close()
+    await store.write(Batch(messages=[("r1", 2, {"k": 2})]))
+    await store.close()
+    # Closing folds what is left: the tables are complete for plain SQL.
+    assert db.execute("SELECT count(*) FROM log").fetchone()[0] == 0
+    assert db.execute("SELECT error FROM calls").fetchall() == [("later",)]
+    assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 3
     db.close()
 
 

@@ -205,9 +205,30 @@ def _m0002_clustered_calls_and_messages(db: sqlite3.Connection) -> None:
     )
 
 
+def _m0003_log(db: sqlite3.Connection) -> None:
+    # The hot path appends messages and call records here (one b-tree, written at its right
+    # edge: a commit writes one or two pages of it) instead of updating `messages` and `calls`
+    # (three to four pages). The log is folded into those tables off the hot path, and before
+    # any read of them, so every reader (and plain SQL) sees the tables complete.
+    # kind 0: a message (c0 = seq, c1 = data); kind 1: a call record (c0..c21 = its columns).
+    columns = ", ".join(f"c{i}" for i in range(22))
+    _script(
+        db,
+        f"""
+        CREATE TABLE log (
+            id INTEGER PRIMARY KEY,
+            kind INTEGER NOT NULL,
+            run_id TEXT NOT NULL REFERENCES runs (id),
+            {columns}
+        )
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_clustered_calls_and_messages", _m0002_clustered_calls_and_messages),
+    ("0003_log", _m0003_log),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`."""
 
@@ -253,13 +274,37 @@ _RUN_UPSERT = (
 )
 
 
-# An upsert, not INSERT OR REPLACE: a replace deletes and re-inserts the row (and its index
-# entries); the upsert rewrites it in place, one page.
-_CALL_REPLACE = (
-    f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES ({','.join('?' * 22)}) ON CONFLICT(id) DO "
-    "UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _CALL_COLUMNS.split(", ")[1:])
+_LOG_MESSAGE = "INSERT INTO log (kind, run_id, c0, c1) VALUES (0, ?, ?, ?)"
+_LOG_CALL = (
+    f"INSERT INTO log (kind, run_id, {', '.join(f'c{i}' for i in range(22))}) "
+    f"VALUES (1, ?, {','.join('?' * 22)})"
 )
-_MESSAGE_REPLACE = "INSERT OR REPLACE INTO messages (run_id, seq, data) VALUES (?, ?, ?)"
+_FOLD = (
+    # In log order: a later record of the same message or call replaces an earlier one.
+    "INSERT OR REPLACE INTO messages (run_id, seq, data) "
+    "SELECT run_id, c0, c1 FROM log WHERE kind = 0 AND id <= :upto ORDER BY id",
+    f"INSERT INTO calls ({_CALL_COLUMNS}) "
+    f"SELECT {', '.join(f'c{i}' for i in range(22))} FROM log WHERE kind = 1 AND id <= :upto "
+    "ORDER BY id ON CONFLICT(id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _CALL_COLUMNS.split(", ")[1:]),
+    "DELETE FROM log WHERE id <= :upto",
+)
+
+
+def _fold(db: sqlite3.Connection) -> None:
+    """Move the log into `messages` and `calls` (one transaction; waits for the lock)."""
+    if db.execute("SELECT 1 FROM log LIMIT 1").fetchone() is None:
+        return  # nothing to fold: a read, no write
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        (upto,) = db.execute("SELECT max(id) FROM log").fetchone()
+        if upto is not None:
+            for statement in _FOLD:
+                db.execute(statement, {"upto": upto})
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 _PENDING_REPLACE = (
     f"INSERT OR REPLACE INTO pending ({_PENDING_COLUMNS}) VALUES ({','.join('?' * 12)})"
 )
@@ -662,6 +707,7 @@ class SQLiteStore(Store):
 
     def _checkpoint(self) -> None:
         try:
+            _fold(self._reader)
             self._reader.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error:
             pass  # best effort: the next one (or the next open) catches up
@@ -717,10 +763,16 @@ class SQLiteStore(Store):
         else:
             self._check_open()
 
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _read(self, fn: Callable[[sqlite3.Connection], T], *, fold: bool = False) -> T:
         await self._barrier()
         reader = self._reader
-        return await _wait(self._worker.submit(lambda: self._mapped_call(fn, reader)))
+
+        def read(db: sqlite3.Connection) -> T:
+            if fold:
+                _fold(db)
+            return fn(db)
+
+        return await _wait(self._worker.submit(lambda: self._mapped_call(read, reader)))
 
     def _mapped_call(self, fn: Callable[[sqlite3.Connection], T], db: sqlite3.Connection) -> T:
         try:
@@ -740,20 +792,20 @@ class SQLiteStore(Store):
                 self._policy_json[batch.run.id] = cached
             run_row = _run_row(batch.run, cached[1])
         messages = [(r, s, _ENCODE(m)) for r, s, m in batch.messages]
-        calls = [_call_row(c) for c in batch.calls]
+        calls = [(c.run_id, *_call_row(c)) for c in batch.calls]
         pending = [_pending_row(p) for p in batch.pending]
 
         def apply(db: sqlite3.Connection) -> None:
             if run_row is not None:
                 db.execute(_RUN_UPSERT, run_row)
             if len(messages) == 1:
-                db.execute(_MESSAGE_REPLACE, messages[0])
+                db.execute(_LOG_MESSAGE, messages[0])
             elif messages:
-                db.executemany(_MESSAGE_REPLACE, messages)
+                db.executemany(_LOG_MESSAGE, messages)
             if len(calls) == 1:
-                db.execute(_CALL_REPLACE, calls[0])
+                db.execute(_LOG_CALL, calls[0])
             elif calls:
-                db.executemany(_CALL_REPLACE, calls)
+                db.executemany(_LOG_CALL, calls)
             if pending:
                 db.executemany(_PENDING_REPLACE, pending)
 
@@ -791,21 +843,21 @@ class SQLiteStore(Store):
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
         rows = await self._read(
             lambda db: db.execute("SELECT data FROM messages WHERE run_id = ? ORDER BY seq",
-                                  (run_id,)).fetchall()
+                                  (run_id,)).fetchall(), fold=True
         )
         return [json.loads(r[0]) for r in rows]
 
     async def calls(self, run_id: str) -> list[CallRecord]:
         rows = await self._read(
             lambda db: db.execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = ? "
-                                  "ORDER BY turn, idx", (run_id,)).fetchall()
+                                  "ORDER BY turn, idx", (run_id,)).fetchall(), fold=True
         )
         return [_call_from(r) for r in rows]
 
     async def call(self, record_id: str) -> CallRecord:
         row = await self._read(
             lambda db: db.execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE id = ?",
-                                  (record_id,)).fetchone()
+                                  (record_id,)).fetchone(), fold=True
         )
         if row is None:
             raise NotFound(f"no call {record_id!r} in {self.path}")
@@ -895,6 +947,10 @@ class SQLiteStore(Store):
             return
         try:
             await self.flush()
+            # Fold the log now (milliseconds at most: what came since the last fold), so the
+            # tables are complete for plain SQL readers after this process is gone.
+            reader = self._reader
+            await _wait(self._worker.submit(lambda: self._mapped_call(_fold, reader)))
         finally:
             self._closed = True
             reader, db = self._reader, self._db
