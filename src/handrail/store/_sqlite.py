@@ -291,16 +291,21 @@ _FOLD = (
 )
 
 
+def _fold_rows(db: sqlite3.Connection) -> None:
+    """Move the log into `messages` and `calls`, inside the caller's transaction."""
+    (upto,) = db.execute("SELECT max(id) FROM log").fetchone()
+    if upto is not None:
+        for statement in _FOLD:
+            db.execute(statement, {"upto": upto})
+
+
 def _fold(db: sqlite3.Connection) -> None:
     """Move the log into `messages` and `calls` (one transaction; waits for the lock)."""
     if db.execute("SELECT 1 FROM log LIMIT 1").fetchone() is None:
         return  # nothing to fold: a read, no write
     db.execute("BEGIN IMMEDIATE")
     try:
-        (upto,) = db.execute("SELECT max(id) FROM log").fetchone()
-        if upto is not None:
-            for statement in _FOLD:
-                db.execute(statement, {"upto": upto})
+        _fold_rows(db)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
@@ -362,7 +367,7 @@ def _pending_from(row: tuple[Any, ...]) -> PendingItem:
 
 
 
-CHECKPOINT_EVERY = 256
+CHECKPOINT_EVERY = 1024
 """Group commits between two PASSIVE checkpoints (each commit adds a few WAL pages)."""
 
 LOOP_GROUP_LIMIT = 16
@@ -382,12 +387,15 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 class _Op:
     """One queued operation: a function of the writer connection and who waits for it."""
 
-    __slots__ = ("fn", "future")
+    __slots__ = ("fn", "future", "maintenance")
 
     def __init__(self, fn: Callable[[sqlite3.Connection], Any],
-                 future: asyncio.Future[Any] | concurrent.futures.Future[Any] | None) -> None:
+                 future: asyncio.Future[Any] | concurrent.futures.Future[Any] | None,
+                 maintenance: bool = False) -> None:
         self.fn = fn
         self.future = future
+        self.maintenance = maintenance
+        """Store upkeep (the fold): its group commits on the thread; its failure is nobody's."""
 
 
 def _apply_group(db: sqlite3.Connection, ops: list[_Op]) -> list[tuple[bool, Any]]:
@@ -637,6 +645,7 @@ class SQLiteStore(Store):
             for op in ops:
                 op.future = None  # its waiter's loop is gone; a failure surfaces next
             self._commit_blocking(ops)
+            self._checkpointing = False
         self._loop = loop
         self._scheduled = False
 
@@ -645,9 +654,12 @@ class SQLiteStore(Store):
         self._scheduled = False
         if self._on_thread or not self._ops:
             return
-        if self._commit_on_loop:
+        if self._commit_on_loop and not self._ops[0].maintenance:
             ops = self._ops[:LOOP_GROUP_LIMIT]
-            del self._ops[:LOOP_GROUP_LIMIT]
+            if any(op.maintenance for op in ops):
+                # Upkeep takes milliseconds: it goes to the thread with the writes behind it.
+                ops = ops[:next(i for i, op in enumerate(ops) if op.maintenance)]
+            del self._ops[:len(ops)]
             try:
                 outcomes = _apply_group(self._db, ops)
             except sqlite3.Error as exc:
@@ -694,20 +706,27 @@ class SQLiteStore(Store):
             self._fail(ops, outcomes)
         else:
             self._finish(ops, outcomes)
+        if any(op.maintenance for op in ops):
+            # The log is folded: copy the WAL into the file, off the loop. A PASSIVE
+            # checkpoint never takes the write lock, so no writer waits for it.
+            self._worker.submit(self._checkpoint)
         self._after_group()
 
     def _after_group(self) -> None:
         self._commits += 1
         if self._commits % CHECKPOINT_EVERY == 0 and not self._checkpointing:
+            # Upkeep joins the queue like a write: the writer folds the log on its own
+            # connection, so nobody contends for the lock (a second connection folding would
+            # make the loop's commits fail over to the thread and sleep in SQLite's busy
+            # handler).
             self._checkpointing = True
-            self._worker.submit(self._checkpoint)
+            self._ops.append(_Op(_fold_rows, None, maintenance=True))
         if self._ops and not self._scheduled and self._loop is not None:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
     def _checkpoint(self) -> None:
         try:
-            _fold(self._reader)
             self._reader.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error:
             pass  # best effort: the next one (or the next open) catches up
@@ -718,7 +737,7 @@ class SQLiteStore(Store):
         for op, (ok, value) in zip(ops, outcomes, strict=True):
             future = op.future
             if future is None:
-                if not ok:
+                if not ok and not op.maintenance:
                     self._background_error = _mapped(self.path, value)
             elif future.done():
                 continue  # its waiter was cancelled; the write itself stands
@@ -744,7 +763,9 @@ class SQLiteStore(Store):
         )
         error.__cause__ = exc
         for op in ops:
-            if op.future is None:
+            if op.maintenance:
+                self._checkpointing = False
+            elif op.future is None:
                 self._background_error = error
             elif not op.future.done():
                 op.future.set_exception(error)
