@@ -63,7 +63,8 @@ def _handrail(n: int, store_kind: str) -> Callable[[], Any]:
         if store_kind == "memory":
             store = hr.Store.memory()
         else:
-            store = hr.Store.open(os.path.join(tmp, f"runs-{time.perf_counter_ns()}.db"))
+            store = hr.Store.open(os.path.join(tmp, f"runs-{time.perf_counter_ns()}.db"),
+                                  durability="fsync" if store_kind == "fsync" else "process")
         result = await agent.run("add things", store=store)
         await store.close()
         assert result.output == f"done {n}", result.outcome
@@ -268,6 +269,8 @@ def _openai_adapter(n: int) -> Callable[[], Any]:
 VARIANTS: dict[str, tuple[str, Callable[[int], Callable[[], Any]]]] = {
     "handrail_memory": ("handrail, memory store", lambda n: _handrail(n, "memory")),
     "handrail_sqlite": ("handrail, SQLite store (file)", lambda n: _handrail(n, "sqlite")),
+    "handrail_sqlite_fsync": ("handrail, SQLite store (file), durability=\"fsync\"",
+                              lambda n: _handrail(n, "fsync")),
     "handrail_openai_http": ("handrail + OpenAIChat adapter, loopback server, memory store",
                              _openai_adapter),
     "pydantic_ai": ("Pydantic AI (FunctionModel)", _pydantic_ai),
