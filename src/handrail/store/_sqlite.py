@@ -24,9 +24,16 @@ commit on the thread, and concurrent runs share each fsync.
 Reads run on the store's thread on a second connection (a read's size is not bounded: a run
 with 10,000 calls), after every write issued before them has committed.
 
-Checkpoints: the writer never checkpoints on commit (`wal_autocheckpoint=0`); every
-`CHECKPOINT_EVERY` commits the thread runs a PASSIVE checkpoint on its own connection, off the
-hot path, which keeps the WAL bounded without making a writer wait. Opening reads
+The log: a write appends its messages and call records to the `log` table (one b-tree, written
+at its right edge) instead of updating `messages` and `calls` (three or four pages: a WAL
+commit's cost grows with the pages it writes). Every `CHECKPOINT_EVERY` commits the writer
+folds the log into those tables in a group of its own on the thread; a read of messages or
+calls folds first, and `close` folds what is left, so the tables are complete for every
+reader (another process, plain SQL).
+
+Checkpoints: the writer never checkpoints on commit (`wal_autocheckpoint=0`); after each fold
+the thread runs a PASSIVE checkpoint on its own connection, off the hot path, which keeps the
+WAL bounded without making a writer wait (a PASSIVE checkpoint takes no write lock). Opening reads
 `user_version` (no write when the schema is current); closing does not wait for the last
 checkpoint (the WAL stays beside the file, complete; the next open uses it).
 """
@@ -368,7 +375,8 @@ def _pending_from(row: tuple[Any, ...]) -> PendingItem:
 
 
 CHECKPOINT_EVERY = 1024
-"""Group commits between two PASSIVE checkpoints (each commit adds a few WAL pages)."""
+"""Group commits between two folds of the log (each followed by a PASSIVE checkpoint). Larger
+folds write each table page once for more rows; the WAL grows by a few pages a commit."""
 
 LOOP_GROUP_LIMIT = 16
 """At most this many operations per group committed on the event loop (bounds the loop's
