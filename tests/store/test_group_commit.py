@@ -175,6 +175,18 @@ async def test_opening_a_current_store_writes_nothing(tmp_path: Path) -> None:
     await store.close()
 
 
+async def test_a_store_reopens_at_once_after_close(tmp_path: Path) -> None:
+    # Closing does not wait for the last connection's checkpoint; an open that meets it
+    # waits for the lock like any open, it does not fail.
+    path = tmp_path / "runs.db"
+    for i in range(5):
+        store = Store.open(path)
+        await store.write(Batch(run=_run(f"r{i}")))
+        await store.close()
+    async with Store.open(path) as store:
+        assert len(await store.runs()) == 5
+
+
 async def test_reads_see_writes_queued_without_waiting(tmp_path: Path) -> None:
     async with Store.open(tmp_path / "runs.db") as store:
         await store.write(Batch(run=_run("r0")), wait=False)

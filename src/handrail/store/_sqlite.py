@@ -537,16 +537,14 @@ class SQLiteStore(Store):
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         try:
             db = self._db = self._connect()
-            self._open_schema()
             db.execute("PRAGMA synchronous=" + ("FULL" if durability == "fsync" else "NORMAL"))
+            self._open_schema()
             db.execute("PRAGMA foreign_keys=ON")
             db.execute("PRAGMA wal_autocheckpoint=0")
             db.execute("PRAGMA busy_timeout=0")
             # Reads get their own connection (on the store's thread) so they never wait
             # behind, or hold up, the writer; an in-memory database has only one.
             self._reader = db if memory else self._connect()
-            if not memory:
-                self._reader.execute(f"PRAGMA busy_timeout={self._busy_ms}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the SQLite store at {self.path}: {exc}") from exc
         # Groups commit on the loop only when a commit is a bounded page-cache write and the
@@ -564,7 +562,10 @@ class SQLiteStore(Store):
         self._closed = False
 
     def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=0, isolation_level=None,
+        # Opening may meet a lock held for a moment (another connection's last close
+        # checkpointing, a recovery): it waits like any open. The writer drops to
+        # busy_timeout=0 once open, before it commits anything on the loop.
+        return sqlite3.connect(self.path, timeout=self._busy_ms / 1000, isolation_level=None,
                                check_same_thread=False)
 
     def _open_schema(self) -> None:
@@ -573,7 +574,6 @@ class SQLiteStore(Store):
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == len(MIGRATIONS):
             return
-        db.execute(f"PRAGMA busy_timeout={self._busy_ms}")
         if version > len(MIGRATIONS):
             self._migrate()  # names the unknown migrations
             raise SchemaTooNew(
