@@ -275,6 +275,11 @@ _PENDING_COLUMNS = (
 # What a run may change after it is created; the rest (task, policy, ...) is written once.
 _RUN_MUTABLE = ("status", "updated_at", "outcome", "input_tokens", "output_tokens",
                 "model_requests", "remembered", "steps", "owner", "lease_until", "events")
+# A run's row is updated in place on every turn; the full upsert (which builds the whole row,
+# policy text included, before it finds the conflict) only when the row is not there yet.
+_RUN_UPDATE = "UPDATE runs SET " + ", ".join(f"{c} = ?" for c in _RUN_MUTABLE) + " WHERE id = ?"
+_RUN_MUTABLE_AT = tuple(_RUN_COLUMNS.split(", ").index(c) for c in _RUN_MUTABLE)
+"""Where each `_RUN_MUTABLE` column sits in a `_run_row` tuple."""
 _RUN_UPSERT = (
     f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 21)}) ON CONFLICT(id) DO "
     "UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _RUN_MUTABLE)
@@ -812,7 +817,8 @@ class SQLiteStore(Store):
     async def write(self, batch: Batch, *, wait: bool = True) -> None:
         # Rows are built here, on the caller's side: the caller may change its records as
         # soon as this returns (at once, with wait=False).
-        run_row = None
+        run_row: tuple[Any, ...] | None = None
+        run_update: tuple[Any, ...] = ()
         if batch.run is not None:
             # A run's policy does not change: serialise it once per run, not once per turn.
             cached = self._policy_json.get(batch.run.id)
@@ -820,12 +826,13 @@ class SQLiteStore(Store):
                 cached = (batch.run.policy, _dumps(batch.run.policy))
                 self._policy_json[batch.run.id] = cached
             run_row = _run_row(batch.run, cached[1])
+            run_update = (*(run_row[i] for i in _RUN_MUTABLE_AT), run_row[0])
         messages = [(r, s, _ENCODE(m)) for r, s, m in batch.messages]
         calls = [(c.run_id, *_call_row(c)) for c in batch.calls]
         pending = [_pending_row(p) for p in batch.pending]
 
         def apply(db: sqlite3.Connection) -> None:
-            if run_row is not None:
+            if run_row is not None and db.execute(_RUN_UPDATE, run_update).rowcount != 1:
                 db.execute(_RUN_UPSERT, run_row)
             if len(messages) == 1:
                 db.execute(_LOG_MESSAGE, messages[0])
