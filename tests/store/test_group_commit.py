@@ -284,3 +284,22 @@ def test_the_contract_imports_no_backend() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_a_store_serves_one_event_loop_after_another(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "runs.db")
+
+    async def first() -> None:
+        await store.write(Batch(run=_run("r1")))
+        await store.write(Batch(run=_run("r2")), wait=False)
+
+    async def second() -> None:
+        assert {r.id for r in await store.runs()} == {"r1", "r2"}
+        await store.write(Batch(run=_run("r3")))
+        await store.close()
+
+    anyio.run(first)
+    anyio.run(second)
+    db = sqlite3.connect(tmp_path / "runs.db")
+    assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
+    db.close()

@@ -652,8 +652,11 @@ class SQLiteStore(Store):
         if self._ops or self._on_thread:
             # The old loop stopped with writes queued or a group on the thread: finish them
             # here, before this loop's first operation (exceptional, so blocking is accepted).
-            while self._on_thread:
-                time.sleep(0.001)
+            if self._on_thread:
+                # The worker is FIFO: once this no-op ran, the old group's commit is over (its
+                # hand-back to the old loop may never run: that loop is gone or stopped).
+                self._worker.submit(lambda: None).result()
+                self._on_thread = False
             ops, self._ops = self._ops, []
             for op in ops:
                 op.future = None  # its waiter's loop is gone; a failure surfaces next

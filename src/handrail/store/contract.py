@@ -55,6 +55,7 @@ __all__ = [
     "is_owner_alive",
     "new_owner",
     "register_backend",
+    "registered_schemes",
     "update",
 ]
 
