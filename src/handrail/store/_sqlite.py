@@ -636,7 +636,7 @@ class SQLiteStore(Store):
             # Not asyncio (trio): every group commits on the thread, one operation each.
             future: concurrent.futures.Future[T] = concurrent.futures.Future()
             op = _Op(fn, future)
-            self._worker.submit(lambda: self._commit_blocking([op]))
+            self._worker.submit(lambda: self._commit_on_worker(op))
             return future if wait else None
         if loop is not self._loop:
             self._rebind(loop)
@@ -761,6 +761,17 @@ class SQLiteStore(Store):
                 future.set_result(value)
             else:
                 future.set_exception(_mapped(self.path, value))
+
+    def _commit_on_worker(self, op: _Op) -> None:
+        """Commit one operation on the worker (no asyncio loop), with the same upkeep."""
+        self._commit_blocking([op])
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY == 0:
+            try:
+                _fold(self._db)
+                self._reader.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:
+                pass  # best effort: the next one (or a read, or close) catches up
 
     def _commit_blocking(self, ops: list[_Op]) -> None:
         """Commit a group here and now, waiting for the lock (off the loop, or exceptional)."""
