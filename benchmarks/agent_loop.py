@@ -63,7 +63,10 @@ def _handrail(n: int, store_kind: str) -> Callable[[], Any]:
         if store_kind == "memory":
             store = hr.Store.memory()
         else:
-            store = hr.Store.open(os.path.join(tmp, f"runs-{time.perf_counter_ns()}.db"))
+            # The option only when asked for: the same script measures builds without it.
+            options = {"durability": "fsync"} if store_kind == "fsync" else {}
+            store = hr.Store.open(os.path.join(tmp, f"runs-{time.perf_counter_ns()}.db"),
+                                  **options)
         result = await agent.run("add things", store=store)
         await store.close()
         assert result.output == f"done {n}", result.outcome
@@ -268,6 +271,8 @@ def _openai_adapter(n: int) -> Callable[[], Any]:
 VARIANTS: dict[str, tuple[str, Callable[[int], Callable[[], Any]]]] = {
     "handrail_memory": ("handrail, memory store", lambda n: _handrail(n, "memory")),
     "handrail_sqlite": ("handrail, SQLite store (file)", lambda n: _handrail(n, "sqlite")),
+    "handrail_sqlite_fsync": ("handrail, SQLite store (file), durability=\"fsync\"",
+                              lambda n: _handrail(n, "fsync")),
     "handrail_openai_http": ("handrail + OpenAIChat adapter, loopback server, memory store",
                              _openai_adapter),
     "pydantic_ai": ("Pydantic AI (FunctionModel)", _pydantic_ai),
@@ -298,11 +303,11 @@ def child(variant: str, n: int) -> None:
     # take minutes per run at N=1000.
     loop.run_until_complete(VARIANTS[variant][1](WARMUP)())
     run = VARIANTS[variant][1](n)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     calls = loop.run_until_complete(run())
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     assert calls == n, (calls, n)
-    print(json.dumps({"variant": variant, "n": n, "seconds": elapsed}))
+    print(json.dumps({"variant": variant, "n": n, "seconds": elapsed, "cpu": cpu}))
 
 
 def _import_ms(statement: str, reps: int) -> float | None:
@@ -332,6 +337,8 @@ def main() -> None:
     ns = [int(x) for x in args.ns.split(",")]
     names = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
     times: dict[tuple[str, int], list[float]] = {}
+    # CPU time (all threads, kernel included): steadier than wall time on a shared machine.
+    cpus: dict[tuple[str, int], list[float]] = {}
     missing: dict[str, str] = {}
     for rep in range(args.reps):
         for n in ns:
@@ -345,6 +352,7 @@ def main() -> None:
                     continue
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
                 times.setdefault((name, n), []).append(1e6 * row["seconds"] / n)
+                cpus.setdefault((name, n), []).append(1e6 * row.get("cpu", float("nan")) / n)
                 print(f"rep {rep} n={n:5d} {name:22s} {1e6 * row['seconds'] / n:10.1f} µs/call",
                       file=sys.stderr, flush=True)
     print(f"\n## agent loop: median µs per tool call over {args.reps} runs "
@@ -363,6 +371,13 @@ def main() -> None:
         ratio = (statistics.median(times[(name, ns[-1])]) / statistics.median(base)
                  if base else float("nan"))
         print(f"| {label} | " + " | ".join(cells) + f" | {ratio:,.1f} |")
+    print(f"\nCPU µs per call (median over {args.reps} runs):\n")
+    print("| variant | " + " | ".join(f"N={n}" for n in ns) + " |")
+    print("|---" * (len(ns) + 1) + "|")
+    for name in names:
+        if name not in missing:
+            print(f"| {VARIANTS[name][0]} | "
+                  + " | ".join(f"{statistics.median(cpus[(name, n)]):,.1f}" for n in ns) + " |")
     if len(ns) >= 2:
         print("\nGrowth (per-call cost at the largest N / at the smallest):")
         for name in names:

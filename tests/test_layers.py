@@ -55,15 +55,6 @@ FACADE = "__init__"
 may import it (that would load the whole library from inside one floor)."""
 
 KNOWN_PRIVATE: dict[tuple[str, str], str] = {
-    ("gate", "handrail.store._records"):
-        "`update` (set fields of a record); issue 22's store items give the store contract "
-        "one public module, and this import goes with them",
-    ("cli", "handrail.store._base"):
-        "`is_owner_alive` and `owner_is_on_this_host` (is a run's owner gone); waits for the "
-        "same public store contract module (issue 22, store items)",
-    ("runs", "handrail.store._base"):
-        "`ACTIVE_OWNERS` and `new_owner` (run ownership); waits for the same public store "
-        "contract module (issue 22, store items)",
     ("approval", "handrail.policy._policy"):
         "`parse_act` (\"read\" -> Act.READ, with the policy's error message); a Request and "
         "a Decision parse acts exactly as a policy file does. To be made public or moved to "

@@ -59,7 +59,7 @@ from handrail.errors import (
 from handrail.models import ToolCall, ToolResultMessage
 from handrail.policy import Action, Effect, Policy, Rule, Verdict
 from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
-from handrail.store._records import update
+from handrail.store.contract import update
 from handrail.tools import (
     CallContext,
     Cancel,

@@ -161,7 +161,7 @@ def _print_outcome(result: Any) -> None:
 
 def _status_text(run: RunRecord) -> str:
     """The run's status as a person should read it (a dead owner's run is not running)."""
-    from handrail.store._base import is_owner_alive, owner_is_on_this_host
+    from handrail.store.contract import is_owner_alive, owner_is_on_this_host
 
     if run.status is RunStatus.READY:
         last = run.events[-1] if run.events else {}

@@ -2,7 +2,8 @@
 
 The loop: model turn -> the turn's calls through the gate (concurrently, results in call order)
 -> next turn, until a final answer, the step budget, a pause, or a cancel. Each turn costs two
-store transactions (the assistant message with its calls' first records; then the results), so
+store writes (the assistant message with its calls' first records; then the results, committed
+before the next model request sees them; concurrent runs share their commits), so
 per-turn cost does not grow with the run's length: messages are appended, never rewritten.
 """
 
@@ -50,7 +51,7 @@ from handrail.runs._outcome import (
     pause_outcome,
 )
 from handrail.store import Batch, RunRecord, RunStatus, Store
-from handrail.store._base import ACTIVE_OWNERS, new_owner
+from handrail.store.contract import ACTIVE_OWNERS, new_owner
 from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, Toolbox, ToolImpl, Toolset
 
 __all__ = ["Agent", "DeferAll", "Recovery", "RunEvent"]
@@ -535,9 +536,9 @@ class _Runner:
                     (self.run.id, start + i, m)
                     for i, m in enumerate(dump_messages(result.results)))
                 result.final.run = self._run_update()
-                # Not awaited: the results must be durable before the next side effect (the
-                # next turn's first write waits behind this one), not before the model speaks.
-                await self.store.write(result.final, wait=False)
+                # Committed before the model (or anyone) is shown these results: a run never
+                # reports what a crash could take back. A commit on the loop costs tens of µs.
+                await self.store.write(result.final)
             # budgets
             if self.run.steps >= agent.max_steps:
                 return await self._end(Failed(

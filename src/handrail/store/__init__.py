@@ -1,13 +1,40 @@
-"""Run stores: `Store.open("runs.db")` (SQLite, embedded default), `Store.memory()`."""
+"""Run stores: `Store.open("runs.db")` (SQLite, embedded default), `Store.memory()`.
 
-from handrail.store._base import Store
-from handrail.store._records import (
+The contract (the `Store` interface, the records, the batch) is `handrail.store.contract`.
+This module is the backend registry: URL scheme -> factory. Each factory imports its backend
+only when a store of that kind is opened, so importing the contract loads no driver.
+"""
+
+from __future__ import annotations
+
+from handrail.store.contract import (
     Batch,
     CallRecord,
     CallStatus,
+    Durability,
     PendingItem,
     RunRecord,
     RunStatus,
+    Store,
+    register_backend,
 )
 
 __all__ = ["Batch", "CallRecord", "CallStatus", "PendingItem", "RunRecord", "RunStatus", "Store"]
+
+
+def _open_sqlite(url: str, durability: Durability) -> Store:
+    from handrail.store._sqlite import SQLiteStore
+
+    return SQLiteStore(url.removeprefix("sqlite://"), durability=durability)
+
+
+def _open_memory(url: str, durability: Durability) -> Store:
+    # Nothing in memory survives the process, whatever durability was asked for: this store
+    # is for tests and benchmarks, and says so in `Store.memory`'s docstring.
+    from handrail.store._memory import MemoryStore
+
+    return MemoryStore()
+
+
+register_backend("sqlite", _open_sqlite)
+register_backend("memory", _open_memory)

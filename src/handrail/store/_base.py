@@ -1,19 +1,21 @@
-"""The `Store` contract: what every run store (memory, SQLite, PostgreSQL) provides."""
+"""Helpers every backend shares: run owners, the claim rule, the pending-age bound.
+
+Public through `handrail.store.contract`; this module imports no backend (backends import it).
+"""
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import datetime as dt
 import os
 import socket
 import time
-from typing import Any
 
-from handrail.errors import ConfigError, ResumeRefused, StoreError
-from handrail.store._records import Batch, CallRecord, PendingItem, RunRecord, RunStatus
+from handrail.errors import ResumeRefused, StoreError
+from handrail.store._records import PendingItem, RunRecord, RunStatus
 
-__all__ = ["Store", "check_run_record", "is_owner_alive", "new_owner"]
+__all__ = ["ACTIVE_OWNERS", "check_claimable", "check_run_record", "cutoff", "is_owner_alive",
+           "new_owner", "status_after_decision"]
 
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED)
 
@@ -128,145 +130,6 @@ def check_claimable(run: RunRecord, now: float) -> None:
             f"run {run.id} is being driven by {run.owner} right now; wait for it to pause or "
             "finish"
         )
-
-
-class Store(abc.ABC):
-    """Where runs, messages, calls and pending items live.
-
-    Open one with `Store.open("runs.db")` (SQLite, the embedded default),
-    `Store.open("postgresql://...")` (several workers), or `Store.memory()` (one process, for
-    tests and benchmarks). Every method is async; blocking I/O never runs on the event loop.
-    """
-
-    lease_seconds: float = 30.0
-    """How long a run's owner holds it without writing; a dead owner's run is claimable after."""
-
-    @staticmethod
-    def open(url: str | os.PathLike[str]) -> Store:
-        """Open a store: a SQLite file path (created if missing) or a `postgresql://` URL.
-
-        Raises:
-            ConfigError: the URL's scheme is unknown.
-        """
-        text = os.fspath(url)
-        if not text:
-            raise ConfigError("Store.open needs a path or URL; got an empty string")
-        if text.startswith(("postgresql://", "postgres://")):
-            raise ConfigError(
-                "the PostgreSQL store is not built yet; use a SQLite path for now"
-            )
-        if "://" in text and not text.startswith("sqlite://"):
-            raise ConfigError(
-                f"unknown store URL {text!r}: use a file path (SQLite) or postgresql://..."
-            )
-        from handrail.store._sqlite import SQLiteStore
-
-        return SQLiteStore(text.removeprefix("sqlite://"))
-
-    @staticmethod
-    def memory() -> Store:
-        """An in-process store (lost when the process exits)."""
-        from handrail.store._memory import MemoryStore
-
-        return MemoryStore()
-
-    @abc.abstractmethod
-    async def write(self, batch: Batch, *, wait: bool = True) -> None:
-        """Commit every write of `batch` in one transaction.
-
-        Raises `StoreError` (nothing written) when the batch's run has a status and an outcome
-        that disagree (see `check_run_record`).
-
-        With `wait=False` the write is queued and this returns at once; writes still apply
-        in order, any later operation waits for it, and its failure is raised by the next
-        operation (or `flush`). The batch may be changed as soon as this returns.
-        """
-
-    async def flush(self) -> None:  # noqa: B027 - nothing to flush in a synchronous store
-        """Wait until every queued write has been committed; raise if one failed."""
-
-    @abc.abstractmethod
-    async def run(self, run_id: str) -> RunRecord:
-        """One run.
-
-        Raises:
-            NotFound: no run has that id.
-        """
-
-    @abc.abstractmethod
-    async def runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
-        """The newest runs first."""
-
-    @abc.abstractmethod
-    async def messages(self, run_id: str) -> list[dict[str, Any]]:
-        """A run's messages, dumped (`handrail.models.load_messages` rebuilds them), in order."""
-
-    @abc.abstractmethod
-    async def calls(self, run_id: str) -> list[CallRecord]:
-        """A run's calls in order (turn, index)."""
-
-    @abc.abstractmethod
-    async def call(self, record_id: str) -> CallRecord:
-        """One call record (`<run_id>:<call_id>`).
-
-        Raises:
-            NotFound: no call has that id.
-        """
-
-    @abc.abstractmethod
-    async def pending(
-        self,
-        kind: str | None = None,
-        agent: str | None = None,
-        tool: str | None = None,
-        older_than: float | dt.timedelta | None = None,
-    ) -> list[PendingItem]:
-        """Open pending items, oldest first, filtered by kind, agent, tool and age."""
-
-    @abc.abstractmethod
-    async def pending_item(self, item_id: str) -> PendingItem:
-        """One pending item, open or decided.
-
-        Raises:
-            NotFound: no item has that id.
-        """
-
-    @abc.abstractmethod
-    async def decide(
-        self, item_id: str, decision: dict[str, Any], decided_by: str, *,
-        payload: dict[str, Any] | None = None,
-    ) -> PendingItem:
-        """Record the decision on an open item, atomically (compare-and-swap).
-
-        `payload`, when given, replaces the item's payload in the same step (a denied write's
-        bytes are dropped this way). In the same step a paused run moves on: to READY when
-        nothing else of it is open (decided, not yet continued), else to the status of its
-        oldest open item, so the run's status never names a decided item.
-
-        Raises:
-            NotFound: no item has that id.
-            AlreadyDecided: it was decided before (by anyone, in any process).
-        """
-
-    @abc.abstractmethod
-    async def claim(self, run_id: str, owner: str) -> RunRecord:
-        """Take over a run atomically: mark it RUNNING under `owner` with a fresh lease.
-
-        The run's outcome is cleared in the same step (a RUNNING run has none).
-
-        Raises:
-            NotFound: no run has that id.
-            ResumeRefused: it is finished, or a live process drives it.
-        """
-
-    async def close(self) -> None:  # noqa: B027 - optional hook, not abstract
-        """Release connections."""
-
-    async def __aenter__(self) -> Store:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 def cutoff(older_than: float | dt.timedelta | None) -> float | None:

@@ -8,20 +8,18 @@ import time
 from typing import Any
 
 from handrail.errors import AlreadyDecided, NotFound
-from handrail.store._base import (
-    Store,
-    check_claimable,
-    check_run_record,
-    cutoff,
-    status_after_decision,
-)
-from handrail.store._records import (
+from handrail.store.contract import (
     Batch,
     CallRecord,
     PendingItem,
     RunRecord,
     RunStatus,
+    Store,
+    check_claimable,
+    check_run_record,
     clone,
+    cutoff,
+    status_after_decision,
 )
 
 __all__ = ["MemoryStore"]

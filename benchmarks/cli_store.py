@@ -1,0 +1,143 @@
+"""`handrail runs` / `pending` / `show` on a store of 10,000 runs: wall time of each command.
+
+Builds (once, cached in a temporary folder per run of this script) a SQLite store of R runs,
+each with four messages and two calls, one run in ten paused on an approval; then times each
+command as a user runs it (a fresh process: interpreter, imports, open, query, print),
+median over the repeats, next to `python -c pass` (the interpreter alone).
+
+    .venv/bin/python benchmarks/cli_store.py [--runs 10000] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+async def build(path: Path, runs: int) -> str:
+    from handrail.store import (
+        Batch,
+        CallRecord,
+        CallStatus,
+        PendingItem,
+        RunRecord,
+        RunStatus,
+        Store,
+    )
+
+    now = time.time()
+    store = Store.open(path)
+    last = ""
+
+    async def one(i: int) -> None:
+        nonlocal last
+        run_id = f"run-{i:06d}"
+        paused = i % 10 == 0
+        run = RunRecord(id=run_id, task=f"task {i}", agent="bench", created_at=now - runs + i,
+                        updated_at=now, policy={"layers": []},
+                        status=RunStatus.AWAITING_APPROVAL if paused else RunStatus.COMPLETED)
+        messages = [(run_id, k, {"kind": "user", "text": f"message {k} of run {i}"})
+                    for k in range(4)]
+        calls = [CallRecord(id=f"{run_id}:c{k}", run_id=run_id, call_id=f"c{k}", turn=k, index=0,
+                            model_name="add", tool="local/add", arguments='{"a": 1}',
+                            status=CallStatus.FINISHED, result={"content": []})
+                 for k in range(2)]
+        pending = [PendingItem(id=f"req-{i:06d}", kind="approval", run_id=run_id,
+                               call_record=calls[-1].id, agent="bench", tool="local/add",
+                               created_at=now - runs + i)] if paused else []
+        await store.write(Batch(run=run, messages=messages, calls=calls, pending=pending))
+        last = run_id
+
+    for start in range(0, runs, 500):
+        await asyncio.gather(*(one(i) for i in range(start, min(runs, start + 500))))
+    await store.close()
+    return last
+
+
+async def store_side(path: Path, last: str, reps: int) -> dict[str, float]:
+    """The store's share of each command, in this process: open, query, close."""
+    from handrail.store import Store
+
+    samples: dict[str, list[float]] = {}
+
+    def note(label: str, t0: float) -> float:
+        now = time.perf_counter()
+        samples.setdefault(label, []).append(1e3 * (now - t0))
+        return now
+
+    for _ in range(reps):
+        t = time.perf_counter()
+        store = Store.open(path)
+        t = note("Store.open", t)
+        await store.runs(limit=50)
+        t = note("runs(limit=50)", t)
+        await store.pending()
+        t = note(f"pending() ({args_runs(path)} open items)", t)
+        await store.run(last)
+        await store.calls(last)
+        await store.messages(last)
+        t = note("run + calls + messages (show)", t)
+        await store.close()
+        note("close", t)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def args_runs(path: Path) -> int:
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    try:
+        return int(db.execute("SELECT count(*) FROM pending WHERE state = 'open'").fetchone()[0])
+    finally:
+        db.close()
+
+
+def timed(argv: list[str], reps: int) -> float:
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True)
+        samples.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    path = Path(tempfile.mkdtemp()) / "runs.db"
+    t0 = time.perf_counter()
+    last = asyncio.run(build(path, args.runs))
+    print(f"built {args.runs:,} runs in {time.perf_counter() - t0:.1f} s "
+          f"({os.path.getsize(path) / 1e6:.1f} MB)", file=sys.stderr)
+    cli = [sys.executable, "-m", "handrail.cli"]
+    rows = [
+        ("python -c pass (the interpreter alone)", [sys.executable, "-c", "pass"]),
+        ("handrail runs", [*cli, "runs", "--store", str(path)]),
+        ("handrail runs --json", [*cli, "runs", "--json", "--store", str(path)]),
+        ("handrail pending", [*cli, "pending", "--store", str(path)]),
+        (f"handrail show {last}", [*cli, "show", last, "--store", str(path)]),
+    ]
+    print(f"\n## CLI on a store of {args.runs:,} runs: median ms over {args.reps} "
+          f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs)\n")
+    print("| command | ms |")
+    print("|---|---|")
+    for label, argv in rows:
+        print(f"| `{label}` | {timed(argv, args.reps):,.0f} |")
+    print("\nThe store's share, in-process (median ms):\n")
+    print("| operation | ms |")
+    print("|---|---|")
+    for label, ms in asyncio.run(store_side(path, last, args.reps)).items():
+        print(f"| {label} | {ms:,.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Many runs at once on one store and one event loop: calls per second, and the loop's lag.
+
+R concurrent runs (R = 1, 10, 100, 1,000), 40 calls each (scripted model, one trivial async
+tool call per turn), all on one asyncio loop, against the memory store, a SQLite file
+(`durability="process"`, the default) and a SQLite file with `durability="fsync"`. Each store x R
+runs in a fresh process, after a warm-up run; figures are medians over the repeats.
+
+Reported per row:
+- calls/s: tool calls completed per second of wall time, all runs together;
+- CPU µs/call: the process's CPU time (all threads, kernel included) per call: steadier than
+  wall time on a shared machine, where other processes take the CPU;
+- loop lag p50/p99: how late a 5 ms timer fires while the runs go (what any other task on the
+  loop, a web request say, would wait);
+- turn gap p50/p99: from a tool's return to the next model request of the same run (the
+  gate's record stage, the store's commit, the scheduling of the next turn).
+
+    .venv/bin/python benchmarks/concurrency.py [--reps 3] [--runs 1,10,100,1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+CALLS_PER_RUN = 40
+STORES = ("memory", "sqlite", "sqlite_fsync")
+LABELS = {"memory": "memory", "sqlite": "SQLite (process)", "sqlite_fsync": "SQLite (fsync)"}
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
+    import handrail as hr
+    from handrail.models import Scripted, Turn, UserMessage, call, reply
+
+    returned: dict[int, float] = {}
+    gaps: list[float] = []
+    calls = 0
+
+    @hr.tool(mutates=False)
+    async def add(run: int, a: int) -> int:
+        nonlocal calls
+        calls += 1
+        returned[run] = time.perf_counter()
+        return a + 1
+
+    def turn(n: int) -> Any:
+        def make(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
+            first = messages[0]
+            assert isinstance(first, UserMessage)
+            run = int(first.text.rsplit(maxsplit=1)[-1])
+            if run in returned:
+                gaps.append(time.perf_counter() - returned.pop(run))
+            return call("add", {"run": run, "a": n}) if n < CALLS_PER_RUN else reply("done")
+
+        return make
+
+    agent = hr.Agent(Scripted([turn(i) for i in range(CALLS_PER_RUN + 1)]), [add],
+                     policy=hr.Policy.default(), max_steps=CALLS_PER_RUN + 5)
+
+    def open_store() -> Any:
+        if store_kind == "memory":
+            return hr.Store.memory()
+        path = os.path.join(tmp, f"runs-{time.perf_counter_ns()}.db")
+        # The option only when asked for: the same script measures builds without it.
+        options = {"durability": "fsync"} if store_kind == "sqlite_fsync" else {}
+        return hr.Store.open(path, **options)
+
+    lags: list[float] = []
+    stop = asyncio.Event()
+
+    async def probe() -> None:
+        period = 0.005
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            await asyncio.sleep(period)
+            lags.append(time.perf_counter() - t0 - period)
+
+    store = open_store()
+    probe_task = asyncio.create_task(probe())
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    results = await asyncio.gather(*(agent.run(f"add things, run {k}", store=store)
+                                     for k in range(runs)))
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    stop.set()
+    await probe_task
+    await store.close()
+    assert all(r.output == "done" for r in results), [r.outcome for r in results][:3]
+    assert calls == runs * CALLS_PER_RUN, calls
+    return {"calls_per_s": calls / elapsed, "cpu_us_per_call": 1e6 * cpu / calls,
+            "lag_p50_ms": 1e3 * _quantile(lags, 0.5), "lag_p99_ms": 1e3 * _quantile(lags, 0.99),
+            "gap_p50_ms": 1e3 * _quantile(gaps, 0.5), "gap_p99_ms": 1e3 * _quantile(gaps, 0.99)}
+
+
+def child(store_kind: str, runs: int) -> None:
+    """One store x one concurrency in this process: warm up, then measure one session."""
+    tmp = tempfile.mkdtemp()
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(_session(store_kind, 2, tmp))
+    print(json.dumps(loop.run_until_complete(_session(store_kind, runs, tmp))))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--runs", default="1,10,100,1000")
+    parser.add_argument("--stores", default=",".join(STORES))
+    parser.add_argument("--child", nargs=2, metavar=("STORE", "RUNS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+        return
+    levels = [int(x) for x in args.runs.split(",")]
+    stores = args.stores.split(",")
+    rows: dict[tuple[str, int], list[dict[str, float]]] = {}
+    for rep in range(args.reps):
+        for runs in levels:
+            for kind in stores:
+                proc = subprocess.run([sys.executable, __file__, "--child", kind, str(runs)],
+                                      capture_output=True, text=True, check=False)
+                if proc.returncode:
+                    raise SystemExit(f"{kind} x {runs} failed:\n{proc.stderr}")
+                row = json.loads(proc.stdout.strip().splitlines()[-1])
+                rows.setdefault((kind, runs), []).append(row)
+                print(f"rep {rep} {kind:13s} runs={runs:5d} {row['calls_per_s']:9,.0f} calls/s "
+                      f"lag p99 {row['lag_p99_ms']:6.2f} ms", file=sys.stderr, flush=True)
+
+    def med(kind: str, runs: int, key: str) -> float:
+        return statistics.median(r[key] for r in rows[(kind, runs)])
+
+    print(f"\n## {CALLS_PER_RUN} calls per run, one event loop: medians over {args.reps} "
+          f"repeats (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)\n")
+    print("| store | runs | calls/s | × memory | × own 1-run | CPU µs/call | "
+          "loop lag p50 / p99 ms | turn gap p50 / p99 ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kind in stores:
+        for runs in levels:
+            cps = med(kind, runs, "calls_per_s")
+            vs_memory = (f"{cps / med('memory', runs, 'calls_per_s'):.2f}"
+                         if ("memory", runs) in rows else "-")
+            vs_one = (f"{cps / med(kind, levels[0], 'calls_per_s'):.2f}"
+                      if levels[0] == 1 else "-")
+            print(f"| {LABELS.get(kind, kind)} | {runs:,} | {cps:,.0f} | {vs_memory} | {vs_one} | "
+                  f"{med(kind, runs, 'cpu_us_per_call'):.0f} | "
+                  f"{med(kind, runs, 'lag_p50_ms'):.2f} / {med(kind, runs, 'lag_p99_ms'):.2f} | "
+                  f"{med(kind, runs, 'gap_p50_ms'):.2f} / {med(kind, runs, 'gap_p99_ms'):.2f} |")
+
+
+if __name__ == "__main__":
+    main()

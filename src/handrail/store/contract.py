@@ -1,0 +1,256 @@
+"""The store contract: the one module the gate, runs, the CLI and every backend import.
+
+It holds the `Store` interface, the records a store keeps (`RunRecord`, `CallRecord`,
+`PendingItem`), the `Batch` of writes committed together, the public helpers the loop needs
+(`update`, run owners, the claim rule) and the backend registry behind `Store.open(url)`.
+
+A backend is a `Store` subclass in its own module that imports this one, never the other way
+round. It plugs in by registering a factory for its URL scheme (`register_backend`); the
+registrations of the built-in backends live in `handrail.store` (`__init__.py`), each importing
+its module only when a store of that kind is opened. A PostgreSQL store registers
+`postgresql://` there and touches nothing else.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+import os
+from collections.abc import Callable
+from typing import Any, Literal
+
+from handrail.errors import ConfigError
+from handrail.store._base import (
+    ACTIVE_OWNERS,
+    check_claimable,
+    check_run_record,
+    cutoff,
+    is_owner_alive,
+    new_owner,
+    owner_is_on_this_host,
+    status_after_decision,
+)
+from handrail.store._records import (
+    Batch,
+    CallRecord,
+    CallStatus,
+    PendingItem,
+    RunRecord,
+    RunStatus,
+    clone,
+    update,
+)
+
+__all__ = [
+    "ACTIVE_OWNERS",
+    "Batch",
+    "CallRecord",
+    "CallStatus",
+    "Durability",
+    "PendingItem",
+    "RunRecord",
+    "RunStatus",
+    "Store",
+    "StoreFactory",
+    "check_claimable",
+    "check_run_record",
+    "clone",
+    "cutoff",
+    "is_owner_alive",
+    "new_owner",
+    "owner_is_on_this_host",
+    "register_backend",
+    "registered_schemes",
+    "status_after_decision",
+    "update",
+]
+
+Durability = Literal["process", "fsync"]
+"""What a write survives once acknowledged.
+
+`process`: the death of the process at any point (SIGKILL, OOM, a crash) — the contract of every
+durable store. `fsync`: also a power loss or a kernel crash; each commit waits for the disk.
+"""
+
+StoreFactory = Callable[[str, "Durability"], "Store"]
+"""Builds a store from the text of its URL (scheme included) and the durability asked for."""
+
+_BACKENDS: dict[str, StoreFactory] = {}
+_DEFAULT_SCHEME = "sqlite"
+
+
+def register_backend(scheme: str, factory: StoreFactory) -> None:
+    """Make `Store.open("<scheme>://...")` build a store with `factory`.
+
+    A file path (no `://`) opens the `sqlite` backend. Registering a scheme twice replaces the
+    first factory (a test may swap a backend in).
+
+    Raises:
+        ConfigError: the scheme is empty or has characters a URL scheme cannot.
+    """
+    if not scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
+        raise ConfigError(f"a store URL scheme is letters, digits, + - or .; got {scheme!r}")
+    _BACKENDS[scheme.lower()] = factory
+
+
+def registered_schemes() -> list[str]:
+    """The URL schemes `Store.open` knows, sorted."""
+    return sorted(_BACKENDS)
+
+
+class Store(abc.ABC):
+    """Where runs, messages, calls and pending items live.
+
+    Open one with `Store.open("runs.db")` (SQLite, the embedded default),
+    `Store.open("postgresql://...")` (several workers, once that backend lands), or
+    `Store.memory()` (one process, for tests and benchmarks). Every method is async; nothing
+    that can wait (a lock, an fsync, the network) runs on the event loop.
+
+    Durability: when `write` (or `decide`, `claim`) returns, its change is committed to the
+    level the store was opened with (`durability=`); a change is never acknowledged before.
+    """
+
+    lease_seconds: float = 30.0
+    """How long a run's owner holds it without writing; a dead owner's run is claimable after."""
+
+    @staticmethod
+    def open(url: str | os.PathLike[str], *, durability: Durability = "process") -> Store:
+        """Open a store by URL: a file path (SQLite, created if missing) or `scheme://...`.
+
+        Args:
+            url: A SQLite file path, `sqlite://PATH`, `memory://`, or the URL of another
+                registered backend.
+            durability: `"process"` (the default): an acknowledged write survives the death
+                of the process. `"fsync"`: it also survives a power loss (each commit waits
+                for the disk; concurrent runs share those waits).
+
+        Raises:
+            ConfigError: the URL's scheme is unknown, or `durability` is not one of the two.
+        """
+        text = os.fspath(url)
+        if not text:
+            raise ConfigError("Store.open needs a path or URL; got an empty string")
+        if durability not in ("process", "fsync"):
+            raise ConfigError(
+                f"durability is 'process' or 'fsync'; got {durability!r}"
+            )
+        scheme = text.partition("://")[0].lower() if "://" in text else _DEFAULT_SCHEME
+        factory = _BACKENDS.get(scheme)
+        if factory is None:
+            if scheme in ("postgresql", "postgres"):
+                raise ConfigError(
+                    "the PostgreSQL store is not built yet; use a SQLite path for now"
+                )
+            raise ConfigError(
+                f"unknown store URL {text!r}: use a file path (SQLite) or one of "
+                + ", ".join(f"{s}://" for s in registered_schemes())
+            )
+        return factory(text, durability)
+
+    @staticmethod
+    def memory() -> Store:
+        """An in-process store (lost when the process exits)."""
+        return Store.open("memory://")
+
+    @abc.abstractmethod
+    async def write(self, batch: Batch, *, wait: bool = True) -> None:
+        """Commit every write of `batch` in one transaction.
+
+        Raises `StoreError` (nothing written) when the batch's run has a status and an outcome
+        that disagree (see `check_run_record`).
+
+        With `wait=False` the write is queued and this returns at once; writes still apply
+        in order, any later operation waits for it, and its failure is raised by the next
+        operation (or `flush`). Nothing may rely on a write made with `wait=False` being
+        durable until a later awaited operation returns. The batch may be changed as soon as
+        this returns.
+
+        Raises:
+            StoreError: the transaction holding this write failed (nothing of it was kept).
+        """
+
+    async def flush(self) -> None:  # noqa: B027 - nothing to flush in a synchronous store
+        """Wait until every queued write has been committed; raise if one failed."""
+
+    @abc.abstractmethod
+    async def run(self, run_id: str) -> RunRecord:
+        """One run.
+
+        Raises:
+            NotFound: no run has that id.
+        """
+
+    @abc.abstractmethod
+    async def runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
+        """The newest runs first."""
+
+    @abc.abstractmethod
+    async def messages(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's messages, dumped (`handrail.models.load_messages` rebuilds them), in order."""
+
+    @abc.abstractmethod
+    async def calls(self, run_id: str) -> list[CallRecord]:
+        """A run's calls in order (turn, index)."""
+
+    @abc.abstractmethod
+    async def call(self, record_id: str) -> CallRecord:
+        """One call record (`<run_id>:<call_id>`).
+
+        Raises:
+            NotFound: no call has that id.
+        """
+
+    @abc.abstractmethod
+    async def pending(
+        self,
+        kind: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        older_than: float | dt.timedelta | None = None,
+    ) -> list[PendingItem]:
+        """Open pending items, oldest first, filtered by kind, agent, tool and age."""
+
+    @abc.abstractmethod
+    async def pending_item(self, item_id: str) -> PendingItem:
+        """One pending item, open or decided.
+
+        Raises:
+            NotFound: no item has that id.
+        """
+
+    @abc.abstractmethod
+    async def decide(
+        self, item_id: str, decision: dict[str, Any], decided_by: str, *,
+        payload: dict[str, Any] | None = None,
+    ) -> PendingItem:
+        """Record the decision on an open item, atomically (compare-and-swap).
+
+        `payload`, when given, replaces the item's payload in the same step (a denied write's
+        bytes are dropped this way). In the same step a paused run moves on: to READY when
+        nothing else of it is open (decided, not yet continued), else to the status of its
+        oldest open item, so the run's status never names a decided item.
+
+        Raises:
+            NotFound: no item has that id.
+            AlreadyDecided: it was decided before (by anyone, in any process).
+        """
+
+    @abc.abstractmethod
+    async def claim(self, run_id: str, owner: str) -> RunRecord:
+        """Take over a run atomically: mark it RUNNING under `owner` with a fresh lease.
+
+        The run's outcome is cleared in the same step (a RUNNING run has none).
+
+        Raises:
+            NotFound: no run has that id.
+            ResumeRefused: it is finished, or a live process drives it.
+        """
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, not abstract
+        """Commit what is queued and release connections."""
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,305 @@
+"""SQLite group commit: concurrent writes share transactions, each waiter is released only once
+its transaction has committed, a failure stays with the writes it concerns, and nothing that
+can wait (another process's lock) blocks the event loop."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from handrail.errors import AlreadyDecided, ConfigError, ResumeRefused, StoreError
+from handrail.store import Batch, PendingItem, RunRecord, Store
+from handrail.store._sqlite import MIGRATIONS, SQLiteStore
+from handrail.store.contract import register_backend
+
+pytestmark = pytest.mark.anyio
+
+
+def _run(run_id: str, **kw: Any) -> RunRecord:
+    return RunRecord(id=run_id, task="t", created_at=time.time(), **kw)
+
+
+def _wal_frames(path: Path) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return int(db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1])
+    finally:
+        db.close()
+
+
+async def _concurrently(*fns: Any) -> list[BaseException | Any]:
+    """Start every coroutine function in the same loop iteration; their outcomes, in order."""
+    out: list[BaseException | Any] = [None] * len(fns)
+
+    async def one(i: int) -> None:
+        try:
+            out[i] = await fns[i]()
+        except Exception as exc:
+            out[i] = exc
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(fns)):
+            tg.start_soon(one, i)
+    return out
+
+
+async def test_concurrent_writes_share_commits(tmp_path: Path) -> None:
+    alone, shared = tmp_path / "alone.db", tmp_path / "shared.db"
+    async with Store.open(alone) as store:
+        for i in range(60):
+            await store.write(Batch(run=_run(f"r{i}")))
+        # One commit per write writes its pages each time.
+        one_by_one = _wal_frames(alone)
+    async with Store.open(shared) as store:
+        writes = [lambda i=i: store.write(Batch(run=_run(f"r{i}"))) for i in range(60)]
+        assert await _concurrently(*writes) == [None] * 60
+        # Shared commits write each page once per group.
+        together = _wal_frames(shared)
+        assert len(await store.runs(limit=100)) == 60
+    assert one_by_one >= 60
+    assert together < one_by_one / 4
+
+
+async def test_a_cas_loser_in_a_group_fails_alone(tmp_path: Path) -> None:
+    async with Store.open(tmp_path / "runs.db") as store:
+        await store.write(Batch(run=_run("r0"), pending=[
+            PendingItem(id="p1", kind="approval", run_id="r0", call_record="r0:c",
+                        created_at=time.time())]))
+        await store.write(Batch(run=_run("r1", owner="elsewhere:1:x", lease_until=0.0)))
+        decides = [lambda i=i: store.decide("p1", {"kind": "approve"}, f"d{i}")
+                   for i in range(8)]
+        claims = [lambda i=i: store.claim("r1", f"elsewhere:2:{i}") for i in range(4)]
+        writes = [lambda i=i: store.write(Batch(run=_run(f"w{i}"))) for i in range(8)]
+        out = await _concurrently(*decides, *claims, *writes)
+        decided, claimed, written = out[:8], out[8:12], out[12:]
+        winners = [d for d in decided if not isinstance(d, BaseException)]
+        assert len(winners) == 1
+        assert all(isinstance(d, AlreadyDecided) for d in decided if d is not winners[0])
+        assert sum(not isinstance(c, BaseException) for c in claimed) == 1
+        assert all(isinstance(c, ResumeRefused) for c in claimed
+                   if isinstance(c, BaseException))
+        assert written == [None] * 8
+        assert (await store.pending_item("p1")).decided_by == winners[0].decided_by
+        assert len(await store.runs(limit=100)) == 10
+
+
+async def test_a_failing_write_in_a_group_fails_alone(tmp_path: Path) -> None:
+    async with Store.open(tmp_path / "runs.db") as store:
+        bad = Batch(run=_run("orphan-parent"), messages=[("no-such-run", 0, {"k": 1})])
+        writes = [lambda i=i: store.write(Batch(run=_run(f"w{i}"))) for i in range(5)]
+        out = await _concurrently(*writes[:2], lambda: store.write(bad), *writes[2:])
+        assert out[:2] + out[3:] == [None] * 5
+        assert isinstance(out[2], StoreError) and "FOREIGN KEY" in str(out[2])
+        ids = {r.id for r in await store.runs(limit=100)}
+        # Nothing of the failed write stays, not even its run row.
+        assert ids == {f"w{i}" for i in range(5)}
+
+
+class _CommitFails:
+    """A connection whose COMMIT fails, as on a full disk."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("disk I/O error")
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+async def test_a_failed_commit_fails_every_write_of_its_group(tmp_path: Path) -> None:
+    async with Store.open(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+        real = store._db
+        store._db = _CommitFails(real)  # type: ignore[assignment]
+        writes = [lambda i=i: store.write(Batch(run=_run(f"w{i}"))) for i in range(6)]
+        out = await _concurrently(*writes)
+        assert all(isinstance(e, StoreError) and "rolled back" in str(e)
+                   and "disk I/O error" in str(e) for e in out), out
+        store._db = real
+        assert await store.runs() == []
+        await store.write(Batch(run=_run("after")))
+        assert [r.id for r in await store.runs()] == ["after"]
+
+
+async def test_another_connections_lock_is_waited_for_off_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with Store.open(path) as store:
+        await store.write(Batch(run=_run("r0")))
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process deciding, say
+        done = anyio.Event()
+
+        async def write() -> None:
+            await store.write(Batch(run=_run("r1")))
+            await store.write(Batch(run=_run("r2")))
+            done.set()
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                # The loop keeps running while the write waits for the lock on the thread: a
+                # commit that waited on the loop would stall these steps for its busy timeout.
+                t0 = time.monotonic()
+                for _ in range(50):
+                    await anyio.lowlevel.checkpoint()
+                assert time.monotonic() - t0 < 5
+                assert not done.is_set()
+                other.execute("COMMIT")
+                await done.wait()
+        other.close()
+        assert {r.id for r in await store.runs()} == {"r0", "r1", "r2"}
+
+
+async def test_opening_a_current_store_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    Store.open(path)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the write lock is taken: an open that wrote would wait
+    t0 = time.monotonic()
+    store = Store.open(path)
+    assert time.monotonic() - t0 < 5
+    other.execute("ROLLBACK")
+    other.close()
+    await store.close()
+
+
+async def test_a_store_reopens_at_once_after_close(tmp_path: Path) -> None:
+    # Closing does not wait for the last connection's checkpoint; an open that meets it
+    # waits for the lock like any open, it does not fail.
+    path = tmp_path / "runs.db"
+    for i in range(5):
+        store = Store.open(path)
+        await store.write(Batch(run=_run(f"r{i}")))
+        await store.close()
+    async with Store.open(path) as store:
+        assert len(await store.runs()) == 5
+
+
+async def test_reads_see_writes_queued_without_waiting(tmp_path: Path) -> None:
+    async with Store.open(tmp_path / "runs.db") as store:
+        await store.write(Batch(run=_run("r0")), wait=False)
+        assert (await store.run("r0")).id == "r0"
+
+
+async def test_fsync_durability_commits_with_synchronous_full(tmp_path: Path) -> None:
+    async with Store.open(tmp_path / "runs.db", durability="fsync") as store:
+        assert isinstance(store, SQLiteStore)
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        writes = [lambda i=i: store.write(Batch(run=_run(f"w{i}"))) for i in range(20)]
+        assert await _concurrently(*writes) == [None] * 20
+        assert len(await store.runs()) == 20
+    with pytest.raises(ConfigError, match="durability"):
+        Store.open(tmp_path / "runs.db", durability="sometimes")  # type: ignore[arg-type]
+
+
+def test_a_0001_database_is_migrated_with_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE _migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+               "applied_at REAL NOT NULL)")
+    MIGRATIONS[0][1](db)
+    db.execute("INSERT INTO _migrations VALUES (1, ?, 0)", (MIGRATIONS[0][0],))
+    db.execute("INSERT INTO runs (id, task, status, created_at, updated_at) "
+               "VALUES ('r1', 't', 'completed', 1, 1)")
+    db.execute("INSERT INTO messages VALUES ('r1', 0, '{\"k\": 0}')")
+    db.execute("INSERT INTO calls (id, run_id, call_id, turn, idx, model_name, arguments, "
+               "actions, status, answers) VALUES ('r1:c', 'r1', 'c', 0, 0, 'x', '{}', '[]', "
+               "'finished', '[]')")
+    db.close()
+
+    async def check() -> None:
+        async with Store.open(path) as store:
+            assert (await store.run("r1")).task == "t"
+            assert await store.messages("r1") == [{"k": 0}]
+            assert [c.id for c in await store.calls("r1")] == ["r1:c"]
+
+    anyio.run(check)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    sql = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+    assert "WITHOUT ROWID" in sql["calls"] and "WITHOUT ROWID" in sql["messages"]
+    assert "log" in sql
+    db.close()
+
+
+async def test_the_log_is_folded_into_the_tables_for_every_reader(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    store = Store.open(path)
+    await store.write(Batch(run=_run("r1"), messages=[("r1", 0, {"k": 0})]))
+    from handrail.store import CallRecord
+
+    first = CallRecord(id="r1:c", run_id="r1", call_id="c", turn=0, index=0, model_name="x")
+    await store.write(Batch(calls=[first], messages=[("r1", 1, {"k": 1})]))
+    second = CallRecord(id="r1:c", run_id="r1", call_id="c", turn=0, index=0, model_name="x",
+                        error="later")
+    await store.write(Batch(calls=[second], messages=[("r1", 1, {"k": "1b"})]))
+    # Another process's reader (plain SQL) sees nothing yet: the writes are in the log.
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM calls").fetchone()[0] == 0
+    # A reader through the store folds the log first; the later record wins.
+    other = Store.open(path)
+    assert [c.error for c in await other.calls("r1")] == ["later"]
+    assert await other.messages("r1") == [{"k": 0}, {"k": "1b"}]
+    await other.close()
+    await store.write(Batch(messages=[("r1", 2, {"k": 2})]))
+    await store.close()
+    # Closing folds what is left: the tables are complete for plain SQL.
+    assert db.execute("SELECT count(*) FROM log").fetchone()[0] == 0
+    assert db.execute("SELECT error FROM calls").fetchall() == [("later",)]
+    assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 3
+    db.close()
+
+
+def test_backends_come_from_the_registry() -> None:
+    made: list[tuple[str, str]] = []
+
+    def factory(url: str, durability: Any) -> Store:
+        made.append((url, durability))
+        return Store.memory()
+
+    register_backend("testing", factory)
+    assert Store.open("testing://x", durability="fsync") is not None
+    assert made == [("testing://x", "fsync")]
+    with pytest.raises(ConfigError, match="unknown store URL"):
+        Store.open("nosuch://x")
+
+
+def test_the_contract_imports_no_backend() -> None:
+    code = ("import sys, handrail.store.contract; "
+            "print(sorted(m for m in sys.modules if m.startswith('handrail.store._') "
+            "and m not in ('handrail.store._base', 'handrail.store._records')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_a_store_serves_one_event_loop_after_another(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "runs.db")
+
+    async def first() -> None:
+        await store.write(Batch(run=_run("r1")))
+        await store.write(Batch(run=_run("r2")), wait=False)
+
+    async def second() -> None:
+        assert {r.id for r in await store.runs()} == {"r1", "r2"}
+        await store.write(Batch(run=_run("r3")))
+        await store.close()
+
+    anyio.run(first)
+    anyio.run(second)
+    db = sqlite3.connect(tmp_path / "runs.db")
+    assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
+    db.close()
