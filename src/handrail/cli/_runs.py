@@ -237,6 +237,12 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                 console.print(f"    {payload.get('act')} {payload.get('target')}"
                               f"  ({payload.get('verdict_reason', '')})")
                 console.print(f"    arguments: {_short(json.dumps(payload.get('arguments')), 200)}")
+                for taint in payload.get("taint") or ():
+                    console.print(f"    tainted: {json.dumps(taint.get('pointer'))} = "
+                                  f"{_short(json.dumps(taint.get('value')), 120)} from call "
+                                  f"{json.dumps(taint.get('source_call'))} "
+                                  f"({json.dumps(taint.get('source_tool'))})",
+                                  markup=False)
             elif p.kind == "question":
                 console.print(f"    asks: {payload.get('question') or payload.get('message')}")
                 if payload.get("choices"):

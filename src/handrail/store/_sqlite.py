@@ -129,8 +129,14 @@ def _m0001_initial(db: sqlite3.Connection) -> None:
     )
 
 
+def _m0002_call_provenance(db: sqlite3.Connection) -> None:
+    # Where a call's output stands for the taint check (CallRecord.provenance), as JSON.
+    db.execute("ALTER TABLE calls ADD COLUMN provenance TEXT")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
+    ("0002_call_provenance", _m0002_call_provenance),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`."""
 
@@ -151,7 +157,7 @@ _RUN_COLUMNS = (
 _CALL_COLUMNS = (
     "id, run_id, call_id, turn, idx, model_name, tool, arguments, arguments_digest, "
     "performed_arguments, actions, verdict, decision, decided_by, status, result, disposition, "
-    "error, answers, pending_id, started_at, ended_at"
+    "error, answers, pending_id, started_at, ended_at, provenance"
 )
 _PENDING_COLUMNS = (
     "id, kind, run_id, call_record, agent, tool, payload, created_at, state, decision, "
@@ -192,7 +198,7 @@ def _call_row(c: CallRecord) -> tuple[Any, ...]:
             c.arguments_digest, _dumps(c.performed_arguments), _dumps(c.actions),
             _dumps(c.verdict), _dumps(c.decision), c.decided_by, c.status.value,
             _dumps(c.result), c.disposition, c.error, _dumps(c.answers), c.pending_id,
-            c.started_at, c.ended_at)
+            c.started_at, c.ended_at, _dumps(c.provenance))
 
 
 def _call_from(row: tuple[Any, ...]) -> CallRecord:
@@ -202,7 +208,7 @@ def _call_from(row: tuple[Any, ...]) -> CallRecord:
         performed_arguments=_loads(row[9]), actions=_loads(row[10]), verdict=_loads(row[11]),
         decision=_loads(row[12]), decided_by=row[13], status=CallStatus(row[14]),
         result=_loads(row[15]), disposition=row[16], error=row[17], answers=_loads(row[18]),
-        pending_id=row[19], started_at=row[20], ended_at=row[21],
+        pending_id=row[19], started_at=row[20], ended_at=row[21], provenance=_loads(row[22]),
     )
 
 
@@ -373,7 +379,7 @@ class SQLiteStore(Store):
                                    "VALUES (?, ?, ?)", messages)
                 if calls:
                     db.executemany(f"INSERT OR REPLACE INTO calls ({_CALL_COLUMNS}) VALUES "
-                                   f"({','.join('?' * 22)})", calls)
+                                   f"({','.join('?' * 23)})", calls)
                 if pending:
                     db.executemany(f"INSERT OR REPLACE INTO pending ({_PENDING_COLUMNS}) "
                                    f"VALUES ({','.join('?' * 12)})", pending)
