@@ -87,8 +87,8 @@ class CallContext:
     with its recorded answers, so anything done before a question may be done twice.
     """
 
-    __slots__ = ("_interactions", "_permits", "_trusted", "agent", "call_id", "deps", "run_id", "tool_id",
-                 "workspace")
+    __slots__ = ("_interactions", "_permits", "_trusted", "agent", "call_id", "deps", "run_id",
+                 "tool_id", "workspace")
 
     def __init__(
         self,

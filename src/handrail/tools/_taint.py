@@ -372,15 +372,14 @@ class Provenance:
         return found
 
 
-def check_pointers(tool: str, label: str, pointers: object) -> tuple[str, ...]:
+def check_pointers(tool: str, label: str, pointers: object) -> tuple[Any, ...]:
     """`pointers` as a tuple of JSON Pointers, or a `UserError` naming the tool."""
     if isinstance(pointers, str):
         raise UserError(f"tool '{tool}': {label} takes a list of JSON Pointers, e.g. "
                         f"[{pointers!r}], not a string")
-    try:
-        items = tuple(pointers)  # type: ignore[call-overload]
-    except TypeError:
-        raise UserError(f"tool '{tool}': {label} takes a list of JSON Pointers") from None
+    if not isinstance(pointers, Iterable):
+        raise UserError(f"tool '{tool}': {label} takes a list of JSON Pointers")
+    items = tuple(pointers)
     for item in items:
         problem = pointer_problem(item)
         if problem:

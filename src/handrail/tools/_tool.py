@@ -476,7 +476,8 @@ class Tool(BaseModel):
     Class keywords: `server`, `name` (default: the class name in snake_case), `description`
     (default: the class docstring), `mutates` (default True), `idempotent`, `timeout`,
     `interactions`, `protected`, `trusted_output`, `sanitizes` (see docs/taint.md). Field
-    descriptions come from `Field(description=...)`, a docstring under the field, or the class docstring's `Args:`/`Attributes:` section.
+    descriptions come from `Field(description=...)`, a docstring under the field, or the
+    class docstring's `Args:`/`Attributes:` section.
     """
 
     model_config = ConfigDict(
