@@ -19,7 +19,8 @@ def norm(text: str) -> str:
 def test_short_values_match_only_whole_strings_and_tokens() -> None:
     corpus = Corpus()
     corpus.add(("c1", "web/get"), ["mail bob@x.io, then (rm) it.", "exactly"])
-    assert corpus.find("bob@x.io") == (("c1", "web/get"), "exact")
+    assert corpus.find("bob@x.io") == (("c1", "web/get"), "substring")  # 8 characters
+    assert corpus.find("then") == (("c1", "web/get"), "exact")
     assert corpus.find("rm") == (("c1", "web/get"), "exact")
     assert corpus.find("exactly") == (("c1", "web/get"), "exact")
     assert corpus.find("ob@x.io") is None  # under 8 characters: no substring match
@@ -29,7 +30,7 @@ def test_short_values_match_only_whole_strings_and_tokens() -> None:
 def test_substrings_are_found_after_nfkc_and_case_folding() -> None:
     corpus = Corpus()
     corpus.add(("c1", "web/get"), ["send it to ＡＴＴＡＣＫＥＲ@Example.COM now"])
-    assert corpus.find("attacker@example.com")[1] == "exact"  # type: ignore[index]
+    assert corpus.find("attacker@example.com") == (("c1", "web/get"), "substring")
     assert corpus.find("o attacker@exam") is not None
     assert corpus.find("Attacker@Example.Co") is not None
     assert corpus.find("attacker@example.org") is None
@@ -49,8 +50,17 @@ def test_the_first_source_is_named() -> None:
     corpus = Corpus()
     for i in range(50):
         corpus.add((f"c{i}", "t"), [f"filler {i} " * 5 + ("the secret-path/x" if i > 7 else "")])
-    assert corpus.find("secret-path/x") == (("c8", "t"), "exact")
+    assert corpus.find("secret-path/x") == (("c8", "t"), "substring")
+    assert corpus.find("8") == (("c8", "t"), "exact")
     assert corpus.find("the secret-path") == (("c8", "t"), "substring")
+
+
+def test_text_the_grams_cannot_narrow_is_still_searched_exactly() -> None:
+    corpus = Corpus()
+    corpus.add(("c1", "t"), ["a" * 100_000])
+    corpus.add(("c2", "t"), ["a" * 50 + "b"])
+    assert corpus.find("a" * 19 + "b") == (("c2", "t"), "substring")
+    assert corpus.find("a" * 19 + "c") is None
 
 
 def test_past_the_limit_everything_protected_is_tainted() -> None:

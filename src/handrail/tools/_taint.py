@@ -10,13 +10,16 @@ in untrusted output and not in trusted text (`Provenance.taint`).
 How a value is looked for (both corpora alike):
 
 - every string is normalised once, when it is added: Unicode NFKC, then case folding;
-- *exact*: the normalised value equals a whole string of an output, or one of its tokens
-  (split on white space, quotes and brackets, trailing punctuation dropped);
+- *exact* (a value under 8 characters): the normalised value equals a whole string of an
+  output, or one of its tokens (split on white space, quotes and brackets, trailing
+  punctuation dropped);
 - *numbers* (a JSON number argument) by value: `5000`, `5000.0` and a token `5,000` match;
-- *substring*: a string of 8 or more characters matches anywhere inside an output, through
-  an index of 5-character grams taken every 4 characters (any occurrence of 8 characters or
-  more covers one such gram whole), so a lookup costs the few candidates of its rarest
-  gram, never a scan of the history.
+- *substring*: a string of 8 or more characters matches anywhere inside an output (a whole
+  output or token included), through an index of 5-character grams taken every 4
+  characters (any occurrence of 8 characters or more covers one such gram whole), so a
+  lookup costs the few candidates of its rarest gram, never a scan of the history. Text
+  the grams cannot narrow down (a few grams repeated: `aaaa...`) is scanned in C instead,
+  linear in the text and bounded by the limit below.
 
 The index is bounded: past `MAX_UNTRUSTED_CHARS` of untrusted text, nothing more is indexed
 and every protected value counts as tainted from then on (failing closed, never open).
@@ -24,6 +27,8 @@ and every protected value counts as tainted from then on (failing closed, never 
 
 from __future__ import annotations
 
+import array
+import bisect
 import decimal
 import re
 import unicodedata
@@ -48,14 +53,13 @@ __all__ = [
 MIN_SUBSTRING = 8
 """A protected string this long or longer is also looked for inside outputs (normalised)."""
 
-MAX_UNTRUSTED_CHARS = 32 * 1024 * 1024
+MAX_UNTRUSTED_CHARS = 16 * 1024 * 1024
 """Untrusted text indexed per run; beyond it every protected value counts as tainted."""
-
-MAX_EXACT_CHARS = 4096
-"""A whole output string longer than this is indexed by its tokens and grams, not whole."""
 
 _GRAM = 5
 _STRIDE = 4
+_BUCKET_MASK = (1 << 16) - 1
+_MAX_CANDIDATES = 4096
 # An occurrence of MIN_SUBSTRING characters always covers a gram starting at a multiple of
 # _STRIDE: positions s..s+3 hold one, and it ends by s+3+_GRAM <= s+MIN_SUBSTRING.
 assert _GRAM + _STRIDE - 1 <= MIN_SUBSTRING
@@ -104,8 +108,9 @@ class Taint:
     source_tool: str
     """That call's tool (`server/name`)."""
     match: Literal["exact", "number", "substring", "overflow"]
-    """How it was found: the whole value or a token, a number by value, inside a longer
-    output (normalised), or everything counts once the index overflowed."""
+    """How it was found: a short value (under 8 characters) as a whole string or token, a
+    number by value, a longer value anywhere in an output (normalised), or everything counts
+    once the index overflowed."""
     kind: Literal["taint"] = "taint"
 
     def describe(self) -> str:
@@ -211,15 +216,19 @@ def result_strings(result: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
 class Corpus:
     """Normalised text from several sources, searchable for a value (see the module doc)."""
 
-    __slots__ = ("_exact", "_grams", "_numbers", "_segments", "_sources", "chars", "limit",
-                 "overflowed")
+    __slots__ = ("_buckets", "_exact", "_numbers", "_segments", "_sources", "_starts", "chars",
+                 "limit", "overflowed")
 
     def __init__(self, *, limit: int = MAX_UNTRUSTED_CHARS) -> None:
         self._segments: list[str] = []
+        self._starts: list[int] = []  # each segment's offset in the whole (for the postings)
         self._sources: list[tuple[str, str]] = []
         self._exact: dict[str, int] = {}
         self._numbers: dict[str, int] = {}
-        self._grams: dict[str, list[int]] = {}
+        # Gram -> offsets, bucketed by the gram's hash: memory grows with the text, not with
+        # the number of distinct grams an attacker can make up; a collision only costs a
+        # candidate that fails its check.
+        self._buckets: dict[int, array.array[int]] = {}
         self.chars = 0
         """Normalised characters indexed so far."""
         self.limit = limit
@@ -233,22 +242,26 @@ class Corpus:
         if self.overflowed is not None:
             return
         parts = [normalise(s) for s in strings if s]
-        size = sum(len(p) + 1 for p in parts)
-        if self.chars + size > self.limit:
+        text = "\x00".join(parts) + "\x00"
+        if self.chars + len(text) > self.limit:
             self.overflowed = source
             return
         seg = len(self._segments)
+        base = self.chars
         self._sources.append(source)
-        text = "\x00".join(parts)
         self._segments.append(text)
-        self.chars += size
+        self._starts.append(base)
+        self.chars += len(text)
         exact, nums = self._exact, self._numbers
         for part in parts:
-            if len(part) <= MAX_EXACT_CHARS:
-                exact.setdefault(part.strip(), seg)
+            # Only short strings need an exact entry: a value of MIN_SUBSTRING characters or
+            # more is found inside the text by the grams anyway.
+            whole = part.strip()
+            if len(whole) < MIN_SUBSTRING:
+                exact.setdefault(whole, seg)
             for match in _TOKEN.finditer(part):
                 token = match.group().strip(_EDGE)
-                if token:
+                if token and len(token) < MIN_SUBSTRING:
                     exact.setdefault(token, seg)
             for match in _NUMBER.finditer(part):
                 key = _number_key(match.group())
@@ -258,15 +271,13 @@ class Corpus:
             key = _number_key(value)
             if key is not None:
                 nums.setdefault(key, seg)
-        grams = self._grams
-        code = seg << 32
+        buckets = self._buckets
         for pos in range(0, len(text) - _GRAM + 1, _STRIDE):
-            gram = text[pos:pos + _GRAM]
-            postings = grams.get(gram)
+            bucket = hash(text[pos:pos + _GRAM]) & _BUCKET_MASK
+            postings = buckets.get(bucket)
             if postings is None:
-                grams[gram] = [code | pos]
-            else:
-                postings.append(code | pos)
+                postings = buckets[bucket] = array.array("Q")
+            postings.append(base + pos)
 
     def find(self, value: Any) -> tuple[tuple[str, str], str] | None:
         """The source a protected `value` was seen in, and how; None when it was not."""
@@ -279,28 +290,23 @@ class Corpus:
         if not isinstance(value, str):
             return None
         text = normalise(value)
-        seg = self._exact.get(text.strip())
-        if seg is not None:
-            return self._sources[seg], "exact"
         if len(text) >= MIN_SUBSTRING:
             seg = self._substring(text)
-            if seg is not None:
-                return self._sources[seg], "substring"
-        return None
+            return None if seg is None else (self._sources[seg], "substring")
+        seg = self._exact.get(text.strip())
+        return None if seg is None else (self._sources[seg], "exact")
 
     def _substring(self, text: str) -> int | None:
         """The first segment holding `text` (at least MIN_SUBSTRING characters), or None."""
-        grams = self._grams
-        segments = self._segments
+        buckets = self._buckets
         best: int | None = None
         for align in range(_STRIDE):
             # An occurrence whose position + align is a multiple of _STRIDE has all of these
-            # grams indexed; candidates come from the rarest, each checked in place.
-            offsets = range(align, len(text) - _GRAM + 1, _STRIDE)
-            chosen: list[int] | None = None
+            # grams indexed; candidates come from the rarest bucket, each checked in place.
+            chosen: array.array[int] | None = None
             at = 0
-            for offset in offsets:
-                postings = grams.get(text[offset:offset + _GRAM])
+            for offset in range(align, len(text) - _GRAM + 1, _STRIDE):
+                postings = buckets.get(hash(text[offset:offset + _GRAM]) & _BUCKET_MASK)
                 if postings is None:
                     chosen = None
                     break
@@ -308,14 +314,32 @@ class Corpus:
                     chosen, at = postings, offset
             if chosen is None:
                 continue
-            for code in chosen:
-                seg, pos = code >> 32, (code & 0xFFFFFFFF) - at
-                if best is not None and seg >= best:
-                    break
-                if pos >= 0 and segments[seg].startswith(text, pos):
-                    best = seg
-                    break
+            if len(chosen) > _MAX_CANDIDATES:
+                # Text made of a few grams repeated ("aaaa..."): the index cannot narrow it
+                # down, and a scan in C (linear in the text) is the cheaper bound.
+                return self._scan(text)
+            found = self._check(text, chosen, at, best)
+            if found is not None:
+                best = found
         return best
+
+    def _check(self, text: str, postings: array.array[int], at: int,
+               before: int | None) -> int | None:
+        starts, segments = self._starts, self._segments
+        for offset in postings:
+            seg = bisect.bisect_right(starts, offset) - 1
+            if before is not None and seg >= before:
+                return None
+            pos = offset - starts[seg] - at
+            if pos >= 0 and segments[seg].startswith(text, pos):
+                return seg
+        return None
+
+    def _scan(self, text: str) -> int | None:
+        for seg, segment in enumerate(self._segments):
+            if text in segment:
+                return seg
+        return None
 
 
 class Provenance:
