@@ -55,6 +55,13 @@ def test_the_first_source_is_named() -> None:
     assert corpus.find("the secret-path") == (("c8", "t"), "substring")
 
 
+def test_the_earliest_output_wins_whatever_the_alignment_of_each_occurrence() -> None:
+    corpus = Corpus()
+    corpus.add(("c0", "t"), ["abcdefghij"])  # at offset 0
+    corpus.add(("c1", "t"), ["xyzabcdefghij"])  # at offset 3: found through another alignment
+    assert corpus.find("abcdefghij") == (("c0", "t"), "substring")
+
+
 def test_text_the_grams_cannot_narrow_is_still_searched_exactly() -> None:
     corpus = Corpus()
     corpus.add(("c1", "t"), ["a" * 100_000])
@@ -107,6 +114,6 @@ def test_the_gram_index_finds_what_a_scan_finds(texts: list[str],
         found = corpus.find(query)
         if scanned:
             assert found is not None, (query, texts)
-            assert int(found[0][0][1:]) in scanned  # it names a source that holds it
+            assert found[0] == (f"c{scanned[0]}", "t")  # the earliest output that holds it
         else:
             assert found is None, (query, texts)
