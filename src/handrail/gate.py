@@ -386,6 +386,7 @@ class Gate:
         # untyped tools, the stricter mutates/idempotent) is what the gate enforces.
         self._offered: dict[ToolId, ToolSpec] = {s.id: s for s in self.offered()}
         self._schema_checks: dict[ToolId, Any] = {}
+        self._indexing = anyio.Lock()  # one writer of the taint index at a time
 
     # ---------------------------------------------------------------- a turn
 
@@ -734,12 +735,12 @@ class Gate:
             shown = scrub_host_paths(_model_text(exc), scope.workspace)
             state.finish(ToolResult.error(shown), CallStatus.FINISHED,
                          disposition=exc.disposition.value, error=str(exc))
-            self._observe(state)
+            await self._observe(state)
             return
         state.finish(result, CallStatus.FINISHED)
-        self._observe(state)
+        await self._observe(state)
 
-    def _observe(self, state: _Call) -> None:
+    async def _observe(self, state: _Call) -> None:
         """Stage 9 for provenance: record where this call's output stands, and index it.
 
         The output is untrusted unless the tool (as offered: a manifest grant may override
@@ -757,9 +758,24 @@ class Gate:
         provenance = {"output": "trusted" if spec.trusted_output else "untrusted",
                       "trusted": vouched}
         update(state.record, provenance=provenance)
-        self._index(state.record, provenance)
+        await self._index(state.record, provenance)
 
-    def _index(self, record: CallRecord, provenance: dict[str, Any]) -> None:
+    async def _index(self, record: CallRecord, provenance: dict[str, Any]) -> None:
+        """Add a finished call's output to the index, in a worker thread when it is large.
+
+        Indexing costs about half a microsecond per character, and a tool decides how many
+        it returns: past `INDEX_INLINE_CHARS` it runs off the event loop. One writer at a
+        time (in call order of finishing); lookups on the loop need no lock, since a writer
+        publishes an output's text before the postings that point into it.
+        """
+        size = len(json.dumps(record.result)) if record.result is not None else 0
+        async with self._indexing:
+            if size <= INDEX_INLINE_CHARS:
+                self._index_now(record, provenance)
+            else:
+                await anyio.to_thread.run_sync(self._index_now, record, provenance)
+
+    def _index_now(self, record: CallRecord, provenance: dict[str, Any]) -> None:
         source = (record.call_id, record.tool or record.model_name)
         index = self.scope.provenance
         if record.result is not None:
@@ -779,7 +795,7 @@ class Gate:
             if answers:
                 index.trust_values((record.call_id, "answer"), answers)
             if record.status is CallStatus.FINISHED and record.result is not None:
-                self._index(record, record.provenance or {"output": "untrusted"})
+                self._index_now(record, record.provenance or {"output": "untrusted"})
 
     def _recheck_paths(self, state: _Call) -> None:
         """Canonicalise each READ/WRITE target again, at the moment of use.
@@ -826,7 +842,8 @@ class Gate:
         # A person's answers are trusted text (a value they typed may be used without asking).
         submitted = [a.value for a in handler.answers if isinstance(a, Submit)]
         if submitted:
-            self.scope.provenance.trust_values((state.call.id, "answer"), submitted)
+            async with self._indexing:
+                self.scope.provenance.trust_values((state.call.id, "answer"), submitted)
         return out.result
 
     async def _ask(self, interaction: Interaction) -> Any:
@@ -953,7 +970,7 @@ class Gate:
             # An operator's observation is a person's word: trusted.
             update(state.record, provenance={"output": "trusted", "trusted": [],
                                              "by": item.decided_by or "operator"})
-            self._index(state.record, state.record.provenance or {})
+            await self._index(state.record, state.record.provenance or {})
             return
         state.finish(ToolResult.error("The operator aborted this call after an interruption; "
                                       "it may or may not have taken effect."),
@@ -1016,6 +1033,10 @@ def forget_contents(record: CallRecord, sent: str, actions: Sequence[Action],
     text = _strip_text(sent, contents)
     return None if text == sent else text
 
+
+INDEX_INLINE_CHARS = 2048
+"""A result this small (as JSON) is indexed on the event loop; a larger one in a thread (a
+thread hand-off costs about what indexing 300 characters does)."""
 
 TAINT_LAYER = "taint"
 """The `layer` of a verdict the taint stage made stricter than the rules' allow."""

@@ -373,7 +373,7 @@ def test_declarations_are_checked() -> None:
         hr.ToolSpec("a/b", "x", {"type": "object"}, protected=["to"])
     with pytest.raises(hr.UserError, match="not a string"):
         hr.ToolSpec("a/b", "x", {"type": "object"}, protected="/to")  # type: ignore[arg-type]
-    with pytest.raises(hr.UserError, match="unknown hr.Tool keyword"):
+    with pytest.raises(hr.UserError, match=r"unknown hr\.Tool keyword"):
         class Bad(hr.Tool, server="a", name="b", protectd=["/x"]):  # type: ignore[call-arg]
             async def run(self, ctx: hr.CallContext) -> str:
                 return "x"

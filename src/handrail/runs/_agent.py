@@ -692,7 +692,8 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
                      approver or DeferAll(), responder or ResponderNone(), on_event)
     runner._resumed = True
     # The taint index as it stood: every output the run has seen, and every vouched value.
-    runner.gate.restore_provenance(await store.calls(run_id))
+    # (Off the event loop: it is the whole history's text, indexed once.)
+    await anyio.to_thread.run_sync(runner.gate.restore_provenance, await store.calls(run_id))
     return await runner.drive(cancel)
 
 

@@ -76,23 +76,35 @@ def normalise(text: str) -> str:
 
 
 def _number_key(value: Any) -> str | None:
-    """A canonical text for a number, equal for equal values (`5000`, `5000.0`, `5,000`)."""
+    """A canonical text for a number, equal for equal values (`5000`, `5000.0`, `5,000`).
+
+    Plain decimal text is canonicalised as text (a `Decimal` per number token costs more than
+    the rest of indexing an output); only a float in exponent form goes through `Decimal`.
+    """
     if isinstance(value, bool):
         return None
-    try:
-        if isinstance(value, int):
-            number = decimal.Decimal(value)
-        elif isinstance(value, float):
-            number = decimal.Decimal(repr(value))
-        elif isinstance(value, str) and len(value) <= 64:
-            number = decimal.Decimal(value.replace(",", "").replace("_", ""))
-        else:
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
             return None
-    except (decimal.InvalidOperation, ValueError):
+        text = repr(value)
+        if "e" in text:
+            return format(decimal.Decimal(text).normalize(), "f")
+    elif isinstance(value, str) and len(value) <= 64:
+        text = value.replace(",", "").replace("_", "")
+    else:
         return None
-    if not number.is_finite():
+    sign = ""
+    if text[:1] in "+-":
+        sign, text = ("-" if text[0] == "-" else ""), text[1:]
+    whole, _, fraction = text.partition(".")
+    if not whole.isdigit() or (fraction and not fraction.isdigit()):
         return None
-    return format(number.normalize(), "f") if number else "0"
+    whole = whole.lstrip("0") or "0"
+    fraction = fraction.rstrip("0")
+    key = f"{whole}.{fraction}" if fraction else whole
+    return "0" if key == "0" else sign + key
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -264,7 +276,9 @@ class Corpus:
                 if token and len(token) < MIN_SUBSTRING:
                     exact.setdefault(token, seg)
             for match in _NUMBER.finditer(part):
-                key = _number_key(match.group())
+                found = match.group()
+                # Most numbers in text are plain digits, already in canonical form.
+                key = found if found.isdigit() and found[0] != "0" else _number_key(found)
                 if key is not None:
                     nums.setdefault(key, seg)
         for value in numbers:
