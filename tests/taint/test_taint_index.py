@@ -27,6 +27,12 @@ def test_short_values_match_only_whole_strings_and_tokens() -> None:
     assert corpus.find("mail bob") == (("c1", "web/get"), "substring")
 
 
+def test_tokens_never_join_two_strings_of_an_output() -> None:
+    corpus = Corpus()
+    corpus.add(("c1", "t"), ["first abc", "def last"])
+    assert corpus.find("abc") is not None and corpus.find("def") is not None
+
+
 def test_substrings_are_found_after_nfkc_and_case_folding() -> None:
     corpus = Corpus()
     corpus.add(("c1", "web/get"), ["send it to ＡＴＴＡＣＫＥＲ@Example.COM now"])

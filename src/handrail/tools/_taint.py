@@ -64,7 +64,7 @@ _MAX_CANDIDATES = 4096
 # _STRIDE: positions s..s+3 hold one, and it ends by s+3+_GRAM <= s+MIN_SUBSTRING.
 assert _GRAM + _STRIDE - 1 <= MIN_SUBSTRING
 
-_TOKEN = re.compile(r"[^\s\"'`()\[\]{}<>,;|]+")
+_TOKEN = re.compile(r"[^\s\x00\"'`()\[\]{}<>,;|]+")
 _EDGE = ".:!?*"
 _NUMBER = re.compile(r"[-+]?\d[\d,_]*(?:\.\d+)?")
 _SKIPPED_KEYS = frozenset({"kind", "type", "mime_type", "mimeType", "data"})
@@ -271,24 +271,26 @@ class Corpus:
             whole = part.strip()
             if len(whole) < MIN_SUBSTRING:
                 exact.setdefault(whole, seg)
-            for match in _TOKEN.finditer(part):
-                token = match.group().strip(_EDGE)
-                if token and len(token) < MIN_SUBSTRING:
-                    exact.setdefault(token, seg)
-            for match in _NUMBER.finditer(part):
-                found = match.group()
-                # Most numbers in text are plain digits, already in canonical form.
-                key = found if found.isdigit() and found[0] != "0" else _number_key(found)
-                if key is not None:
-                    nums.setdefault(key, seg)
+        # Distinct tokens and numbers first (findall and set run in C): the loops below touch
+        # each once per output, not once per occurrence.
+        for token in set(_TOKEN.findall(text)):
+            token = token.strip(_EDGE)
+            if token and len(token) < MIN_SUBSTRING:
+                exact.setdefault(token, seg)
+        for found in set(_NUMBER.findall(text)):
+            # Most numbers in text are plain digits, already in canonical form.
+            key = found if found.isdigit() and found[0] != "0" else _number_key(found)
+            if key is not None:
+                nums.setdefault(key, seg)
         for value in numbers:
             key = _number_key(value)
             if key is not None:
                 nums.setdefault(key, seg)
         buckets = self._buckets
+        get = buckets.get
         for pos in range(0, len(text) - _GRAM + 1, _STRIDE):
             bucket = hash(text[pos:pos + _GRAM]) & _BUCKET_MASK
-            postings = buckets.get(bucket)
+            postings = get(bucket)
             if postings is None:
                 postings = buckets[bucket] = array.array("Q")
             postings.append(base + pos)
