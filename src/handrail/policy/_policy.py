@@ -667,7 +667,8 @@ class Policy:
     def __repr__(self) -> str:
         names = ", ".join(f"{layer.name}({len(layer.rules)})" for layer in self.layers)
         defaults = ", ".join(f"{k}={v.value}" for k, v in self.defaults.items())
-        return f"Policy(layers=[{names}], defaults={{{defaults}}})"
+        taint = ", taint=deny" if self.taint == "deny" else ""
+        return f"Policy(layers=[{names}], defaults={{{defaults}}}{taint})"
 
 
 def _stricter_taint(a: str, b: str) -> str:
