@@ -5,12 +5,18 @@
 2. grant      the manifest in force must grant the tool; else declined (uniform)
 3. validate   arguments against the input schema; invalid -> InvalidArguments to the model
 4. actions    what the call touches (Action(act, target, content))
+   taint      a protected argument seen in untrusted tool output -> the verdict below can
+              be no better than ask (`taint = "deny"`: deny); see docs/taint.md
 5. policy     deny-first over all layers -> Verdict; deny -> one uniform sentence
 6. approve    ask -> Approver: approve (maybe modified: back through 3-5) | deny | defer
 7. execute    the handler runs; it may ask its caller (Responder) and be resumed
 8. result     ToolResult, output schema checked (by the handler)
 9. record     every call is recorded, refused ones included, never with file contents
 ```
+
+Provenance (docs/taint.md): every result a call returns is untrusted data unless its tool is
+declared `trusted_output`; stage 9 records that with the call (`CallRecord.provenance`) and
+feeds it to the run's `Provenance` index, which the taint stage asks.
 
 Records and contents: while a call may still be performed (pending approval, in flight, in
 doubt) its records keep the exact arguments, so it is performed exactly as approved after a
@@ -69,9 +75,11 @@ from handrail.tools import (
     Interaction,
     Invoke,
     PathChanged,
+    Provenance,
     Question,
     Respond,
     Submit,
+    Taint,
     Toolbox,
     ToolHandler,
     ToolId,
@@ -80,6 +88,7 @@ from handrail.tools import (
     ToolSpec,
     check_argument_payload,
     decided_paths,
+    pointer_values,
     raise_body_error,
     scrub_host_paths,
 )
@@ -126,6 +135,8 @@ class RunScope:
     remembered: list[Rule] = field(default_factory=list)
     record_contents: str = "digest"
     """`digest`: a finished call's stored contents become markers; `full`: the bytes stay."""
+    provenance: Provenance = field(default_factory=Provenance)
+    """The run's trusted text and untrusted tool output, for the taint stage."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -269,6 +280,8 @@ class _Call:
         "record",
         "result",
         "spent",
+        "taint",
+        "trusted",
         "validated",
         "verdict",
     )
@@ -287,6 +300,8 @@ class _Call:
         self.answers: list[Submit | Decline] = []
         self.reask: PendingItem | None = None  # an open deferred approval to put to the approver
         self.spent: list[PendingItem] = []  # decided items whose payload may hold contents
+        self.taint: list[Taint] = []  # protected arguments seen in untrusted output
+        self.trusted: list[Any] = []  # what the body vouched for with ctx.trust
 
     def finish(self, result: ToolResult, status: CallStatus, *, disposition: str | None = None,
                error: str | None = None) -> None:
@@ -371,6 +386,7 @@ class Gate:
         # untyped tools, the stricter mutates/idempotent) is what the gate enforces.
         self._offered: dict[ToolId, ToolSpec] = {s.id: s for s in self.offered()}
         self._schema_checks: dict[ToolId, Any] = {}
+        self._indexing = anyio.Lock()  # one writer of the taint index at a time
 
     # ---------------------------------------------------------------- a turn
 
@@ -545,9 +561,14 @@ class Gate:
                          error=f"actions() raised {type(exc).__name__}: {exc}")
             return
         state.actions = actions
+        # taint: looked up before the policy, so the verdict below is final.
+        protected = self._spec(impl).protected
+        state.taint = scope.provenance.taint(dumped, protected) if protected else []
         # 5. policy
         verdict = scope.policy.check_all(actions, workspace=scope.workspace,
                                          mutates=self._mutates(impl))
+        if state.taint and verdict.effect is Effect.ALLOW:
+            verdict = _tainted(verdict, state.taint, scope.policy.taint)
         # What the verdict was about: compared with the paths again at the moment of use.
         state.decided = decided_paths(actions, scope.workspace)
         state.verdict = verdict
@@ -556,6 +577,8 @@ class Gate:
         record.performed_arguments = dumped
         record.actions = [_action_record(a) for a in actions]
         record.verdict = verdict.to_dict()
+        if state.taint:
+            record.verdict["taint"] = [t.to_dict() for t in state.taint]
         if verdict.effect is Effect.DENY:
             state.finish(ToolResult.error(PolicyDenied.MODEL_MESSAGE), CallStatus.REFUSED,
                          disposition=Disposition.NOT_SENT.value, error=verdict.reason)
@@ -626,6 +649,9 @@ class Gate:
                    for a in state.actions]
         asked = [(a, v) for a, v in checked if v.effect is Effect.ASK] or checked
         action, verdict = asked[0]
+        reason = verdict.reason
+        if state.verdict is not None and state.verdict.layer == TAINT_LAYER:
+            reason = state.verdict.reason  # the rules allowed it: the taint is why it asks
         return Request(
             id=f"ap-{_uid()}",
             act=action.act,
@@ -638,7 +664,8 @@ class Gate:
             run_id=scope.run_id,
             workspace=str(scope.workspace),
             actions=tuple(a for a, _ in asked),
-            verdict_reason=verdict.reason,
+            verdict_reason=reason,
+            taint=tuple(state.taint),
         )
 
     def _decide(self, state: _Call, request: Request | None, decision: Decision, *,
@@ -694,7 +721,7 @@ class Gate:
                 # The common case needs no state machine: the body cannot ask.
                 ctx = (CallContext(call_id=state.call.id, tool_id=spec.id, run_id=scope.run_id,
                                    agent=scope.agent, workspace=scope.workspace, deps=scope.deps,
-                                   permits=self._permits_for(impl))
+                                   permits=self._permits_for(impl), trusted=state.trusted)
                        if impl.needs_context else None)
                 try:
                     result = await impl.execute(bound, ctx)
@@ -710,8 +737,67 @@ class Gate:
             shown = scrub_host_paths(_model_text(exc), scope.workspace)
             state.finish(ToolResult.error(shown), CallStatus.FINISHED,
                          disposition=exc.disposition.value, error=str(exc))
+            await self._observe(state)
             return
         state.finish(result, CallStatus.FINISHED)
+        await self._observe(state)
+
+    async def _observe(self, state: _Call) -> None:
+        """Stage 9 for provenance: record where this call's output stands, and index it.
+
+        The output is untrusted unless the tool (as offered: a manifest grant may override
+        it) is declared `trusted_output`. What the body vouched for (`ctx.trust`) and the
+        values at its `sanitizes` pointers become trusted: explicit acts, kept in the record.
+        """
+        impl, result = state.impl, state.result
+        assert impl is not None and result is not None
+        spec = self._spec(impl)
+        vouched: list[dict[str, Any]] = [{"value": v, "by": "ctx.trust"} for v in state.trusted]
+        if spec.sanitizes and not result.is_error:
+            vouched += [{"value": v, "by": "sanitizes", "pointer": where}
+                        for pointer in spec.sanitizes
+                        for where, v in pointer_values(result.structured, pointer)]
+        provenance = {"output": "trusted" if spec.trusted_output else "untrusted",
+                      "trusted": vouched}
+        update(state.record, provenance=provenance)
+        await self._index(state.record, provenance)
+
+    async def _index(self, record: CallRecord, provenance: dict[str, Any]) -> None:
+        """Add a finished call's output to the index, in a worker thread when it is large.
+
+        Indexing costs about half a microsecond per character, and a tool decides how many
+        it returns: past `INDEX_INLINE_CHARS` it runs off the event loop. One writer at a
+        time (in call order of finishing); lookups on the loop need no lock, since a writer
+        publishes an output's text before the postings that point into it.
+        """
+        size = len(json.dumps(record.result)) if record.result is not None else 0
+        async with self._indexing:
+            if size <= INDEX_INLINE_CHARS:
+                self._index_now(record, provenance)
+            else:
+                await anyio.to_thread.run_sync(self._index_now, record, provenance)
+
+    def _index_now(self, record: CallRecord, provenance: dict[str, Any]) -> None:
+        source = (record.call_id, record.tool or record.model_name)
+        index = self.scope.provenance
+        if record.result is not None:
+            index.add_output(source, record.result, trusted=provenance.get("output") == "trusted")
+        vouched = [t.get("value") for t in provenance.get("trusted", ())]
+        if vouched:
+            index.trust_values(source, vouched)
+
+    def restore_provenance(self, records: Sequence[CallRecord]) -> None:
+        """Rebuild the run's taint index from its stored calls (a resumed run, once).
+
+        A call that finished before provenance was recorded counts as untrusted output.
+        """
+        index = self.scope.provenance
+        for record in records:
+            answers = [a.get("value") for a in record.answers if a.get("kind") == "submit"]
+            if answers:
+                index.trust_values((record.call_id, "answer"), answers)
+            if record.status is CallStatus.FINISHED and record.result is not None:
+                self._index_now(record, record.provenance or {"output": "untrusted"})
 
     def _recheck_paths(self, state: _Call) -> None:
         """Canonicalise each READ/WRITE target again, at the moment of use.
@@ -738,7 +824,7 @@ class Gate:
                               workspace=scope.workspace, deps=scope.deps,
                               permits=self._permits_for(impl),
                               max_argument_bytes=scope.toolbox.max_argument_bytes,
-                              decided_paths=state.decided)
+                              decided_paths=state.decided, trusted=state.trusted)
         out = await handler.step(Invoke(state.call.id, state.record.performed_arguments or {},
                                         answers=list(state.answers)))
         while isinstance(out, Interaction):
@@ -755,6 +841,11 @@ class Gate:
                 out = await handler.step(Respond(pending.id, Decline(str(exc))))
         assert isinstance(out, Finished)
         update(state.record, answers=[_answer_record(a) for a in handler.answers])
+        # A person's answers are trusted text (a value they typed may be used without asking).
+        submitted = [a.value for a in handler.answers if isinstance(a, Submit)]
+        if submitted:
+            async with self._indexing:
+                self.scope.provenance.trust_values((state.call.id, "answer"), submitted)
         return out.result
 
     async def _ask(self, interaction: Interaction) -> Any:
@@ -887,6 +978,10 @@ class Gate:
             state.finish(ToolResult.text(str(choice.get("observation", ""))),
                          CallStatus.FINISHED, disposition=Disposition.LANDED.value,
                          error=f"marked completed by {item.decided_by}")
+            # An operator's observation is a person's word: trusted.
+            update(state.record, provenance={"output": "trusted", "trusted": [],
+                                             "by": item.decided_by or "operator"})
+            await self._index(state.record, state.record.provenance or {})
             return
         state.finish(ToolResult.error("The operator aborted this call after an interruption; "
                                       "it may or may not have taken effect."),
@@ -948,6 +1043,22 @@ def forget_contents(record: CallRecord, sent: str, actions: Sequence[Action],
     record.arguments = _strip_text(record.arguments, contents)
     text = _strip_text(sent, contents)
     return None if text == sent else text
+
+
+INDEX_INLINE_CHARS = 2048
+"""A result this small (as JSON) is indexed on the event loop; a larger one in a thread (a
+thread hand-off costs about what indexing 300 characters does)."""
+
+TAINT_LAYER = "taint"
+"""The `layer` of a verdict the taint stage made stricter than the rules' allow."""
+
+
+def _tainted(allowed: Verdict, taint: Sequence[Taint], effect: str) -> Verdict:
+    """The verdict for an allowed call whose protected arguments came from untrusted output."""
+    more = f" (and {len(taint) - 1} more)" if len(taint) > 1 else ""
+    return Verdict(Effect.DENY if effect == "deny" else Effect.ASK, None, TAINT_LAYER,
+                   allowed.target, f"taint: {taint[0].describe()}{more}; the rules alone "
+                   f"would allow it ({allowed.reason})")
 
 
 def _status(state: _Call) -> CallStatus:

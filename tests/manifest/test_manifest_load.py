@@ -63,7 +63,8 @@ def test_grant_lookup_takes_ids_and_strings() -> None:
         ('[[tools]]\nref = "a/b"\n[[tools]]\nref = "a/c"\n[[tools]]\nref = "a/d"\n'
          'descripton = "x"\n',
          "handrail.toml:7: unknown key 'descripton' in [[tools]] #3 (known: ref, mutates, "
-         "description, idempotent, arguments, output); did you mean 'description'?"),
+         "description, idempotent, arguments, output, trusted_output);"
+         " did you mean 'description'?"),
         ('# the budgets\n[budgets]\ndeadline = 3\n',
          "handrail.toml:3: unknown key 'deadline' in [budgets] (known: max_steps, max_tokens, "
          "max_wall_seconds)"),

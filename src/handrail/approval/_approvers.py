@@ -166,6 +166,8 @@ class StdinApprover:
                  f" (call {printable(request.call_id)})\n"]
         if request.verdict_reason:
             parts.append(f"  policy: {printable(request.verdict_reason)}\n")
+        for taint in request.taint:
+            parts.append(f"  tainted: {printable(taint.describe())}\n")
         for action in actions:
             parts.append(f"  {printable(action.describe())}\n")
             if action.act is Act.WRITE and action.content is not None:

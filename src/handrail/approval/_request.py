@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from handrail.errors import UserError
 from handrail.policy._policy import parse_act
-from handrail.tools import Act, Action
+from handrail.tools import Act, Action, Taint
 
 __all__ = ["Request", "action_from_dict", "action_to_dict"]
 
@@ -72,6 +72,10 @@ class Request:
     """Every action of the call that needs approval (the first is `act`/`target`)."""
     verdict_reason: str = ""
     """Why the policy asked (`rule ask write 'src/**' in layer 'app'`), for the operator."""
+    taint: tuple[Taint, ...] = ()
+    """The protected arguments that came from untrusted tool output: which argument, which
+    value, and which earlier call's output it appeared in (docs/taint.md). Empty when the
+    policy alone asked."""
     kind: Literal["request"] = field(default="request", init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -83,6 +87,7 @@ class Request:
             raise UserError("Request.content must be bytes or None")
         object.__setattr__(self, "arguments", dict(self.arguments))
         object.__setattr__(self, "actions", tuple(self.actions))
+        object.__setattr__(self, "taint", tuple(self.taint))
 
     def describe(self) -> str:
         """`write src/app.py (tool local/write_file)`: one line for people."""
@@ -104,6 +109,7 @@ class Request:
             "workspace": self.workspace,
             "actions": [action_to_dict(a) for a in self.actions],
             "verdict_reason": self.verdict_reason,
+            "taint": [t.to_dict() for t in self.taint],
         }
 
     @classmethod
@@ -117,7 +123,7 @@ class Request:
         if data.pop("kind", "request") != "request":
             raise UserError(f"not a request: kind {data.get('kind')!r}")
         known = {"id", "act", "target", "content", "tool", "arguments", "call_id", "agent",
-                 "run_id", "workspace", "actions", "verdict_reason"}
+                 "run_id", "workspace", "actions", "verdict_reason", "taint"}
         unknown = set(data) - known
         if unknown:
             raise UserError(f"unknown request key(s): {sorted(unknown)}")
@@ -135,6 +141,7 @@ class Request:
                 workspace=data.get("workspace"),
                 actions=tuple(action_from_dict(a) for a in data.get("actions", ())),
                 verdict_reason=data.get("verdict_reason", ""),
+                taint=tuple(Taint.from_dict(t) for t in data.get("taint", ())),
             )
         except KeyError as exc:
             raise UserError(f"a persisted request lacks the key {exc.args[0]!r}") from None

@@ -4,15 +4,19 @@
 box = hr.Toolbox(workspace_tools())
 ```
 
-| tool                   | touches                  | mutates |
-|------------------------|--------------------------|---------|
-| `workspace/read_file`  | READ path                | no      |
-| `workspace/write_file` | WRITE path (its bytes)   | yes     |
-| `workspace/edit_file`  | WRITE path (no bytes)    | yes     |
-| `workspace/list_dir`   | READ path                | no      |
-| `workspace/search`     | READ path                | no      |
-| `workspace/exec`       | EXEC argv                | yes     |
-| `workspace/fetch`      | NET host:port            | no      |
+| tool                   | touches                  | mutates | protected (taint) | output    |
+|------------------------|--------------------------|---------|-------------------|-----------|
+| `workspace/read_file`  | READ path                | no      |                   | untrusted |
+| `workspace/write_file` | WRITE path (its bytes)   | yes     | `/path`           | trusted   |
+| `workspace/edit_file`  | WRITE path (no bytes)    | yes     | `/path`           | trusted   |
+| `workspace/list_dir`   | READ path                | no      |                   | untrusted |
+| `workspace/search`     | READ path                | no      |                   | untrusted |
+| `workspace/exec`       | EXEC argv                | yes     | `/argv`           | untrusted |
+| `workspace/fetch`      | NET host:port            | no      | `/url`            | untrusted |
+
+A protected argument whose value appeared in untrusted output earlier in the run makes an
+allowed call ask a person (docs/taint.md). `fetch` changes nothing here, but its URL can
+carry data out. `write_file` and `edit_file` only echo the path they were given.
 
 Every path is confined to the agent's workspace (`CallContext.workspace`): the policy checks
 the path as given, and each body resolves it again and opens it without following symlinks,

@@ -68,7 +68,7 @@ class _Capture:
         return text
 
 
-class Exec(Tool, server="workspace", name="exec", mutates=True):
+class Exec(Tool, server="workspace", name="exec", mutates=True, protected=["/argv"]):
     """Run a program in the workspace directory and return its exit code and output.
 
     `argv` is the program and its arguments as a list (no shell: pipes, globs and `&&` are

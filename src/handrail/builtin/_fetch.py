@@ -66,7 +66,7 @@ def net_target(url: httpx.URL) -> str:
     return f"{host}:{url.port or _DEFAULT_PORTS[url.scheme]}"
 
 
-class Fetch(Tool, server="workspace", name="fetch", mutates=False):
+class Fetch(Tool, server="workspace", name="fetch", mutates=False, protected=["/url"]):
     """Fetch a URL with an HTTP GET and return its status and text body.
 
     At most 256 KiB of the body is returned; binary bodies are described, not shown. Redirects

@@ -217,7 +217,9 @@ def _skip_line(f: BinaryIO) -> bool:
             return True
 
 
-class WriteFile(Tool, server="workspace", name="write_file", mutates=True):
+# Its output only echoes the path it was given and a byte count: nothing from outside.
+class WriteFile(Tool, server="workspace", name="write_file", mutates=True,
+                protected=["/path"], trusted_output=True):
     """Create or overwrite a file in the workspace with the given text (UTF-8).
 
     Missing parent directories are created. The file is replaced atomically: nobody ever sees
@@ -246,7 +248,8 @@ class WriteFile(Tool, server="workspace", name="write_file", mutates=True):
                                structured={"path": place.shown, "bytes": len(data)})
 
 
-class EditFile(Tool, server="workspace", name="edit_file", mutates=True):
+class EditFile(Tool, server="workspace", name="edit_file", mutates=True,
+               protected=["/path"], trusted_output=True):
     """Replace one exact piece of text in a workspace file.
 
     `old` must occur exactly once in the file (include surrounding lines to make it unique);

@@ -317,6 +317,12 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                 console.print(f"    why: {_safe(payload.get('verdict_reason', ''))}")
                 console.print("    arguments: "
                               f"{_markup(_cut(printable_json(payload.get('arguments')), 200))}")
+                for taint in payload.get("taint") or ():
+                    console.print(
+                        f"    tainted: {_markup(printable_json(taint.get('pointer')))} = "
+                        f"{_markup(_cut(printable_json(taint.get('value')), 120))} from call "
+                        f"{_markup(printable_json(taint.get('source_call')))} "
+                        f"({_markup(printable_json(taint.get('source_tool')))})")
             elif p.kind == "question":
                 console.print("    asks: "
                               f"{_safe(payload.get('question') or payload.get('message'))}")

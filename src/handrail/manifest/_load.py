@@ -38,7 +38,8 @@ __all__ = ["KNOWN_KEYS", "parse"]
 KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("agent", "tools", "policy", "budgets"),
     "agent": ("name", "instructions", "model"),
-    "tools": ("ref", "mutates", "description", "idempotent", "arguments", "output"),
+    "tools": ("ref", "mutates", "description", "idempotent", "arguments", "output",
+              "trusted_output"),
     "budgets": ("max_steps", "max_tokens", "max_wall_seconds"),
 }
 """The keys each section accepts, in the order messages list them."""
@@ -238,6 +239,7 @@ def _grants(reader: _Reader, entries: Any) -> list[Grant]:
         mutates = reader.typed(entry, path, "mutates", _is_bool, "true or false")
         idempotent = reader.typed(entry, path, "idempotent", _is_bool, "true or false")
         description = reader.typed(entry, path, "description", _is_str, "a string")
+        trusted_output = reader.typed(entry, path, "trusted_output", _is_bool, "true or false")
         arguments = _schema(reader, entry, path, ref, "arguments")
         output = _schema(reader, entry, path, ref, "output")
         grants.append(Grant(
@@ -247,6 +249,7 @@ def _grants(reader: _Reader, entries: Any) -> list[Grant]:
             idempotent=False if idempotent is None else idempotent,
             arguments=arguments,
             output=output,
+            trusted_output=trusted_output,
             line=reader.where(path)[0] or None,
         ))
     return grants

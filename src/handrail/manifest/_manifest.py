@@ -238,6 +238,10 @@ class Grant:
     output: dict[str, Any] | None = None
     """The JSON Schema of the tool's structured result, pinned like `arguments`; None when the
     tool declares none (or the grant does not pin it)."""
+    trusted_output: bool | None = None
+    """Overrides the tool's own `trusted_output` (docs/taint.md): true when a reviewer vouches
+    that its output is data nobody outside controls, false to distrust a tool that claims
+    otherwise. None: as the code declares."""
     line: int | None = field(default=None, compare=False)
     """The line of the manifest that declares this grant, for messages; None if built in code."""
 
@@ -247,6 +251,8 @@ class Grant:
         for name in ("mutates", "idempotent"):
             if not isinstance(getattr(self, name), bool):
                 raise ManifestError(f"grant of '{self.ref}': {name} must be true or false")
+        if self.trusted_output is not None and not isinstance(self.trusted_output, bool):
+            raise ManifestError(f"grant of '{self.ref}': trusted_output must be true or false")
         if self.description is not None and not isinstance(self.description, str):
             raise ManifestError(f"grant of '{self.ref}': description must be a string")
         object.__setattr__(self, "description", _text(self.description))
@@ -269,7 +275,7 @@ class Grant:
 
     def canonical(self) -> dict[str, Any]:
         """This grant's entry in `Manifest.canonical()["tools"]`."""
-        return {
+        entry = {
             "ref": str(self.ref),
             "mutates": self.mutates,
             "idempotent": self.idempotent,
@@ -277,6 +283,10 @@ class Grant:
             "arguments": self.arguments,
             "output": self.output,
         }
+        if self.trusted_output is not None:
+            # Only when stated: a manifest that says nothing keeps the digest it had.
+            entry["trusted_output"] = self.trusted_output
+        return entry
 
 
 def grant_for(spec: ToolSpec) -> Grant:
@@ -292,6 +302,8 @@ def grant_toml(grant: Grant) -> list[str]:
 
     entry = grant.canonical()
     ordered = {k: entry[k] for k in ("ref", "description", "mutates", "idempotent")}
+    if "trusted_output" in entry:
+        ordered["trusted_output"] = entry["trusted_output"]
     for name in ("arguments", "output"):
         if entry[name] is not None:
             ordered[name] = out.encode_json(_readable(entry[name]))
@@ -476,7 +488,8 @@ class Manifest:
 
         Each offered spec carries the grant's description; `mutates` is the stricter of the
         tool's and the grant's (either says True), `idempotent` the stricter too (both must
-        say True). A grant's `arguments` become the input schema only where the tool's own
+        say True). A grant's `trusted_output`, when it states one, replaces the tool's. A
+        grant's `arguments` become the input schema only where the tool's own
         schema declares nothing beyond `{"type": "object"}` (a tool that leaves its arguments
         to the manifest); a tool with a schema of its own keeps it, and `check_against`
         reports a difference as drift.
@@ -492,6 +505,8 @@ class Manifest:
             }
             if grant.description is not None:
                 changes["description"] = grant.description
+            if grant.trusted_output is not None:
+                changes["trusted_output"] = grant.trusted_output
             if grant.arguments is not None and open_schema(spec.input_schema):
                 changes["input_schema"] = plain(grant.arguments)
             offered.append(spec.replace(**changes))

@@ -17,7 +17,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from handrail.errors import PolicyError, UserError
 from handrail.policy._paths import (
@@ -408,6 +408,10 @@ class Policy:
     """The effect when no rule matches: keys `read`, `write`, `exec`, `net`, `call`, and
     `call_read_only` (CALL for a tool declaring `mutates=False`). Missing keys take the
     built-in defaults; a missing `call_read_only` follows `call` when `call` is given."""
+    taint: str = field(default="ask", kw_only=True)
+    """What a call whose protected argument came from untrusted tool output gets when the
+    rules allow it: `"ask"` (a person decides; the default) or `"deny"`. An ask or a deny
+    stays as it is. See docs/taint.md."""
     _current: int | None = field(default=None, repr=False, kw_only=True)
     """The layer the builder methods add to (set by `.layer(name)`); not part of the value."""
 
@@ -422,6 +426,8 @@ class Policy:
         object.__setattr__(
             self, "defaults", MappingProxyType(_complete_defaults(self.defaults))
         )
+        if self.taint not in ("ask", "deny"):
+            raise PolicyError(f"taint must be 'ask' or 'deny', not {self.taint!r}")
         object.__setattr__(self, "_compiled", None)
 
     # -- construction ------------------------------------------------------------------
@@ -451,10 +457,12 @@ class Policy:
     def _replace(
         self, *, layers: Iterable[Layer] | None = None,
         defaults: Mapping[str, Effect] | None = None, current: int | None = None,
+        taint: str | None = None,
     ) -> Policy:
         return Policy(
             tuple(self.layers if layers is None else layers),
             dict(self.defaults if defaults is None else defaults),
+            taint=self.taint if taint is None else taint,
             _current=current,
         )
 
@@ -499,6 +507,10 @@ class Policy:
         merged.update({k: Effect.parse(v) for k, v in effects.items()})
         return self._replace(defaults=merged, current=self._current)
 
+    def with_taint(self, effect: Literal["ask", "deny"]) -> Policy:
+        """What an allowed call with a tainted protected argument gets: `ask` or `deny`."""
+        return self._replace(taint=effect, current=self._current)
+
     def with_layer_on_top(self, name: str, rules: Iterable[Rule]) -> Policy:
         """This policy with a new first layer (e.g. a run's remembered approvals).
 
@@ -509,7 +521,8 @@ class Policy:
     def merge(self, other: Policy) -> Policy:
         """Both policies' layers (this one's first), and the stricter default per act."""
         defaults = {k: max(self.defaults[k], other.defaults[k]) for k in DEFAULT_KEYS}
-        return self._replace(layers=(*self.layers, *other.layers), defaults=defaults)
+        return self._replace(layers=(*self.layers, *other.layers), defaults=defaults,
+                             taint=_stricter_taint(self.taint, other.taint))
 
     def contain(self, child: Policy) -> Policy:
         """The policy for a descendant (a sub-agent), which never widens this one.
@@ -523,7 +536,8 @@ class Policy:
             if rules:
                 kept.append(Layer(layer.name, rules))
         defaults = {k: max(self.defaults[k], child.defaults[k]) for k in DEFAULT_KEYS}
-        return self._replace(layers=(*self.layers, *kept), defaults=defaults)
+        return self._replace(layers=(*self.layers, *kept), defaults=defaults,
+                             taint=_stricter_taint(self.taint, child.taint))
 
     # -- evaluation --------------------------------------------------------------------
 
@@ -644,15 +658,21 @@ class Policy:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Policy):
             return NotImplemented
-        return self.layers == other.layers and dict(self.defaults) == dict(other.defaults)
+        return (self.layers == other.layers and dict(self.defaults) == dict(other.defaults)
+                and self.taint == other.taint)
 
     def __hash__(self) -> int:
-        return hash((self.layers, tuple(self.defaults.items())))
+        return hash((self.layers, tuple(self.defaults.items()), self.taint))
 
     def __repr__(self) -> str:
         names = ", ".join(f"{layer.name}({len(layer.rules)})" for layer in self.layers)
         defaults = ", ".join(f"{k}={v.value}" for k, v in self.defaults.items())
-        return f"Policy(layers=[{names}], defaults={{{defaults}}})"
+        taint = ", taint=deny" if self.taint == "deny" else ""
+        return f"Policy(layers=[{names}], defaults={{{defaults}}}{taint})"
+
+
+def _stricter_taint(a: str, b: str) -> str:
+    return "deny" if "deny" in (a, b) else "ask"
 
 
 _MEMO_SIZE = 4096

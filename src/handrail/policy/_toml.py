@@ -3,6 +3,7 @@
 ```toml
 [policy]
 extends = "default"            # optional: start from hr.Policy.default()'s layers and defaults
+taint = "deny"                 # optional: a tainted call is denied, not asked (docs/taint.md)
 
 [policy.defaults]              # optional; missing keys take the built-in defaults
 read = "allow"
@@ -39,7 +40,8 @@ from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 
 __all__ = ["policy_from_dict", "policy_from_toml", "policy_to_dict", "policy_to_toml"]
 
-_TOP_KEYS = ("extends", "defaults", "layers")
+_TOP_KEYS = ("extends", "taint", "defaults", "layers")
+_TAINT = ("ask", "deny")
 _LAYER_KEYS = ("name", "deny", "ask", "allow")
 _EXTENDS = ("default",)
 
@@ -71,10 +73,15 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
             if specs:
                 entry[effect.value] = specs
         layers.append(entry)
-    return {
+    out: dict[str, Any] = {
         "defaults": {k: policy.defaults[k].value for k in DEFAULT_KEYS},
         "layers": layers,
     }
+    if policy.taint != "ask":
+        # Only when it differs from the default: every existing canonical form (and the
+        # manifest digests that hash it) stays as it was.
+        out["taint"] = policy.taint
+    return out
 
 
 def _unknown(source: str, path: list[str | int], data: Mapping[str, Any],
@@ -104,6 +111,10 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<policy>") -> Po
             raise _Located(source, [*path, "extends"],
                            f"unknown base {extends!r} (expected: {', '.join(_EXTENDS)})")
         base = Policy.default()
+    taint = data.get("taint", "ask")
+    if taint not in _TAINT:
+        raise _Located(source, [*path, "taint"],
+                       f"unknown taint effect {taint!r} (expected: {', '.join(_TAINT)})")
     defaults: dict[str, Effect] = {}
     raw_defaults = data.get("defaults", {})
     if not isinstance(raw_defaults, Mapping):
@@ -146,7 +157,7 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<policy>") -> Po
             layers.append(Layer(name, tuple(rules)))
         except PolicyError as exc:
             raise _Located(source, [*lpath, "name"], str(exc)) from None
-    return Policy(tuple(layers), defaults)
+    return Policy(tuple(layers), defaults, taint=taint)
 
 
 def _toml_str(text: str) -> str:
@@ -157,7 +168,8 @@ def _toml_str(text: str) -> str:
 def policy_to_toml(policy: Policy) -> str:
     """`policy` as a TOML document holding one `[policy]` table."""
     data = policy_to_dict(policy)
-    lines = ["[policy.defaults]"]
+    lines = [] if "taint" not in data else ["[policy]", f"taint = {_toml_str(data['taint'])}", ""]
+    lines += ["[policy.defaults]"]
     lines += [f"{k} = {_toml_str(v)}" for k, v in data["defaults"].items()]
     for layer in data["layers"]:
         lines += ["", "[[policy.layers]]", f"name = {_toml_str(layer['name'])}"]

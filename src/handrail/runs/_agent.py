@@ -363,6 +363,8 @@ class _Runner:
             manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
             record_contents=agent.record_contents,
         )
+        # What the task and the instructions say is trusted (docs/taint.md).
+        self.scope.provenance.trust_text("task", run.task, agent.instructions)
         self.gate = Gate(self.scope)
         self.offered = self.gate.offered()
         # Counted once here, then kept up to date: per-turn work never re-walks the history.
@@ -724,6 +726,9 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
     runner = _Runner(agent, store, run, policy, remembered, messages,
                      approver or DeferAll(), responder or ResponderNone(), on_event)
     runner._resumed = True
+    # The taint index as it stood: every output the run has seen, and every vouched value.
+    # (Off the event loop: it is the whole history's text, indexed once.)
+    await anyio.to_thread.run_sync(runner.gate.restore_provenance, await store.calls(run_id))
     return await runner.drive(cancel)
 
 

@@ -191,6 +191,10 @@ class CallRecord:
     """When the body started."""
     ended_at: float | None = None
     """When the call ended."""
+    provenance: dict[str, Any] | None = None
+    """Where its output stands for the taint check, once it ran: `{"output": "trusted" |
+    "untrusted", "trusted": [values the tool vouched for: ctx.trust, sanitizes]}`. A resumed
+    run rebuilds its taint index from these and the results (docs/taint.md)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

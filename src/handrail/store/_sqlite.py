@@ -219,7 +219,8 @@ def _m0003_log(db: sqlite3.Connection) -> None:
     # edge: a commit writes one or two pages of it) instead of updating `messages` and `calls`
     # (three to four pages). The log is folded into those tables off the hot path, and before
     # any read of them, so every reader (and plain SQL) sees the tables complete.
-    # kind 0: a message (c0 = seq, c1 = data); kind 1: a call record (c0..c21 = its columns).
+    # kind 0: a message (c0 = seq, c1 = data); kind 1: a call record (c0..c21 = its columns;
+    # c22, the provenance, from migration 0004).
     columns = ", ".join(f"c{i}" for i in range(22))
     _script(
         db,
@@ -232,12 +233,18 @@ def _m0003_log(db: sqlite3.Connection) -> None:
         )
         """,
     )
+def _m0004_call_provenance(db: sqlite3.Connection) -> None:
+    # Where a call's output stands for the taint check (CallRecord.provenance), as JSON; the
+    # log carries it too (c22) until the fold moves it into `calls`.
+    db.execute("ALTER TABLE calls ADD COLUMN provenance TEXT")
+    db.execute("ALTER TABLE log ADD COLUMN c22")
 
 
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_clustered_calls_and_messages", _m0002_clustered_calls_and_messages),
     ("0003_log", _m0003_log),
+    ("0004_call_provenance", _m0004_call_provenance),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`."""
 
@@ -266,7 +273,7 @@ _RUN_COLUMNS = (
 _CALL_COLUMNS = (
     "id, run_id, call_id, turn, idx, model_name, tool, arguments, arguments_digest, "
     "performed_arguments, actions, verdict, decision, decided_by, status, result, disposition, "
-    "error, answers, pending_id, started_at, ended_at"
+    "error, answers, pending_id, started_at, ended_at, provenance"
 )
 _PENDING_COLUMNS = (
     "id, kind, run_id, call_record, agent, tool, payload, created_at, state, decision, "
@@ -290,15 +297,15 @@ _RUN_UPSERT = (
 
 _LOG_MESSAGE = "INSERT INTO log (kind, run_id, c0, c1) VALUES (0, ?, ?, ?)"
 _LOG_CALL = (
-    f"INSERT INTO log (kind, run_id, {', '.join(f'c{i}' for i in range(22))}) "
-    f"VALUES (1, ?, {','.join('?' * 22)})"
+    f"INSERT INTO log (kind, run_id, {', '.join(f'c{i}' for i in range(23))}) "
+    f"VALUES (1, ?, {','.join('?' * 23)})"
 )
 _FOLD = (
     # In log order: a later record of the same message or call replaces an earlier one.
     "INSERT OR REPLACE INTO messages (run_id, seq, data) "
     "SELECT run_id, c0, c1 FROM log WHERE kind = 0 AND id <= :upto ORDER BY id",
     f"INSERT INTO calls ({_CALL_COLUMNS}) "
-    f"SELECT {', '.join(f'c{i}' for i in range(22))} FROM log WHERE kind = 1 AND id <= :upto "
+    f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log WHERE kind = 1 AND id <= :upto "
     "ORDER BY id ON CONFLICT(id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _CALL_COLUMNS.split(", ")[1:]),
     "DELETE FROM log WHERE id <= :upto",
@@ -353,7 +360,7 @@ def _call_row(c: CallRecord) -> tuple[Any, ...]:
             c.arguments_digest, _dumps(c.performed_arguments), _dumps(c.actions),
             _dumps(c.verdict), _dumps(c.decision), c.decided_by, c.status.value,
             _dumps(c.result), c.disposition, c.error, _dumps(c.answers), c.pending_id,
-            c.started_at, c.ended_at)
+            c.started_at, c.ended_at, _dumps(c.provenance))
 
 
 def _call_from(row: tuple[Any, ...]) -> CallRecord:
@@ -363,7 +370,7 @@ def _call_from(row: tuple[Any, ...]) -> CallRecord:
         performed_arguments=_loads(row[9]), actions=_loads(row[10]), verdict=_loads(row[11]),
         decision=_loads(row[12]), decided_by=row[13], status=CallStatus(row[14]),
         result=_loads(row[15]), disposition=row[16], error=row[17], answers=_loads(row[18]),
-        pending_id=row[19], started_at=row[20], ended_at=row[21],
+        pending_id=row[19], started_at=row[20], ended_at=row[21], provenance=_loads(row[22]),
     )
 
 

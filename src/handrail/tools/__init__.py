@@ -47,6 +47,12 @@ from handrail.tools._steps import (
     Respond,
     Submit,
 )
+from handrail.tools._taint import (
+    MIN_SUBSTRING,
+    Provenance,
+    Taint,
+    pointer_values,
+)
 from handrail.tools._tool import FunctionTool, Tool, tool
 from handrail.tools._toolbox import SchemaTool, Toolbox, Toolset, as_impl
 from handrail.tools._workspace import (
@@ -63,6 +69,7 @@ from handrail.tools._workspace import (
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_BYTES",
     "DEFAULT_SERVER",
+    "MIN_SUBSTRING",
     "PATH_LIKE_NAMES",
     "PATH_MAX",
     "Act",
@@ -85,12 +92,14 @@ __all__ = [
     "Json",
     "OutsideWorkspace",
     "PathChanged",
+    "Provenance",
     "Question",
     "ReadPath",
     "ResourceLink",
     "Respond",
     "SchemaTool",
     "Submit",
+    "Taint",
     "Text",
     "Tool",
     "ToolHandler",
@@ -113,6 +122,7 @@ __all__ = [
     "check_argument_payload",
     "decided_paths",
     "issues_from_validation_error",
+    "pointer_values",
     "raise_body_error",
     "resolve_in_workspace",
     "scrub_host_paths",

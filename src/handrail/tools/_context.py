@@ -87,8 +87,8 @@ class CallContext:
     with its recorded answers, so anything done before a question may be done twice.
     """
 
-    __slots__ = ("_interactions", "_permits", "agent", "call_id", "deps", "run_id", "tool_id",
-                 "workspace")
+    __slots__ = ("_interactions", "_permits", "_trusted", "agent", "call_id", "deps", "run_id",
+                 "tool_id", "workspace")
 
     def __init__(
         self,
@@ -101,6 +101,7 @@ class CallContext:
         workspace: Path | None = None,
         deps: Any = None,
         permits: Callable[[Action], bool] | None = None,
+        trusted: list[Any] | None = None,
     ) -> None:
         self.call_id = call_id
         """The call's id, as the model gave it."""
@@ -116,6 +117,7 @@ class CallContext:
         """Whatever the host passed as `deps` (a database handle, a client...)."""
         self._interactions = interactions
         self._permits = permits
+        self._trusted = trusted
 
     def permits(self, action: Action) -> bool:
         """Whether the policy in force allows `action` outright (not ask, not deny).
@@ -126,6 +128,30 @@ class CallContext:
         everything is permitted.
         """
         return True if self._permits is None else self._permits(action)
+
+    def trust(self, value: Any) -> None:
+        """Vouch for `value`: the tool has validated it, so it is trusted from now on.
+
+        An explicit, recorded act (the call's record keeps what it trusted): a later call may
+        use this value in a protected argument without a person, even where it also appeared
+        in untrusted output. Strings, numbers, and lists or objects of them (each leaf).
+        Outside an agent run it does nothing.
+
+        Raises:
+            UserError: `value` is not JSON data, or is larger than 64 KiB as JSON.
+        """
+        import json
+
+        try:
+            size = len(json.dumps(value))
+        except (TypeError, ValueError):
+            raise UserError(f"ctx.trust takes JSON data (strings, numbers, lists, objects), "
+                            f"not {type(value).__name__}") from None
+        if size > 65536:
+            raise UserError(f"ctx.trust takes at most 64 KiB of JSON, got {size} bytes: vouch "
+                            "for the values a later call will use, not a whole document")
+        if self._trusted is not None:
+            self._trusted.append(value)
 
     async def ask(self, question: Question) -> str:
         """Ask the caller `question` and wait for the answer.

@@ -317,6 +317,7 @@ class ToolHandler:
         "_permits",
         "_replay",
         "_run_id",
+        "_trusted",
         "_workspace",
         "call_id",
         "state",
@@ -333,8 +334,10 @@ class ToolHandler:
         permits: Any = None,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
         decided_paths: Mapping[str, str] | None = None,
+        trusted: list[Any] | None = None,
     ) -> None:
         self._impl = impl
+        self._trusted = trusted
         self._decided = decided_paths
         self._permits = permits
         self._run_id = run_id
@@ -421,6 +424,7 @@ class ToolHandler:
                 workspace=self._workspace,
                 deps=self._deps,
                 permits=self._permits,
+                trusted=self._trusted,
             )
         coro = impl.execute(validated, ctx)
         if not spec.interactions and spec.timeout is None:

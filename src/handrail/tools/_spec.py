@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from handrail.errors import UserError
 from handrail.tools._names import ToolId
+from handrail.tools._taint import check_pointers
 
 __all__ = ["InteractionKind", "ToolSpec"]
 
@@ -44,6 +45,15 @@ class ToolSpec:
     """The interaction kinds the tool may use: `"question"` (`ctx.ask`), `"form"` (`ctx.elicit`)."""
     timeout: float | None = None
     """Per-call deadline in seconds; None for no deadline."""
+    protected: tuple[str, ...] = ()
+    """JSON Pointers of the arguments that must not come from untrusted output without a
+    person (`/to`, `/amount`, `/path`); see docs/taint.md."""
+    trusted_output: bool = False
+    """Whether this tool's output is trusted data (a manifest grant may override it); by
+    default every tool result is untrusted."""
+    sanitizes: tuple[str, ...] = ()
+    """JSON Pointers into the structured output whose values the tool has validated: they
+    become trusted for the rest of the run (recorded with the call)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, ToolId):
@@ -73,6 +83,11 @@ class ToolSpec:
                 "use 'question' and/or 'form'"
             )
         object.__setattr__(self, "interactions", kinds)
+        tool = str(self.id)
+        object.__setattr__(self, "protected", check_pointers(tool, "protected", self.protected))
+        object.__setattr__(self, "sanitizes", check_pointers(tool, "sanitizes", self.sanitizes))
+        if not isinstance(self.trusted_output, bool):
+            raise UserError(f"tool '{self.id}': trusted_output must be True or False")
         if self.timeout is not None and not self.timeout > 0:
             raise UserError(f"tool '{self.id}': timeout must be a positive number of seconds")
 

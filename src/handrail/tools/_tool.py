@@ -189,6 +189,9 @@ class FunctionTool(ToolImpl, Generic[P, R]):
         timeout: float | None = None,
         interactions: Iterable[str] = (),
         actions: Callable[..., Sequence[Action]] | None = None,
+        protected: Iterable[str] = (),
+        trusted_output: bool = False,
+        sanitizes: Iterable[str] = (),
     ) -> None:
         if not callable(fn):
             raise UserError(f"@hr.tool decorates a function, not {type(fn).__name__}")
@@ -282,6 +285,9 @@ class FunctionTool(ToolImpl, Generic[P, R]):
             idempotent=idempotent,
             interactions=interactions,
             timeout=timeout,
+            protected=_pointers(protected),
+            trusted_output=trusted_output,
+            sanitizes=_pointers(sanitizes),
         )
         functools.update_wrapper(self, fn)
         warn_unguarded(self)
@@ -358,6 +364,11 @@ def merge_actions(declared: list[Action], derived: list[Action]) -> list[Action]
     return declared + [a for a in derived if (a.act, a.target) not in seen]
 
 
+def _pointers(pointers: Iterable[str]) -> tuple[str, ...]:
+    # A string is passed through whole: ToolSpec refuses it with a message naming the tool.
+    return pointers if isinstance(pointers, str) else tuple(pointers)  # type: ignore[return-value]
+
+
 def _kinds(tool_id: ToolId, interactions: Iterable[str]) -> frozenset[str]:
     if isinstance(interactions, str):
         raise UserError(f"tool '{tool_id}': interactions takes a set of kinds, e.g. "
@@ -380,6 +391,9 @@ def tool(
     timeout: float | None = None,
     interactions: Iterable[str] = (),
     actions: Callable[..., Sequence[Action]] | None = None,
+    protected: Iterable[str] = (),
+    trusted_output: bool = False,
+    sanitizes: Iterable[str] = (),
 ) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
 
 
@@ -395,6 +409,9 @@ def tool(
     timeout: float | None = None,
     interactions: Iterable[str] = (),
     actions: Callable[..., Sequence[Action]] | None = None,
+    protected: Iterable[str] = (),
+    trusted_output: bool = False,
+    sanitizes: Iterable[str] = (),
 ) -> FunctionTool[P, R] | Callable[[Callable[P, R]], FunctionTool[P, R]]:
     """Declare a tool from a sync or async function.
 
@@ -416,11 +433,18 @@ def tool(
         interactions: Interaction kinds the tool may use: `"question"`, `"form"`.
         actions: A function of the arguments returning the `Action`s a call touches; default
             `CALL server/name`.
+        protected: JSON Pointers of the arguments that must not come from untrusted tool
+            output without a person (`["/to", "/amount"]`); see docs/taint.md.
+        trusted_output: Whether this tool's output is trusted data (default False: every
+            tool result is untrusted).
+        sanitizes: JSON Pointers into the structured output whose values the tool has
+            validated; they become trusted for the rest of the run.
     """
     def wrap(f: Callable[P, R]) -> FunctionTool[P, R]:
         return FunctionTool(
             f, server=server, name=name, description=description, mutates=mutates,
             idempotent=idempotent, timeout=timeout, interactions=interactions, actions=actions,
+            protected=protected, trusted_output=trusted_output, sanitizes=sanitizes,
         )
 
     if fn is not None:
@@ -451,8 +475,9 @@ class Tool(BaseModel):
 
     Class keywords: `server`, `name` (default: the class name in snake_case), `description`
     (default: the class docstring), `mutates` (default True), `idempotent`, `timeout`,
-    `interactions`. Field descriptions come from `Field(description=...)`, a docstring under
-    the field, or the class docstring's `Args:`/`Attributes:` section.
+    `interactions`, `protected`, `trusted_output`, `sanitizes` (see docs/taint.md). Field
+    descriptions come from `Field(description=...)`, a docstring under the field, or the
+    class docstring's `Args:`/`Attributes:` section.
     """
 
     model_config = ConfigDict(
@@ -484,7 +509,7 @@ class Tool(BaseModel):
         """Register the subclass as a tool once pydantic has built it."""
         super().__pydantic_init_subclass__()
         known = {"server", "name", "description", "mutates", "idempotent", "timeout",
-                 "interactions"}
+                 "interactions", "protected", "trusted_output", "sanitizes"}
         unknown = set(kwargs) - known
         if unknown:
             raise UserError(f"class {cls.__name__}: unknown hr.Tool keyword(s) {sorted(unknown)}; "
@@ -517,6 +542,9 @@ class _ClassTool(ToolImpl):
         idempotent: bool = False,
         timeout: float | None = None,
         interactions: Iterable[str] = (),
+        protected: Iterable[str] = (),
+        trusted_output: bool = False,
+        sanitizes: Iterable[str] = (),
     ) -> None:
         self.cls = cls
         self.origin = f"class {cls.__module__}.{cls.__qualname__}"
@@ -562,6 +590,9 @@ class _ClassTool(ToolImpl):
             idempotent=idempotent,
             interactions=interactions,
             timeout=timeout,
+            protected=_pointers(protected),
+            trusted_output=trusted_output,
+            sanitizes=_pointers(sanitizes),
         )
 
     def validate(self, arguments: Mapping[str, Any] | str | bytes) -> Tool:

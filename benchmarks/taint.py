@@ -1,0 +1,118 @@
+"""The taint stage's cost per call at 10, 1,000 and 100,000 bytes of untrusted output seen.
+
+Run: .venv/bin/python benchmarks/taint.py
+
+The untrusted history is tool outputs of about 1 KB each (one output when there are fewer
+bytes): English-like words, file paths, addresses and numbers from a fixed vocabulary, so
+grams recur the way they do in real pages. A call has two protected arguments, an address
+(20 characters: the substring path) and a short id (6 characters: the exact path). Rows:
+
+- the index (`Provenance.taint`), value absent (the common case: nothing to find);
+- the index, value present in the oldest output;
+- the peer, measured in the same run: a rescan of the history per call (each stored output
+  normalised again, then searched with `in`), which is what the index replaces;
+- the history already normalised, searched with `in` (the cheapest rescan possible);
+- indexing one output of 1 KB (paid once per call that returns one, at stage 9).
+
+Figures are medians of repeats, in microseconds.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+import tracemalloc
+import unicodedata
+from collections.abc import Callable
+
+from handrail.tools import Provenance
+
+WORDS = ("the report quarterly send notes please review budget server deploy release "
+         "src/app/main.py docs/readme.md alice@example.org 5,000 42 invoice account "
+         "https://example.com/page?id=7 IMPORTANT update meeting draft final").split()
+
+
+def history(total: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    outputs: list[str] = []
+    size = min(1000, total)
+    while sum(len(o) for o in outputs) < total:
+        words: list[str] = ["ref77"]
+        while sum(len(w) + 1 for w in words) < size:
+            words.append(rng.choice(WORDS) + str(rng.randrange(1000)))
+        outputs.append(" ".join(words)[:size])
+    return outputs
+
+
+def median_us(fn: Callable[[], object], *, number: int = 200, repeat: int = 9) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - start) / number)
+    return statistics.median(times) * 1e6
+
+
+def norm(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def main() -> None:
+    sizes = (10, 1_000, 100_000)
+    rows: dict[str, list[float]] = {}
+    memory: list[float] = []
+    for total in sizes:
+        outputs = history(total)
+        prov = Provenance()
+        for i, text in enumerate(outputs):
+            prov.add_output((f"c{i}", "web/fetch"), {"content": [{"kind": "text", "text": text}]},
+                            trusted=False)
+        prov.trust_text("task", "summarise the news and mail bob@example.org")
+        absent = {"to": "mallory@evil.example", "id": "zq7x9w"}
+        first = outputs[0].split()
+        present = {"to": " ".join(first)[:20], "id": first[0]}
+        protected = ["/to", "/id"]
+        assert prov.taint(absent, protected) == []
+        assert len(prov.taint(present, protected)) == 2, present
+        rows.setdefault("index, values absent", []).append(
+            median_us(lambda p=prov, a=absent, w=protected: p.taint(a, w)))
+        rows.setdefault("index, values present (oldest output)", []).append(
+            median_us(lambda p=prov, a=present, w=protected: p.taint(a, w)))
+        needle = norm(absent["to"])
+
+        def rescan(o: list[str] = outputs, n: str = needle) -> bool:
+            return any(n in norm(t) for t in o)
+
+        normalised = [norm(t) for t in outputs]
+        rows.setdefault("peer: rescan the history (normalise + `in`)", []).append(
+            median_us(rescan, number=20 if total > 10_000 else 200))
+        rows.setdefault("peer: `in` over the history already normalised", []).append(
+            median_us(lambda h=normalised, n=needle: any(n in t for t in h)))
+        one = {"content": [{"kind": "text", "text": history(1000, seed=1)[0]}]}
+        rows.setdefault("index one more 1 KB output (stage 9)", []).append(
+            median_us(lambda r=one: Provenance().add_output(("c", "t"), r, trusted=False),
+                      number=50))
+        tracemalloc.start()
+        held = Provenance()
+        for i, text in enumerate(outputs):
+            held.add_output((f"c{i}", "t"), {"content": [{"kind": "text", "text": text}]},
+                            trusted=False)
+        memory.append(tracemalloc.get_traced_memory()[0] / 1024)
+        tracemalloc.stop()
+
+    print("| µs per call | " + " | ".join(f"{s:,} B seen" for s in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for name, values in rows.items():
+        print(f"| {name} | " + " | ".join(f"{v:,.1f}" for v in values) + " |")
+    print("| memory held by the index, KiB | " + " | ".join(f"{m:,.0f}" for m in memory) + " |")
+    index = rows["index, values absent"]
+    peer = rows["peer: rescan the history (normalise + `in`)"]
+    print("\nrescan / index (values absent): " + ", ".join(
+        f"{p / i:,.1f}x at {s:,} B" for s, p, i in zip(sizes, peer, index, strict=True)))
+
+
+if __name__ == "__main__":
+    main()
