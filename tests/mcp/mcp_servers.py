@@ -47,7 +47,7 @@ def npm_bin(name: str) -> str:
         else:
             done = subprocess.run([npm, "install", "--prefix", str(NPM_PREFIX), "--no-audit",
                                    "--no-fund", *NPM_PACKAGES], capture_output=True, text=True,
-                                  timeout=300, check=False)
+                                  timeout=180, check=False)
             if done.returncode != 0:
                 _npm_problem.append(f"npm install failed (registry unreachable?): "
                                     f"{done.stderr.strip()[-300:]}")
