@@ -1,0 +1,183 @@
+"""`handrail serve --stdio` driven by the official `mcp` Python client, approvals from another
+process (`handrail approve`), and exactly-once after approval."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from serve_tools import MANIFEST
+
+import handrail as hr
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+pytestmark = pytest.mark.anyio
+
+HERE = Path(__file__).parent
+
+
+class Served:
+    """A `handrail serve` process, a client session to it, and its store and logs."""
+
+    def __init__(self, session: ClientSession, root: Path) -> None:
+        self.session = session
+        self.root = root
+        self.store_path = root / "runs.db"
+        self.launch_log = root / "launched.log"
+
+    def launched(self) -> list[str]:
+        return self.launch_log.read_text().splitlines() if self.launch_log.exists() else []
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        return await self.session.call_tool(name, arguments)
+
+    async def pending(self) -> list[hr.PendingItem]:
+        store = hr.Store.open(str(self.store_path))
+        try:
+            return [p for p in await store.pending() if p.state == "open"]
+        finally:
+            await store.close()
+
+    async def wait_pending(self, tool: str, known: set[str]) -> hr.PendingItem:
+        """The new open approval for `tool` (the server records it before it waits)."""
+        with anyio.fail_after(30):
+            while True:
+                for item in await self.pending():
+                    if item.tool == tool and item.id not in known:
+                        return item
+                await anyio.sleep(0.05)
+
+    async def cli(self, *args: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "HANDRAIL_AGENT"}
+        done = await anyio.run_process(
+            [sys.executable, "-m", "handrail.cli", *args, "--store", str(self.store_path)],
+            cwd=self.root, env=env, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode()
+
+
+@contextlib.asynccontextmanager
+async def serve(root: Path, *extra: str) -> AsyncIterator[Served]:
+    (root / "handrail.toml").write_text(MANIFEST)
+    env = {**os.environ, "LAUNCH_LOG": str(root / "launched.log"),
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "handrail.cli", "serve", "serve_tools:box", "--stdio",
+              "--store", str(root / "runs.db"), *extra],
+        env=env, cwd=str(root))
+    # The child writes its stderr straight to this file; nothing here blocks on it.
+    with open(root / "serve.stderr", "w") as errlog:  # noqa: ASYNC230
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield Served(session, root)
+
+
+@pytest.fixture(scope="module")
+async def patient(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
+    """A server that waits up to 60 s for an approval."""
+    async with serve(tmp_path_factory.mktemp("patient"), "--approval-timeout", "60") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+async def hasty(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
+    """A server that waits only 0.5 s, then tells the client the call awaits approval."""
+    async with serve(tmp_path_factory.mktemp("hasty"), "--approval-timeout", "0.5") as s:
+        yield s
+
+
+def text(result: Any) -> str:
+    return "\n".join(block.text for block in result.content)
+
+
+async def test_tools_list_shows_the_grants_with_the_manifests_descriptions(
+        patient: Served) -> None:
+    tools = {t.name: t for t in (await patient.session.list_tools()).tools}
+    assert set(tools) == {"add", "launch", "secret"}
+    assert tools["add"].description == "Add two integers."
+    assert tools["add"].annotations is not None and tools["add"].annotations.read_only_hint
+    assert tools["launch"].annotations is not None
+    assert not tools["launch"].annotations.read_only_hint
+
+
+async def test_a_call_passes_the_gate_and_is_recorded_in_the_sessions_run(
+        patient: Served) -> None:
+    result = await patient.call("add", {"a": 2, "b": 3})
+    assert not result.is_error and text(result) == "5"
+    bad = await patient.call("add", {"a": "two", "b": 3})
+    assert bad.is_error and "$.a" in text(bad)
+    denied = await patient.call("secret", {})
+    assert denied.is_error and text(denied) == hr.PolicyDenied.MODEL_MESSAGE
+    unknown = await patient.call("nope", {})
+    assert unknown.is_error and "no tool named" in text(unknown)
+    listed = await patient.cli("runs", "--json")
+    assert "MCP session of" in listed
+    store = hr.Store.open(str(patient.store_path))
+    try:
+        [run] = await store.runs()
+        records = await store.calls(run.id)
+    finally:
+        await store.close()
+    assert [(r.tool, r.status.value) for r in records[:3]] == [
+        ("local/add", "finished"), ("local/add", "refused"), ("local/secret", "refused")]
+
+
+async def test_a_call_that_asks_waits_for_handrail_approve_and_runs_once(
+        patient: Served) -> None:
+    known = {p.id for p in await patient.pending()}
+    async with anyio.create_task_group() as tg:
+        box: list[Any] = []
+
+        async def client() -> None:
+            box.append(await patient.call("launch", {"target": "moon"}))
+
+        tg.start_soon(client)
+        item = await patient.wait_pending("local/launch", known)
+        assert patient.launched() == []  # nothing ran while it waited
+        await patient.cli("approve", item.id)
+    [result] = box
+    assert not result.is_error, text(result)
+    assert text(result) == "launched moon"
+    assert patient.launched() == ["moon"]
+
+
+async def test_past_the_timeout_the_client_is_told_and_the_retry_runs_exactly_once(
+        hasty: Served) -> None:
+    first = await hasty.call("launch", {"target": "mars"})
+    assert first.is_error
+    assert text(first).startswith("awaiting approval: request ap-")
+    request_id = text(first).rpartition(" ")[2]
+    # The same call again, still undecided: the same request, still waiting, nothing ran.
+    again = await hasty.call("launch", {"target": "mars"})
+    assert text(again) == f"awaiting approval: request {request_id}"
+    assert [p.id for p in await hasty.pending()] == [request_id]
+    await hasty.cli("approve", request_id)
+    assert hasty.launched() == []  # approving records; the call runs in the server
+    done = await hasty.call("launch", {"target": "mars"})
+    assert not done.is_error and text(done) == "launched mars"
+    assert hasty.launched() == ["mars"]
+    # A later identical call is a new call: it asks again rather than reusing the approval.
+    later = await hasty.call("launch", {"target": "mars"})
+    assert text(later).startswith("awaiting approval: request ap-")
+    assert text(later) != f"awaiting approval: request {request_id}"
+    assert hasty.launched() == ["mars"]
+
+
+async def test_other_arguments_are_another_call_and_a_denial_reason_reaches_the_client(
+        hasty: Served) -> None:
+    first = await hasty.call("launch", {"target": "venus"})
+    other = await hasty.call("launch", {"target": "pluto"})
+    first_id, other_id = text(first).rpartition(" ")[2], text(other).rpartition(" ")[2]
+    assert first_id != other_id
+    await hasty.cli("deny", other_id, "--reason", "not pluto")
+    denied = await hasty.call("launch", {"target": "pluto"})
+    assert denied.is_error and "not pluto" in text(denied)
+    assert "pluto" not in hasty.launched()
