@@ -13,13 +13,13 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from serve_tools import MANIFEST
 
 import handrail as hr
 from handrail.models import Scripted, call, reply
+from mcp import ClientSession
 
 pytestmark = pytest.mark.anyio
 
