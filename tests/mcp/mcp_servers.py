@@ -7,13 +7,20 @@ cases are skipped with the reason, never silently.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
+
+import handrail as hr
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 ROOT = Path(__file__).resolve().parents[2]
 NPM_PREFIX = ROOT / ".cache" / "npm"
@@ -22,6 +29,7 @@ NPM_PACKAGES = ("@modelcontextprotocol/server-filesystem",
                 "@modelcontextprotocol/inspector")
 BIN = Path(sys.executable).parent
 FIXTURE_SERVER = Path(__file__).with_name("fixture_server.py")
+HERE = Path(__file__).parent
 
 
 def python_bin(name: str) -> str:
@@ -59,3 +67,68 @@ def npm_bin(name: str) -> str:
 
 def node_env() -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "")}
+
+
+def text(result: Any) -> str:
+    """The text of an MCP CallToolResult."""
+    return "\n".join(block.text for block in result.content)
+
+
+class Served:
+    """A `handrail serve` process, a client session to it, and its store and logs."""
+
+    def __init__(self, session: ClientSession, root: Path) -> None:
+        self.session = session
+        self.root = root
+        self.store_path = root / "runs.db"
+        self.launch_log = root / "launched.log"
+
+    def launched(self) -> list[str]:
+        return self.launch_log.read_text().splitlines() if self.launch_log.exists() else []
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        return await self.session.call_tool(name, arguments)
+
+    async def pending(self) -> list[hr.PendingItem]:
+        store = hr.Store.open(str(self.store_path))
+        try:
+            return [p for p in await store.pending() if p.state == "open"]
+        finally:
+            await store.close()
+
+    async def wait_pending(self, tool: str, known: set[str]) -> hr.PendingItem:
+        """The new open approval for `tool` (the server records it before it waits)."""
+        with anyio.fail_after(30):
+            while True:
+                for item in await self.pending():
+                    if item.tool == tool and item.id not in known:
+                        return item
+                await anyio.sleep(0.05)
+
+    async def cli(self, *args: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "HANDRAIL_AGENT"}
+        done = await anyio.run_process(
+            [sys.executable, "-m", "handrail.cli", *args, "--store", str(self.store_path)],
+            cwd=self.root, env=env, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode()
+
+
+@contextlib.asynccontextmanager
+async def serve(root: Path, *args: str, manifest: str) -> AsyncIterator[Served]:
+    """`handrail serve --stdio *args` in `root` (with `manifest` as its handrail.toml)."""
+    (root / "handrail.toml").write_text(manifest)
+    env = {**os.environ, "LAUNCH_LOG": str(root / "launched.log"),
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "handrail.cli", "serve", *args, "--stdio", "--store", str(root / "runs.db")],
+        env=env, cwd=str(root))
+    # The child writes its stderr straight to this file; nothing here blocks on it.
+    with open(root / "serve.stderr", "w") as errlog:  # noqa: ASYNC230
+        async with stdio_client(params, errlog=errlog) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield Served(session, root)
+
+

@@ -3,99 +3,37 @@ process (`handrail approve`), and exactly-once after approval."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from mcp_servers import Served, serve, text
 from serve_tools import MANIFEST
 
 import handrail as hr
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 pytestmark = pytest.mark.anyio
 
 HERE = Path(__file__).parent
 
 
-class Served:
-    """A `handrail serve` process, a client session to it, and its store and logs."""
-
-    def __init__(self, session: ClientSession, root: Path) -> None:
-        self.session = session
-        self.root = root
-        self.store_path = root / "runs.db"
-        self.launch_log = root / "launched.log"
-
-    def launched(self) -> list[str]:
-        return self.launch_log.read_text().splitlines() if self.launch_log.exists() else []
-
-    async def call(self, name: str, arguments: dict[str, Any]) -> Any:
-        return await self.session.call_tool(name, arguments)
-
-    async def pending(self) -> list[hr.PendingItem]:
-        store = hr.Store.open(str(self.store_path))
-        try:
-            return [p for p in await store.pending() if p.state == "open"]
-        finally:
-            await store.close()
-
-    async def wait_pending(self, tool: str, known: set[str]) -> hr.PendingItem:
-        """The new open approval for `tool` (the server records it before it waits)."""
-        with anyio.fail_after(30):
-            while True:
-                for item in await self.pending():
-                    if item.tool == tool and item.id not in known:
-                        return item
-                await anyio.sleep(0.05)
-
-    async def cli(self, *args: str) -> str:
-        env = {k: v for k, v in os.environ.items() if k != "HANDRAIL_AGENT"}
-        done = await anyio.run_process(
-            [sys.executable, "-m", "handrail.cli", *args, "--store", str(self.store_path)],
-            cwd=self.root, env=env, check=False)
-        assert done.returncode == 0, done.stderr.decode()
-        return done.stdout.decode()
-
-
-@contextlib.asynccontextmanager
-async def serve(root: Path, *extra: str) -> AsyncIterator[Served]:
-    (root / "handrail.toml").write_text(MANIFEST)
-    env = {**os.environ, "LAUNCH_LOG": str(root / "launched.log"),
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "handrail.cli", "serve", "serve_tools:box", "--stdio",
-              "--store", str(root / "runs.db"), *extra],
-        env=env, cwd=str(root))
-    # The child writes its stderr straight to this file; nothing here blocks on it.
-    with open(root / "serve.stderr", "w") as errlog:  # noqa: ASYNC230
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield Served(session, root)
-
-
 @pytest.fixture(scope="module")
 async def patient(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
     """A server that waits up to 60 s for an approval."""
-    async with serve(tmp_path_factory.mktemp("patient"), "--approval-timeout", "60") as s:
+    async with serve(tmp_path_factory.mktemp("patient"), "serve_tools:box",
+                     "--approval-timeout", "60", manifest=MANIFEST) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 async def hasty(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
     """A server that waits only 0.5 s, then tells the client the call awaits approval."""
-    async with serve(tmp_path_factory.mktemp("hasty"), "--approval-timeout", "0.5") as s:
+    async with serve(tmp_path_factory.mktemp("hasty"), "serve_tools:box",
+                     "--approval-timeout", "0.5", manifest=MANIFEST) as s:
         yield s
 
-
-def text(result: Any) -> str:
-    return "\n".join(block.text for block in result.content)
 
 
 async def test_tools_list_shows_the_grants_with_the_manifests_descriptions(
