@@ -201,3 +201,52 @@ async def test_progress_notifications_keep_a_long_call_alive(
                                                  {"duration": 5, "steps": 5})
     assert not result.is_error
     assert "completed" in result.render_text().lower()
+
+
+# -- elicitation ----------------------------------------------------------------------------
+
+ELICIT = "every/trigger-elicitation-request"
+
+
+def elicit_agent(everything: hr.mcp.MCPToolset) -> hr.Agent:
+    policy = hr.Policy.default().layer("t").allow("call", ELICIT)
+    return hr.Agent(Scripted([call(ELICIT), reply("thanks")]), [everything], policy=policy)
+
+
+async def test_a_servers_elicitation_is_answered_by_the_runs_responder(
+        everything: hr.mcp.MCPToolset) -> None:
+    store = hr.Store.memory()
+    result = await elicit_agent(everything).run(
+        "go", store=store, responder=hr.FixedResponder('{"name": "Ada Lovelace"}'))
+    assert isinstance(result.outcome, hr.Completed)
+    [record] = await store.calls(result.run_id)
+    assert record.result is not None
+    assert "Ada Lovelace" in hr.ToolResult.from_dict(record.result).render_text()
+    assert record.answers == [{"kind": "submit", "value": {"name": "Ada Lovelace"}}]
+
+
+async def test_an_unanswered_elicitation_pauses_the_run_and_resumes_with_the_answer(
+        everything: hr.mcp.MCPToolset, tmp_path: Path) -> None:
+    store = hr.Store.open(str(tmp_path / "runs.db"))
+    agent = elicit_agent(everything)
+    paused = await agent.run("go", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingAnswer)
+    [item] = [p for p in await store.pending() if p.state == "open"]
+    assert item.payload["kind"] == "form" and "name" in item.payload["schema"]["properties"]
+    resumed = await hr.resume_with_answer(store, paused.outcome.question_id,
+                                          '{"name": "Grace Hopper"}', agent=agent)
+    assert isinstance(resumed.outcome, hr.Completed)
+    [record] = await store.calls(paused.run_id)
+    assert record.result is not None
+    assert "Grace Hopper" in hr.ToolResult.from_dict(record.result).render_text()
+    await store.close()
+
+
+async def test_a_declined_form_is_declined_to_the_server(everything: hr.mcp.MCPToolset) -> None:
+    store = hr.Store.memory()
+    # Not a JSON object of the form's shape: the tool (here: the server) hears a decline.
+    result = await elicit_agent(everything).run("go", store=store,
+                                                responder=hr.FixedResponder('{"name": 5}'))
+    [record] = await store.calls(result.run_id)
+    assert record.result is not None
+    assert "declined" in hr.ToolResult.from_dict(record.result).render_text().lower()

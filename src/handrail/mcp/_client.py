@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -20,6 +21,7 @@ import anyio
 from handrail.errors import (
     ConfigError,
     Disposition,
+    InteractionDeclined,
     ToolError,
     ToolTimeout,
     TransportError,
@@ -194,6 +196,7 @@ class MCPToolset:
         self._restarted_runs: set[str | None] = set()
         self._restart_lock = anyio.Lock()
         self._stderr: IO[bytes] | None = None
+        self._in_flight: list[_InFlight] = []
         self.server_info: Any = None
         """What the server says about itself (recorded, never used as its name)."""
         self.tools_changed = False
@@ -379,7 +382,8 @@ class MCPToolset:
                 streamable_http_client(self.url or "", http_client=client))
         read, write = streams[0], streams[1]
         return await stack.enter_async_context(
-            ClientSession(read, write, message_handler=self._on_message))
+            ClientSession(read, write, message_handler=self._on_message,
+                          elicitation_callback=self._on_elicit))
 
     async def _on_message(self, message: Any) -> None:
         import mcp_types as t
@@ -437,6 +441,9 @@ class MCPToolset:
                     # Hints are recorded, never trusted: only a grant makes a tool read-only.
                     mutates=grant.mutates if grant is not None else True,
                     idempotent=False,
+                    # A server may elicit during any call: the gate drives every MCP call as
+                    # a handler, so the form reaches the run's Responder (or pauses the run).
+                    interactions=frozenset({"form"}),
                     timeout=None,
                 )
                 impl = MCPTool(self, tool.name, spec,
@@ -485,7 +492,11 @@ class MCPToolset:
                           ctx: CallContext | None) -> ToolResult:
         """Send one `tools/call` and map its result (or failure); see `map_mcp_error`.
 
-        The deadline (`timeout`) restarts at each progress notification from the server.
+        The request runs in the connection's task group; this body waits for it, and for any
+        elicitation the server makes meanwhile, which it puts to its own caller with
+        `ctx.elicit` (so the run's Responder answers, or the run pauses). The deadline
+        (`timeout`) restarts at each progress notification and stops while a person is asked.
+        Cancelling this body cancels the request (the SDK tells the server).
         """
         import mcp_types as t
 
@@ -495,25 +506,98 @@ class MCPToolset:
         timeout = self.timeout
         scope = anyio.CancelScope(deadline=anyio.current_time() + timeout
                                   if timeout is not None else float("inf"))
+        send, receive = anyio.create_memory_object_stream[tuple[str, Any]](4)
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            if timeout is not None:
+            if timeout is not None and scope.deadline != float("inf"):
                 scope.deadline = anyio.current_time() + timeout
 
-        request = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,
-                                                                   arguments=arguments))
-        result: t.CallToolResult | None = None
+        async def request() -> None:
+            call = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,
+                                                                    arguments=arguments))
+            outcome: tuple[str, Any] = ("timeout", None)
+            try:
+                with scope:
+                    outcome = ("result", await session.send_request(
+                        call, t.CallToolResult, progress_callback=on_progress))
+            except Exception as exc:  # boundary: mapped by the body, in its own task
+                outcome = ("error", exc)
+            with send, contextlib.suppress(anyio.BrokenResourceError,
+                                           anyio.ClosedResourceError):
+                await send.send(outcome)
+
+        in_flight = _InFlight(send, scope)
+        self._in_flight.append(in_flight)
         try:
-            with scope:
-                result = await session.send_request(request, t.CallToolResult,
-                                                    progress_callback=on_progress)
-        except Exception as exc:
-            raise map_mcp_error(exc, tool=tool_id, server=self.name,
-                                stderr_tail=self.stderr_tail()) from exc
-        if result is None:  # the deadline passed: the SDK sent notifications/cancelled
+            self._tg.start_soon(request)
+            async with receive:
+                while True:
+                    kind, value = await receive.receive()
+                    if kind == "elicit":
+                        params, reply = value
+                        with reply:
+                            await reply.send(await self._elicit(params, ctx, scope, timeout))
+                        continue
+                    break
+        finally:
+            self._in_flight.remove(in_flight)
+            scope.cancel()  # an abandoned body (cancelled, paused) takes its request along
+        if kind == "error":
+            raise map_mcp_error(value, tool=tool_id, server=self.name,
+                                stderr_tail=self.stderr_tail()) from value
+        if kind == "timeout":  # the deadline passed: the SDK sent notifications/cancelled
             raise ToolTimeout(f"MCP server '{self.name}' did not finish '{tool_id}' within "
                               f"{timeout}s (nor report progress)")
-        return from_mcp_result(result, tool=tool_id, max_bytes=self.max_result_bytes)
+        return from_mcp_result(value, tool=tool_id, max_bytes=self.max_result_bytes)
+
+    async def _elicit(self, params: Any, ctx: CallContext | None, scope: anyio.CancelScope,
+                      timeout: float | None) -> Any:
+        """Put a server's form to this call's caller; the answer authorises nothing."""
+        import mcp_types as t
+
+        if ctx is None or getattr(params, "mode", "form") != "form":
+            return t.ElicitResult(action="decline")
+        schema = params.requested_schema
+        schema = schema.model_dump(mode="json", by_alias=True, exclude_none=True) \
+            if hasattr(schema, "model_dump") else dict(schema)
+        scope.deadline = float("inf")  # a person is not the server being slow
+        try:
+            answer = await ctx.elicit(schema, str(params.message)[:MAX_DESCRIPTION])
+        except InteractionDeclined:
+            return t.ElicitResult(action="decline")
+        finally:
+            if timeout is not None:
+                scope.deadline = anyio.current_time() + timeout
+        return t.ElicitResult(action="accept", content=answer)
+
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        """The session's elicitation callback: route the form to the one call in flight."""
+        import mcp_types as t
+
+        if len(self._in_flight) != 1:
+            # With several calls in flight nothing says which one asks; an answer meant for
+            # one call must never reach another, so the server is told no.
+            return t.ElicitResult(action="decline")
+        reply_send, reply_receive = anyio.create_memory_object_stream[Any](1)
+        try:
+            await self._in_flight[0].send.send(("elicit", (params, reply_send)))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            reply_send.close()
+            reply_receive.close()
+            return t.ElicitResult(action="cancel")
+        async with reply_receive:
+            try:
+                return await reply_receive.receive()
+            except anyio.EndOfStream:  # the call ended (paused, cancelled) before answering
+                return t.ElicitResult(action="cancel")
+            finally:
+                reply_send.close()
+
+
+@dataclass(eq=False)
+class _InFlight:
+    send: Any
+    scope: anyio.CancelScope
 
 
 def _closed(session: ClientSession) -> bool:
