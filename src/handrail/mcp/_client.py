@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
@@ -551,7 +551,7 @@ class MCPToolset:
         return from_mcp_result(value, tool=tool_id, max_bytes=self.max_result_bytes)
 
     async def _elicit(self, params: Any, ctx: CallContext | None, scope: anyio.CancelScope,
-                      timeout: float | None) -> Any:
+                      call_seconds: float | None) -> Any:
         """Put a server's form to this call's caller; the answer authorises nothing."""
         import mcp_types as t
 
@@ -566,8 +566,8 @@ class MCPToolset:
         except InteractionDeclined:
             return t.ElicitResult(action="decline")
         finally:
-            if timeout is not None:
-                scope.deadline = anyio.current_time() + timeout
+            if call_seconds is not None:
+                scope.deadline = anyio.current_time() + call_seconds
         return t.ElicitResult(action="accept", content=answer)
 
     async def _on_elicit(self, context: Any, params: Any) -> Any:
