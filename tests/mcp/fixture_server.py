@@ -73,5 +73,24 @@ def wrong_shape() -> dict[str, int]:
     return {"n": 1}
 
 
+@server.tool()
+async def change_tools(ctx: Context) -> str:
+    """Redefine `echo` (a new argument) and add `extra`, then announce tools/list_changed."""
+
+    def echo(text: str, loud: bool = False) -> str:
+        """Echo the text, maybe loudly."""
+        return text.upper() if loud else text
+
+    def extra() -> str:
+        """A tool that appeared later."""
+        return "extra"
+
+    server.remove_tool("echo")
+    server.add_tool(echo, name="echo")
+    server.add_tool(extra, name="extra")
+    await ctx.session.send_tool_list_changed()
+    return "changed"
+
+
 if __name__ == "__main__":
     server.run("stdio")

@@ -255,3 +255,23 @@ async def test_an_unconnected_toolset_says_so() -> None:
     tools = hr.mcp.MCPToolset.stdio("x", name="x")
     with pytest.raises(hr.UserError, match="not connected"):
         hr.Toolbox([tools])
+
+
+async def test_tools_list_changed_refuses_redefined_tools_and_offers_no_new_ones(
+        tmp_path: Path) -> None:
+    argv = (sys.executable, str(FIXTURE_SERVER), str(tmp_path / "calls.log"))
+    async with hr.mcp.MCPToolset.stdio(argv[0], argv[1:], name="fx",
+                                       policy=exec_policy(*argv)) as tools:
+        box = hr.Toolbox([tools])
+        assert (await box.call("fx/change_tools", {})).render_text() == "changed"
+        with anyio.fail_after(10):  # the notification travels after the result
+            while not tools.tools_changed:
+                await anyio.sleep(0.01)
+        with pytest.raises(hr.NotGranted, match="changed the definition of 'echo'") as info:
+            await box.call("fx/echo", {"text": "a"})
+        assert info.value.disposition is hr.Disposition.NOT_SENT
+        assert "fx/extra" not in box
+        assert (await box.call("fx/hyphen-ated.tool", {})).render_text() == "ok"
+        [event] = tools.events
+        assert event["kind"] == "mcp_tools_changed"
+        assert event["changed"] == ["echo"] and event["added"] == ["extra"]

@@ -22,6 +22,7 @@ from handrail.errors import (
     ConfigError,
     Disposition,
     InteractionDeclined,
+    NotGranted,
     ToolError,
     ToolTimeout,
     TransportError,
@@ -197,6 +198,8 @@ class MCPToolset:
         self._restart_lock = anyio.Lock()
         self._stderr: IO[bytes] | None = None
         self._in_flight: list[_InFlight] = []
+        self._definitions: dict[str, bytes] = {}
+        self._drifted: set[str] = set()
         self.server_info: Any = None
         """What the server says about itself (recorded, never used as its name)."""
         self.tools_changed = False
@@ -391,6 +394,28 @@ class MCPToolset:
         if isinstance(message, t.ToolListChangedNotification):
             self.tools_changed = True
 
+    async def _refresh(self, session: ClientSession) -> None:
+        """After `tools/list_changed`: list again and hold the server to what was checked.
+
+        A tool whose definition (schemas, description) changed since the toolset was entered
+        is refused from then on: the manifest check ran against the old one. A new tool is
+        not offered (the Toolbox was built and checked before it existed). Both are recorded
+        as an event; re-entering the toolset checks the new list.
+        """
+        async with self._restart_lock:
+            if not self.tools_changed:
+                return
+            self.tools_changed = False
+            listed = {tool.name: tool for tool in await self._list(session)}
+            changed = sorted(name for name, tool in listed.items()
+                             if name in self._definitions
+                             and _definition(tool) != self._definitions[name])
+            added = sorted(set(listed) - set(self._definitions))
+            removed = sorted(set(self._definitions) - set(listed))
+            self._drifted.update(changed)
+            self.events.append({"kind": "mcp_tools_changed", "server": self.name,
+                                "changed": changed, "added": added, "removed": removed})
+
     async def _list(self, session: ClientSession) -> list[mcp_types.Tool]:
         import mcp_types as t
 
@@ -406,6 +431,7 @@ class MCPToolset:
         return tools
 
     def _build(self, listed: Sequence[mcp_types.Tool]) -> list[MCPTool]:
+        self._definitions = {tool.name: _definition(tool) for tool in listed}
         impls: list[MCPTool] = []
         self.refused_tools = []
         self.ungranted = []
@@ -503,6 +529,16 @@ class MCPToolset:
         tool_id = str(tool.spec.id)
         run_id = ctx.run_id if ctx is not None else None
         session = await self._live_session(tool_id, run_id)
+        if self.tools_changed:
+            try:
+                await self._refresh(session)
+            except Exception as exc:  # boundary: a failed re-list is a failed call
+                raise map_mcp_error(exc, tool=tool_id, server=self.name, sent=False) from exc
+        if tool.remote_name in self._drifted:
+            raise NotGranted(
+                f"MCP server '{self.name}' changed the definition of '{tool.remote_name}' "
+                "after it was checked against the manifest; it is refused until the toolset "
+                "is entered again (and checked)")
         timeout = self.timeout
         scope = anyio.CancelScope(deadline=anyio.current_time() + timeout
                                   if timeout is not None else float("inf"))
@@ -598,6 +634,14 @@ class MCPToolset:
 class _InFlight:
     send: Any
     scope: anyio.CancelScope
+
+
+def _definition(tool: mcp_types.Tool) -> bytes:
+    """What the manifest check saw of a tool, canonically (to notice a changed definition)."""
+    from handrail.manifest import canonical_json
+
+    return canonical_json({"input": tool.input_schema, "output": tool.output_schema,
+                           "description": tool.description})
 
 
 def _closed(session: ClientSession) -> bool:
