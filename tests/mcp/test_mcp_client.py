@@ -265,8 +265,7 @@ async def test_tools_list_changed_refuses_redefined_tools_and_offers_no_new_ones
         box = hr.Toolbox([tools])
         assert (await box.call("fx/change_tools", {})).render_text() == "changed"
         with anyio.fail_after(10):  # the notification travels after the result
-            while not tools.tools_changed:
-                await anyio.sleep(0.01)
+            await tools.list_changed.wait()
         with pytest.raises(hr.NotGranted, match="changed the definition of 'echo'") as info:
             await box.call("fx/echo", {"text": "a"})
         assert info.value.disposition is hr.Disposition.NOT_SENT

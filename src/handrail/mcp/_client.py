@@ -203,7 +203,9 @@ class MCPToolset:
         self.server_info: Any = None
         """What the server says about itself (recorded, never used as its name)."""
         self.tools_changed = False
-        """True once the server announced `tools/list_changed` (refreshed at the next list)."""
+        """True once the server announced `tools/list_changed`, until the next call re-lists."""
+        self.list_changed = anyio.Event()
+        """Set when the server first announces `tools/list_changed`."""
 
     # -- constructors ---------------------------------------------------------------------
 
@@ -393,6 +395,7 @@ class MCPToolset:
 
         if isinstance(message, t.ToolListChangedNotification):
             self.tools_changed = True
+            self.list_changed.set()
 
     async def _refresh(self, session: ClientSession) -> None:
         """After `tools/list_changed`: list again and hold the server to what was checked.
