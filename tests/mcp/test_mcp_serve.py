@@ -119,3 +119,21 @@ async def test_other_arguments_are_another_call_and_a_denial_reason_reaches_the_
     denied = await hasty.call("launch", {"target": "pluto"})
     assert denied.is_error and "not pluto" in text(denied)
     assert "pluto" not in hasty.launched()
+
+
+async def test_two_identical_retries_at_once_perform_the_approved_call_once(
+        hasty: Served) -> None:
+    first = await hasty.call("launch", {"target": "io"})
+    request_id = text(first).rpartition(" ")[2]
+    await hasty.cli("approve", request_id)
+    answers: list[str] = []
+
+    async def retry() -> None:
+        answers.append(text(await hasty.call("launch", {"target": "io"})))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(retry)
+        tg.start_soon(retry)
+    assert hasty.launched().count("io") == 1
+    assert sorted(a.startswith("awaiting approval") for a in answers) == [False, True]
+    assert "launched io" in answers

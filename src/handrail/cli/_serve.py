@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
     mode.add_argument("--http", metavar="HOST:PORT",
                       help="serve streamable HTTP at http://HOST:PORT/mcp")
     p.add_argument("--store", help="the run store (default: $HANDRAIL_STORE or "
-                   "./.handrail/runs.db)")
+                   "./.handrail/runs.db); 'memory' keeps runs in this process only (no "
+                   "approval from another process can reach them)")
     p.add_argument("--workspace", default=".", help="the directory paths are confined to")
     p.add_argument("--approval-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long a call waits for `handrail approve` (default 30)")
@@ -115,7 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
     token = _token(args) if args.http else None
 
     async def main() -> int:
-        store = Store.open(_store_path(args))
+        store = Store.memory() if args.store == "memory" else Store.open(_store_path(args))
         try:
             async with contextlib.AsyncExitStack() as stack:
                 upstream = []

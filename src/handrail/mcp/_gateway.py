@@ -64,6 +64,8 @@ class _Parked:
     turn: int
     call: ToolCall
     request_id: str
+    lock: anyio.Lock
+    """Held while the call is re-entered, so two identical retries drive it once."""
 
 
 class GatewaySession:
@@ -75,7 +77,6 @@ class GatewaySession:
         self.gate = Gate(scope)
         self._turn = 0
         self._parked: dict[tuple[str, str], _Parked] = {}
-        self._locks: dict[tuple[str, str], anyio.Lock] = {}
 
     @property
     def run_id(self) -> str:
@@ -93,14 +94,15 @@ class GatewaySession:
             key = (name, argument_digest(arguments))
         except (TypeError, ValueError):
             return ToolResult.error("The arguments are not JSON.")
-        lock = self._locks.setdefault(key, anyio.Lock())
-        async with lock:
-            parked = self._parked.get(key)
-            if parked is not None:
-                return await self._wait(key, parked)
-            self._turn += 1
-            call = ToolCall(id=f"call-{self._turn}", name=name, arguments=text)
-            return await self._drive(key, self._turn, call, {})
+        parked = self._parked.get(key)
+        if parked is not None:
+            async with parked.lock:
+                if self._parked.get(key) is parked:  # else a twin retry finished it first
+                    return await self._wait(key, parked)
+        # A new call (two identical ones arriving together are two calls, each decided).
+        self._turn += 1
+        call = ToolCall(id=f"call-{self._turn}", name=name, arguments=text)
+        return await self._drive(key, self._turn, call, {})
 
     async def _drive(self, key: tuple[str, str], turn: int, call: ToolCall,
                      existing: dict[str, CallRecord]) -> ToolResult:
@@ -109,15 +111,22 @@ class GatewaySession:
         store = self.gateway.store
         outcome = await self.gate.drive_turn(turn, [call], existing, Batch(run=self._update()))
         outcome.final.run = self._update()
-        await store.write(outcome.final)
         pause = outcome.pause
+        # As in the agent loop, a result need not be durable before the client reads it (the
+        # STARTED mark was, before the tool ran; the next write waits behind this one). A
+        # pause must be: another process decides it.
+        await store.write(outcome.final, wait=pause is not None)
         if pause is None:
             self._parked.pop(key, None)
             return outcome.results[0].result
         if isinstance(pause, AwaitingApproval):
-            parked = _Parked(turn, call, pause.request_id)
+            parked = self._parked.get(key)
+            if parked is not None and parked.request_id == pause.request_id:
+                return await self._wait(key, parked)  # re-entered under its lock already
+            parked = _Parked(turn, call, pause.request_id, anyio.Lock())
             self._parked[key] = parked
-            return await self._wait(key, parked)
+            async with parked.lock:
+                return await self._wait(key, parked)
         if isinstance(pause, AwaitingAnswer):
             return ToolResult.error(f"awaiting an answer: question {pause.question_id} "
                                     "(answer it with `handrail answer`, then call again)")
