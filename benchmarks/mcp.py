@@ -8,7 +8,7 @@ Gateway (`handrail serve`), one stdio hop each, the official client calling `add
       `[[servers]]` entry (two stdio hops)
 
 Client (an agent calling an MCP tool), the SDK server of (a) as the upstream:
-  (d) the SDK's ClientSession.call_tool alone
+  (a) the SDK's ClientSession.call_tool alone (the same figure as the direct case)
   (e) hr.Agent (scripted model, memory store) calling it through MCPToolset and the gate
 
 Each variant: N calls after a warm-up, repeated; median µs per call. Target: (b) <= 1.15 x (a).
@@ -19,28 +19,30 @@ Each variant: N calls after a warm-up, repeated; median µs per call. Target: (b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 # This script is named after the package it measures: run as a script, its own folder is
 # sys.path[0] and `import mcp` would import this file. Drop that entry first.
 if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
 
-import anyio  # noqa: E402  # after the sys.path fix above
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+import anyio  # after the sys.path fix above
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 SDK_SERVER = '''
 from mcp.server.mcpserver import MCPServer
 server = MCPServer("bench")
 
 @server.tool()
-def add(a: int, b: int) -> int:
+async def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b
 
@@ -51,7 +53,7 @@ HR_TOOLS = '''
 import handrail as hr
 
 @hr.tool(mutates=False)
-def add(a: int, b: int) -> int:
+async def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b
 
@@ -85,48 +87,69 @@ args = ["{server}"]
 '''
 
 
-async def _time_session(params: StdioServerParameters, name: str, calls: int,
-                        reps: int) -> list[float]:
-    """Median-able µs/call samples for `reps` batches of `calls` over one session."""
-    samples = []
-    with open(os.devnull, "w") as devnull:  # noqa: ASYNC230  # the child's stderr
-        async with stdio_client(params, errlog=devnull) as (read, write), \
-                ClientSession(read, write) as session:
-            await session.initialize()
-            for i in range(20):  # warm-up
-                await session.call_tool(name, {"a": i, "b": 1})
-            for _ in range(reps):
-                start = time.perf_counter()
-                for i in range(calls):
-                    result = await session.call_tool(name, {"a": i, "b": 1})
-                    assert not result.is_error, result
-                samples.append((time.perf_counter() - start) / calls * 1e6)
-    return samples
+class _Session:
+    """One client session to a server, kept open across repeats."""
+
+    def __init__(self, params: StdioServerParameters, name: str) -> None:
+        self.params, self.name = params, name
+
+    async def __aenter__(self) -> _Session:
+        self._stack = contextlib.AsyncExitStack()
+        devnull = self._stack.enter_context(open(os.devnull, "w"))  # noqa: ASYNC230
+        read, write = await self._stack.enter_async_context(
+            stdio_client(self.params, errlog=devnull))
+        self.session = await self._stack.enter_async_context(ClientSession(read, write))
+        await self.session.initialize()
+        await self.batch(30)  # warm-up
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def batch(self, calls: int) -> float:
+        """µs per call over `calls` sequential calls."""
+        start = time.perf_counter()
+        for i in range(calls):
+            result = await self.session.call_tool(self.name, {"a": i, "b": 1})
+            assert not result.is_error, result
+        return (time.perf_counter() - start) / calls * 1e6
 
 
-async def _time_agent(server: Path, calls: int, reps: int) -> list[float]:
-    import handrail as hr
-    from handrail.models import Scripted, call, reply
+class _AgentPath:
+    """hr.Agent calling the SDK server's `add` through MCPToolset (memory store)."""
 
-    python = sys.executable
-    policy = hr.Policy.default().layer("bench").allow("exec", f"{python} {server}")
-    manifest = hr.Manifest.from_toml(MANIFEST_UPSTREAM.format(python=python, server=server))
-    samples = []
-    async with hr.mcp.MCPToolset.stdio(python, [str(server)], name="up", policy=policy,
-                                       manifest=manifest) as tools:
-        def agent(n: int) -> hr.Agent:
-            return hr.Agent(Scripted([*[call("up/add", {"a": i, "b": 1}) for i in range(n)],
-                                      reply("done")]),
-                            [tools], policy=policy, manifest=manifest, max_steps=n + 2)
+    def __init__(self, server: Path) -> None:
+        self.server = server
 
-        await agent(20).run("warm up")
-        for _ in range(reps):
-            a = agent(calls)
-            start = time.perf_counter()
-            result = await a.run("add")
-            samples.append((time.perf_counter() - start) / calls * 1e6)
-            assert isinstance(result.outcome, hr.Completed), result.outcome
-    return samples
+    async def __aenter__(self) -> _AgentPath:
+        import handrail as hr
+
+        python = sys.executable
+        self.policy = hr.Policy.default().layer("bench").allow("exec", f"{python} {self.server}")
+        self.manifest = hr.Manifest.from_toml(MANIFEST_UPSTREAM.format(python=python,
+                                                                       server=self.server))
+        self.tools = hr.mcp.MCPToolset.stdio(python, [str(self.server)], name="up",
+                                             policy=self.policy, manifest=self.manifest)
+        await self.tools.__aenter__()
+        await self.batch(30)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.tools.__aexit__(None, None, None)
+
+    async def batch(self, calls: int) -> float:
+        import handrail as hr
+        from handrail.models import Scripted, call, reply
+
+        agent = hr.Agent(Scripted([*[call("up/add", {"a": i, "b": 1}) for i in range(calls)],
+                                   reply("done")]),
+                         [self.tools], policy=self.policy, manifest=self.manifest,
+                         max_steps=calls + 2)
+        start = time.perf_counter()
+        result = await agent.run("add")
+        elapsed = time.perf_counter() - start
+        assert isinstance(result.outcome, hr.Completed), result.outcome
+        return elapsed / calls * 1e6
 
 
 def _serve_params(root: Path, target: str | None, store: str) -> StdioServerParameters:
@@ -153,38 +176,35 @@ async def main(calls: int, reps: int) -> None:
             MANIFEST_UPSTREAM.format(python=sys.executable, server=server))
 
         sdk = StdioServerParameters(command=sys.executable, args=[str(server)])
-        rows: list[tuple[str, Callable[[], Awaitable[list[float]]]]] = [
-            ("(a) direct: SDK client -> SDK server", lambda: _time_session(
-                sdk, "add", calls, reps)),
-            ("(b) SDK client -> handrail serve (SQLite file store)", lambda: _time_session(
-                _serve_params(local, "bench_tools:box", str(local / "runs.db")), "add",
-                calls, reps)),
-            ("(b') SDK client -> handrail serve (memory store)", lambda: _time_session(
-                _serve_params(local, "bench_tools:box", "memory"), "add", calls, reps)),
-            ("(c) SDK client -> handrail serve -> SDK server", lambda: _time_session(
-                _serve_params(upstream, None, str(upstream / "runs.db")), "up--add",
-                calls, reps)),
-            ("(d) SDK ClientSession.call_tool alone", lambda: _time_session(
-                sdk, "add", calls, reps)),
-            ("(e) hr.Agent -> MCPToolset -> SDK server", lambda: _time_agent(
-                server, calls, reps)),
+        variants: list[tuple[str, Any]] = [
+            ("(a) direct: SDK client -> SDK server", _Session(sdk, "add")),
+            ("(b) SDK client -> handrail serve (SQLite file store)", _Session(
+                _serve_params(local, "bench_tools:box", str(local / "runs.db")), "add")),
+            ("(b') SDK client -> handrail serve (memory store)", _Session(
+                _serve_params(local, "bench_tools:box", "memory"), "add")),
+            ("(c) SDK client -> handrail serve -> SDK server", _Session(
+                _serve_params(upstream, None, str(upstream / "runs.db")), "up--add")),
+            ("(e) hr.Agent -> MCPToolset -> SDK server", _AgentPath(server)),
         ]
-        medians: dict[str, float] = {}
-        for label, run in rows:
-            samples = await run()
-            medians[label] = statistics.median(samples)
-        direct = medians[rows[0][0]]
-        alone = medians[rows[4][0]]
-        print(f"\n{calls} calls x {reps} repeats, median µs per call\n")
-        print("| case | µs/call | × direct |")
+        samples: dict[str, list[float]] = {label: [] for label, _ in variants}
+        async with contextlib.AsyncExitStack() as stack:
+            opened = [(label, await stack.enter_async_context(v)) for label, v in variants]
+            # Interleaved: each repeat measures every variant once, so a load spike on this
+            # shared machine hits them alike.
+            for _ in range(reps):
+                for label, variant in opened:
+                    samples[label].append(await variant.batch(calls))
+        medians = {label: statistics.median(values) for label, values in samples.items()}
+        direct = medians[variants[0][0]]
+        print(f"\n{calls} calls x {reps} repeats (interleaved), median µs per call\n")
+        print("| case | µs/call | × (a) |")
         print("|---|---|---|")
-        for label, _ in rows:
-            base = alone if label.startswith("(e)") or label.startswith("(d)") else direct
-            print(f"| {label} | {medians[label]:,.0f} | {medians[label] / base:.2f} |")
-        overhead = medians[rows[1][0]] / direct - 1
+        for label, _ in variants:
+            print(f"| {label} | {medians[label]:,.0f} | {medians[label] / direct:.2f} |")
+        overhead = medians[variants[1][0]] / direct - 1
         print(f"\ngateway overhead (b vs a): {overhead:+.1%} (target <= +15%)")
-        print(f"client path overhead (e vs d): {medians[rows[5][0]] / alone - 1:+.1%}")
-
+        print(f"client path overhead (e vs a, the SDK alone): "
+              f"{medians[variants[4][0]] / direct - 1:+.1%}")
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
