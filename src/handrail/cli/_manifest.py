@@ -156,7 +156,15 @@ def _check(args: argparse.Namespace) -> int:
 
     manifest = Manifest.load(args.manifest)
     toolbox, _ = resolve_toolset(args.target)
-    found = problems(toolbox, manifest)
+    notes: list[str] = []
+    if manifest.servers:  # MCP servers: their tools are checked too (see docs/mcp.md)
+        from handrail.mcp._servers import check_with_servers
+
+        found, notes = check_with_servers(toolbox, manifest)
+    else:
+        found = problems(toolbox, manifest)
+    for note in notes:
+        print(f"note: {note}")
     if found:
         print(f"{args.manifest}: the code has drifted from the manifest ({len(found)} problem"
               f"{'s' if len(found) != 1 else ''}):")

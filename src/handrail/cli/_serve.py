@@ -91,7 +91,7 @@ def _token(args: argparse.Namespace) -> str | None:
 def _serve(args: argparse.Namespace) -> int:
     from handrail.cli._runs import _store_path, load_object
     from handrail.manifest import Manifest
-    from handrail.mcp import MCPToolset
+    from handrail.mcp import connect_servers
     from handrail.mcp._gateway import Gateway
     from handrail.store import Store
     from handrail.tools import Toolbox
@@ -119,11 +119,8 @@ def _serve(args: argparse.Namespace) -> int:
         store = Store.memory() if args.store == "memory" else Store.open(_store_path(args))
         try:
             async with contextlib.AsyncExitStack() as stack:
-                upstream = []
-                for decl in (manifest.servers if manifest is not None else ()):
-                    toolset = MCPToolset.from_manifest(decl, manifest=manifest, policy=policy,
-                                                       workspace=args.workspace)
-                    upstream.append(await stack.enter_async_context(toolset))
+                upstream = [] if manifest is None else await stack.enter_async_context(
+                    connect_servers(manifest, policy=policy, workspace=args.workspace))
                 gateway = Gateway(Toolbox([*tools, *upstream]), store=store, manifest=manifest,
                                   policy=policy, workspace=args.workspace,
                                   approval_timeout=args.approval_timeout)
