@@ -3,13 +3,14 @@ process (`handrail approve`), and exactly-once after approval."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp_servers import Served, serve, text
+from mcp_servers import FIXTURE_SERVER, Served, serve, text
 from serve_tools import MANIFEST
 
 import handrail as hr
@@ -137,3 +138,43 @@ async def test_two_identical_retries_at_once_perform_the_approved_call_once(
     assert hasty.launched().count("io") == 1
     assert sorted(a.startswith("awaiting approval") for a in answers) == [False, True]
     assert "launched io" in answers
+
+
+UPSTREAM = """
+[[tools]]
+ref = "fx/die"
+description = "Die."
+
+[[tools]]
+ref = "fx/echo"
+description = "Echo."
+
+[policy]
+extends = "default"
+
+[[policy.layers]]
+name = "servers"
+allow = ["exec:{python} {server}", "call:fx/*"]
+
+[[servers]]
+name = "fx"
+command = "{python}"
+args = ["{server}"]
+"""
+
+
+async def test_an_upstream_servers_restart_is_an_event_of_the_sessions_run(
+        tmp_path: Path) -> None:
+    manifest = UPSTREAM.format(python=sys.executable, server=FIXTURE_SERVER)
+    async with serve(tmp_path, manifest=manifest) as served:
+        died = await served.call("fx--die", {})
+        assert died.is_error and "may have partly taken effect" in text(died)
+        back = await served.call("fx--echo", {"text": "back"})
+        assert text(back) == "back"
+    store = hr.Store.open(str(served.store_path))
+    try:
+        [run] = await store.runs()
+    finally:
+        await store.close()
+    assert [e["kind"] for e in run.events] == ["mcp_server_restarted"]
+    assert "dying on purpose" in run.events[0]["stderr_tail"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -504,7 +505,7 @@ class MCPToolset:
                     disposition=Disposition.NOT_SENT)
             self._restarted_runs.add(run_id)
             self.events.append({"kind": "mcp_server_restarted", "server": self.name,
-                                "run_id": run_id, "stderr_tail": tail})
+                                "run_id": run_id, "stderr_tail": tail, "at": time.time()})
             self._reconnected = anyio.Event()
             self._stop.set()
             with anyio.move_on_after(self.connect_timeout + 5):

@@ -153,6 +153,12 @@ class GatewaySession:
 
     def _update(self) -> RunRecord:
         run = self.run
+        # What happened to upstream servers during this run's calls (a restart) is part of
+        # the run's record.
+        for toolset in self.gateway.upstream:
+            for event in toolset.events:
+                if event.get("run_id") == run.id and event not in run.events:
+                    run.events.append(dict(event))
         now = time.time()
         run.updated_at = now
         run.lease_until = now + self.gateway.store.lease_seconds
@@ -212,6 +218,11 @@ class Gateway:
         self.name = name or "mcp-gateway"
         self.deps = deps
         self.sessions: list[GatewaySession] = []
+        from handrail.mcp._client import MCPTool
+
+        self.upstream = list({id(i.toolset): i.toolset for i in toolbox.impls()
+                              if isinstance(i, MCPTool)}.values())
+        """The MCP toolsets among the tools (their events join the sessions' runs)."""
 
     def offered(self) -> list[ToolSpec]:
         """What clients are shown: the granted tools, with the manifest's descriptions."""
