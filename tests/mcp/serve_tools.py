@@ -28,7 +28,14 @@ def secret() -> str:
     return "the secret"
 
 
-box = hr.Toolbox([add, launch, secret])
+@hr.tool(mutates=False, interactions={"question"})
+async def greet(name: str, ctx: hr.CallContext) -> str:
+    """Ask how to greet, then greet (a tool that asks its caller)."""
+    word = await ctx.ask(hr.Question(f"How should {name} be greeted?"))
+    return f"{word}, {name}"
+
+
+box = hr.Toolbox([add, launch, secret, greet])
 
 MANIFEST = """
 [[tools]]
@@ -43,6 +50,11 @@ description = "Launch a target."
 [[tools]]
 ref = "local/secret"
 description = "Read the secret."
+mutates = false
+
+[[tools]]
+ref = "local/greet"
+description = "Greet someone."
 mutates = false
 
 [policy]

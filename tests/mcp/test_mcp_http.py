@@ -85,7 +85,7 @@ async def test_the_official_client_over_http_with_the_token(http_server: HttpSer
             ClientSession(streams[0], streams[1]) as session:
         await session.initialize()
         names = {t.name for t in (await session.list_tools()).tools}
-        assert names == {"add", "launch", "secret"}
+        assert names == {"add", "launch", "secret", "greet"}
         result = await session.call_tool("add", {"a": 20, "b": 22})
         assert not result.is_error and result.content[0].text == "42"  # type: ignore[union-attr]
         asked = await session.call_tool("launch", {"target": "x"})

@@ -37,7 +37,7 @@ def root(tmp_path: Path) -> Path:
 async def test_inspector_lists_the_granted_tools(root: Path) -> None:
     listed = await inspector(root, "--method", "tools/list")
     tools = {t["name"]: t for t in listed["tools"]}
-    assert set(tools) == {"add", "launch", "secret"}
+    assert set(tools) == {"add", "launch", "secret", "greet"}
     assert tools["add"]["description"] == "Add two integers."
 
 

@@ -40,7 +40,7 @@ async def hasty(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serve
 async def test_tools_list_shows_the_grants_with_the_manifests_descriptions(
         patient: Served) -> None:
     tools = {t.name: t for t in (await patient.session.list_tools()).tools}
-    assert set(tools) == {"add", "launch", "secret"}
+    assert set(tools) == {"add", "launch", "secret", "greet"}
     assert tools["add"].description == "Add two integers."
     assert tools["add"].annotations is not None and tools["add"].annotations.read_only_hint
     assert tools["launch"].annotations is not None
@@ -138,6 +138,16 @@ async def test_two_identical_retries_at_once_perform_the_approved_call_once(
     assert hasty.launched().count("io") == 1
     assert sorted(a.startswith("awaiting approval") for a in answers) == [False, True]
     assert "launched io" in answers
+
+
+async def test_a_tool_that_asks_waits_for_handrail_answer_and_the_retry_gets_it(
+        hasty: Served) -> None:
+    first = await hasty.call("greet", {"name": "Ada"})
+    assert first.is_error and text(first).startswith("awaiting an answer: question q-")
+    question_id = text(first).rpartition(" ")[2]
+    await hasty.cli("answer", question_id, "Hello")
+    done = await hasty.call("greet", {"name": "Ada"})
+    assert not done.is_error and text(done) == "Hello, Ada"
 
 
 UPSTREAM = """

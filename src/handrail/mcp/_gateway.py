@@ -66,6 +66,8 @@ class _Parked:
     request_id: str
     lock: anyio.Lock
     """Held while the call is re-entered, so two identical retries drive it once."""
+    what: str = "approval: request"
+    """What it waits for, as the client is told: `awaiting <what> <id>`."""
 
 
 class GatewaySession:
@@ -119,17 +121,18 @@ class GatewaySession:
         if pause is None:
             self._parked.pop(key, None)
             return outcome.results[0].result
-        if isinstance(pause, AwaitingApproval):
+        if isinstance(pause, AwaitingApproval | AwaitingAnswer):
+            request_id = (pause.request_id if isinstance(pause, AwaitingApproval)
+                          else pause.question_id)
             parked = self._parked.get(key)
-            if parked is not None and parked.request_id == pause.request_id:
+            if parked is not None and parked.request_id == request_id:
                 return await self._wait(key, parked)  # re-entered under its lock already
-            parked = _Parked(turn, call, pause.request_id, anyio.Lock())
+            what = ("approval: request" if isinstance(pause, AwaitingApproval)
+                    else "an answer: question")
+            parked = _Parked(turn, call, request_id, anyio.Lock(), what)
             self._parked[key] = parked
             async with parked.lock:
                 return await self._wait(key, parked)
-        if isinstance(pause, AwaitingAnswer):
-            return ToolResult.error(f"awaiting an answer: question {pause.question_id} "
-                                    "(answer it with `handrail answer`, then call again)")
         return ToolResult.error(f"the call is paused ({pause.kind}); see `handrail show "
                                 f"{self.run_id}`")
 
@@ -145,7 +148,7 @@ class GatewaySession:
             if item is None or item.state != "open":
                 break
             if anyio.current_time() >= deadline:
-                return ToolResult.error(f"awaiting approval: request {parked.request_id}")
+                return ToolResult.error(f"awaiting {parked.what} {parked.request_id}")
             await anyio.sleep(POLL_SECONDS)
         records = {r.call_id: r for r in await store.calls(self.run_id)
                    if r.turn == parked.turn}
