@@ -111,7 +111,7 @@ class GatewaySession:
         from handrail.runs import AwaitingAnswer, AwaitingApproval
 
         store = self.gateway.store
-        outcome = await self.gate.drive_turn(turn, [call], existing, Batch(run=self._update()))
+        outcome = await self.gate.drive_turn(turn, [call], existing, Batch())
         outcome.final.run = self._update()
         pause = outcome.pause
         # As in the agent loop, a result need not be durable before the client reads it (the
