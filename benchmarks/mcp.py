@@ -87,20 +87,49 @@ args = ["{server}"]
 '''
 
 
+def _children() -> set[int]:
+    pids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            pids.update(int(p) for p in (task / "children").read_text().split())
+    return pids
+
+
+def _cpu_seconds(pids: set[int]) -> float:
+    """user + system CPU seconds of these processes and their descendants (Linux /proc)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            kids: set[int] = set()
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    kids.update(int(p) for p in (task / "children").read_text().split())
+            total += _cpu_seconds(kids)
+    return total
+
+
 class _Session:
     """One client session to a server, kept open across repeats."""
 
     def __init__(self, params: StdioServerParameters, name: str) -> None:
         self.params, self.name = params, name
+        self.server_cpu: list[float] = []
+        """Server-side CPU µs per call, per batch (robust to a loaded machine)."""
 
     async def __aenter__(self) -> _Session:
         self._stack = contextlib.AsyncExitStack()
         devnull = self._stack.enter_context(open(os.devnull, "w"))  # noqa: ASYNC230
+        before = _children()
         read, write = await self._stack.enter_async_context(
             stdio_client(self.params, errlog=devnull))
+        self.pids = _children() - before
         self.session = await self._stack.enter_async_context(ClientSession(read, write))
         await self.session.initialize()
         await self.batch(30)  # warm-up
+        self.server_cpu.clear()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -108,11 +137,14 @@ class _Session:
 
     async def batch(self, calls: int) -> float:
         """µs per call over `calls` sequential calls."""
+        cpu = _cpu_seconds(self.pids)
         start = time.perf_counter()
         for i in range(calls):
             result = await self.session.call_tool(self.name, {"a": i, "b": 1})
             assert not result.is_error, result
-        return (time.perf_counter() - start) / calls * 1e6
+        elapsed = time.perf_counter() - start
+        self.server_cpu.append((_cpu_seconds(self.pids) - cpu) / calls * 1e6)
+        return elapsed / calls * 1e6
 
 
 class _AgentPath:
@@ -197,12 +229,19 @@ async def main(calls: int, reps: int) -> None:
         medians = {label: statistics.median(values) for label, values in samples.items()}
         direct = medians[variants[0][0]]
         print(f"\n{calls} calls x {reps} repeats (interleaved), median µs per call\n")
-        print("| case | µs/call | × (a) |")
-        print("|---|---|---|")
+        cpu = {label: statistics.median(v.server_cpu) for label, v in opened
+               if isinstance(v, _Session)}
+        print("| case | µs/call (wall) | × (a) | server CPU µs/call |")
+        print("|---|---|---|---|")
         for label, _ in variants:
-            print(f"| {label} | {medians[label]:,.0f} | {medians[label] / direct:.2f} |")
+            server = f"{cpu[label]:,.0f}" if label in cpu else "-"
+            print(f"| {label} | {medians[label]:,.0f} | {medians[label] / direct:.2f} | "
+                  f"{server} |")
         overhead = medians[variants[1][0]] / direct - 1
-        print(f"\ngateway overhead (b vs a): {overhead:+.1%} (target <= +15%)")
+        print(f"\ngateway overhead (b vs a), wall: {overhead:+.1%} (target <= +15%)")
+        added = cpu[variants[1][0]] - cpu[variants[0][0]]
+        print(f"server CPU the gateway adds per call (b - a): {added:+,.0f} µs "
+              f"({added / direct:+.1%} of the direct call's wall time)")
         print(f"client path overhead (e vs a, the SDK alone): "
               f"{medians[variants[4][0]] / direct - 1:+.1%}")
 

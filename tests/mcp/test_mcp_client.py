@@ -274,3 +274,37 @@ async def test_tools_list_changed_refuses_redefined_tools_and_offers_no_new_ones
         [event] = tools.events
         assert event["kind"] == "mcp_tools_changed"
         assert event["changed"] == ["echo"] and event["added"] == ["extra"]
+
+
+async def test_progress_notifications_reach_on_event(fixture_tools: hr.mcp.MCPToolset) -> None:
+    events: list[hr.RunEvent] = []
+    policy = hr.Policy.default().layer("t").allow("call", "fx/progress")
+    agent = hr.Agent(Scripted([call("fx/progress", {"steps": 3}), reply("x")]),
+                     [fixture_tools], policy=policy)
+    result = await agent.run("go", on_event=events.append)
+    assert isinstance(result.outcome, hr.Completed)
+    progress = [e.detail for e in events if e.kind == "call_progress"]
+    assert [p["progress"] for p in progress] == [0, 1, 2]
+    assert progress[0]["tool"] == "fx/progress" and progress[0]["message"] == "step 0"
+    assert progress[0]["total"] == 3
+
+
+@hr.tool(mutates=False)
+async def crunch(steps: int, ctx: hr.CallContext) -> str:
+    """Report progress, then finish."""
+    for i in range(steps):
+        await ctx.report_progress(i + 1, steps)
+    return "crunched"
+
+
+async def test_a_python_tool_reports_progress_through_the_same_hook() -> None:
+    events: list[hr.RunEvent] = []
+    agent = hr.Agent(Scripted([call("crunch", {"steps": 2}), reply("x")]), [crunch])
+    await agent.run("go", on_event=events.append)
+    assert [(e.detail["progress"], e.detail["total"]) for e in events
+            if e.kind == "call_progress"] == [(1, 2), (2, 2)]
+    # Nobody listening: nothing to call, and the tool runs the same.
+    assert (await hr.Toolbox([crunch]).call("crunch", {"steps": 2})).render_text() == "crunched"
+    result = await hr.Agent(Scripted([call("crunch", {"steps": 2}), reply("x")]),
+                            [crunch]).run("go")
+    assert isinstance(result.outcome, hr.Completed)

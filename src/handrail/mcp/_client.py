@@ -551,6 +551,9 @@ class MCPToolset:
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             if timeout is not None and scope.deadline != float("inf"):
                 scope.deadline = anyio.current_time() + timeout
+            if ctx is not None:  # to the run's on_event, as `call_progress`
+                await ctx.report_progress(progress, total,
+                                          None if message is None else str(message)[:1000])
 
         async def request() -> None:
             call = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,

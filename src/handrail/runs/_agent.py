@@ -296,6 +296,7 @@ class _Runner:
             run_id=run.id, agent=agent.name, toolbox=agent.toolbox, policy=scope_policy,
             store=store, approver=approver, responder=responder, workspace=agent.workspace,
             manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
+            progress=self._progress if on_event is not None else None,
         )
         self.gate = Gate(self.scope)
         self.offered = self.gate.offered()
@@ -312,6 +313,9 @@ class _Runner:
         for name, value in changes.items():
             setattr(run, name, value)
         return run
+
+    async def _progress(self, **detail: Any) -> None:
+        await self._emit("call_progress", **detail)
 
     async def _emit(self, kind: str, **detail: Any) -> None:
         if self.on_event is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -87,8 +87,8 @@ class CallContext:
     with its recorded answers, so anything done before a question may be done twice.
     """
 
-    __slots__ = ("_interactions", "_permits", "agent", "call_id", "deps", "run_id", "tool_id",
-                 "workspace")
+    __slots__ = ("_interactions", "_permits", "_progress", "agent", "call_id", "deps", "run_id",
+                 "tool_id", "workspace")
 
     def __init__(
         self,
@@ -101,6 +101,7 @@ class CallContext:
         workspace: Path | None = None,
         deps: Any = None,
         permits: Callable[[Action], bool] | None = None,
+        progress: Callable[..., Awaitable[None]] | None = None,
     ) -> None:
         self.call_id = call_id
         """The call's id, as the model gave it."""
@@ -116,6 +117,17 @@ class CallContext:
         """Whatever the host passed as `deps` (a database handle, a client...)."""
         self._interactions = interactions
         self._permits = permits
+        self._progress = progress
+
+    async def report_progress(self, progress: float, total: float | None = None,
+                              message: str | None = None) -> None:
+        """Tell the run how far the call has come (an agent's `on_event` gets `call_progress`).
+
+        Outside an agent run, or with nobody listening, it does nothing.
+        """
+        if self._progress is not None:
+            await self._progress(call_id=self.call_id, tool=str(self.tool_id),
+                                 progress=progress, total=total, message=message)
 
     def permits(self, action: Action) -> bool:
         """Whether the policy in force allows `action` outright (not ask, not deny).

@@ -303,6 +303,7 @@ class ToolHandler:
         "_max_bytes",
         "_n",
         "_permits",
+        "_progress",
         "_replay",
         "_run_id",
         "_workspace",
@@ -320,9 +321,11 @@ class ToolHandler:
         deps: Any = None,
         permits: Any = None,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
+        progress: Any = None,
     ) -> None:
         self._impl = impl
         self._permits = permits
+        self._progress = progress
         self._run_id = run_id
         self._agent = agent
         self._workspace = workspace
@@ -405,6 +408,7 @@ class ToolHandler:
                 workspace=self._workspace,
                 deps=self._deps,
                 permits=self._permits,
+                progress=self._progress,
             )
         coro = impl.execute(validated, ctx)
         if not spec.interactions and spec.timeout is None:
