@@ -112,6 +112,7 @@ def _serve(args: argparse.Namespace) -> int:
         host, sep, port_text = args.http.rpartition(":")
         if not sep or not port_text.isdigit():
             raise UserError(f"--http takes HOST:PORT, got {args.http!r}")
+        host = host or "127.0.0.1"  # `:8765` means loopback, never every interface
         port = int(port_text)
     token = _token(args) if args.http else None
 

@@ -31,7 +31,7 @@ from handrail.errors import (
 )
 from handrail.manifest._servers import ArgumentAction, ServerDecl
 from handrail.mcp._content import DEFAULT_MAX_RESULT_BYTES, from_mcp_result
-from handrail.mcp._errors import map_mcp_error
+from handrail.mcp._errors import map_mcp_error, require_sdk
 from handrail.tools import (
     Act,
     Action,
@@ -273,6 +273,7 @@ class MCPToolset:
                 f"'{action.act.value}', {verdict.target!r})")
 
     async def __aenter__(self) -> MCPToolset:
+        require_sdk()
         self._check_start()
         self._closing = False
         self._tg = anyio.create_task_group()

@@ -31,7 +31,7 @@ from handrail.errors import (
     UnknownTool,
 )
 
-__all__ = ["NOT_SENT_CODES", "map_mcp_error"]
+__all__ = ["NOT_SENT_CODES", "map_mcp_error", "require_sdk"]
 
 # JSON-RPC codes (the `mcp_types` constants, spelled here so this table reads on its own).
 PARSE_ERROR = -32700
@@ -46,6 +46,21 @@ NOT_SENT_CODES = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVA
 
 _LINK_ERRORS = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream,
                 OSError)
+
+
+def require_sdk() -> None:
+    """Fail clearly when the `mcp` SDK (the `handrail[mcp]` extra) is not installed.
+
+    Raises:
+        ConfigError: it is not installed.
+    """
+    try:
+        import mcp  # noqa: F401  # only whether it imports
+    except ImportError as exc:
+        from handrail.errors import ConfigError
+
+        raise ConfigError("MCP needs the official SDK: pip install 'handrail[mcp]' "
+                          f"({exc})") from exc
 
 
 def map_mcp_error(exc: BaseException, *, tool: str, server: str, sent: bool = True,

@@ -272,6 +272,9 @@ class Gateway:
 
     def server(self) -> Server[Any]:
         """The low-level MCP server whose handlers pass every call through this gateway."""
+        from handrail.mcp._errors import require_sdk
+
+        require_sdk()
         import mcp_types as t
         from mcp.server.lowlevel import Server
 
