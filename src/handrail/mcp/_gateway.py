@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -49,6 +50,7 @@ DEFAULT_APPROVAL_TIMEOUT = 30.0
 POLL_SECONDS = 0.1
 """How often a waiting call reads the store for a decision made by another process."""
 
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9 ._@+:/-]")
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -94,8 +96,8 @@ class GatewaySession:
         try:
             text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
             key = (name, argument_digest(arguments))
-        except (TypeError, ValueError):
-            return ToolResult.error("The arguments are not JSON.")
+        except (TypeError, ValueError, RecursionError):
+            return ToolResult.error("The arguments are not JSON (or are nested too deeply).")
         parked = self._parked.get(key)
         if parked is not None:
             async with parked.lock:
@@ -291,7 +293,9 @@ class Gateway:
             if found is None or found[0] is not connection:
                 params = getattr(ctx.session, "client_params", None)
                 info = getattr(params, "client_info", None)
-                client = str(getattr(info, "name", None) or "mcp client")[:100]
+                # The client names itself: shown in `handrail runs`, so only plain characters.
+                client = _SAFE_NAME.sub("?", str(getattr(info, "name", None) or "mcp client"))
+                client = client[:100]
                 found = (connection, await self.open_session(client))
                 sessions[key] = found
             return found[1]
