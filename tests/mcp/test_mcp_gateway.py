@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import mcp_types as t
 import pytest
-from mcp import Client
 
 import handrail as hr
 from handrail.mcp import Gateway
+from mcp import Client
 
 pytestmark = pytest.mark.anyio
 
