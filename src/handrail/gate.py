@@ -93,8 +93,8 @@ class RunScope:
     manifest: Any = None
     deps: Any = None
     remembered: list[Rule] = field(default_factory=list)
-    progress: Any = None
-    """Called with a tool's `ctx.report_progress(...)` (keyword details), when someone listens."""
+    events: Any = None
+    """`events(kind, record, **detail)`: a tool's `ctx.report_progress`/`ctx.record_event`."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -477,7 +477,7 @@ class Gate:
                 # The common case needs no state machine: the body cannot ask.
                 ctx = (CallContext(call_id=state.call.id, tool_id=spec.id, run_id=scope.run_id,
                                    agent=scope.agent, workspace=scope.workspace, deps=scope.deps,
-                                   permits=self._permits_for(impl), progress=scope.progress)
+                                   permits=self._permits_for(impl), events=scope.events)
                        if impl.needs_context else None)
                 try:
                     result = await impl.execute(state.validated, ctx)
@@ -500,7 +500,7 @@ class Gate:
         assert impl is not None
         handler = ToolHandler(impl, run_id=scope.run_id, agent=scope.agent,
                               workspace=scope.workspace, deps=scope.deps,
-                              permits=self._permits_for(impl), progress=scope.progress,
+                              permits=self._permits_for(impl), events=scope.events,
                               max_argument_bytes=scope.toolbox.max_argument_bytes)
         out = await handler.step(Invoke(state.call.id, state.record.performed_arguments or {},
                                         answers=list(state.answers)))

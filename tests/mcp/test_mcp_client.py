@@ -212,6 +212,10 @@ async def test_a_server_that_dies_mid_call_is_in_doubt_then_restarted_once_per_r
         # The restart between the first death and the echo is an event of the run.
         assert [e["kind"] for e in tools.events] == ["mcp_server_restarted"]
         assert tools.events[0]["run_id"] == result.run_id
+        # ...and an event of the run's own record.
+        run = await store.run(result.run_id)
+        assert [(e["kind"], e["server"]) for e in run.events] == [("mcp_server_restarted", "fx")]
+        assert "dying on purpose" in run.events[0]["stderr_tail"]
         assert marker.read_text().splitlines() == ["die", "echo back", "die"]
 
 

@@ -487,11 +487,12 @@ class MCPToolset:
 
     # -- calls ----------------------------------------------------------------------------
 
-    async def _live_session(self, tool: str, run_id: str | None) -> ClientSession:
+    async def _live_session(self, tool: str, ctx: CallContext | None) -> ClientSession:
         """The session to send on; a dead stdio server is restarted once per run."""
         session = self._session
         if session is not None and not _closed(session):
             return session
+        run_id = ctx.run_id if ctx is not None else None
         async with self._restart_lock:
             session = self._session
             if session is not None and not _closed(session):
@@ -507,6 +508,9 @@ class MCPToolset:
             self._restarted_runs.add(run_id)
             self.events.append({"kind": "mcp_server_restarted", "server": self.name,
                                 "run_id": run_id, "stderr_tail": tail, "at": time.time()})
+            if ctx is not None:  # an event of the run's record too
+                await ctx.record_event("mcp_server_restarted", server=self.name,
+                                       stderr_tail=tail)
             self._reconnected = anyio.Event()
             self._stop.set()
             with anyio.move_on_after(self.connect_timeout + 5):
@@ -532,8 +536,7 @@ class MCPToolset:
         import mcp_types as t
 
         tool_id = str(tool.spec.id)
-        run_id = ctx.run_id if ctx is not None else None
-        session = await self._live_session(tool_id, run_id)
+        session = await self._live_session(tool_id, ctx)
         if self.tools_changed:
             try:
                 await self._refresh(session)

@@ -156,14 +156,13 @@ class GatewaySession:
                    if r.turn == parked.turn}
         return await self._drive(key, parked.turn, parked.call, records)
 
+    async def call_event(self, kind: str, record: bool, **detail: Any) -> None:
+        """A tool's event: kept in the session's run when asked (written with the turn)."""
+        if record:
+            self.run.events.append({"kind": kind, "at": time.time(), **detail})
+
     def _update(self) -> RunRecord:
         run = self.run
-        # What happened to upstream servers during this run's calls (a restart) is part of
-        # the run's record.
-        for toolset in self.gateway.upstream:
-            for event in toolset.events:
-                if event.get("run_id") == run.id and event not in run.events:
-                    run.events.append(dict(event))
         now = time.time()
         run.updated_at = now
         run.lease_until = now + self.gateway.store.lease_seconds
@@ -223,11 +222,6 @@ class Gateway:
         self.name = name or "mcp-gateway"
         self.deps = deps
         self.sessions: list[GatewaySession] = []
-        from handrail.mcp._client import MCPTool
-
-        self.upstream = list({id(i.toolset): i.toolset for i in toolbox.impls()
-                              if isinstance(i, MCPTool)}.values())
-        """The MCP toolsets among the tools (their events join the sessions' runs)."""
 
     def offered(self) -> list[ToolSpec]:
         """What clients are shown: the granted tools, with the manifest's descriptions."""
@@ -251,6 +245,7 @@ class Gateway:
                          responder=self.responder or ResponderNone(), workspace=self.workspace,
                          manifest=self.manifest, deps=self.deps)
         session = GatewaySession(self, run, scope)
+        scope.events = session.call_event
         self.sessions.append(session)
         return session
 

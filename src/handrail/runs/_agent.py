@@ -296,7 +296,7 @@ class _Runner:
             run_id=run.id, agent=agent.name, toolbox=agent.toolbox, policy=scope_policy,
             store=store, approver=approver, responder=responder, workspace=agent.workspace,
             manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
-            progress=self._progress if on_event is not None else None,
+            events=self._call_event,
         )
         self.gate = Gate(self.scope)
         self.offered = self.gate.offered()
@@ -314,8 +314,12 @@ class _Runner:
             setattr(run, name, value)
         return run
 
-    async def _progress(self, **detail: Any) -> None:
-        await self._emit("call_progress", **detail)
+    async def _call_event(self, kind: str, record: bool, **detail: Any) -> None:
+        """A tool's event (`ctx.report_progress`, `ctx.record_event`): kept if asked, told."""
+        if record:
+            # Written with the run at the end of the turn.
+            self.run.events.append({"kind": kind, "at": time.time(), **detail})
+        await self._emit(kind, **detail)
 
     async def _emit(self, kind: str, **detail: Any) -> None:
         if self.on_event is not None:

@@ -87,7 +87,7 @@ class CallContext:
     with its recorded answers, so anything done before a question may be done twice.
     """
 
-    __slots__ = ("_interactions", "_permits", "_progress", "agent", "call_id", "deps", "run_id",
+    __slots__ = ("_events", "_interactions", "_permits", "agent", "call_id", "deps", "run_id",
                  "tool_id", "workspace")
 
     def __init__(
@@ -101,7 +101,7 @@ class CallContext:
         workspace: Path | None = None,
         deps: Any = None,
         permits: Callable[[Action], bool] | None = None,
-        progress: Callable[..., Awaitable[None]] | None = None,
+        events: Callable[..., Awaitable[None]] | None = None,
     ) -> None:
         self.call_id = call_id
         """The call's id, as the model gave it."""
@@ -117,7 +117,7 @@ class CallContext:
         """Whatever the host passed as `deps` (a database handle, a client...)."""
         self._interactions = interactions
         self._permits = permits
-        self._progress = progress
+        self._events = events
 
     async def report_progress(self, progress: float, total: float | None = None,
                               message: str | None = None) -> None:
@@ -125,9 +125,20 @@ class CallContext:
 
         Outside an agent run, or with nobody listening, it does nothing.
         """
-        if self._progress is not None:
-            await self._progress(call_id=self.call_id, tool=str(self.tool_id),
-                                 progress=progress, total=total, message=message)
+        if self._events is not None:
+            await self._events("call_progress", False, call_id=self.call_id,
+                               tool=str(self.tool_id), progress=progress, total=total,
+                               message=message)
+
+    async def record_event(self, kind: str, **detail: Any) -> None:
+        """Keep an event in the run's record (`RunRecord.events`); `on_event` gets it too.
+
+        For what happened around the call that an operator should see later (a tool's server
+        was restarted...). `detail` must be JSON-compatible. Outside a run it does nothing.
+        """
+        if self._events is not None:
+            await self._events(kind, True, call_id=self.call_id, tool=str(self.tool_id),
+                               **detail)
 
     def permits(self, action: Action) -> bool:
         """Whether the policy in force allows `action` outright (not ask, not deny).

@@ -298,12 +298,12 @@ class ToolHandler:
         "_coro",
         "_deps",
         "_elapsed",
+        "_events",
         "_impl",
         "_interaction",
         "_max_bytes",
         "_n",
         "_permits",
-        "_progress",
         "_replay",
         "_run_id",
         "_workspace",
@@ -321,11 +321,11 @@ class ToolHandler:
         deps: Any = None,
         permits: Any = None,
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
-        progress: Any = None,
+        events: Any = None,
     ) -> None:
         self._impl = impl
         self._permits = permits
-        self._progress = progress
+        self._events = events
         self._run_id = run_id
         self._agent = agent
         self._workspace = workspace
@@ -408,7 +408,7 @@ class ToolHandler:
                 workspace=self._workspace,
                 deps=self._deps,
                 permits=self._permits,
-                progress=self._progress,
+                events=self._events,
             )
         coro = impl.execute(validated, ctx)
         if not spec.interactions and spec.timeout is None:
