@@ -67,6 +67,8 @@ async def test_a_call_passes_the_gate_and_is_recorded_in_the_sessions_run(
         await store.close()
     assert [(r.tool, r.status.value) for r in records[:3]] == [
         ("local/add", "finished"), ("local/add", "refused"), ("local/secret", "refused")]
+    shown = await patient.cli("show", run.id)
+    assert "local/add" in shown and "result: 5" in shown and "local/secret" in shown
 
 
 async def test_a_call_that_asks_waits_for_handrail_approve_and_runs_once(

@@ -30,7 +30,7 @@ import anyio
 from handrail.approval import ResponderNone
 from handrail.errors import NotFound, UserError
 from handrail.gate import Gate, RunScope
-from handrail.models import ToolCall
+from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.policy import Policy
 from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
 from handrail.store._base import new_owner
@@ -80,6 +80,7 @@ class GatewaySession:
         self.run = run
         self.gate = Gate(scope)
         self._turn = 0
+        self._seq = 0  # the next message's position in the run's transcript
         self._parked: dict[tuple[str, str], _Parked] = {}
 
     @property
@@ -104,17 +105,23 @@ class GatewaySession:
                 if self._parked.get(key) is parked:  # else a twin retry finished it first
                     return await self._wait(key, parked)
         # A new call (two identical ones arriving together are two calls, each decided).
+        turn = self._turn
         self._turn += 1
-        call = ToolCall(id=f"call-{self._turn}", name=name, arguments=text)
-        return await self._drive(key, self._turn, call, {})
+        call = ToolCall(id=f"call-{turn + 1}", name=name, arguments=text)
+        return await self._drive(key, turn, call, {})
 
     async def _drive(self, key: tuple[str, str], turn: int, call: ToolCall,
                      existing: dict[str, CallRecord]) -> ToolResult:
         from handrail.runs import AwaitingAnswer, AwaitingApproval
 
         store = self.gateway.store
-        outcome = await self.gate.drive_turn(turn, [call], existing, Batch())
+        first = Batch()
+        if not existing:
+            # The transcript `handrail show` reads: each call is a turn of the client's.
+            first.messages.extend(self._transcript([AssistantMessage([call])]))
+        outcome = await self.gate.drive_turn(turn, [call], existing, first)
         outcome.final.run = self._update()
+        outcome.final.messages.extend(self._transcript(outcome.results))
         pause = outcome.pause
         # As in the agent loop, a result need not be durable before the client reads it (the
         # STARTED mark was, before the tool ran; the next write waits behind this one). A
@@ -160,6 +167,12 @@ class GatewaySession:
         """A tool's event: kept in the session's run when asked (written with the turn)."""
         if record:
             self.run.events.append({"kind": kind, "at": time.time(), **detail})
+
+    def _transcript(self, messages: Sequence[Any]) -> list[tuple[str, int, dict[str, Any]]]:
+        entries = [(self.run.id, self._seq + i, m)
+                   for i, m in enumerate(dump_messages(list(messages)))]
+        self._seq += len(entries)
+        return entries
 
     def _update(self) -> RunRecord:
         run = self.run
