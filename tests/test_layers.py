@@ -45,8 +45,10 @@ LAYERS: dict[str, frozenset[str]] = {
                        "manifest"}),
     "web": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "runs"}),
+    "mcp": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
+                      "gate", "runs"}),
     "cli": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
-                      "builtin", "runs", "web"}),
+                      "builtin", "runs", "web", "mcp"}),
 }
 """Package -> the packages of ours it may import (directly; nothing is implied)."""
 

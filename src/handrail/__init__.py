@@ -226,7 +226,7 @@ _LAZY: dict[str, str] = {
     "tool": "handrail.tools",
 }
 
-_SUBPACKAGES = frozenset({"approval", "builtin", "manifest", "models", "policy", "runs",
+_SUBPACKAGES = frozenset({"approval", "builtin", "manifest", "mcp", "models", "policy", "runs",
                           "store", "tools", "web"})
 
 __version__ = "0.1.0"

@@ -137,6 +137,8 @@ class RunScope:
     """`digest`: a finished call's stored contents become markers; `full`: the bytes stay."""
     provenance: Provenance = field(default_factory=Provenance)
     """The run's trusted text and untrusted tool output, for the taint stage."""
+    events: Any = None
+    """`events(kind, record, **detail)`: a tool's `ctx.report_progress`/`ctx.record_event`."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -721,7 +723,8 @@ class Gate:
                 # The common case needs no state machine: the body cannot ask.
                 ctx = (CallContext(call_id=state.call.id, tool_id=spec.id, run_id=scope.run_id,
                                    agent=scope.agent, workspace=scope.workspace, deps=scope.deps,
-                                   permits=self._permits_for(impl), trusted=state.trusted)
+                                   permits=self._permits_for(impl), trusted=state.trusted,
+                                   events=scope.events)
                        if impl.needs_context else None)
                 try:
                     result = await impl.execute(bound, ctx)
@@ -822,7 +825,7 @@ class Gate:
         assert impl is not None
         handler = ToolHandler(impl, run_id=scope.run_id, agent=scope.agent,
                               workspace=scope.workspace, deps=scope.deps,
-                              permits=self._permits_for(impl),
+                              permits=self._permits_for(impl), events=scope.events,
                               max_argument_bytes=scope.toolbox.max_argument_bytes,
                               decided_paths=state.decided, trusted=state.trusted)
         out = await handler.step(Invoke(state.call.id, state.record.performed_arguments or {},

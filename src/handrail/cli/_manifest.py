@@ -250,7 +250,13 @@ def _check(args: argparse.Namespace) -> int:
                    "error": str(exc)}, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
         return 1
-    found = review(toolbox, manifest, strict=args.strict)
+    notes: list[str] = []
+    if manifest.servers:  # MCP servers: their tools are checked too (see docs/mcp.md)
+        from handrail.mcp import check_with_servers
+
+        found, notes = check_with_servers(toolbox, manifest, strict=args.strict)
+    else:
+        found = review(toolbox, manifest, strict=args.strict)
     if agent:
         found.extend(agent_problems(manifest, instructions=agent.get("instructions"),
                                     model=agent.get("model")))
@@ -259,9 +265,12 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         json.dump({"ok": not errors, "manifest": args.manifest, "target": args.target,
                    "digest": manifest.digest, "strict": args.strict,
-                   "problems": [p.to_dict() for p in found]}, sys.stdout, ensure_ascii=False)
+                   "problems": [p.to_dict() for p in found], "notes": notes}, sys.stdout,
+                  ensure_ascii=False)
         sys.stdout.write("\n")
         return 1 if errors else 0
+    for note in notes:
+        print(f"note: {note}")
     if errors:
         print(f"{args.manifest}: the code has drifted from the manifest ({_count(errors)}):")
         for problem in errors:

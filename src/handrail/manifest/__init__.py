@@ -23,15 +23,18 @@ from handrail.manifest._manifest import (
     Manifest,
     canonical_json,
 )
+from handrail.manifest._servers import ArgumentAction, ServerDecl
 from handrail.manifest._update import update
 
 __all__ = [
     "CANONICAL_FORMAT",
     "AgentSection",
+    "ArgumentAction",
     "Budgets",
     "Grant",
     "Manifest",
     "Problem",
+    "ServerDecl",
     "Severity",
     "agent_problems",
     "canonical_json",

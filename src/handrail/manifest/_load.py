@@ -26,6 +26,7 @@ from handrail.manifest._manifest import (
     output_schema_problem,
     schema_problem,
 )
+from handrail.manifest._servers import SERVER_KEYS, ServerDecl, parse_servers
 from handrail.manifest._toml_out import decode_json
 from handrail.policy import MAX_NESTING, too_deep, without_bom
 from handrail.tools import ToolId
@@ -36,11 +37,12 @@ if TYPE_CHECKING:
 __all__ = ["KNOWN_KEYS", "parse"]
 
 KNOWN_KEYS: dict[str, tuple[str, ...]] = {
-    "": ("agent", "tools", "policy", "budgets"),
+    "": ("agent", "tools", "policy", "budgets", "servers"),
     "agent": ("name", "instructions", "model"),
     "tools": ("ref", "mutates", "description", "idempotent", "arguments", "output",
               "trusted_output"),
     "budgets": ("max_steps", "max_tokens", "max_wall_seconds"),
+    "servers": SERVER_KEYS,  # MCP servers: see _servers.py
 }
 """The keys each section accepts, in the order messages list them."""
 
@@ -50,8 +52,8 @@ _TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)$")
 def _section(path: Path) -> str:
     if not path:
         return "at the top level"
-    if path[0] == "tools" and len(path) > 1:
-        return f"in [[tools]] #{int(path[1]) + 1}"
+    if path[0] in ("tools", "servers") and len(path) > 1:
+        return f"in [[{path[0]}]] #{int(path[1]) + 1}"
     return f"in [{path[0]}]"
 
 
@@ -175,6 +177,12 @@ def parse(text: str, *, source: str = "<string>") -> Manifest:
 
     grants = _grants(reader, data.get("tools", []))
 
+    # -- MCP servers (`[[servers]]`, parsed in _servers.py) -------------------------------
+    servers: list[ServerDecl] = []
+    if "servers" in data:
+        servers = parse_servers(reader, data["servers"])
+    # -- end of MCP servers ----------------------------------------------------------------
+
     if reader.errors:
         reader.errors.sort(key=lambda e: e[0])
         raise ManifestError("\n".join(message for _, message in reader.errors))
@@ -188,7 +196,7 @@ def parse(text: str, *, source: str = "<string>") -> Manifest:
         policy = _policy(reader, section)
 
     return Manifest(agent=agent, grants=tuple(grants), policy=policy, budgets=budgets,
-                    source=source)
+                    source=source, servers=tuple(servers))
 
 
 def _policy(reader: _Reader, section: dict[str, Any]) -> Policy:

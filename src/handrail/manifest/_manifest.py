@@ -22,6 +22,7 @@ from handrail.errors import ManifestError, UserError
 from handrail.tools import ToolId, Toolset, ToolSpec
 
 if TYPE_CHECKING:
+    from handrail.manifest._servers import ServerDecl
     from handrail.manifest._toolsets import SpecSource
     from handrail.policy import Policy
 
@@ -352,6 +353,8 @@ class Manifest:
     """The `[budgets]` section."""
     source: str = "<string>"
     """Where the manifest was read from: its path, or `"<string>"`."""
+    servers: tuple[ServerDecl, ...] = ()
+    """The `[[servers]]` entries: MCP servers whose tools the grants may name."""
     digest: str = field(init=False)
     """`"sha256:"` + the hex SHA-256 of `canonical_json(self.canonical())`."""
     _by_ref: dict[ToolId, Grant] = field(init=False, repr=False)
@@ -457,6 +460,15 @@ class Manifest:
         budgets = {k: _numbers(v) for k, v in self.budgets.canonical().items() if v is not None}
         if budgets:
             blocks.append(out.table("budgets", budgets))
+        for server in self.servers:  # MCP servers; headers too, so the file stays usable
+            entry = {k: v for k, v in server.canonical().items() if v not in (None, [], {})}
+            if server.headers:
+                entry["headers"] = dict(server.headers)
+            if "actions" in entry:
+                entry["actions"] = {tool: [{k: v for k, v in a.items() if v is not None}
+                                           for a in acts]
+                                    for tool, acts in entry["actions"].items()}
+            blocks.append(out.table("servers", entry, array=True))
         return "\n\n".join("\n".join(block) for block in blocks) + "\n"
 
     # -- meaning ---------------------------------------------------------------------------
@@ -467,13 +479,17 @@ class Manifest:
         Every field is present with defaults filled in (an absent value is None); grants are
         sorted by ref; the policy is `Policy.to_dict()`. See docs/manifest.md.
         """
-        return {
+        canonical = {
             "format": CANONICAL_FORMAT,
             "agent": self.agent.canonical(),
             "tools": [g.canonical() for g in sorted(self.grants, key=lambda g: str(g.ref))],
             "policy": None if self.policy is None else self.policy.to_dict(),
             "budgets": self.budgets.canonical(),
         }
+        if self.servers:  # present only when declared, so no earlier digest changes
+            canonical["servers"] = [s.canonical() for s in sorted(self.servers,
+                                                                  key=lambda s: s.name)]
+        return canonical
 
     def grant(self, tool_id: ToolId | str) -> Grant | None:
         """The grant of `tool_id` (a ToolId or `"server/name"`), or None."""

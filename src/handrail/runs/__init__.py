@@ -26,6 +26,7 @@ from handrail.runs._outcome import (
     RunOutcome,
     RunResult,
     outcome_from_dict,
+    outcome_to_dict,
 )
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "RunResult",
     "check_resumable",
     "outcome_from_dict",
+    "outcome_to_dict",
     "record_decision",
     "resume",
     "resume_sync",

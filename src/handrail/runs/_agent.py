@@ -362,6 +362,7 @@ class _Runner:
             store=store, approver=approver, responder=responder, workspace=agent.workspace,
             manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
             record_contents=agent.record_contents,
+            events=self._call_event,
         )
         # What the task and the instructions say is trusted (docs/taint.md).
         self.scope.provenance.trust_text("task", run.task, agent.instructions)
@@ -380,6 +381,13 @@ class _Runner:
         for name, value in changes.items():
             setattr(run, name, value)
         return run
+
+    async def _call_event(self, kind: str, record: bool, **detail: Any) -> None:
+        """A tool's event (`ctx.report_progress`, `ctx.record_event`): kept if asked, told."""
+        if record:
+            # Written with the run at the end of the turn.
+            self.run.events.append({"kind": kind, "at": time.time(), **detail})
+        await self._emit(kind, **detail)
 
     async def _emit(self, kind: str, **detail: Any) -> None:
         if self.on_event is not None:

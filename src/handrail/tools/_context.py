@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -87,8 +87,8 @@ class CallContext:
     with its recorded answers, so anything done before a question may be done twice.
     """
 
-    __slots__ = ("_interactions", "_permits", "_trusted", "agent", "call_id", "deps", "run_id",
-                 "tool_id", "workspace")
+    __slots__ = ("_events", "_interactions", "_permits", "_trusted", "agent", "call_id", "deps",
+                 "run_id", "tool_id", "workspace")
 
     def __init__(
         self,
@@ -102,6 +102,7 @@ class CallContext:
         deps: Any = None,
         permits: Callable[[Action], bool] | None = None,
         trusted: list[Any] | None = None,
+        events: Callable[..., Awaitable[None]] | None = None,
     ) -> None:
         self.call_id = call_id
         """The call's id, as the model gave it."""
@@ -118,6 +119,28 @@ class CallContext:
         self._interactions = interactions
         self._permits = permits
         self._trusted = trusted
+        self._events = events
+
+    async def report_progress(self, progress: float, total: float | None = None,
+                              message: str | None = None) -> None:
+        """Tell the run how far the call has come (an agent's `on_event` gets `call_progress`).
+
+        Outside an agent run, or with nobody listening, it does nothing.
+        """
+        if self._events is not None:
+            await self._events("call_progress", False, call_id=self.call_id,
+                               tool=str(self.tool_id), progress=progress, total=total,
+                               message=message)
+
+    async def record_event(self, kind: str, **detail: Any) -> None:
+        """Keep an event in the run's record (`RunRecord.events`); `on_event` gets it too.
+
+        For what happened around the call that an operator should see later (a tool's server
+        was restarted...). `detail` must be JSON-compatible. Outside a run it does nothing.
+        """
+        if self._events is not None:
+            await self._events(kind, True, call_id=self.call_id, tool=str(self.tool_id),
+                               **detail)
 
     def permits(self, action: Action) -> bool:
         """Whether the policy in force allows `action` outright (not ask, not deny).

@@ -310,6 +310,7 @@ class ToolHandler:
         "_decided",
         "_deps",
         "_elapsed",
+        "_events",
         "_impl",
         "_interaction",
         "_max_bytes",
@@ -335,11 +336,13 @@ class ToolHandler:
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
         decided_paths: Mapping[str, str] | None = None,
         trusted: list[Any] | None = None,
+        events: Any = None,
     ) -> None:
         self._impl = impl
         self._trusted = trusted
         self._decided = decided_paths
         self._permits = permits
+        self._events = events
         self._run_id = run_id
         self._agent = agent
         self._workspace = workspace
@@ -425,6 +428,7 @@ class ToolHandler:
                 deps=self._deps,
                 permits=self._permits,
                 trusted=self._trusted,
+                events=self._events,
             )
         coro = impl.execute(validated, ctx)
         if not spec.interactions and spec.timeout is None:

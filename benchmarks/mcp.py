@@ -1,0 +1,253 @@
+"""MCP both ways: what handrail adds to a trivial MCP tool call, beside the SDK alone.
+
+Gateway (`handrail serve`), one stdio hop each, the official client calling `add(a, b)`:
+  (a) direct: the SDK's own server (MCPServer) serving `add`
+  (b) gateway: `handrail serve --stdio` serving the same `add` as an hr.tool, every call
+      through the gate and recorded (SQLite store file, and in memory)
+  (c) for information: `handrail serve` fronting the SDK server of (a) as an upstream
+      `[[servers]]` entry (two stdio hops)
+
+Client (an agent calling an MCP tool), the SDK server of (a) as the upstream:
+  (a) the SDK's ClientSession.call_tool alone (the same figure as the direct case)
+  (e) hr.Agent (scripted model, memory store) calling it through MCPToolset and the gate
+
+Each variant: N calls after a warm-up, repeated; median µs per call. Target: (b) <= 1.15 x (a).
+
+    .venv/bin/python benchmarks/mcp.py [--calls 300] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# This script is named after the package it measures: run as a script, its own folder is
+# sys.path[0] and `import mcp` would import this file. Drop that entry first.
+if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
+    del sys.path[0]
+
+import anyio  # after the sys.path fix above
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+SDK_SERVER = '''
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("bench")
+
+@server.tool()
+async def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+server.run("stdio")
+'''
+
+HR_TOOLS = '''
+import handrail as hr
+
+@hr.tool(mutates=False)
+async def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+box = hr.Toolbox([add])
+'''
+
+MANIFEST_LOCAL = '''
+[[tools]]
+ref = "local/add"
+description = "Add two numbers."
+mutates = false
+'''
+
+MANIFEST_UPSTREAM = '''
+[[tools]]
+ref = "up/add"
+description = "Add two numbers."
+mutates = false
+
+[policy]
+extends = "default"
+
+[[policy.layers]]
+name = "servers"
+allow = ["exec:{python} {server}"]
+
+[[servers]]
+name = "up"
+command = "{python}"
+args = ["{server}"]
+'''
+
+
+def _children() -> set[int]:
+    pids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            pids.update(int(p) for p in (task / "children").read_text().split())
+    return pids
+
+
+def _cpu_seconds(pids: set[int]) -> float:
+    """user + system CPU seconds of these processes and their descendants (Linux /proc)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            kids: set[int] = set()
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    kids.update(int(p) for p in (task / "children").read_text().split())
+            total += _cpu_seconds(kids)
+    return total
+
+
+class _Session:
+    """One client session to a server, kept open across repeats."""
+
+    def __init__(self, params: StdioServerParameters, name: str) -> None:
+        self.params, self.name = params, name
+        self.server_cpu: list[float] = []
+        """Server-side CPU µs per call, per batch (robust to a loaded machine)."""
+
+    async def __aenter__(self) -> _Session:
+        self._stack = contextlib.AsyncExitStack()
+        devnull = self._stack.enter_context(open(os.devnull, "w"))  # noqa: ASYNC230
+        before = _children()
+        read, write = await self._stack.enter_async_context(
+            stdio_client(self.params, errlog=devnull))
+        self.pids = _children() - before
+        self.session = await self._stack.enter_async_context(ClientSession(read, write))
+        await self.session.initialize()
+        await self.batch(30)  # warm-up
+        self.server_cpu.clear()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def batch(self, calls: int) -> float:
+        """µs per call over `calls` sequential calls."""
+        cpu = _cpu_seconds(self.pids)
+        start = time.perf_counter()
+        for i in range(calls):
+            result = await self.session.call_tool(self.name, {"a": i, "b": 1})
+            assert not result.is_error, result
+        elapsed = time.perf_counter() - start
+        self.server_cpu.append((_cpu_seconds(self.pids) - cpu) / calls * 1e6)
+        return elapsed / calls * 1e6
+
+
+class _AgentPath:
+    """hr.Agent calling the SDK server's `add` through MCPToolset (memory store)."""
+
+    def __init__(self, server: Path) -> None:
+        self.server = server
+
+    async def __aenter__(self) -> _AgentPath:
+        import handrail as hr
+
+        python = sys.executable
+        self.policy = hr.Policy.default().layer("bench").allow("exec", f"{python} {self.server}")
+        self.manifest = hr.Manifest.from_toml(MANIFEST_UPSTREAM.format(python=python,
+                                                                       server=self.server))
+        self.tools = hr.mcp.MCPToolset.stdio(python, [str(self.server)], name="up",
+                                             policy=self.policy, manifest=self.manifest)
+        await self.tools.__aenter__()
+        await self.batch(30)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.tools.__aexit__(None, None, None)
+
+    async def batch(self, calls: int) -> float:
+        import handrail as hr
+        from handrail.models import Scripted, call, reply
+
+        agent = hr.Agent(Scripted([*[call("up/add", {"a": i, "b": 1}) for i in range(calls)],
+                                   reply("done")]),
+                         [self.tools], policy=self.policy, manifest=self.manifest,
+                         max_steps=calls + 2)
+        start = time.perf_counter()
+        result = await agent.run("add")
+        elapsed = time.perf_counter() - start
+        assert isinstance(result.outcome, hr.Completed), result.outcome
+        return elapsed / calls * 1e6
+
+
+def _serve_params(root: Path, target: str | None, store: str) -> StdioServerParameters:
+    args = ["-m", "handrail.cli", "serve", *([target] if target else []), "--stdio",
+            "--store", store]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    return StdioServerParameters(command=sys.executable, args=args, cwd=str(root), env=env)
+
+
+async def main(calls: int, reps: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        server = root / "sdk_server.py"
+        server.write_text(SDK_SERVER)
+        (root / "bench_tools.py").write_text(HR_TOOLS)
+        local = root / "local"
+        local.mkdir()
+        (local / "handrail.toml").write_text(MANIFEST_LOCAL)
+        (local / "bench_tools.py").write_text(HR_TOOLS)
+        upstream = root / "upstream"
+        upstream.mkdir()
+        (upstream / "handrail.toml").write_text(
+            MANIFEST_UPSTREAM.format(python=sys.executable, server=server))
+
+        sdk = StdioServerParameters(command=sys.executable, args=[str(server)])
+        variants: list[tuple[str, Any]] = [
+            ("(a) direct: SDK client -> SDK server", _Session(sdk, "add")),
+            ("(b) SDK client -> handrail serve (SQLite file store)", _Session(
+                _serve_params(local, "bench_tools:box", str(local / "runs.db")), "add")),
+            ("(b') SDK client -> handrail serve (memory store)", _Session(
+                _serve_params(local, "bench_tools:box", "memory"), "add")),
+            ("(c) SDK client -> handrail serve -> SDK server", _Session(
+                _serve_params(upstream, None, str(upstream / "runs.db")), "up--add")),
+            ("(e) hr.Agent -> MCPToolset -> SDK server", _AgentPath(server)),
+        ]
+        samples: dict[str, list[float]] = {label: [] for label, _ in variants}
+        async with contextlib.AsyncExitStack() as stack:
+            opened = [(label, await stack.enter_async_context(v)) for label, v in variants]
+            # Interleaved: each repeat measures every variant once, so a load spike on this
+            # shared machine hits them alike.
+            for _ in range(reps):
+                for label, variant in opened:
+                    samples[label].append(await variant.batch(calls))
+        medians = {label: statistics.median(values) for label, values in samples.items()}
+        direct = medians[variants[0][0]]
+        print(f"\n{calls} calls x {reps} repeats (interleaved), median µs per call\n")
+        cpu = {label: statistics.median(v.server_cpu) for label, v in opened
+               if isinstance(v, _Session)}
+        print("| case | µs/call (wall) | × (a) | server CPU µs/call |")
+        print("|---|---|---|---|")
+        for label, _ in variants:
+            server = f"{cpu[label]:,.0f}" if label in cpu else "-"
+            print(f"| {label} | {medians[label]:,.0f} | {medians[label] / direct:.2f} | "
+                  f"{server} |")
+        overhead = medians[variants[1][0]] / direct - 1
+        print(f"\ngateway overhead (b vs a), wall: {overhead:+.1%} (target <= +15%)")
+        added = cpu[variants[1][0]] - cpu[variants[0][0]]
+        print(f"server CPU the gateway adds per call (b - a): {added:+,.0f} µs "
+              f"({added / direct:+.1%} of the direct call's wall time)")
+        print(f"client path overhead (e vs a, the SDK alone): "
+              f"{medians[variants[4][0]] / direct - 1:+.1%}")
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--reps", type=int, default=5)
+    options = parser.parse_args()
+    anyio.run(main, options.calls, options.reps)

@@ -1,0 +1,139 @@
+"""`handrail serve`: one governed toolset as an MCP server (stdio, or streamable HTTP).
+
+```
+handrail serve [MODULE:OBJECT] [--manifest handrail.toml] [--stdio | --http HOST:PORT]
+               [--store URL] [--approval-timeout SECONDS] [--token-file FILE | --no-auth]
+```
+
+The tools are those of the Toolbox/Agent/Toolset named on the command line plus the MCP
+servers the manifest declares (`[[servers]]`). Every call passes the gate and is recorded in a
+run of the client's session. stdout belongs to the protocol under `--stdio`: everything this
+command says goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import sys
+from typing import Any
+
+import anyio
+
+from handrail.errors import UserError
+
+__all__ = ["register"]
+
+_DEFAULT_MANIFEST = "handrail.toml"
+
+
+def register(sub: Any) -> None:
+    """Add `serve` to the `handrail` parser."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "serve", help="serve a governed toolset over MCP (stdio or streamable HTTP)",
+        description="Expose the tools of MODULE:OBJECT (a Toolbox, Agent or Toolset) and the "
+        "MCP servers the manifest declares as one MCP server; every call passes the gate.")
+    p.add_argument("target", nargs="?", metavar="MODULE:OBJECT",
+                   help="a Toolbox, Agent, Toolset or list of tools (optional)")
+    p.add_argument("--manifest", help=f"the manifest (default {_DEFAULT_MANIFEST} when present)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--stdio", action="store_true", help="serve over stdin/stdout (default)")
+    mode.add_argument("--http", metavar="HOST:PORT",
+                      help="serve streamable HTTP at http://HOST:PORT/mcp")
+    p.add_argument("--store", help="the run store (default: $HANDRAIL_STORE or "
+                   "./.handrail/runs.db); 'memory' keeps runs in this process only (no "
+                   "approval from another process can reach them)")
+    p.add_argument("--workspace", default=".", help="the directory paths are confined to")
+    p.add_argument("--approval-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="how long a call waits for `handrail approve` (default 30)")
+    p.add_argument("--token-file", help="HTTP: read the bearer token from this file")
+    p.add_argument("--no-auth", action="store_true",
+                   help="HTTP: accept clients without a bearer token (explicitly insecure)")
+    p.set_defaults(func=_serve)
+
+
+def _say(text: str) -> None:
+    print(f"handrail serve: {text}", file=sys.stderr, flush=True)
+
+
+def _tools_of(obj: Any) -> tuple[list[Any], Any, Any]:
+    """(tools, policy, manifest) from what MODULE:OBJECT names."""
+    from handrail.runs import Agent
+    from handrail.tools import Toolbox, ToolImpl, Toolset
+
+    if isinstance(obj, Agent):
+        return [obj.toolbox], obj.policy, obj.manifest
+    if isinstance(obj, Toolbox | Toolset | ToolImpl) or hasattr(obj, "__handrail_tool__"):
+        return [obj], None, None
+    if isinstance(obj, list | tuple):
+        return list(obj), None, None
+    raise UserError(f"handrail serve takes a Toolbox, an Agent, a Toolset or a list of tools, "
+                    f"not {type(obj).__name__}")
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.no_auth:
+        return None
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as exc:
+            raise UserError(f"cannot read --token-file {args.token_file}: {exc.strerror}") from exc
+        if len(token) < 16:
+            raise UserError(f"the token in {args.token_file} is shorter than 16 characters")
+        return token
+    return secrets.token_urlsafe(32)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from handrail.cli._runs import _store_path, load_object
+    from handrail.manifest import Manifest
+    from handrail.mcp import Gateway, connect_servers
+    from handrail.store import Store
+    from handrail.tools import Toolbox
+
+    tools: list[Any] = []
+    policy = manifest = None
+    if args.target:
+        tools, policy, manifest = _tools_of(load_object(args.target))
+    path = args.manifest or (_DEFAULT_MANIFEST if os.path.exists(_DEFAULT_MANIFEST) else None)
+    if path is not None:
+        manifest = Manifest.load(path)
+    elif manifest is None and not tools:
+        raise UserError("nothing to serve: name MODULE:OBJECT or a --manifest with [[servers]]")
+    if manifest is not None and manifest.policy is not None:
+        policy = manifest.policy if policy is None else manifest.policy.contain(policy)
+    host, port = None, 0
+    if args.http:
+        host, sep, port_text = args.http.rpartition(":")
+        if not sep or not port_text.isdigit():
+            raise UserError(f"--http takes HOST:PORT, got {args.http!r}")
+        host = host or "127.0.0.1"  # `:8765` means loopback, never every interface
+        port = int(port_text)
+    token = _token(args) if args.http else None
+
+    async def main() -> int:
+        store = Store.memory() if args.store == "memory" else Store.open(_store_path(args))
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                upstream = [] if manifest is None else await stack.enter_async_context(
+                    connect_servers(manifest, policy=policy, workspace=args.workspace))
+                gateway = Gateway(Toolbox([*tools, *upstream]), store=store, manifest=manifest,
+                                  policy=policy, workspace=args.workspace,
+                                  approval_timeout=args.approval_timeout)
+                names = ", ".join(s.id.model_name for s in gateway.offered()) or "(none)"
+                if host is None:
+                    _say(f"serving {names} over stdio")
+                    await gateway.serve_stdio()
+                else:
+                    from handrail.mcp import serve_http
+
+                    await serve_http(gateway, host, port, token=token, announce=_say)
+        finally:
+            await store.close()
+        return 0
+
+    return anyio.run(main)

@@ -1,0 +1,662 @@
+"""`MCPToolset`: another MCP server's tools, each one a `ToolImpl` behind the gate.
+
+One session per toolset, owned by a background task (so a restart of a dead stdio server and the
+final close run in the task that opened the transport, as anyio requires). Tools are listed
+into `ToolSpec`s named `<local name>/<tool>`; the server's annotations are recorded on the spec
+and never trusted: only a manifest grant can make an MCP tool non-mutating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, cast
+
+import anyio
+
+from handrail.errors import (
+    ConfigError,
+    Disposition,
+    InteractionDeclined,
+    NotGranted,
+    ToolError,
+    ToolTimeout,
+    TransportError,
+    UserError,
+)
+from handrail.manifest import ArgumentAction, ServerDecl
+from handrail.mcp._content import DEFAULT_MAX_RESULT_BYTES, from_mcp_result
+from handrail.mcp._errors import map_mcp_error, require_sdk
+from handrail.tools import (
+    Act,
+    Action,
+    CallContext,
+    SchemaTool,
+    ToolId,
+    ToolImpl,
+    ToolName,
+    ToolResult,
+    ToolSpec,
+)
+
+if TYPE_CHECKING:
+    import mcp_types
+
+    from handrail.manifest import Manifest
+    from handrail.policy import Policy
+    from mcp import ClientSession
+
+__all__ = ["MCPTool", "MCPToolset"]
+
+DEFAULT_CALL_TIMEOUT = 60.0
+"""Seconds one call may run without a result or a progress notification."""
+DEFAULT_CONNECT_TIMEOUT = 30.0
+"""Seconds a server may take to start, initialise and list its tools."""
+MAX_DESCRIPTION = 4096
+"""A server's tool description is cut to this many characters (the manifest's replaces it)."""
+_STDERR_TAIL = 2000
+
+
+class MCPTool(SchemaTool):
+    """One tool of an MCP server: validated against its JSON Schema, called over the session."""
+
+    typed = False
+    """Its schema comes from the server, not a Python type (the manifest may state it)."""
+
+    def __init__(self, toolset: MCPToolset, remote: str, spec: ToolSpec,
+                 actions: Sequence[ArgumentAction]) -> None:
+        super().__init__(spec, self._run, origin=f"MCP server '{toolset.name}' tool {remote!r}")
+        self.toolset = toolset
+        self.remote_name = remote
+        """The tool's name on the server (the spec's id carries our local server name)."""
+        self.argument_actions = tuple(actions)
+        """What the manifest says the arguments touch; empty: `call server/tool`."""
+
+    def actions(self, validated: Any) -> list[Action]:
+        """The mapped argument actions, or `call server/tool` when none is mapped.
+
+        Raises:
+            ValueError: a mapped argument does not hold what its act needs (the gate refuses).
+        """
+        out: list[Action] = []
+        for mapping in self.argument_actions:
+            value = validated.get(mapping.argument)
+            if value is None:
+                continue
+            if mapping.act is Act.EXEC:
+                argv = value if isinstance(value, list) else [value]
+                if not argv or not all(isinstance(a, str) for a in argv):
+                    raise ValueError(f"argument '{mapping.argument}' must be an argv (strings)")
+                out.append(Action(Act.EXEC, tuple(argv)))
+                continue
+            targets = value if isinstance(value, list) else [value]
+            content = None
+            if mapping.content is not None:
+                text = validated.get(mapping.content)
+                if isinstance(text, str):
+                    content = text.encode("utf-8", "surrogatepass")
+            for target in targets:
+                if not isinstance(target, str):
+                    raise ValueError(f"argument '{mapping.argument}' must be a string (or a "
+                                     f"list of strings) to be checked as a {mapping.act.value} "
+                                     "target")
+                out.append(Action(mapping.act, target, content))
+        return out or [self.default_action()]
+
+    async def _run(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        return await self.toolset.call_remote(self, arguments, ctx)
+
+
+class MCPToolset:
+    """The tools of one MCP server, as a `Toolset` (see docs/mcp.md).
+
+    ```python
+    policy = hr.Policy.default().layer("mcp").allow("exec", "mcp-server-time")
+    async with hr.mcp.MCPToolset.stdio("mcp-server-time", name="time", policy=policy) as time:
+        agent = hr.Agent(model, [time], policy=policy)
+    ```
+
+    Entering it starts (or connects to) the server, once the policy allows it: a stdio server's
+    argv is an EXEC action, an HTTP server's host a NET action; anything but allow refuses to
+    start (nobody is there to approve at connect time). Leaving it closes the session.
+
+    Args:
+        name: The local name; tools are `name/<tool>` whatever the server calls itself.
+        command: A stdio server's program (or `url`).
+        args: Its arguments.
+        env: Extra environment variables for it.
+        cwd: Its working directory (default: `workspace`).
+        url: A streamable HTTP server's URL (or `command`).
+        headers: HTTP headers for it (a bearer token...).
+        policy: Decides the start action; default `Policy.default()` (which asks: so allow it).
+        workspace: The workspace the policy confines paths to; default the current directory.
+        manifest: When given, a grant's `mutates = false` is what makes a tool non-mutating.
+        actions: Per tool name, what its arguments touch (the manifest's `[servers.actions]`).
+        timeout: Seconds a call may run without a result or progress; per-call deadline.
+        connect_timeout: Seconds to start, initialise and list tools.
+        max_result_bytes: A larger result is refused (InvalidOutput).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        command: str | None = None,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        policy: Policy | None = None,
+        workspace: str | os.PathLike[str] | None = None,
+        manifest: Manifest | None = None,
+        actions: Mapping[str, Sequence[ArgumentAction]] | None = None,
+        timeout: float | None = DEFAULT_CALL_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    ) -> None:
+        try:
+            self.name = str(ToolName(name))
+        except UserError as exc:
+            raise UserError(f"MCPToolset name: {exc}") from None
+        if (command is None) == (url is None):
+            raise UserError(f"MCP server '{name}': give exactly one of command (stdio) or url "
+                            "(streamable HTTP)")
+        if isinstance(args, str):
+            raise UserError(f"MCP server '{name}': args is a list of strings, not one string")
+        self.command = command
+        self.args = tuple(str(a) for a in args)
+        self.env = dict(env or {})
+        self.url = url
+        self.headers = dict(headers or {})
+        self.workspace = Path(workspace or ".").resolve()
+        self.cwd = Path(cwd).resolve() if cwd is not None else self.workspace
+        self.policy = policy
+        self.manifest = manifest
+        self.argument_actions = {k: tuple(v) for k, v in (actions or {}).items()}
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_result_bytes = max_result_bytes
+        self.refused_tools: list[str] = []
+        """Tools the server offered that handrail cannot name (skipped, with the reason)."""
+        self.ungranted: list[str] = []
+        """Tools the server offers that the manifest (when given) does not grant: left out."""
+        self.events: list[dict[str, Any]] = []
+        """What happened to the connection (restarts), newest last."""
+        self._impls: list[MCPTool] = []
+        self._session: ClientSession | None = None
+        self._tg: Any = None
+        self._stop = anyio.Event()
+        self._reconnected = anyio.Event()
+        self._restart_error: BaseException | None = None
+        self._closing = False
+        self._restarted_runs: set[str | None] = set()
+        self._restart_lock = anyio.Lock()
+        self._stderr: IO[bytes] | None = None
+        self._in_flight: list[_InFlight] = []
+        self._definitions: dict[str, bytes] = {}
+        self._drifted: set[str] = set()
+        self.server_info: Any = None
+        """What the server says about itself (recorded, never used as its name)."""
+        self.tools_changed = False
+        """True once the server announced `tools/list_changed`, until the next call re-lists."""
+        self.list_changed = anyio.Event()
+        """Set when the server first announces `tools/list_changed`."""
+
+    # -- constructors ---------------------------------------------------------------------
+
+    @classmethod
+    def stdio(cls, command: str, args: Sequence[str] = (), *, name: str,
+              env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+              **options: Any) -> MCPToolset:
+        """A server started as a subprocess and spoken to over its stdin/stdout."""
+        return cls(name=name, command=command, args=args, env=env, cwd=cwd, **options)
+
+    @classmethod
+    def http(cls, url: str, *, name: str, headers: Mapping[str, str] | None = None,
+             **options: Any) -> MCPToolset:
+        """A server reached over streamable HTTP."""
+        return cls(name=name, url=url, headers=headers, **options)
+
+    @classmethod
+    def from_manifest(cls, decl: ServerDecl, *, manifest: Manifest | None = None,
+                      **options: Any) -> MCPToolset:
+        """The server a manifest's `[[servers]]` entry declares."""
+        if decl.timeout is not None:
+            options.setdefault("timeout", decl.timeout)
+        return cls(name=decl.name, command=decl.command, args=decl.args, env=decl.env,
+                   cwd=decl.cwd, url=decl.url, headers=decl.headers, manifest=manifest,
+                   actions=decl.actions, **options)
+
+    # -- the Toolset protocol -------------------------------------------------------------
+
+    def impls(self) -> list[ToolImpl]:
+        """The server's tools (the Toolset protocol).
+
+        Raises:
+            UserError: the toolset is not connected (enter `async with toolset` first).
+        """
+        if self._session is None:
+            raise UserError(f"MCP server '{self.name}' is not connected: enter "
+                            "`async with toolset:` before handing it to an Agent or Toolbox")
+        return list(self._impls)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start_action(self) -> Action:
+        """What starting the server touches: EXEC of its argv, or NET of its URL's host."""
+        if self.command is not None:
+            return Action(Act.EXEC, (self.command, *self.args))
+        import urllib.parse
+
+        parts = urllib.parse.urlsplit(self.url or "")
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return Action(Act.NET, f"{host}:{port}")
+
+    def _check_start(self) -> None:
+        from handrail.policy import Effect, Policy
+
+        policy = self.policy if self.policy is not None else Policy.default()
+        action = self.start_action()
+        verdict = policy.check(action, workspace=self.workspace)
+        if verdict.effect is not Effect.ALLOW:
+            raise ConfigError(
+                f"starting MCP server '{self.name}' is '{action.describe()}', which the policy "
+                f"does not allow ({verdict.effect.value}: {verdict.reason}); nothing was "
+                "started. Allow it explicitly, e.g. policy.layer('mcp').allow("
+                f"'{action.act.value}', {verdict.target!r})")
+
+    async def __aenter__(self) -> MCPToolset:
+        require_sdk()
+        self._check_start()
+        self._closing = False
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        try:
+            await self._tg.start(self._connection)
+        except BaseException as exc:
+            self._tg.cancel_scope.cancel()
+            with contextlib.suppress(BaseException):
+                await self._tg.__aexit__(None, None, None)
+            self._tg = None
+            self._close_stderr()
+            if isinstance(exc, Exception) and not isinstance(exc, UserError | ToolError):
+                raise self._start_failure(exc) from exc
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self._closing = True
+        self._stop.set()
+        tg, self._tg = self._tg, None
+        try:
+            if tg is not None:
+                # The connection task closes the session and the server, in its own task; a
+                # server that will not stop is cut off by the SDK's own shutdown timeouts,
+                # and this deadline bounds the rest.
+                tg.cancel_scope.deadline = anyio.current_time() + 10
+                await tg.__aexit__(None, None, None)
+        finally:
+            self._session = None
+            self._close_stderr()
+
+    def _close_stderr(self) -> None:
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def stderr_tail(self) -> str:
+        """The last lines a stdio server wrote to stderr (for messages); empty for HTTP."""
+        f = self._stderr
+        if f is None or f.closed:
+            return ""
+        try:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - _STDERR_TAIL))
+            text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "".join(ch if ch.isprintable() or ch == "\n" else "?" for ch in text).strip()
+
+    def _start_failure(self, exc: BaseException) -> UserError:
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]  # the transports' task groups wrap the one cause
+        tail = self.stderr_tail()
+        how = (f"command {' '.join((self.command or '', *self.args))!r}"
+               if self.command is not None else f"url {self.url!r}")
+        reason = ("it did not answer within "
+                  f"{self.connect_timeout}s" if isinstance(exc, TimeoutError)
+                  else f"{type(exc).__name__}: {exc}")
+        return UserError(f"MCP server '{self.name}' ({how}) failed to start: {reason}"
+                         + (f"\n--- its stderr ends with:\n{tail}" if tail else ""))
+
+    async def _connection(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        while True:
+            self._stop = anyio.Event()
+            try:
+                async with contextlib.AsyncExitStack() as stack:
+                    session = await self._open(stack)
+                    # Only awaits inside: the transports' task groups are entered above.
+                    with anyio.fail_after(self.connect_timeout):
+                        self.server_info = (await session.initialize()).server_info
+                        listed = await self._list(session)
+                    if not started:
+                        self._impls = self._build(listed)
+                    self._session = session
+                    if not started:
+                        started = True
+                        task_status.started()
+                    else:
+                        self._restart_error = None
+                        self._reconnected.set()
+                    await self._stop.wait()
+            except Exception as exc:
+                if not started:
+                    raise
+                self._restart_error = exc
+                self._reconnected.set()
+                if not self._closing:
+                    await self._stop.wait()
+            if self._closing:
+                return
+
+    async def _open(self, stack: contextlib.AsyncExitStack) -> ClientSession:
+        from mcp import ClientSession
+
+        if self.command is not None:
+            from mcp import StdioServerParameters, stdio_client
+
+            self._close_stderr()
+            self._stderr = tempfile.TemporaryFile()  # closed by _close_stderr
+            params = StdioServerParameters(command=self.command, args=list(self.args),
+                                           env=self.env or None, cwd=str(self.cwd))
+            streams = await stack.enter_async_context(
+                stdio_client(params, errlog=cast(Any, self._stderr)))
+        else:
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            client = await stack.enter_async_context(
+                create_mcp_http_client(headers=self.headers or None))
+            streams = await stack.enter_async_context(
+                streamable_http_client(self.url or "", http_client=client))
+        read, write = streams[0], streams[1]
+        return await stack.enter_async_context(
+            ClientSession(read, write, message_handler=self._on_message,
+                          elicitation_callback=self._on_elicit))
+
+    async def _on_message(self, message: Any) -> None:
+        import mcp_types as t
+
+        if isinstance(message, t.ToolListChangedNotification):
+            self.tools_changed = True
+            self.list_changed.set()
+
+    async def _refresh(self, session: ClientSession) -> None:
+        """After `tools/list_changed`: list again and hold the server to what was checked.
+
+        A tool whose definition (schemas, description) changed since the toolset was entered
+        is refused from then on: the manifest check ran against the old one. A new tool is
+        not offered (the Toolbox was built and checked before it existed). Both are recorded
+        as an event; re-entering the toolset checks the new list.
+        """
+        async with self._restart_lock:
+            if not self.tools_changed:
+                return
+            self.tools_changed = False
+            listed = {tool.name: tool for tool in await self._list(session)}
+            changed = sorted(name for name, tool in listed.items()
+                             if name in self._definitions
+                             and _definition(tool) != self._definitions[name])
+            added = sorted(set(listed) - set(self._definitions))
+            removed = sorted(set(self._definitions) - set(listed))
+            self._drifted.update(changed)
+            self.events.append({"kind": "mcp_tools_changed", "server": self.name,
+                                "changed": changed, "added": added, "removed": removed})
+
+    async def _list(self, session: ClientSession) -> list[mcp_types.Tool]:
+        import mcp_types as t
+
+        tools: list[t.Tool] = []
+        cursor: str | None = None
+        for _ in range(100):  # a server paginating forever is cut off
+            page = await session.list_tools(
+                params=t.PaginatedRequestParams(cursor=cursor) if cursor else None)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    def _build(self, listed: Sequence[mcp_types.Tool]) -> list[MCPTool]:
+        self._definitions = {tool.name: _definition(tool) for tool in listed}
+        impls: list[MCPTool] = []
+        self.refused_tools = []
+        self.ungranted = []
+        seen: set[str] = set()
+        for tool in listed:
+            if tool.name in seen:
+                self.refused_tools.append(f"{tool.name!r}: listed twice")
+                continue
+            seen.add(tool.name)
+            try:
+                tool_id = ToolId(self.name, tool.name)
+            except UserError as exc:
+                self.refused_tools.append(f"{tool.name!r}: {exc}")
+                continue
+            annotations = (tool.annotations.model_dump(mode="json", by_alias=True,
+                                                       exclude_none=True)
+                           if tool.annotations is not None else {})
+            if tool.title:
+                annotations.setdefault("title", tool.title)
+            grant = self.manifest.grant(tool_id) if self.manifest is not None else None
+            if self.manifest is not None and grant is None:
+                # What a server offers is not ours to admit: a tool the manifest does not
+                # grant is left out (never offered, never callable), not reported as drift.
+                self.ungranted.append(tool.name)
+                continue
+            try:
+                spec = ToolSpec(
+                    tool_id,
+                    (tool.description or "")[:MAX_DESCRIPTION],
+                    dict(tool.input_schema),
+                    dict(tool.output_schema) if tool.output_schema is not None else None,
+                    annotations=annotations,
+                    # Hints are recorded, never trusted: only a grant makes a tool read-only.
+                    mutates=grant.mutates if grant is not None else True,
+                    idempotent=False,
+                    # A server may elicit during any call: the gate drives every MCP call as
+                    # a handler, so the form reaches the run's Responder (or pauses the run).
+                    interactions=frozenset({"form"}),
+                    timeout=None,
+                )
+                impl = MCPTool(self, tool.name, spec,
+                               self.argument_actions.get(tool.name, ()))
+            except UserError as exc:
+                self.refused_tools.append(f"{tool.name!r}: {exc}")
+                continue
+            impls.append(impl)
+        return impls
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def _live_session(self, tool: str, ctx: CallContext | None) -> ClientSession:
+        """The session to send on; a dead stdio server is restarted once per run."""
+        session = self._session
+        if session is not None and not _closed(session):
+            return session
+        run_id = ctx.run_id if ctx is not None else None
+        async with self._restart_lock:
+            session = self._session
+            if session is not None and not _closed(session):
+                return session
+            tail = self.stderr_tail()
+            if self.command is None or run_id in self._restarted_runs or self._closing:
+                raise TransportError(
+                    f"MCP server '{self.name}' is gone (its connection closed) and was not "
+                    f"restarted{' again in this run' if run_id in self._restarted_runs else ''}"
+                    f"; '{tool}' was not sent" + (f"; its stderr ends with: {tail}" if tail
+                                                  else ""),
+                    disposition=Disposition.NOT_SENT)
+            self._restarted_runs.add(run_id)
+            self.events.append({"kind": "mcp_server_restarted", "server": self.name,
+                                "run_id": run_id, "stderr_tail": tail, "at": time.time()})
+            if ctx is not None:  # an event of the run's record too
+                await ctx.record_event("mcp_server_restarted", server=self.name,
+                                       stderr_tail=tail)
+            self._reconnected = anyio.Event()
+            self._stop.set()
+            with anyio.move_on_after(self.connect_timeout + 5):
+                await self._reconnected.wait()
+            if self._restart_error is not None or self._session is None or \
+                    _closed(self._session):
+                raise TransportError(
+                    f"MCP server '{self.name}' died and could not be restarted: "
+                    f"{self._restart_error}; '{tool}' was not sent",
+                    disposition=Disposition.NOT_SENT)
+            return self._session
+
+    async def call_remote(self, tool: MCPTool, arguments: dict[str, Any],
+                          ctx: CallContext | None) -> ToolResult:
+        """Send one `tools/call` and map its result (or failure); see `map_mcp_error`.
+
+        The request runs in the connection's task group; this body waits for it, and for any
+        elicitation the server makes meanwhile, which it puts to its own caller with
+        `ctx.elicit` (so the run's Responder answers, or the run pauses). The deadline
+        (`timeout`) restarts at each progress notification and stops while a person is asked.
+        Cancelling this body cancels the request (the SDK tells the server).
+        """
+        import mcp_types as t
+
+        tool_id = str(tool.spec.id)
+        session = await self._live_session(tool_id, ctx)
+        if self.tools_changed:
+            try:
+                await self._refresh(session)
+            except Exception as exc:  # boundary: a failed re-list is a failed call
+                raise map_mcp_error(exc, tool=tool_id, server=self.name, sent=False) from exc
+        if tool.remote_name in self._drifted:
+            raise NotGranted(
+                f"MCP server '{self.name}' changed the definition of '{tool.remote_name}' "
+                "after it was checked against the manifest; it is refused until the toolset "
+                "is entered again (and checked)")
+        timeout = self.timeout
+        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout
+                                  if timeout is not None else float("inf"))
+        send, receive = anyio.create_memory_object_stream[tuple[str, Any]](4)
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            if timeout is not None and scope.deadline != float("inf"):
+                scope.deadline = anyio.current_time() + timeout
+            if ctx is not None:  # to the run's on_event, as `call_progress`
+                await ctx.report_progress(progress, total,
+                                          None if message is None else str(message)[:1000])
+
+        async def request() -> None:
+            call = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,
+                                                                    arguments=arguments))
+            outcome: tuple[str, Any] = ("timeout", None)
+            try:
+                with scope:
+                    outcome = ("result", await session.send_request(
+                        call, t.CallToolResult, progress_callback=on_progress))
+            except Exception as exc:  # boundary: mapped by the body, in its own task
+                outcome = ("error", exc)
+            with send, contextlib.suppress(anyio.BrokenResourceError,
+                                           anyio.ClosedResourceError):
+                await send.send(outcome)
+
+        in_flight = _InFlight(send, scope)
+        self._in_flight.append(in_flight)
+        try:
+            self._tg.start_soon(request)
+            async with receive:
+                while True:
+                    kind, value = await receive.receive()
+                    if kind == "elicit":
+                        params, reply = value
+                        with reply:
+                            await reply.send(await self._elicit(params, ctx, scope, timeout))
+                        continue
+                    break
+        finally:
+            self._in_flight.remove(in_flight)
+            scope.cancel()  # an abandoned body (cancelled, paused) takes its request along
+        if kind == "error":
+            raise map_mcp_error(value, tool=tool_id, server=self.name,
+                                stderr_tail=self.stderr_tail()) from value
+        if kind == "timeout":  # the deadline passed: the SDK sent notifications/cancelled
+            raise ToolTimeout(f"MCP server '{self.name}' did not finish '{tool_id}' within "
+                              f"{timeout}s (nor report progress)")
+        return from_mcp_result(value, tool=tool_id, max_bytes=self.max_result_bytes)
+
+    async def _elicit(self, params: Any, ctx: CallContext | None, scope: anyio.CancelScope,
+                      call_seconds: float | None) -> Any:
+        """Put a server's form to this call's caller; the answer authorises nothing."""
+        import mcp_types as t
+
+        if ctx is None or getattr(params, "mode", "form") != "form":
+            return t.ElicitResult(action="decline")
+        schema = params.requested_schema
+        schema = schema.model_dump(mode="json", by_alias=True, exclude_none=True) \
+            if hasattr(schema, "model_dump") else dict(schema)
+        scope.deadline = float("inf")  # a person is not the server being slow
+        try:
+            answer = await ctx.elicit(schema, str(params.message)[:MAX_DESCRIPTION])
+        except InteractionDeclined:
+            return t.ElicitResult(action="decline")
+        finally:
+            if call_seconds is not None:
+                scope.deadline = anyio.current_time() + call_seconds
+        return t.ElicitResult(action="accept", content=answer)
+
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        """The session's elicitation callback: route the form to the one call in flight."""
+        import mcp_types as t
+
+        if len(self._in_flight) != 1:
+            # With several calls in flight nothing says which one asks; an answer meant for
+            # one call must never reach another, so the server is told no.
+            return t.ElicitResult(action="decline")
+        reply_send, reply_receive = anyio.create_memory_object_stream[Any](1)
+        try:
+            await self._in_flight[0].send.send(("elicit", (params, reply_send)))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            reply_send.close()
+            reply_receive.close()
+            return t.ElicitResult(action="cancel")
+        async with reply_receive:
+            try:
+                return await reply_receive.receive()
+            except anyio.EndOfStream:  # the call ended (paused, cancelled) before answering
+                return t.ElicitResult(action="cancel")
+            finally:
+                reply_send.close()
+
+
+@dataclass(eq=False)
+class _InFlight:
+    send: Any
+    scope: anyio.CancelScope
+
+
+def _definition(tool: mcp_types.Tool) -> bytes:
+    """What the manifest check saw of a tool, canonically (to notice a changed definition)."""
+    from handrail.manifest import canonical_json
+
+    return canonical_json({"input": tool.input_schema, "output": tool.output_schema,
+                           "description": tool.description})
+
+
+def _closed(session: ClientSession) -> bool:
+    # The dispatcher knows the link is down before anything is sent; it keeps that private,
+    # and without it a dead server could not be told from one that died mid-call.
+    dispatcher = getattr(session, "_dispatcher", None)
+    return bool(getattr(dispatcher, "_closed", False))

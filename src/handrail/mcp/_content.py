@@ -1,0 +1,125 @@
+"""MCP content blocks <-> `ToolResult`, both ways, with sizes bounded.
+
+What a server returns is an attacker's input: its total size is bounded before anything is
+copied, and a block handrail cannot represent faithfully is described, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from handrail.errors import InvalidOutput, Issue
+from handrail.tools import (
+    Audio,
+    EmbeddedResource,
+    Image,
+    Json,
+    ResourceLink,
+    Text,
+    ToolResult,
+)
+
+if TYPE_CHECKING:
+    import mcp_types
+
+__all__ = ["DEFAULT_MAX_RESULT_BYTES", "from_mcp_result", "to_mcp_result"]
+
+DEFAULT_MAX_RESULT_BYTES = 8 << 20
+"""A server's result larger than this (text and base64 data, summed) is refused: 8 MiB."""
+
+_Item = Text | Json | Image | Audio | ResourceLink | EmbeddedResource
+
+
+def _size(block: Any) -> int:
+    size = 0
+    for name in ("text", "data", "blob", "uri"):
+        value = getattr(block, name, None)
+        if isinstance(value, str):
+            size += len(value)
+    resource = getattr(block, "resource", None)
+    if resource is not None:
+        size += _size(resource)
+    return size
+
+
+def from_mcp_result(result: mcp_types.CallToolResult, *, tool: str,
+                    max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> ToolResult:
+    """A server's `CallToolResult` as a `ToolResult` (`isError` -> `is_error`).
+
+    Raises:
+        InvalidOutput: the result is over `max_bytes`, or a block is malformed (bad base64,
+            a wrong mime type) (LANDED: the server ran the tool).
+    """
+    import mcp_types as t
+
+    total = sum(_size(b) for b in result.content)
+    if total > max_bytes:
+        raise InvalidOutput(tool, [Issue(path="$.content", message=f"the server returned "
+                                         f"{total} bytes, over the limit of {max_bytes}")])
+    items: list[_Item] = []
+    try:
+        for block in result.content:
+            if isinstance(block, t.TextContent):
+                items.append(Text(block.text))
+            elif isinstance(block, t.ImageContent):
+                items.append(Image(data=block.data, mime_type=block.mime_type))
+            elif isinstance(block, t.AudioContent):
+                items.append(Audio(data=block.data, mime_type=block.mime_type))
+            elif isinstance(block, t.ResourceLink):
+                items.append(ResourceLink(uri=str(block.uri), name=block.name,
+                                          mime_type=block.mime_type,
+                                          description=block.description))
+            elif isinstance(block, t.EmbeddedResource):
+                res = block.resource
+                if isinstance(res, t.TextResourceContents):
+                    items.append(EmbeddedResource(uri=str(res.uri), mime_type=res.mime_type,
+                                                  text=res.text))
+                else:
+                    items.append(EmbeddedResource(uri=str(res.uri), mime_type=res.mime_type,
+                                                  blob=res.blob))
+            else:  # a block type newer than this mapping: described, not dropped
+                items.append(Text(f"[{getattr(block, 'type', type(block).__name__)} content "
+                                  "from the server, not shown]"))
+    except ValueError as exc:
+        raise InvalidOutput(tool, [Issue(path="$.content", message=str(exc))]) from None
+    structured = result.structured_content
+    if not items:
+        items.append(Json(structured) if structured is not None else Text(""))
+    return ToolResult(tuple(items), structured, bool(result.is_error))
+
+
+def to_mcp_result(result: ToolResult) -> mcp_types.CallToolResult:
+    """A `ToolResult` as the `CallToolResult` `handrail serve` sends its client."""
+    import mcp_types as t
+
+    blocks: list[Any] = []
+    for item in result.content:
+        if isinstance(item, Text):
+            blocks.append(t.TextContent(type="text", text=item.text))
+        elif isinstance(item, Json):
+            blocks.append(t.TextContent(type="text", text=item_text(item)))
+        elif isinstance(item, Image):
+            blocks.append(t.ImageContent(type="image", data=item.data, mime_type=item.mime_type))
+        elif isinstance(item, Audio):
+            blocks.append(t.AudioContent(type="audio", data=item.data, mime_type=item.mime_type))
+        elif isinstance(item, ResourceLink):
+            blocks.append(t.ResourceLink(type="resource_link", uri=item.uri, name=item.name,
+                                         mime_type=item.mime_type,
+                                         description=item.description))
+        else:
+            contents: Any = (
+                t.TextResourceContents(uri=item.uri, mime_type=item.mime_type, text=item.text)
+                if item.text is not None
+                else t.BlobResourceContents(uri=item.uri, mime_type=item.mime_type,
+                                            blob=item.blob or ""))
+            blocks.append(t.EmbeddedResource(type="resource", resource=contents))
+    structured = result.structured if isinstance(result.structured, dict) else None
+    return t.CallToolResult(content=blocks, structured_content=structured,
+                            is_error=result.is_error)
+
+
+def item_text(item: Json) -> str:
+    """A Json item as the compact JSON text a client is shown."""
+    import pydantic_core
+
+    return pydantic_core.to_json(item.value).decode()

@@ -1,0 +1,341 @@
+"""The governed MCP gateway behind `handrail serve`: one toolset, every call through the gate.
+
+Each client session is a run in the store (`handrail runs` lists it); each `tools/call` is one
+turn of that run, driven by the same `Gate` an `Agent` uses, so the manifest, the policy, the
+approvals and the records are the ones a Python agent gets.
+
+A call the policy asks about is deferred (a pending request in the store, as for any run) and
+waits up to `approval_timeout` for a decision made elsewhere (`handrail approve`, the inbox):
+the store is the only thing the two processes share, so the wait reads it. Past the timeout
+the client gets an `isError` result "awaiting approval: request <id>"; the same call (same
+tool, same argument digest) made again later re-enters the paused call through the gate's
+resume path (`drive_turn` with its record), so once approved it is performed exactly once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from handrail.approval import ResponderNone
+from handrail.errors import NotFound, UserError
+from handrail.gate import Gate, PausedOnQuestion, PausedOnRequest, RunScope
+from handrail.manifest import check_against
+from handrail.models import AssistantMessage, ToolCall, dump_messages
+from handrail.policy import Policy
+from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
+from handrail.store.contract import new_owner
+from handrail.tools import Toolbox, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    import mcp_types
+    from mcp.server.lowlevel import Server
+
+    from handrail.approval import Responder
+    from handrail.manifest import Manifest
+
+__all__ = ["DEFAULT_APPROVAL_TIMEOUT", "Gateway", "GatewaySession"]
+
+DEFAULT_APPROVAL_TIMEOUT = 30.0
+"""Seconds a call that needs approval waits for a decision before the client is told so."""
+POLL_SECONDS = 0.1
+"""How often a waiting call reads the store for a decision made by another process."""
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9 ._@+:/-]")
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def argument_digest(arguments: Any) -> str:
+    """The digest that makes two calls "the same call": canonical JSON (sorted keys), SHA-256."""
+    return "sha256:" + hashlib.sha256(_CANONICAL.encode(arguments).encode()).hexdigest()
+
+
+@dataclass
+class _Parked:
+    """A call waiting for a person: the turn it was, and its pending request."""
+
+    turn: int
+    call: ToolCall
+    request_id: str
+    lock: anyio.Lock
+    """Held while the call is re-entered, so two identical retries drive it once."""
+    what: str = "approval: request"
+    """What it waits for, as the client is told: `awaiting <what> <id>`."""
+
+
+class GatewaySession:
+    """One client's session: a run in the store, one turn per `tools/call`."""
+
+    def __init__(self, gateway: Gateway, run: RunRecord, scope: RunScope) -> None:
+        self.gateway = gateway
+        self.run = run
+        self.gate = Gate(scope)
+        self._turn = 0
+        self._seq = 0  # the next message's position in the run's transcript
+        self._parked: dict[tuple[str, str], _Parked] = {}
+
+    @property
+    def run_id(self) -> str:
+        """The run this session's calls are recorded in."""
+        return self.run.id
+
+    async def call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
+        """Pass one client call through the gate; see the module docstring.
+
+        `name` is the name the client was shown (the tool's model-facing name).
+        """
+        arguments = arguments if arguments is not None else {}
+        try:
+            text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+            key = (name, argument_digest(arguments))
+        except (TypeError, ValueError, RecursionError):
+            return ToolResult.error("The arguments are not JSON (or are nested too deeply).")
+        parked = self._parked.get(key)
+        if parked is not None:
+            async with parked.lock:
+                if self._parked.get(key) is parked:  # else a twin retry finished it first
+                    return await self._wait(key, parked)
+        # A new call (two identical ones arriving together are two calls, each decided).
+        turn = self._turn
+        self._turn += 1
+        call = ToolCall(id=f"call-{turn + 1}", name=name, arguments=text)
+        return await self._drive(key, turn, call, {})
+
+    async def _drive(self, key: tuple[str, str], turn: int, call: ToolCall,
+                     existing: dict[str, CallRecord]) -> ToolResult:
+        store = self.gateway.store
+        first = Batch()
+        if not existing:
+            # The transcript `handrail show` reads: each call is a turn of the client's.
+            first.messages.extend(self._transcript([AssistantMessage([call])]))
+        outcome = await self.gate.drive_turn(turn, [call], existing, first)
+        outcome.final.run = self._update()
+        outcome.final.messages.extend(self._transcript(outcome.results))
+        pause = outcome.pause
+        # As in the agent loop, a result need not be durable before the client reads it (the
+        # STARTED mark was, before the tool ran; the next write waits behind this one). A
+        # pause must be: another process decides it.
+        await store.write(outcome.final, wait=pause is not None)
+        if pause is None:
+            self._parked.pop(key, None)
+            return outcome.results[0].result
+        if isinstance(pause, PausedOnRequest | PausedOnQuestion):
+            request_id = (pause.request_id if isinstance(pause, PausedOnRequest)
+                          else pause.question_id)
+            parked = self._parked.get(key)
+            if parked is not None and parked.request_id == request_id:
+                return await self._wait(key, parked)  # re-entered under its lock already
+            what = ("approval: request" if isinstance(pause, PausedOnRequest)
+                    else "an answer: question")
+            parked = _Parked(turn, call, request_id, anyio.Lock(), what)
+            self._parked[key] = parked
+            async with parked.lock:
+                return await self._wait(key, parked)
+        return ToolResult.error(f"the call is paused ({pause.kind}); see `handrail show "
+                                f"{self.run_id}`")
+
+    async def _wait(self, key: tuple[str, str], parked: _Parked) -> ToolResult:
+        """Wait for the parked call's decision; then re-enter it through the gate, once."""
+        store = self.gateway.store
+        deadline = anyio.current_time() + self.gateway.approval_timeout
+        while True:
+            try:
+                item = await store.pending_item(parked.request_id)
+            except NotFound:
+                item = None
+            if item is None or item.state != "open":
+                break
+            if anyio.current_time() >= deadline:
+                return ToolResult.error(f"awaiting {parked.what} {parked.request_id}")
+            await anyio.sleep(POLL_SECONDS)
+        records = {r.call_id: r for r in await store.calls(self.run_id)
+                   if r.turn == parked.turn}
+        return await self._drive(key, parked.turn, parked.call, records)
+
+    async def call_event(self, kind: str, record: bool, **detail: Any) -> None:
+        """A tool's event: kept in the session's run when asked (written with the turn)."""
+        if record:
+            self.run.events.append({"kind": kind, "at": time.time(), **detail})
+
+    def _transcript(self, messages: Sequence[Any]) -> list[tuple[str, int, dict[str, Any]]]:
+        entries = [(self.run.id, self._seq + i, m)
+                   for i, m in enumerate(dump_messages(list(messages)))]
+        self._seq += len(entries)
+        return entries
+
+    def _update(self) -> RunRecord:
+        run = self.run
+        now = time.time()
+        run.updated_at = now
+        run.lease_until = now + self.gateway.store.lease_seconds
+        run.steps = self._turn
+        run.remembered = [r.to_dict() for r in self.gate.scope.remembered]
+        return run
+
+    async def close(self) -> None:
+        """End the session's run: completed, unless a call still waits for a person."""
+        from handrail.runs import AwaitingApproval, Completed, outcome_to_dict
+
+        if self._parked:
+            parked = next(iter(self._parked.values()))
+            self.run.status = RunStatus.AWAITING_APPROVAL
+            self.run.outcome = outcome_to_dict(AwaitingApproval(parked.request_id))
+        else:
+            self.run.status = RunStatus.COMPLETED
+            self.run.outcome = outcome_to_dict(Completed("the MCP client disconnected"))
+        self.run.owner = None
+        await self.gateway.store.write(Batch(run=self._update()))
+
+
+class Gateway:
+    """A governed toolset served over MCP (`handrail serve`); see the module docstring.
+
+    Args:
+        toolbox: Every tool that may be served (Python tools and connected MCP toolsets).
+        store: Where sessions' runs and pending requests are kept.
+        manifest: Only its grants are listed and callable, with its descriptions.
+        policy: The policy; default the manifest's, else `Policy.default()`.
+        workspace: The directory paths are confined to.
+        approval_timeout: Seconds a call waits for a decision before the client is told.
+        responder: Answers tools' questions; default nobody (the call pauses).
+        name: The agent name runs are recorded under.
+    """
+
+    def __init__(self, toolbox: Toolbox, *, store: Store, manifest: Manifest | None = None,
+                 policy: Policy | None = None, workspace: str | os.PathLike[str] = ".",
+                 approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
+                 responder: Responder | None = None, name: str | None = None,
+                 deps: Any = None) -> None:
+        if not approval_timeout >= 0:
+            raise UserError("approval_timeout must be a non-negative number of seconds")
+        self.toolbox = toolbox
+        self.store = store
+        self.manifest = manifest
+        if manifest is not None:
+            check_against(toolbox, manifest)
+            if manifest.policy is not None:
+                policy = manifest.policy if policy is None else manifest.policy.contain(policy)
+            name = name or manifest.agent.name
+        self.policy = policy if policy is not None else Policy.default()
+        self.workspace = Path(workspace).resolve()
+        self.approval_timeout = float(approval_timeout)
+        self.responder = responder
+        self.name = name or "mcp-gateway"
+        self.deps = deps
+        self.sessions: list[GatewaySession] = []
+
+    def offered(self) -> list[ToolSpec]:
+        """What clients are shown: the granted tools, with the manifest's descriptions."""
+        specs = self.toolbox.specs()
+        return self.manifest.offer(specs) if self.manifest is not None else specs
+
+    async def open_session(self, client: str = "mcp client") -> GatewaySession:
+        """Start a session: a new run, recorded now so `handrail runs` lists it."""
+        from handrail.runs import DeferAll
+
+        now = time.time()
+        run = RunRecord(
+            id=uuid.uuid4().hex[:16], task=f"MCP session of {client}", agent=self.name,
+            status=RunStatus.RUNNING, policy=self.policy.to_dict(),
+            manifest_digest=None if self.manifest is None else str(self.manifest.digest),
+            model=f"mcp:{client}", workspace=str(self.workspace), created_at=now,
+            updated_at=now, owner=new_owner(), lease_until=now + self.store.lease_seconds)
+        await self.store.write(Batch(run=run))
+        scope = RunScope(run_id=run.id, agent=self.name, toolbox=self.toolbox,
+                         policy=self.policy, store=self.store, approver=DeferAll(),
+                         responder=self.responder or ResponderNone(), workspace=self.workspace,
+                         manifest=self.manifest, deps=self.deps)
+        session = GatewaySession(self, run, scope)
+        scope.events = session.call_event
+        self.sessions.append(session)
+        return session
+
+    # -- the MCP server -------------------------------------------------------------------
+
+    def tool_list(self) -> list[mcp_types.Tool]:
+        """The offered tools as MCP `Tool`s (names as models see them)."""
+        import mcp_types as t
+
+        tools = []
+        for spec in self.offered():
+            output = dict(spec.output_schema) if spec.output_schema is not None else None
+            if output is not None and output.get("type") != "object":
+                output = None  # MCP output schemas describe objects; the text still carries it
+            tools.append(t.Tool(
+                name=spec.id.model_name, description=spec.description,
+                input_schema=dict(spec.input_schema), output_schema=output,
+                annotations=t.ToolAnnotations(read_only_hint=not spec.mutates,
+                                              idempotent_hint=spec.idempotent)))
+        return tools
+
+    def server(self) -> Server[Any]:
+        """The low-level MCP server whose handlers pass every call through this gateway."""
+        from handrail.mcp._errors import require_sdk
+
+        require_sdk()
+        import mcp_types as t
+        from mcp.server.lowlevel import Server
+
+        from handrail.mcp._content import to_mcp_result
+
+        sessions: dict[int, tuple[Any, GatewaySession]] = {}
+
+        async def session_for(ctx: Any) -> GatewaySession:
+            # The SDK builds a ServerSession per request around one connection object: the
+            # connection is what a client's session is.
+            connection = getattr(ctx.session, "_connection", ctx.session)
+            key = id(connection)
+            found = sessions.get(key)
+            if found is None or found[0] is not connection:
+                params = getattr(ctx.session, "client_params", None)
+                info = getattr(params, "client_info", None)
+                # The client names itself: shown in `handrail runs`, so only plain characters.
+                client = _SAFE_NAME.sub("?", str(getattr(info, "name", None) or "mcp client"))
+                client = client[:100]
+                found = (connection, await self.open_session(client))
+                sessions[key] = found
+            return found[1]
+
+        async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
+            return t.ListToolsResult(tools=self.tool_list())
+
+        async def call_tool(ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
+            session = await session_for(ctx)
+            result = await session.call(params.name, params.arguments)
+            return to_mcp_result(result)
+
+        return Server(self.name, version="handrail", on_list_tools=list_tools,
+                      on_call_tool=call_tool)
+
+    async def serve_stdio(self) -> None:
+        """Serve MCP over this process's stdin/stdout until the client closes it."""
+        from mcp.server.stdio import stdio_server
+
+        server = self.server()
+        try:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+
+    async def close(self) -> None:
+        """Record every open session's run as ended."""
+        sessions, self.sessions = self.sessions, []
+        for session in sessions:
+            await session.close()
+
+
+def build_toolbox(tools: Sequence[object]) -> Toolbox:
+    """A Toolbox of `tools` (Python tools, Toolsets, connected MCPToolsets)."""
+    return Toolbox(list(tools))
