@@ -27,6 +27,7 @@ from handrail.runs._outcome import (
     RunResult,
     outcome_from_dict,
 )
+from handrail.runs._verify import NotVerified, Verified, Verify, VerifyContext
 
 __all__ = [
     "Agent",
@@ -37,10 +38,14 @@ __all__ = [
     "Completed",
     "DeferAll",
     "Failed",
+    "NotVerified",
     "Recovery",
     "RunEvent",
     "RunOutcome",
     "RunResult",
+    "Verified",
+    "Verify",
+    "VerifyContext",
     "check_resumable",
     "outcome_from_dict",
     "record_decision",
