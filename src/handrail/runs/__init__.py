@@ -27,9 +27,16 @@ from handrail.runs._outcome import (
     RunResult,
     outcome_from_dict,
 )
-from handrail.runs._verify import NotVerified, Verified, Verify, VerifyContext
+from handrail.runs._verify import (
+    VERIFY_OUTPUT_CHARS,
+    NotVerified,
+    Verified,
+    Verify,
+    VerifyContext,
+)
 
 __all__ = [
+    "VERIFY_OUTPUT_CHARS",
     "Agent",
     "AwaitingAnswer",
     "AwaitingApproval",
