@@ -188,6 +188,24 @@ async def test_an_ask_on_the_check_pauses_and_the_decision_continues_it(workspac
     assert [e["passed"] for e in run.events if e.get("kind") == "verification"] == [True]
 
 
+async def test_a_resumed_run_is_held_to_the_command_it_recorded(workspace: Path) -> None:
+    """The resuming agent has no check (or another one): the recorded command still runs."""
+    store = hr.Store.memory()
+    model = Scripted([reply("done"), reply("done")])
+    agent = hr.Agent(model, workspace_tools(), policy=allowing(exec_=False),
+                     workspace=workspace, verify=hr.Verify.command(ARGV),
+                     max_verify_attempts=1)
+    paused = await agent.run("x", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    lenient = hr.Agent(model, workspace_tools(), policy=allowing(exec_=False),
+                       workspace=workspace, verify=hr.Verify.command(["true"]))
+    done = await hr.resume_with_decision(store, paused.outcome.request_id,
+                                         hr.Decision.approve(), agent=lenient)
+    assert isinstance(done.outcome, hr.Failed), done.outcome  # answer.txt still says 41
+    assert done.outcome.verification is not None
+    assert "check.py" in done.outcome.verification.attempts[0].reason
+
+
 async def test_a_broken_check_never_completes_a_run(workspace: Path) -> None:
     def raises(ctx: hr.VerifyContext) -> hr.Verified:
         raise RuntimeError(f"cannot read {ctx.workspace / 'answer.txt'}")
@@ -271,6 +289,10 @@ def _named_check(ctx: hr.VerifyContext) -> hr.Verified:
     return hr.Verified()
 
 
+def _other_check(ctx: hr.VerifyContext) -> hr.Verified:
+    return hr.Verified()
+
+
 async def test_a_run_checked_by_a_callable_resumes_only_with_it(workspace: Path) -> None:
     store = hr.Store.memory()
     tools = workspace_tools()
@@ -282,9 +304,12 @@ async def test_a_run_checked_by_a_callable_resumes_only_with_it(workspace: Path)
     bare = hr.Agent(Scripted([call("workspace/write_file",
                                    {"path": "answer.txt", "content": "42"}), reply("done")]),
                     tools, workspace=workspace)
-    with pytest.raises(hr.ResumeRefused, match="_named_check"):
-        await hr.resume_with_decision(store, paused.outcome.request_id, hr.Decision.approve(),
-                                      agent=bare)
+    other = hr.Agent(Scripted([]), tools, workspace=workspace,
+                     verify=hr.Verify.check(_other_check))
+    for agent in (bare, other):  # no check, or another one: the run would be held to less
+        with pytest.raises(hr.ResumeRefused, match="_named_check"):
+            await hr.resume_with_decision(store, paused.outcome.request_id,
+                                          hr.Decision.approve(), agent=agent)
     assert (await store.pending())[0].state == "open"  # refused before anything was recorded
     done = await hr.resume_with_decision(store, paused.outcome.request_id,
                                          hr.Decision.approve(), agent=first)
