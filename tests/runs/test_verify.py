@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -371,3 +372,42 @@ def test_the_attempt_count_survives_a_process_exit(workspace: Path, tmp_path: Pa
     assert last["attempts"] == [1, 2]
     assert len(set(last["pids"])) == len(last["pids"])  # each attempt in its own process
     assert last["told"] == 1  # the first failure reached the model, in a later process
+
+
+async def test_a_check_cut_off_mid_run_is_run_again_on_resume(workspace: Path) -> None:
+    """A command check in flight when the run stopped is re-run, not put to an operator."""
+    started = workspace / "started"
+    os.mkfifo(started)  # the program says it runs by writing here; the test reads it
+    (workspace / "check.py").write_text(
+        "import time\nwith open('started', 'w') as fh:\n    fh.write('x')\ntime.sleep(60)\n")
+
+    def wait_started() -> str:
+        with open(started) as fh:
+            return fh.read()
+    store = hr.Store.memory()
+    model = Scripted([reply("done")])
+    agent = hr.Agent(model, workspace_tools(), policy=allowing(), workspace=workspace,
+                     verify=hr.Verify.command(ARGV))
+    cancel = anyio.Event()
+    outcome: list[hr.RunResult] = []
+
+    async def drive() -> None:
+        outcome.append(await agent.run("x", store=store, cancel=cancel))
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drive)
+            assert await anyio.to_thread.run_sync(wait_started, abandon_on_cancel=True) == "x"
+            cancel.set()
+    (stopped,) = outcome
+    assert isinstance(stopped.outcome, hr.Cancelled)
+    (record,) = await store.calls(stopped.run_id)
+    assert record.status is hr.CallStatus.STARTED
+    (workspace / "check.py").write_text(CHECK)
+    (workspace / "answer.txt").write_text("42")
+    with anyio.fail_after(60):
+        done = await hr.resume(store, stopped.run_id, agent=agent)
+    assert done.outcome == hr.Completed("done")
+    (record,) = await store.calls(stopped.run_id)
+    assert record.status is hr.CallStatus.FINISHED
+    assert record.result and "answer is 42" in json.dumps(record.result)
