@@ -15,6 +15,7 @@ another process continues with its attempt count and is held to the check it sta
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import math
@@ -28,7 +29,6 @@ from typing import Any, Literal, Protocol
 
 import anyio
 
-from handrail.builtin import Exec
 from handrail.errors import (
     InvalidArguments,
     ResumeRefused,
@@ -142,8 +142,17 @@ class _CheckCommand(ToolImpl):
         return self._inner.execute(validated, ctx)
 
 
-_EXEC = Toolbox([Exec]).get("workspace/exec")
-_COMMANDS = Toolbox([_CheckCommand(_EXEC)])
+@functools.cache
+def _exec_tools() -> tuple[ToolImpl, Toolbox]:
+    """The exec tool, and a toolbox offering it as a check.
+
+    Built on first use: importing the builtin tools costs time a run without a command check
+    does not need.
+    """
+    from handrail.builtin import Exec
+
+    impl = Toolbox([Exec]).get("workspace/exec")
+    return impl, Toolbox([_CheckCommand(impl)])
 
 
 class Verify:
@@ -189,11 +198,12 @@ class Verify:
         arguments: dict[str, Any] = {"argv": list(argv)}
         if timeout is not None:
             arguments["timeout"] = timeout
+        impl, _ = _exec_tools()
         try:
-            validated = _EXEC.validate(arguments)
+            validated = impl.validate(arguments)
         except InvalidArguments as exc:
             raise UserError(f"Verify.command: {exc}") from None
-        dumped = _EXEC.dump_arguments(validated)
+        dumped = impl.dump_arguments(validated)
         return cls("command", argv=tuple(dumped["argv"]), timeout=dumped.get("timeout") or 60.0)
 
     @classmethod
@@ -390,7 +400,8 @@ class Verification:
                        ) -> RunResult | tuple[VerificationAttempt, str | None, Batch]:
         # The run's own scope (policy, remembered rules, approver, store), offering only the
         # check: the manifest grants what the model may call, and the model does not call this.
-        scope = dataclasses.replace(loop.scope, toolbox=_COMMANDS, manifest=None)
+        impl, commands = _exec_tools()
+        scope = dataclasses.replace(loop.scope, toolbox=commands, manifest=None)
         existing: dict[str, CallRecord] = {}
         if not fresh:
             existing = {c.call_id: c for c in await loop.store.calls(loop.run.id)
@@ -403,7 +414,7 @@ class Verification:
             # A fresh random id: a model's call ids are its own text and must not be able to
             # name (and so overwrite) the record of a check.
             call = ToolCall(f"verify-{number}-{uuid.uuid4().hex[:12]}",
-                            _EXEC.spec.id.model_name, json.dumps(arguments))
+                            impl.spec.id.model_name, json.dumps(arguments))
         result = await Gate(scope).drive_turn(turn, [call], existing, first)
         loop.scope.policy = scope.policy  # rules an approver asked to remember
         if result.pause is not None:
