@@ -411,3 +411,17 @@ async def test_a_check_cut_off_mid_run_is_run_again_on_resume(workspace: Path) -
     (record,) = await store.calls(stopped.run_id)
     assert record.status is hr.CallStatus.FINISHED
     assert record.result and "answer is 42" in json.dumps(record.result)
+
+
+async def test_no_approver_can_swap_the_check_for_one_that_passes(workspace: Path) -> None:
+    def swap(request: hr.Request) -> hr.Decision:
+        return hr.Decision.approve(modified={"argv": ["true"]})
+
+    store = hr.Store.memory()
+    agent = hr.Agent(Scripted([reply("done")]), workspace_tools(), policy=allowing(exec_=False),
+                     workspace=workspace, verify=hr.Verify.command(ARGV))
+    result = await agent.run("x", store=store, approver=hr.CallbackApprover(swap))
+    assert isinstance(result.outcome, hr.Failed), result.outcome
+    assert "runs exactly as configured" in result.outcome.error
+    (record,) = await store.calls(result.run_id)
+    assert record.status is hr.CallStatus.REFUSED
