@@ -31,6 +31,7 @@ import anyio
 
 from handrail.errors import (
     InvalidArguments,
+    Issue,
     ResumeRefused,
     UserError,
     VerificationAttempt,
@@ -109,21 +110,29 @@ CheckFunction = Callable[[VerifyContext], Any]
 
 
 class _CheckCommand(ToolImpl):
-    """The workspace `exec` tool, run as a check: its validation, actions and body, unchanged.
+    """The workspace `exec` tool, run as one check: its validation, actions and body.
 
-    Declared idempotent (a check is run again, not put to an operator, when a crash cut it
-    off); its id stays `workspace/exec`, so policy rules and records see the exec tool.
+    Its arguments are fixed: anything else (an approver's modified arguments) is refused, so
+    no one can swap in a command that passes. Declared idempotent (a check is run again, not
+    put to an operator, when a crash cut it off); its id stays `workspace/exec`, so policy
+    rules and records see the exec tool.
     """
 
-    def __init__(self, inner: ToolImpl) -> None:
+    def __init__(self, inner: ToolImpl, arguments: dict[str, Any]) -> None:
         self._inner = inner
+        self._arguments = arguments
         self.spec = inner.spec.replace(idempotent=True)
         self.origin = "hr.Verify.command"
         self.needs_context = inner.needs_context
 
     def validate(self, arguments: Any) -> Any:
-        """The exec tool's validation."""
-        return self._inner.validate(arguments)
+        """The exec tool's validation, and exactly the configured command."""
+        validated = self._inner.validate(arguments)
+        if self._inner.dump_arguments(validated) != self._arguments:
+            raise InvalidArguments(str(self.spec.id), [Issue(
+                path="$", message="a verification command runs exactly as configured "
+                "(hr.Verify.command); its arguments cannot be changed")])
+        return validated
 
     def actions(self, validated: Any) -> list[Any]:
         """EXEC of exactly the argv."""
@@ -143,16 +152,11 @@ class _CheckCommand(ToolImpl):
 
 
 @functools.cache
-def _exec_tools() -> tuple[ToolImpl, Toolbox]:
-    """The exec tool, and a toolbox offering it as a check.
-
-    Built on first use: importing the builtin tools costs time a run without a command check
-    does not need.
-    """
+def _exec_tool() -> ToolImpl:
+    """The exec tool (imported on first use: a run without a command check needs none)."""
     from handrail.builtin import Exec
 
-    impl = Toolbox([Exec]).get("workspace/exec")
-    return impl, Toolbox([_CheckCommand(impl)])
+    return Toolbox([Exec]).get("workspace/exec")
 
 
 class Verify:
@@ -198,7 +202,7 @@ class Verify:
         arguments: dict[str, Any] = {"argv": list(argv)}
         if timeout is not None:
             arguments["timeout"] = timeout
-        impl, _ = _exec_tools()
+        impl = _exec_tool()
         try:
             validated = impl.validate(arguments)
         except InvalidArguments as exc:
@@ -236,6 +240,10 @@ class Verify:
                 not math.isfinite(timeout) or timeout <= 0:
             raise UserError("Verify.check: timeout must be a positive number of seconds")
         return cls("check", fn=fn, name=_name_of(fn), timeout=float(timeout))
+
+    def arguments(self) -> dict[str, Any]:
+        """A command's arguments for the exec tool."""
+        return {"argv": list(self.argv), "timeout": self.timeout}
 
     def describe(self) -> str:
         """The check in words: the command line, or the callable's name."""
@@ -400,7 +408,9 @@ class Verification:
                        ) -> RunResult | tuple[VerificationAttempt, str | None, Batch]:
         # The run's own scope (policy, remembered rules, approver, store), offering only the
         # check: the manifest grants what the model may call, and the model does not call this.
-        impl, commands = _exec_tools()
+        impl = _exec_tool()
+        arguments = impl.dump_arguments(impl.validate(self.verify.arguments()))
+        commands = Toolbox([_CheckCommand(impl, arguments)])
         scope = dataclasses.replace(loop.scope, toolbox=commands, manifest=None)
         existing: dict[str, CallRecord] = {}
         if not fresh:
@@ -410,7 +420,6 @@ class Verification:
             record = next(iter(existing.values()))
             call = ToolCall(record.call_id, record.model_name, record.arguments)
         else:
-            arguments = {"argv": list(self.verify.argv), "timeout": self.verify.timeout}
             # A fresh random id: a model's call ids are its own text and must not be able to
             # name (and so overwrite) the record of a check.
             call = ToolCall(f"verify-{number}-{uuid.uuid4().hex[:12]}",
