@@ -42,7 +42,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "builtin": frozenset({"errors", "tools", "policy"}),
     "gate": frozenset({"errors", "tools", "policy", "approval", "models", "store"}),
     "runs": frozenset({"errors", "tools", "policy", "approval", "models", "store", "gate",
-                       "manifest"}),
+                       "manifest", "builtin"}),
     "web": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "runs"}),
     "mcp": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",

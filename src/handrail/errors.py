@@ -25,6 +25,7 @@ HandrailError
 │   ├── AlreadyDecided         a second decision/answer on the same pending item
 │   └── SchemaTooNew           the database was written by a newer handrail
 ├── ResumeRefused              resuming would cross a boundary (no policy, manifest changed)
+├── VerificationFailed         a run's final answer failed its check (`Failed.verification`)
 ├── InteractionDeclined        raised inside a tool: its caller declined to answer ctx.ask/elicit
 └── ModelError                 the model provider failed
     ├── ModelAuthError         401/403: the key is missing or wrong
@@ -79,6 +80,8 @@ __all__ = [
     "TransportError",
     "UnknownTool",
     "UserError",
+    "VerificationAttempt",
+    "VerificationFailed",
 ]
 
 
@@ -298,6 +301,70 @@ class SchemaTooNew(StoreError):
 
 class ResumeRefused(HandrailError):
     """Resuming would cross a boundary: no policy recorded, or the manifest changed."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VerificationAttempt:
+    """One check of a run's final answer (`hr.Verify`), as the run records it."""
+
+    attempt: int
+    """Which attempt, from 1."""
+    passed: bool
+    """Whether the check passed."""
+    reason: str = ""
+    """Why it failed (exit code, timeout, the check's reason, a refusal); empty when passed."""
+    exit_code: int | None = None
+    """A command's exit code, when it ran to its end."""
+    output: str = ""
+    """A command's output as the model was shown it (bounded), or a check's detail."""
+    call_id: str | None = None
+    """The call record of a command (it passed the gate like any call); None for a check."""
+    turn: int | None = None
+    """The model turn whose final answer was checked."""
+    at: float = 0.0
+    """Unix time the result was recorded."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (a run's events and outcome keep it)."""
+        return {"attempt": self.attempt, "passed": self.passed, "reason": self.reason,
+                "exit_code": self.exit_code, "output": self.output, "call_id": self.call_id,
+                "turn": self.turn, "at": self.at}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> VerificationAttempt:
+        """Rebuild one from `to_dict` output (unknown keys, such as `kind`, are ignored)."""
+        exit_code = data.get("exit_code")
+        turn = data.get("turn")
+        call_id = data.get("call_id")
+        return cls(attempt=int(data.get("attempt", 0)), passed=bool(data.get("passed")),
+                   reason=str(data.get("reason") or ""),
+                   exit_code=exit_code if isinstance(exit_code, int) else None,
+                   output=str(data.get("output") or ""),
+                   call_id=call_id if isinstance(call_id, str) else None,
+                   turn=turn if isinstance(turn, int) else None,
+                   at=float(data.get("at") or 0.0))
+
+
+class VerificationFailed(HandrailError):
+    """A run's final answer failed its verification check; the run ended `Failed`.
+
+    Carried by `hr.Failed.verification` (not raised by `agent.run`): `attempts` holds every
+    check the run made, in order, the last one the failure that ended it.
+    """
+
+    def __init__(self, message: str, attempts: Sequence[VerificationAttempt]) -> None:
+        super().__init__(message)
+        self.attempts = tuple(attempts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (a run's stored outcome keeps it)."""
+        return {"message": str(self), "attempts": [a.to_dict() for a in self.attempts]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> VerificationFailed:
+        """Rebuild one from `to_dict` output."""
+        return cls(str(data.get("message", "")),
+                   [VerificationAttempt.from_dict(a) for a in data.get("attempts", ())])
 
 
 class InteractionDeclined(HandrailError):

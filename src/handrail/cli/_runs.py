@@ -168,6 +168,10 @@ def _status_text(run: RunRecord) -> str:
         if last.get("kind") == "interrupted":
             return "ready (stopped on an error; resume continues it)"
         return "ready (decided, not yet continued)"
+    verification = (run.outcome or {}).get("verification")
+    if run.status is RunStatus.FAILED and isinstance(verification, dict):
+        tried = len(verification.get("attempts") or ())
+        return f"failed verification ({tried} attempt{'s' if tried != 1 else ''})"
     if run.status is RunStatus.RUNNING and run.owner and owner_is_on_this_host(run.owner) \
             and not is_owner_alive(run.owner):
         return "stopped (its process is gone; resume continues it)"
@@ -220,7 +224,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
         messages = await store.messages(run.id)
         if args.json:
             print(json.dumps({"run": _run_json(run), "messages": messages,
-                              "calls": [_call_json(c) for c in calls]}, indent=2))
+                              "calls": [_call_json(c) for c in calls],
+                              "verifications": [e for e in run.events
+                                                if e.get("kind") == "verification"]},
+                             indent=2))
             return 0
         console = _console()
         console.print(f"[bold]run {_safe(run.id)}[/] — {_status_text(run)} — agent "
@@ -233,6 +240,15 @@ def _cmd_show(args: argparse.Namespace) -> int:
         by_turn: dict[int, list[Any]] = {}
         for c in calls:
             by_turn.setdefault(c.turn, []).append(c)
+        checks: dict[int, list[dict[str, Any]]] = {}
+        for event in run.events:
+            if event.get("kind") == "verify":
+                console.print(f"verified by: {_markup(printable_json(event.get('check')))}, at "
+                              f"most {_safe(event.get('max_attempts'))} attempts")
+            elif event.get("kind") == "verification" and isinstance(event.get("turn"), int):
+                checks.setdefault(event["turn"], []).append(event)
+        limit = next((e.get("max_attempts") for e in run.events if e.get("kind") == "verify"),
+                     "?")
         turn = -1
         for m in messages:
             kind = m.get("kind")
@@ -243,6 +259,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
                     console.print(f"\n[cyan]model[/] {_markup(_short(text, 200))}")
                 for c in by_turn.get(turn, []):
                     _print_call(console, c)
+                for event in checks.get(turn, []):
+                    _print_verification(console, event, limit)
             elif kind == "user":
                 console.print(f"[magenta]user[/] {_markup(_short(m['text'], 200))}")
         for event in run.events:
@@ -253,6 +271,17 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return 0
 
     return _run_async(go, args)
+
+
+def _print_verification(console: Any, event: dict[str, Any], limit: object) -> None:
+    """One check of a final answer: passed or failed, why, and the end of its output."""
+    verdict = "[green]passed[/]" if event.get("passed") else "[red]failed[/]"
+    line = f"  [bold]verification[/] {_safe(event.get('attempt'))}/{_safe(limit)}: {verdict}"
+    if event.get("reason"):
+        line += f" — {_markup(_short(event['reason'], 200))}"
+    console.print(line)
+    if event.get("output"):
+        console.print(f"    output: {_markup(_short(event['output'], 200))}")
 
 
 def _call_json(c: Any) -> dict[str, Any]:

@@ -28,8 +28,16 @@ from handrail.runs._outcome import (
     outcome_from_dict,
     outcome_to_dict,
 )
+from handrail.runs._verify import (
+    VERIFY_OUTPUT_CHARS,
+    NotVerified,
+    Verified,
+    Verify,
+    VerifyContext,
+)
 
 __all__ = [
+    "VERIFY_OUTPUT_CHARS",
     "Agent",
     "AwaitingAnswer",
     "AwaitingApproval",
@@ -38,10 +46,14 @@ __all__ = [
     "Completed",
     "DeferAll",
     "Failed",
+    "NotVerified",
     "Recovery",
     "RunEvent",
     "RunOutcome",
     "RunResult",
+    "Verified",
+    "Verify",
+    "VerifyContext",
     "check_resumable",
     "outcome_from_dict",
     "outcome_to_dict",

@@ -50,6 +50,7 @@ from handrail.runs._outcome import (
     outcome_to_dict,
     pause_outcome,
 )
+from handrail.runs._verify import Verification, Verify, check_max_attempts
 from handrail.store import Batch, RunRecord, RunStatus, Store
 from handrail.store.contract import ACTIVE_OWNERS, new_owner
 from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, Toolbox, ToolImpl, Toolset
@@ -171,6 +172,9 @@ class Agent:
             refused, its stored copies of file contents become `{"sha256", "bytes"}`
             markers. `"full"` keeps the bytes in the audit trail (recorded in the run's
             events). See docs/runs.md, "Records and contents".
+        verify: A `hr.Verify` every run's final answer must pass before the run completes
+            (see docs/verify.md); `run(verify=...)` overrides it for one run.
+        max_verify_attempts: How many checks a run may fail before it ends `Failed`.
     """
 
     def __init__(
@@ -191,6 +195,8 @@ class Agent:
         ref: str | None = None,
         max_invalid_turns: int = 3,
         record_contents: Literal["digest", "full"] = "digest",
+        verify: Verify | None = None,
+        max_verify_attempts: int = 3,
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -248,6 +254,10 @@ class Agent:
             raise UserError(f"record_contents must be one of {', '.join(RECORD_CONTENTS)}, "
                             f"not {record_contents!r}")
         self.record_contents = record_contents
+        if verify is not None and not isinstance(verify, Verify):
+            raise UserError("verify= takes hr.Verify.command(argv) or hr.Verify.check(fn)")
+        self.verify = verify
+        self.max_verify_attempts = check_max_attempts(max_verify_attempts)
 
     @classmethod
     def from_manifest(cls, manifest: Any, tools: object = (), *, model: Model | str | None = None,
@@ -299,6 +309,8 @@ class Agent:
         on_event: EventCallback | None = None,
         cancel: anyio.Event | None = None,
         parent_run_id: str | None = None,
+        verify: Verify | None = None,
+        max_verify_attempts: int | None = None,
     ) -> RunResult:
         """Run the agent on `task` until it answers, pauses, fails or is cancelled.
 
@@ -311,6 +323,10 @@ class Agent:
             cancel: Set it to stop the run at once; the outcome is `Cancelled` and
                 `hr.resume` may continue it (calls cut off mid-way come back in doubt).
             parent_run_id: The parent run, for a sub-agent.
+            verify: The check the final answer must pass (default the agent's); see
+                docs/verify.md.
+            max_verify_attempts: Checks the run may fail before it ends `Failed` (default
+                the agent's).
 
         Cancellation: an outside cancellation (an enclosing cancel scope) is never swallowed;
         like an exception or Ctrl-C it leaves the run READY in the store (the error in its
@@ -318,6 +334,11 @@ class Agent:
         """
         if not isinstance(task, str) or not task.strip():
             raise UserError("Agent.run needs a non-empty task string")
+        if verify is not None and not isinstance(verify, Verify):
+            raise UserError("verify= takes hr.Verify.command(argv) or hr.Verify.check(fn)")
+        verify = verify if verify is not None else self.verify
+        checking = None if verify is None else Verification(verify, check_max_attempts(
+            self.max_verify_attempts if max_verify_attempts is None else max_verify_attempts))
         store = store if store is not None else Store.memory()
         now = time.time()
         messages: list[Any] = []
@@ -331,12 +352,13 @@ class Agent:
             manifest_digest=self.manifest_digest, model=self.model.name,
             workspace=str(self.workspace), created_at=now, updated_at=now, owner=owner,
             lease_until=now + store.lease_seconds, agent_ref=self.ref,
-            events=_contents_event([], self.record_contents, now),
+            events=_contents_event([], self.record_contents, now)
+            + ([checking.event()] if checking is not None else []),
         )
         dumped = dump_messages(messages)
         await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
         runner = _Runner(self, store, run, self.policy, [], messages,
-                         approver or DeferAll(), responder or ResponderNone(), on_event)
+                         approver or DeferAll(), responder or ResponderNone(), on_event, verify)
         return await runner.drive(cancel)
 
     def run_sync(self, task: str, **kwargs: Any) -> RunResult:
@@ -349,7 +371,8 @@ class _Runner:
 
     def __init__(self, agent: Agent, store: Store, run: RunRecord, policy: Policy,
                  remembered: list[Rule], messages: list[Any], approver: Approver,
-                 responder: Responder, on_event: EventCallback | None) -> None:
+                 responder: Responder, on_event: EventCallback | None,
+                 verify: Verify | None = None) -> None:
         self.agent = agent
         self.store = store
         self.run = run
@@ -370,6 +393,7 @@ class _Runner:
         self.offered = self.gate.offered()
         # Counted once here, then kept up to date: per-turn work never re-walks the history.
         self.turns = sum(1 for m in messages if isinstance(m, AssistantMessage))
+        self.verification = Verification.of_run(run, verify or agent.verify)
 
     def _run_update(self, **changes: Any) -> RunRecord:
         run = self.run
@@ -549,6 +573,11 @@ class _Runner:
                 # Committed before the model (or anyone) is shown these results: a run never
                 # reports what a crash could take back. A commit on the loop costs tens of µs.
                 await self.store.write(result.final)
+            elif self.verification is not None and isinstance(last, AssistantMessage):
+                # A final answer (new, or one a resumed run was checking): checked first.
+                ended = await self.verification.step(self)
+                if ended is not None:
+                    return ended
             # budgets
             if self.run.steps >= agent.max_steps:
                 return await self._end(Failed(
@@ -588,6 +617,9 @@ class _Runner:
                 await self._emit("model_turn", text=message.text,
                                  calls=[c.name for c in message.tool_calls])
             if not any(type(p) is ToolCall for p in message.parts):
+                if self.verification is not None:
+                    self._pending_message = entry  # stored with the check's first write
+                    continue
                 return await self._end(Completed(message.text), RunStatus.COMPLETED,
                                        Batch(messages=[entry]))
             self._pending_message = self._turn_entry = entry
@@ -679,6 +711,7 @@ def check_resumable(run: RunRecord, agent: Agent, allow_manifest_change: bool
             f"run {run.id} has no recorded policy; refusing to resume it without a boundary"
         )
     events = list(run.events)
+    Verification.of_run(run, agent.verify)  # a run checked by a callable needs it here
     if run.manifest_digest != agent.manifest_digest:
         if not allow_manifest_change:
             raise ResumeRefused(

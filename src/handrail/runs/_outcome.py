@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, assert_never
 
-from handrail.errors import UserError
+from handrail.errors import UserError, VerificationFailed
 from handrail.gate import CallInDoubt, PausedOnQuestion, PausedOnRequest, TurnPause
 from handrail.models import Usage
 
@@ -61,11 +61,13 @@ class AwaitingRecovery:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The run stopped on an error (model failure, budget exhausted)."""
+    """The run stopped on an error (model failure, budget exhausted, a failed verification)."""
 
     error: str
     """What went wrong and what to do."""
     kind: Literal["failed"] = "failed"
+    verification: VerificationFailed | None = field(default=None, kw_only=True)
+    """Set when the final answer failed its `hr.Verify` check: every attempt, in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,12 @@ def pause_outcome(pause: TurnPause) -> AwaitingApproval | AwaitingAnswer | Await
 
 def outcome_to_dict(outcome: RunOutcome) -> dict[str, Any]:
     """An outcome as a JSON-compatible dict."""
+    if isinstance(outcome, Failed):
+        # `verification` only when set: every other failure keeps its stored shape.
+        data: dict[str, Any] = {"error": outcome.error, "kind": outcome.kind}
+        if outcome.verification is not None:
+            data["verification"] = outcome.verification.to_dict()
+        return data
     return asdict(outcome)
 
 
@@ -111,6 +119,9 @@ def outcome_from_dict(data: Mapping[str, Any]) -> RunOutcome:
     cls = _BY_KIND.get(str(data.get("kind")))
     if cls is None:
         raise UserError(f"unknown run outcome kind {data.get('kind')!r}")
+    if cls is Failed and data.get("verification") is not None:
+        return Failed(str(data.get("error", "")),
+                      verification=VerificationFailed.from_dict(data["verification"]))
     return cls(**{k: v for k, v in data.items() if k != "kind"})  # type: ignore[no-any-return]
 
 
