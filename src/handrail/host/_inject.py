@@ -33,8 +33,8 @@ from handrail.tools import (
     CallContext,
     SchemaTool,
     Toolbox,
-    ToolImpl,
     ToolId,
+    ToolImpl,
     ToolResult,
     ToolSpec,
 )

@@ -79,8 +79,8 @@ class SubprocessTool(SchemaTool):
                             "strings (the program first), e.g. ['./run']")
         if not isinstance(grace, int | float) or grace < 0:
             raise UserError(f"SubprocessTool {name!r}: grace must be a non-negative number")
-        spec = ToolSpec(ToolId.of(f"{server}/{name}"), description, dict(input_schema), mutates=mutates,
-                        timeout=timeout)
+        spec = ToolSpec(ToolId.of(f"{server}/{name}"), description, dict(input_schema),
+                        mutates=mutates, timeout=timeout)
         super().__init__(spec, self._spawn, origin=f"program {argv[0]}")
         self.argv = list(argv)
         self.cwd = None if cwd is None else Path(cwd)
@@ -123,7 +123,9 @@ class SubprocessTool(SchemaTool):
                               source="subprocess")
 
 
-_TOML_KEYS: dict[str, type | tuple[type, ...]] = {"server": str, "timeout": (int, float), "mutates": bool}
+_TOML_KEYS: dict[str, type | tuple[type, ...]] = {
+    "server": str, "timeout": (int, float), "mutates": bool,
+}
 
 
 def load_tool_dir(path: str | os.PathLike[str]) -> list[SubprocessTool]:
