@@ -154,6 +154,10 @@ def load_tool_dir(path: str | os.PathLike[str]) -> list[SubprocessTool]:
     return tools
 
 
+def _not_positive(value: Any) -> bool:
+    return isinstance(value, bool) or not value > 0
+
+
 def _load_one(folder: Path, problems: list[str]) -> SubprocessTool | None:
     before = len(problems)
     run = folder / "run"
@@ -193,8 +197,7 @@ def _load_one(folder: Path, problems: list[str]) -> SubprocessTool | None:
             if kind is None:
                 problems.append(f"{toml_file}: unknown key {key!r} (known: "
                                 f"{', '.join(sorted(_TOML_KEYS))})")
-            elif not isinstance(value, kind) or (key == "timeout" and
-                                                  (isinstance(value, bool) or value <= 0)):
+            elif not isinstance(value, kind) or (key == "timeout" and _not_positive(value)):
                 problems.append(f"{toml_file}: {key} = {value!r} is not a valid {key}")
     if len(problems) > before:
         return None
