@@ -39,12 +39,13 @@ LAYERS: dict[str, frozenset[str]] = {
     "manifest": frozenset({"errors", "tools", "policy"}),
     "models": frozenset({"errors", "tools"}),
     "store": frozenset({"errors"}),
-    "builtin": frozenset({"errors", "tools", "policy"}),
+    "host": frozenset({"errors", "tools"}),
+    "builtin": frozenset({"errors", "tools", "policy", "host"}),
     "gate": frozenset({"errors", "tools", "policy", "approval", "models", "store"}),
     "runs": frozenset({"errors", "tools", "policy", "approval", "models", "store", "gate",
-                       "manifest"}),
+                       "manifest", "host"}),
     "cli": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
-                      "builtin", "runs"}),
+                      "builtin", "runs", "host"}),
 }
 """Package -> the packages of ours it may import (directly; nothing is implied)."""
 

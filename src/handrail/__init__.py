@@ -59,6 +59,14 @@ if TYPE_CHECKING:
         StdinApprover,
         StdinResponder,
     )
+    from handrail.host import (
+        InjectedTool,
+        RoutedCall,
+        RoutedCapture,
+        SubprocessTool,
+        ToolInjection,
+        load_tool_dir,
+    )
     from handrail.manifest import (
         Grant,
         Manifest,
@@ -139,6 +147,12 @@ if TYPE_CHECKING:
     )
 
 _LAZY: dict[str, str] = {
+    "InjectedTool": "handrail.host",
+    "RoutedCall": "handrail.host",
+    "RoutedCapture": "handrail.host",
+    "SubprocessTool": "handrail.host",
+    "ToolInjection": "handrail.host",
+    "load_tool_dir": "handrail.host",
     "Act": "handrail.tools",
     "Action": "handrail.tools",
     "Agent": "handrail.runs",
@@ -223,7 +237,7 @@ _LAZY: dict[str, str] = {
     "tool": "handrail.tools",
 }
 
-_SUBPACKAGES = frozenset({"approval", "builtin", "manifest", "models", "policy", "runs",
+_SUBPACKAGES = frozenset({"approval", "builtin", "host", "manifest", "models", "policy", "runs",
                           "store", "tools"})
 
 __version__ = "0.1.0"
@@ -269,6 +283,7 @@ __all__ = [
     "HandlerStateError",
     "HandrailError",
     "Image",
+    "InjectedTool",
     "Interaction",
     "InteractionDeclined",
     "InvalidArguments",
@@ -297,6 +312,8 @@ __all__ = [
     "Responder",
     "ResponderNone",
     "ResumeRefused",
+    "RoutedCall",
+    "RoutedCapture",
     "Rule",
     "RunEvent",
     "RunOutcome",
@@ -309,6 +326,7 @@ __all__ = [
     "Store",
     "StoreError",
     "Submit",
+    "SubprocessTool",
     "Text",
     "Tool",
     "ToolError",
@@ -316,6 +334,7 @@ __all__ = [
     "ToolHandler",
     "ToolId",
     "ToolImpl",
+    "ToolInjection",
     "ToolName",
     "ToolResult",
     "ToolSpec",
@@ -330,6 +349,7 @@ __all__ = [
     "Verdict",
     "WritePath",
     "__version__",
+    "load_tool_dir",
     "resume",
     "resume_sync",
     "resume_with_answer",

@@ -22,6 +22,15 @@ import anyio
 from handrail.approval import Approver, Decision, Defer, Request, Responder, ResponderNone
 from handrail.errors import ModelError, ModelResponseError, ResumeRefused, UserError
 from handrail.gate import Gate, RunScope
+from handrail.host import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_TAIL_BYTES,
+    CallRecords,
+    InjectionToolset,
+    Projection,
+    ToolInjection,
+    merged_toolbox,
+)
 from handrail.models import (
     AssistantMessage,
     Model,
@@ -165,6 +174,14 @@ class Agent:
             arguments (each is returned to it as a fixable error) before the run fails.
         ref: `"module:object"` naming this agent (or a factory taking the `RunRecord`), so
             `handrail approve`/`resume` in another process can rebuild it.
+        injection: A host's tools (`hr.ToolInjection`): its `tools()` is read at the start of
+            every turn, an injected tool outranks a registered one of the same id, and its
+            calls are answered by its `route()` after passing every stage of the gate.
+        records_dir: Keep a disk record of every call the gate answers:
+            `<records_dir>/<run_id>/<turn>/<call_id>/input.json` and `output.json`.
+        output_head_bytes: Bytes of each stream of a program (or routed call) the model sees
+            from its start; default 16 KiB (a tool's own setting wins).
+        output_tail_bytes: Bytes it sees from its end; default 16 KiB.
     """
 
     def __init__(
@@ -184,6 +201,10 @@ class Agent:
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
         ref: str | None = None,
         max_invalid_turns: int = 3,
+        injection: ToolInjection | None = None,
+        records_dir: str | os.PathLike[str] | None = None,
+        output_head_bytes: int | None = None,
+        output_tail_bytes: int | None = None,
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -237,6 +258,16 @@ class Agent:
         if not isinstance(max_invalid_turns, int) or max_invalid_turns < 0:
             raise UserError("max_invalid_turns must be a non-negative integer")
         self.max_invalid_turns = max_invalid_turns
+        self.injected = None if injection is None else InjectionToolset(injection, self.toolbox)
+        self.records_dir = None if records_dir is None else Path(records_dir).expanduser().resolve()
+        self.projection: Projection | None = None
+        if output_head_bytes is not None or output_tail_bytes is not None:
+            try:
+                self.projection = Projection(
+                    DEFAULT_HEAD_BYTES if output_head_bytes is None else output_head_bytes,
+                    DEFAULT_TAIL_BYTES if output_tail_bytes is None else output_tail_bytes)
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
 
     @classmethod
     def from_manifest(cls, manifest: Any, tools: object = (), *, model: Model | str | None = None,
@@ -320,6 +351,8 @@ class Agent:
             workspace=str(self.workspace), created_at=now, updated_at=now, owner=owner,
             lease_until=now + store.lease_seconds, agent_ref=self.ref,
         )
+        if self.records_dir is not None:  # `handrail show` prints each call's record path
+            run.events = [{"kind": "records", "dir": str(self.records_dir), "at": now}]
         dumped = dump_messages(messages)
         await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
         runner = _Runner(self, store, run, self.policy, [], messages,
@@ -349,6 +382,10 @@ class _Runner:
             store=store, approver=approver, responder=responder, workspace=agent.workspace,
             manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
         )
+        self.records: CallRecords | None = None
+        if agent.records_dir is not None or agent.projection is not None:
+            self.records = CallRecords(agent.records_dir, projection=agent.projection)
+            self.scope.before_execute = self.records.before_execute
         self.gate = Gate(self.scope)
         self.offered = self.gate.offered()
         # Counted once here, then kept up to date: per-turn work never re-walks the history.
@@ -442,9 +479,18 @@ class _Runner:
             return await self._end(Cancelled("cancelled by the caller"), RunStatus.CANCELLED)
         raise AssertionError("unreachable: the shielded block returns")
 
+    def _refresh_tools(self) -> None:
+        """Read the host's `tools()`: this turn's offer, and what the gate resolves against."""
+        injected = self.agent.injected
+        if injected is not None:
+            self.offered = self.gate.use_toolbox(merged_toolbox(injected))
+
     async def _loop(self) -> RunResult:
         agent = self.agent
         messages = self.messages
+        last = messages[-1]
+        if isinstance(last, AssistantMessage) and last.tool_calls:
+            self._refresh_tools()  # a resumed turn: its calls meet the host's tools of now
         while True:
             last = messages[-1]
             calls = last.tool_calls if isinstance(last, AssistantMessage) else None
@@ -456,6 +502,8 @@ class _Runner:
                     first.messages.append(self._pending_message)
                     self._pending_message = None
                 result = await self.gate.drive_turn(turn, calls, existing, first)
+                if self.records is not None:
+                    await self.records.answered(result.final.calls)
                 if self.on_event is not None:
                     for r in result.final.calls:
                         await self._emit("call_finished", tool=r.tool, status=r.status.value,
@@ -496,6 +544,7 @@ class _Runner:
                 return await self._end(Failed(
                     f"the wall-clock budget of {agent.max_wall_seconds}s is exhausted"),
                     RunStatus.FAILED)
+            self._refresh_tools()
             try:
                 response = await self._request(messages)
             except ModelError as exc:
