@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -236,11 +236,11 @@ class _Injected(SchemaTool):
         route = self.injection.route
         try:
             if inspect.iscoroutinefunction(route):
-                out = await route(call)
+                out = await _stoppable(route(call), call.stop)
             else:
                 out = await anyio.to_thread.run_sync(route, call, abandon_on_cancel=True)
                 if inspect.isawaitable(out):
-                    out = await out
+                    out = await _stoppable(out, call.stop)
         except anyio.get_cancelled_exc_class():
             call.stop.set()
             raise
@@ -290,6 +290,46 @@ class _Injected(SchemaTool):
         result = await registered.execute(bound, ctx if registered.needs_context else None)
         return ToolResult(result.content, result.structured, result.is_error,
                           {**result.metadata, "handrail.source": "registered"})
+
+
+STOP_GRACE_SECONDS = 1.0
+"""How long an async router has, once `stop` is set, to return before it is cancelled."""
+
+
+async def _stoppable(work: Awaitable[Any], stop: Stop) -> Any:
+    """Await an async router; on cancellation set `stop` first, then cancel it.
+
+    The router runs in a shielded scope, so a cancellation from outside reaches it as `stop`
+    (it can finish what it is doing); after `STOP_GRACE_SECONDS` it is cancelled for real and
+    the outside cancellation propagates.
+    """
+    box: list[Any] = []
+    failure: list[BaseException] = []
+    done = anyio.Event()
+    shielded = anyio.CancelScope(shield=True)
+
+    async def run() -> None:
+        with shielded:
+            try:
+                box.append(await work)
+            except Exception as exc:  # handed to the caller as it is
+                failure.append(exc)
+            finally:
+                done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        try:
+            await done.wait()
+        except anyio.get_cancelled_exc_class():
+            stop.set()
+            with anyio.move_on_after(STOP_GRACE_SECONDS, shield=True):
+                await done.wait()
+            shielded.cancel()
+            raise
+    if failure:
+        raise failure[0]
+    return box[0] if box else None
 
 
 def _keeps_record() -> bool:
