@@ -161,3 +161,24 @@ def test_a_sigkill_mid_call_leaves_input_and_no_output(tmp_path: Path) -> None:
     assert load(call_dir / "input.json") == {"id": "call_0_0", "tool": "local/hang",
                                               "input": {}}
     assert not (call_dir / "output.json").exists()
+
+
+async def test_handrail_show_prints_each_calls_record_path(
+        tmp_path: Path, workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from handrail.cli import main
+
+    records = tmp_path / "records"
+    db = tmp_path / "runs.db"
+    agent = hr.Agent(Scripted([calls([("local/py", {"n": 1}), ("local/py", {"n": 2})]),
+                               reply("done")]), [py_tool],
+                     policy=hr.Policy.default().layer("app").allow(hr.Act.CALL, "local/*"),
+                     workspace=workspace, records_dir=records)
+    async with hr.Store.open(str(db)) as store:
+        result = await agent.run("go", store=store)
+    capsys.readouterr()
+    assert await anyio.to_thread.run_sync(main, ["show", result.run_id, "--store", str(db)]) == 0
+    shown = capsys.readouterr().out
+    for call_id in ("call_0_0", "call_0_1"):
+        path = records / result.run_id / "0" / call_id
+        assert f"record: {path}" in shown
+        assert (path / "output.json").exists()

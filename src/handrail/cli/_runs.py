@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 
 from handrail.errors import UserError
+from handrail.host import record_dir
 from handrail.store import RunRecord, Store
 
 __all__ = ["load_object", "register"]
@@ -165,6 +166,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
             console.print(f"manifest: {run.manifest_digest}")
         console.print(f"tokens: {run.input_tokens} in / {run.output_tokens} out over "
                       f"{run.model_requests} requests")
+        # The disk record of each call, when the run kept one (Agent(records_dir=...)).
+        records = next((e.get("dir") for e in run.events if e.get("kind") == "records"), None)
         by_turn: dict[int, list[Any]] = {}
         for c in calls:
             by_turn.setdefault(c.turn, []).append(c)
@@ -178,6 +181,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
                     console.print(f"\n[cyan]model[/] {_short(text, 200)}")
                 for c in by_turn.get(turn, []):
                     _print_call(console, c)
+                    if records is not None:
+                        from rich.markup import escape
+
+                        path = record_dir(records, run.id, c.turn, c.call_id)
+                        console.print(escape(f"    record: {path}"), soft_wrap=True)
             elif kind == "user":
                 console.print(f"[magenta]user[/] {_short(m['text'], 200)}")
         if run.outcome:
