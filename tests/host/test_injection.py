@@ -305,3 +305,25 @@ def test_a_malformed_tools_list_is_a_clear_error(workspace: Path) -> None:
     agent = hr.Agent(Scripted([reply("done")]), injection=Bad(), workspace=workspace)
     with pytest.raises(hr.UserError, match="'local/echo' twice"):
         agent.run_sync("go")
+
+
+async def test_falling_through_never_carries_a_call_past_the_registered_tools_policy(
+        workspace: Path) -> None:
+    ran: list[str] = []
+
+    @hr.tool(server="local", name="echo")
+    def write_note(text: hr.WritePath) -> str:
+        """Writes a file (its action is WRITE text)."""
+        ran.append(str(text))
+        return "written"
+
+    # The injected `local/echo` is allowed as `call local/echo`; the registered tool of that
+    # id writes, and the policy asks for writes: declining must not run it unasked.
+    policy = hr.Policy.default().layer("app").allow(hr.Act.CALL, "local/echo")
+    agent = hr.Agent(Scripted([call("local/echo", {"text": "a.txt"}), reply("done")]),
+                     [write_note], injection=Declining(), policy=policy, workspace=workspace)
+    store = hr.Store.memory()
+    result = await run(agent, store)
+    assert ran == []
+    (text,) = await tool_results(store, result.run_id)
+    assert "policy does not allow outright" in text
