@@ -255,3 +255,13 @@ async def test_a_subprocess_tool_passes_the_policy_before_it_runs(tmp_path: Path
                      workspace=workspace)
     await agent.run("go")
     assert not marker.exists()
+
+
+async def test_a_deadline_kill_is_reported_as_ours(tmp_path: Path) -> None:
+    capture = ProcessCapture.new()
+    with anyio.fail_after(60):
+        await hr.host.run_process(["sleep", "1000"], capture, timeout=0.5, grace=1)
+    assert capture.timed_out and capture.signal == "SIGTERM" and capture.signal_ours
+    text = capture.envelope()
+    assert "Killed by signal SIGTERM (sent by handrail)" in text
+    assert "Killed after the 0.5s timeout" in text
