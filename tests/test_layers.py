@@ -39,16 +39,17 @@ LAYERS: dict[str, frozenset[str]] = {
     "manifest": frozenset({"errors", "tools", "policy"}),
     "models": frozenset({"errors", "tools"}),
     "store": frozenset({"errors"}),
-    "builtin": frozenset({"errors", "tools", "policy"}),
+    "host": frozenset({"errors", "tools"}),
+    "builtin": frozenset({"errors", "tools", "policy", "host"}),
     "gate": frozenset({"errors", "tools", "policy", "approval", "models", "store"}),
     "runs": frozenset({"errors", "tools", "policy", "approval", "models", "store", "gate",
-                       "manifest", "builtin"}),
+                       "manifest", "builtin", "host"}),
     "web": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "runs"}),
     "mcp": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "gate", "runs"}),
     "cli": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
-                      "builtin", "runs", "web", "mcp"}),
+                      "builtin", "runs", "web", "mcp", "host"}),
 }
 """Package -> the packages of ours it may import (directly; nothing is implied)."""
 

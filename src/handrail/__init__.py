@@ -61,6 +61,14 @@ if TYPE_CHECKING:
         StdinApprover,
         StdinResponder,
     )
+    from handrail.host import (
+        InjectedTool,
+        RoutedCall,
+        RoutedCapture,
+        SubprocessTool,
+        ToolInjection,
+        load_tool_dir,
+    )
     from handrail.manifest import (
         Grant,
         Manifest,
@@ -146,6 +154,12 @@ if TYPE_CHECKING:
     from handrail.web import InboxApprover
 
 _LAZY: dict[str, str] = {
+    "InjectedTool": "handrail.host",
+    "RoutedCall": "handrail.host",
+    "RoutedCapture": "handrail.host",
+    "SubprocessTool": "handrail.host",
+    "ToolInjection": "handrail.host",
+    "load_tool_dir": "handrail.host",
     "Act": "handrail.tools",
     "Action": "handrail.tools",
     "Agent": "handrail.runs",
@@ -236,8 +250,8 @@ _LAZY: dict[str, str] = {
     "tool": "handrail.tools",
 }
 
-_SUBPACKAGES = frozenset({"approval", "builtin", "manifest", "mcp", "models", "policy", "runs",
-                          "store", "tools", "web"})
+_SUBPACKAGES = frozenset({"approval", "builtin", "host", "manifest", "mcp", "models", "policy",
+                          "runs", "store", "tools", "web"})
 
 __version__ = "0.1.0"
 
@@ -283,6 +297,7 @@ __all__ = [
     "HandrailError",
     "Image",
     "InboxApprover",
+    "InjectedTool",
     "Interaction",
     "InteractionDeclined",
     "InvalidArguments",
@@ -312,6 +327,8 @@ __all__ = [
     "Responder",
     "ResponderNone",
     "ResumeRefused",
+    "RoutedCall",
+    "RoutedCapture",
     "Rule",
     "RunEvent",
     "RunOutcome",
@@ -324,6 +341,7 @@ __all__ = [
     "Store",
     "StoreError",
     "Submit",
+    "SubprocessTool",
     "Taint",
     "Text",
     "Tool",
@@ -332,6 +350,7 @@ __all__ = [
     "ToolHandler",
     "ToolId",
     "ToolImpl",
+    "ToolInjection",
     "ToolName",
     "ToolResult",
     "ToolSpec",
@@ -351,6 +370,7 @@ __all__ = [
     "VerifyContext",
     "WritePath",
     "__version__",
+    "load_tool_dir",
     "resume",
     "resume_sync",
     "resume_with_answer",

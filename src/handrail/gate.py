@@ -43,7 +43,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -139,6 +139,9 @@ class RunScope:
     """The run's trusted text and untrusted tool output, for the taint stage."""
     events: Any = None
     """`events(kind, record, **detail)`: a tool's `ctx.report_progress`/`ctx.record_event`."""
+    before_execute: Callable[[CallRecord], Awaitable[None]] | None = None
+    """Awaited in the task that runs a call's body, just before it runs (a host's per-call
+    disk record); a call refused before that point never reaches it."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -634,6 +637,18 @@ class Gate:
         return [Issue(path=e.json_path, message=e.message)
                 for e in sorted(validator.iter_errors(dumped), key=lambda e: list(e.path))]
 
+    def use_toolbox(self, toolbox: Toolbox) -> list[ToolSpec]:
+        """Install the tools of the coming turn (a host may change them between turns).
+
+        Resolution and the grant read this toolbox, and what it returns is what the model is
+        offered: one list for both. Returns the offered specs.
+        """
+        self.scope.toolbox = toolbox
+        offered = self.offered()
+        self._offered = {s.id: s for s in offered}
+        self._schema_checks.clear()
+        return offered
+
     def offered(self) -> list[Any]:
         """The specs the model is offered (the manifest's grants, when one is in force)."""
         specs = self.scope.toolbox.specs()
@@ -718,6 +733,8 @@ class Gate:
             state.finish(ToolResult.error(str(exc)), CallStatus.REFUSED,
                          disposition=Disposition.NOT_SENT.value, error=str(exc))
             return
+        if scope.before_execute is not None:
+            await scope.before_execute(state.record)
         try:
             if not spec.interactions and spec.timeout is None:
                 # The common case needs no state machine: the body cannot ask.

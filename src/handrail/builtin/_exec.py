@@ -8,18 +8,20 @@ propagates.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
 from typing import Any
 
-import anyio
-from anyio.abc import ByteReceiveStream, Process
 from pydantic import Field, field_validator
 
 from handrail.builtin._fs import workspace_root
+from handrail.host import (
+    PASSED_ENVIRONMENT,
+    ProcessCapture,
+    Projection,
+    current_call,
+    hand_over,
+    passed_environment,
+    run_process,
+)
 from handrail.policy import is_inside, resolve_program
 from handrail.tools import Act, Action, CallContext, Json, Tool, ToolResult
 
@@ -31,41 +33,8 @@ EXEC_DEFAULT_TIMEOUT = 60.0
 EXEC_MAX_TIMEOUT = 600.0
 """The longest timeout a call may ask for."""
 EXEC_OUTPUT_LIMIT_BYTES = 64 * 1024
-"""Each of stdout and stderr is cut to this many bytes (the rest is read and discarded)."""
-PASSED_ENVIRONMENT = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR",
-    "TZ", "SYSTEMROOT", "COMSPEC", "PATHEXT", "WINDIR", "TEMP", "TMP",
-})
-"""The only environment variables a program inherits: the host's API keys and tokens stay out."""
-
-_REAP_SECONDS = 5.0
-
-
-class _Capture:
-    """The first `limit` bytes of a stream, and how many bytes it carried in all."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.data = bytearray()
-        self.total = 0
-
-    async def drain(self, stream: ByteReceiveStream) -> None:
-        # Keep reading past the limit: a program blocked on a full pipe would never exit.
-        async for chunk in stream:
-            self.total += len(chunk)
-            room = self.limit - len(self.data)
-            if room > 0:
-                self.data += chunk[:room]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.data)
-
-    def text(self) -> str:
-        text = self.data.decode("utf-8", errors="replace")
-        if self.truncated:
-            text += f"\n[truncated: {self.total} bytes in all, the first {len(self.data)} shown]"
-        return text
+"""Each of stdout and stderr is shown as its first and last half of this many bytes (the
+rest is read and counted; the disk record, when kept, has all of it)."""
 
 
 class Exec(Tool, server="workspace", name="exec", mutates=True, protected=["/argv"]):
@@ -111,60 +80,45 @@ class Exec(Tool, server="workspace", name="exec", mutates=True, protected=["/arg
             return ToolResult.error(f"program {self.argv[0]!r} is a symbolic link inside the "
                                     "workspace; run the program it points to by its own path")
         argv = [program.path, *self.argv[1:]]
+        # Spawning, killing the group and projecting the output: the one implementation,
+        # shared with programs as tools (handrail.host).
+        slot = current_call()
+        projection = (slot.projection if slot is not None and slot.projection is not None
+                      else _PROJECTION)
+        capture = ProcessCapture.new(projection,
+                                     keep_full=slot is not None and slot.path is not None)
         try:
-            process = await anyio.open_process(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=root,
-                env={k: v for k, v in os.environ.items() if k.upper() in PASSED_ENVIRONMENT},
-                start_new_session=sys.platform != "win32",
-            )
-        except FileNotFoundError:
-            return ToolResult.error(f"program {self.argv[0]!r} not found (looked on PATH and "
-                                    "relative to the workspace)")
-        except PermissionError:
-            return ToolResult.error(f"program {self.argv[0]!r} is not executable")
-        except OSError as exc:
-            return ToolResult.error(f"could not start {self.argv[0]!r}: {exc.strerror or exc}")
-        stdout = _Capture(EXEC_OUTPUT_LIMIT_BYTES)
-        stderr = _Capture(EXEC_OUTPUT_LIMIT_BYTES)
-        timed_out = False
-        try:
-            # The deadline covers reading the output too: a background child that keeps the
-            # pipes open must not hold the call past its timeout.
-            with anyio.move_on_after(timeout) as scope:
-                async with anyio.create_task_group() as tg:
-                    assert process.stdout is not None and process.stderr is not None
-                    tg.start_soon(stdout.drain, process.stdout)
-                    tg.start_soon(stderr.drain, process.stderr)
-                    await process.wait()
-            timed_out = scope.cancelled_caught
+            await run_process(argv, capture, cwd=root, env=passed_environment(),
+                              timeout=timeout)
         finally:
-            with anyio.move_on_after(_REAP_SECONDS, shield=True):
-                if timed_out or process.returncode is None:
-                    _kill_group(process)
-                await process.aclose()
-        code = process.returncode
+            hand_over(capture, source="exec")
+        if capture.spawn_error is not None:
+            return ToolResult.error(_spawn_message(self.argv[0], capture.spawn_error))
+        record = None if slot is None else slot.output_path
+        timed_out = capture.timed_out
         value: dict[str, Any] = {
-            "exit_code": code,
+            "exit_code": capture.exit_code,
             "timed_out": timed_out,
-            "stdout": stdout.text(),
-            "stderr": stderr.text(),
-            "stdout_truncated": stdout.truncated,
-            "stderr_truncated": stderr.truncated,
+            "stdout": capture.stdout.project(record),
+            "stderr": capture.stderr.project(record),
+            "stdout_truncated": capture.stdout.cut,
+            "stderr_truncated": capture.stderr.cut,
         }
         if timed_out:
             value["note"] = f"killed after the {timeout:g}s timeout"
+        elif capture.signal is not None and not capture.signal_ours:
+            value["note"] = f"killed by signal {capture.signal}, not sent by handrail"
         # A non-zero exit is information for the model, not a tool failure; a timeout is.
         return ToolResult((Json(value),), value, is_error=timed_out)
 
 
-def _kill_group(process: Process) -> None:
-    """Kill the program and everything it started in its session."""
-    if sys.platform != "win32":
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
+_PROJECTION = Projection(EXEC_OUTPUT_LIMIT_BYTES // 2, EXEC_OUTPUT_LIMIT_BYTES // 2)
+
+
+def _spawn_message(program: str, problem: str) -> str:
+    if "not found" in problem:
+        return (f"program {program!r} not found (looked on PATH and relative to the "
+                "workspace)")
+    if "not executable" in problem:
+        return f"program {program!r} is not executable"
+    return problem

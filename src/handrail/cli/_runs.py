@@ -29,6 +29,7 @@ import anyio
 
 from handrail.cli._display import argv_text, printable, printable_json
 from handrail.errors import HandrailError, UserError
+from handrail.host import record_dir
 from handrail.store import RunRecord, RunStatus, Store
 
 __all__ = ["load_object", "register"]
@@ -237,6 +238,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
             console.print(f"manifest: {_safe(run.manifest_digest)}")
         console.print(f"tokens: {run.input_tokens} in / {run.output_tokens} out over "
                       f"{run.model_requests} requests")
+        # The disk record of each call, when the run kept one (Agent(records_dir=...)).
+        records = next((e.get("dir") for e in run.events if e.get("kind") == "records"), None)
         by_turn: dict[int, list[Any]] = {}
         for c in calls:
             by_turn.setdefault(c.turn, []).append(c)
@@ -259,6 +262,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
                     console.print(f"\n[cyan]model[/] {_markup(_short(text, 200))}")
                 for c in by_turn.get(turn, []):
                     _print_call(console, c)
+                    if records is not None:
+                        from rich.markup import escape
+
+                        path = record_dir(records, run.id, c.turn, c.call_id)
+                        console.print(escape(f"    record: {path}"), soft_wrap=True)
                 for event in checks.get(turn, []):
                     _print_verification(console, event, limit)
             elif kind == "user":

@@ -24,6 +24,15 @@ import anyio
 from handrail.approval import Approver, Decision, Defer, Request, Responder, ResponderNone
 from handrail.errors import ModelError, ModelResponseError, ResumeRefused, UserError
 from handrail.gate import RECORD_CONTENTS, Gate, RunScope
+from handrail.host import (
+    DEFAULT_HEAD_BYTES,
+    DEFAULT_TAIL_BYTES,
+    CallRecords,
+    InjectionToolset,
+    Projection,
+    ToolInjection,
+    merged_toolbox,
+)
 from handrail.models import (
     AssistantMessage,
     Model,
@@ -175,6 +184,14 @@ class Agent:
         verify: A `hr.Verify` every run's final answer must pass before the run completes
             (see docs/verify.md); `run(verify=...)` overrides it for one run.
         max_verify_attempts: How many checks a run may fail before it ends `Failed`.
+        injection: A host's tools (`hr.ToolInjection`): its `tools()` is read at the start of
+            every turn, an injected tool outranks a registered one of the same id, and its
+            calls are answered by its `route()` after passing every stage of the gate.
+        records_dir: Keep a disk record of every call the gate answers:
+            `<records_dir>/<run_id>/<turn>/<call_id>/input.json` and `output.json`.
+        output_head_bytes: Bytes of each stream of a program (or routed call) the model sees
+            from its start; default 16 KiB (a tool's own setting wins).
+        output_tail_bytes: Bytes it sees from its end; default 16 KiB.
     """
 
     def __init__(
@@ -197,6 +214,10 @@ class Agent:
         record_contents: Literal["digest", "full"] = "digest",
         verify: Verify | None = None,
         max_verify_attempts: int = 3,
+        injection: ToolInjection | None = None,
+        records_dir: str | os.PathLike[str] | None = None,
+        output_head_bytes: int | None = None,
+        output_tail_bytes: int | None = None,
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -258,6 +279,16 @@ class Agent:
             raise UserError("verify= takes hr.Verify.command(argv) or hr.Verify.check(fn)")
         self.verify = verify
         self.max_verify_attempts = check_max_attempts(max_verify_attempts)
+        self.injected = None if injection is None else InjectionToolset(injection, self.toolbox)
+        self.records_dir = None if records_dir is None else Path(records_dir).expanduser().resolve()
+        self.projection: Projection | None = None
+        if output_head_bytes is not None or output_tail_bytes is not None:
+            try:
+                self.projection = Projection(
+                    DEFAULT_HEAD_BYTES if output_head_bytes is None else output_head_bytes,
+                    DEFAULT_TAIL_BYTES if output_tail_bytes is None else output_tail_bytes)
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
 
     @classmethod
     def from_manifest(cls, manifest: Any, tools: object = (), *, model: Model | str | None = None,
@@ -355,6 +386,8 @@ class Agent:
             events=_contents_event([], self.record_contents, now)
             + ([checking.event()] if checking is not None else []),
         )
+        if self.records_dir is not None:  # `handrail show` prints each call's record path
+            run.events = [{"kind": "records", "dir": str(self.records_dir), "at": now}]
         dumped = dump_messages(messages)
         await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
         runner = _Runner(self, store, run, self.policy, [], messages,
@@ -389,6 +422,10 @@ class _Runner:
         )
         # What the task and the instructions say is trusted (docs/taint.md).
         self.scope.provenance.trust_text("task", run.task, agent.instructions)
+        self.records: CallRecords | None = None
+        if agent.records_dir is not None or agent.projection is not None:
+            self.records = CallRecords(agent.records_dir, projection=agent.projection)
+            self.scope.before_execute = self.records.before_execute
         self.gate = Gate(self.scope)
         self.offered = self.gate.offered()
         # Counted once here, then kept up to date: per-turn work never re-walks the history.
@@ -525,9 +562,18 @@ class _Runner:
             return await self._end(Cancelled("cancelled by the caller"), RunStatus.CANCELLED)
         raise AssertionError("unreachable: the shielded block returns")
 
+    def _refresh_tools(self) -> None:
+        """Read the host's `tools()`: this turn's offer, and what the gate resolves against."""
+        injected = self.agent.injected
+        if injected is not None:
+            self.offered = self.gate.use_toolbox(merged_toolbox(injected))
+
     async def _loop(self) -> RunResult:
         agent = self.agent
         messages = self.messages
+        last = messages[-1]
+        if isinstance(last, AssistantMessage) and last.tool_calls:
+            self._refresh_tools()  # a resumed turn: its calls meet the host's tools of now
         while True:
             last = messages[-1]
             calls = last.tool_calls if isinstance(last, AssistantMessage) else None
@@ -548,6 +594,8 @@ class _Runner:
                         if type(p) is ToolCall and p.id in shown else p for p in last.parts))
                     result.final.messages.append(await self._shown_message(
                         len(messages) - 1, shown))
+                if self.records is not None:
+                    await self.records.answered(result.final.calls)
                 if self.on_event is not None:
                     for r in result.final.calls:
                         await self._emit("call_finished", tool=r.tool, status=r.status.value,
@@ -593,6 +641,7 @@ class _Runner:
                 return await self._end(Failed(
                     f"the wall-clock budget of {agent.max_wall_seconds}s is exhausted"),
                     RunStatus.FAILED)
+            self._refresh_tools()
             try:
                 response = await self._request(messages)
                 usage = _checked_usage(response.usage)

@@ -1,0 +1,267 @@
+"""Programs as tools: the stdio contract, the envelope, the projection, killing the group."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import handrail as hr
+from handrail.host import ProcessCapture, Projection, StreamCapture
+from handrail.tools import CallContext
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+OPEN: dict[str, Any] = {"type": "object"}
+
+
+def script(folder: Path, name: str, body: str) -> Path:
+    path = folder / name
+    path.write_text(body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+async def execute(tool: hr.SubprocessTool, arguments: dict[str, Any], workspace: Path,
+                  **ctx: Any) -> hr.ToolResult:
+    validated = tool.validate(arguments)
+    context = CallContext(call_id=ctx.get("call_id", "c1"), tool_id=tool.spec.id,
+                          workspace=workspace, run_id=ctx.get("run_id"),
+                          agent=ctx.get("agent"))
+    with anyio.fail_after(60):
+        return await tool.execute(validated, context)
+
+
+def gone_or_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in {"Z", "X"}
+    except FileNotFoundError:
+        return True
+
+
+def wait_gone(pid: int, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not gone_or_zombie(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+# ------------------------------------------------------------------ the envelope
+
+
+async def test_stdin_is_the_input_json_and_the_environment_is_the_allowlist(
+        tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    prog = script(tmp_path, "run", f"#!{sys.executable}\n"
+                  "import json, os, sys\n"
+                  "data = sys.stdin.read()\n"
+                  "print(json.dumps({'stdin': data, 'env': dict(os.environ),"
+                  " 'cwd': os.getcwd()}))\n")
+    tool = hr.SubprocessTool("env", [str(prog)], OPEN, "Show.", env={"EXTRA": "1"})
+    result = await execute(tool, {"text": "héllo", "n": 1}, workspace, run_id="r1",
+                           agent="ag", call_id="call-9")
+    assert not result.is_error
+    text = result.render_text()
+    assert text.startswith("Exit code: 0\n")
+    out = json.loads(text.split("\n", 1)[1])
+    assert json.loads(out["stdin"]) == {"text": "héllo", "n": 1}
+    env = out["env"]
+    assert "OPENAI_API_KEY" not in env
+    assert env["HANDRAIL_WORKSPACE"] == str(workspace)
+    assert (env["HANDRAIL_AGENT"], env["HANDRAIL_RUN_ID"], env["HANDRAIL_CALL_ID"]) == \
+        ("ag", "r1", "call-9")
+    assert env["EXTRA"] == "1"
+    allowed = hr.host.PASSED_ENVIRONMENT | {"HANDRAIL_WORKSPACE", "HANDRAIL_AGENT",
+                                            "HANDRAIL_RUN_ID", "HANDRAIL_CALL_ID", "EXTRA"}
+    # The kernel/libc may add a few of its own (PWD, SHLVL, _, LC_CTYPE on macOS).
+    assert set(env) - allowed <= {"PWD", "SHLVL", "_", "LC_CTYPE"}
+    assert Path(out["cwd"]) == workspace
+
+
+async def test_stderr_on_success_is_shown_after_its_marker(tmp_path: Path,
+                                                           workspace: Path) -> None:
+    prog = script(tmp_path, "run", "#!/bin/sh\necho out\necho warn >&2\n")
+    result = await execute(hr.SubprocessTool("t", [str(prog)], OPEN, "T."), {}, workspace)
+    assert not result.is_error
+    assert result.render_text() == "Exit code: 0\nout\n--- stderr ---\nwarn"
+
+
+async def test_a_silent_program_still_gets_a_non_empty_result(tmp_path: Path,
+                                                              workspace: Path) -> None:
+    prog = script(tmp_path, "run", "#!/bin/sh\nexit 0\n")
+    result = await execute(hr.SubprocessTool("t", [str(prog)], OPEN, "T."), {}, workspace)
+    assert result.render_text() == "Exit code: 0"
+    assert not result.is_error
+
+
+async def test_a_non_zero_exit_is_an_error_result(tmp_path: Path, workspace: Path) -> None:
+    prog = script(tmp_path, "run", "#!/bin/sh\necho nope >&2\nexit 3\n")
+    result = await execute(hr.SubprocessTool("t", [str(prog)], OPEN, "T."), {}, workspace)
+    assert result.is_error
+    assert result.render_text() == "Exit code: 3\n--- stderr ---\nnope"
+
+
+async def test_binary_output_is_replaced_in_the_text(tmp_path: Path, workspace: Path) -> None:
+    prog = script(tmp_path, "run", f"#!{sys.executable}\nimport sys\n"
+                  "sys.stdout.buffer.write(b'ok\\xff\\xfe\\n')\n")
+    result = await execute(hr.SubprocessTool("t", [str(prog)], OPEN, "T."), {}, workspace)
+    assert result.render_text() == "Exit code: 0\nok\ufffd\ufffd"
+
+
+async def test_a_program_that_is_not_executable(tmp_path: Path, workspace: Path) -> None:
+    prog = tmp_path / "run"
+    prog.write_text("#!/bin/sh\necho hi\n")
+    result = await execute(hr.SubprocessTool("t", [str(prog)], OPEN, "T."), {}, workspace)
+    assert result.is_error
+    text = result.render_text()
+    assert text.startswith("Exit code: 126\n") and "is not executable" in text
+
+
+async def test_a_missing_program(tmp_path: Path, workspace: Path) -> None:
+    tool = hr.SubprocessTool("t", [str(tmp_path / "nowhere")], OPEN, "T.")
+    result = await execute(tool, {}, workspace)
+    assert result.is_error and "Exit code: 127" in result.render_text()
+
+
+async def test_a_foreign_signal_is_reported_as_such(tmp_path: Path, workspace: Path) -> None:
+    prog = script(tmp_path, "run", "#!/bin/sh\necho before\nkill -KILL $$\n")
+    result = await execute(hr.SubprocessTool("t", [str(prog)], OPEN, "T."), {}, workspace)
+    assert result.is_error
+    text = result.render_text()
+    assert text.startswith(f"Exit code: {-signal.SIGKILL}\n")
+    assert "Killed by signal SIGKILL (not sent by handrail" in text
+    assert text.endswith("before")
+
+
+# ------------------------------------------------------------------ the projection
+
+
+def projected(size: int, head: int = 8, tail: int = 8) -> str:
+    stream = StreamCapture("stdout", Projection(head, tail))
+    data = bytes(ord("a") + i % 26 for i in range(size))
+    for i in range(0, size, 3):  # chunk boundaries must not matter
+        stream.feed(data[i:i + 3])
+    return stream.project("/records/x/output.json")
+
+
+def test_projection_below_at_and_over_its_bounds() -> None:
+    assert projected(15) == "abcdefghijklmno"
+    assert projected(16) == "abcdefghijklmnop"
+    over = projected(17)
+    assert over.startswith("abcdefgh\n[stdout: 17 bytes, 1 lines in all; showing the first 8 "
+                           "and the last 8 bytes, 1 bytes left out; full record: "
+                           "/records/x/output.json]\n")
+    assert over.endswith("\njklmnopq")
+    assert over.count("\n") == 2  # exactly one marker line
+
+
+def test_projection_counts_lines_and_says_when_no_record_is_kept() -> None:
+    stream = StreamCapture("stderr", Projection(4, 4))
+    stream.feed(b"1\n2\n3\n4\n5\n6\n")
+    text = stream.project(None)
+    assert "[stderr: 12 bytes, 6 lines in all" in text and "no full record kept]" in text
+
+
+async def test_projection_is_settable_per_tool(tmp_path: Path, workspace: Path) -> None:
+    prog = script(tmp_path, "run", f"#!{sys.executable}\nimport sys\n"
+                  "sys.stdout.write('x' * 100 + 'END')\n")
+    tool = hr.SubprocessTool("t", [str(prog)], OPEN, "T.", projection=Projection(10, 3))
+    text = (await execute(tool, {}, workspace)).render_text()
+    assert text.startswith("Exit code: 0\nxxxxxxxxxx\n[stdout: 103 bytes")
+    assert text.endswith("\nEND")
+
+
+def test_the_envelope_of_a_capture_is_never_empty() -> None:
+    capture = ProcessCapture.new()
+    capture.exit_code = 0
+    assert capture.envelope() == "Exit code: 0"
+
+
+# ------------------------------------------------------------------ killing the group
+
+
+TREE = """#!/bin/sh
+# A child that ignores SIGTERM, then the parent waits: both must die.
+sh -c 'trap "" TERM; echo "$$" > "$0"; exec sleep 1000' "$FIFO" &
+wait
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+@pytest.mark.parametrize("how", ["cancel", "deadline"])
+async def test_cancel_or_deadline_kills_the_tree_within_the_grace(
+        tmp_path: Path, workspace: Path, how: str) -> None:
+    fifo = tmp_path / "ready"
+    os.mkfifo(fifo)
+    prog = script(tmp_path, "run", TREE)
+    grace = 1.0
+    tool = hr.SubprocessTool("t", [str(prog)], OPEN, "T.", env={"FIFO": str(fifo)},
+                             grace=grace, timeout=60 if how == "cancel" else 2, cwd=workspace)
+    box = hr.Toolbox([tool])
+    pids: list[int] = []
+    outcome: list[object] = []
+
+    async def call() -> None:
+        try:
+            outcome.append(await box.call("local/t", {}))
+        except hr.ToolError as exc:
+            outcome.append(exc)
+
+    def read_pid() -> int:
+        with open(fifo) as fh:  # blocks until the child has written: no sleeps
+            return int(fh.readline())
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            pids.append(await anyio.to_thread.run_sync(read_pid, abandon_on_cancel=True))
+            stopped_at = time.monotonic()
+            if how == "cancel":
+                tg.cancel_scope.cancel()
+    elapsed = time.monotonic() - stopped_at
+    assert await anyio.to_thread.run_sync(wait_gone, pids[0])
+    if how == "cancel":
+        assert outcome == []  # the cancellation propagated
+        assert elapsed < grace + 5
+    else:
+        (error,) = outcome
+        assert isinstance(error, hr.ToolTimeout)
+        assert error.disposition is hr.Disposition.IN_DOUBT
+
+
+# ------------------------------------------------------------------ through an agent
+
+
+async def test_a_subprocess_tool_passes_the_policy_before_it_runs(tmp_path: Path,
+                                                                  workspace: Path) -> None:
+    marker = tmp_path / "ran"
+    prog = script(tmp_path, "run", f"#!/bin/sh\ntouch {marker}\necho done\n")
+    tool = hr.SubprocessTool("t", [str(prog)], OPEN, "T.")
+    from handrail.models import Scripted, call, reply
+
+    policy = hr.Policy.default().layer("app").deny(hr.Act.CALL, "local/t")
+    agent = hr.Agent(Scripted([call("local/t", {}), reply("ok")]), [tool], policy=policy,
+                     workspace=workspace)
+    await agent.run("go")
+    assert not marker.exists()
+
+
+async def test_a_deadline_kill_is_reported_as_ours(tmp_path: Path) -> None:
+    capture = ProcessCapture.new()
+    with anyio.fail_after(60):
+        await hr.host.run_process(["sleep", "1000"], capture, timeout=0.5, grace=1)
+    assert capture.timed_out and capture.signal == "SIGTERM" and capture.signal_ours
+    text = capture.envelope()
+    assert "Killed by signal SIGTERM (sent by handrail)" in text
+    assert "Killed after the 0.5s timeout" in text
