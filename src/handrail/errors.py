@@ -25,6 +25,7 @@ HandrailError
 │   ├── AlreadyDecided         a second decision/answer on the same pending item
 │   └── SchemaTooNew           the database was written by a newer handrail
 ├── ResumeRefused              resuming would cross a boundary (no policy, manifest changed)
+├── RunNotCompleted            `result.output` of a run that paused, failed or was cancelled
 ├── InteractionDeclined        raised inside a tool: its caller declined to answer ctx.ask/elicit
 └── ModelError                 the model provider failed
     ├── ModelAuthError         401/403: the key is missing or wrong
@@ -71,6 +72,7 @@ __all__ = [
     "PolicyDenied",
     "PolicyError",
     "ResumeRefused",
+    "RunNotCompleted",
     "SchemaTooNew",
     "StoreError",
     "ToolError",
@@ -298,6 +300,24 @@ class SchemaTooNew(StoreError):
 
 class ResumeRefused(HandrailError):
     """Resuming would cross a boundary: no policy recorded, or the manifest changed."""
+
+
+class RunNotCompleted(HandrailError):
+    """`RunResult.output` was read, but the run did not complete.
+
+    The message says how the run ended and the next step (the command that approves, answers
+    or resumes it); `outcome` is the outcome itself, for code that wants to `match` on it.
+    """
+
+    def __init__(self, run_id: str, outcome: Any, next_step: str) -> None:
+        self.run_id = run_id
+        """The run's id."""
+        self.outcome = outcome
+        """The `RunOutcome` the run has (`AwaitingApproval`, `Failed`, ...)."""
+        self.next_step = next_step
+        """What to do about it, in words."""
+        kind = getattr(outcome, "kind", outcome)
+        super().__init__(f"run {run_id} did not complete ({kind}): {next_step}")
 
 
 class InteractionDeclined(HandrailError):

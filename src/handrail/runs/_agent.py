@@ -40,12 +40,14 @@ from handrail.models import (
     load_messages,
 )
 from handrail.policy import Policy, Rule
+from handrail.runs import _logging as log
 from handrail.runs._outcome import (
     Cancelled,
     Completed,
     Failed,
     RunOutcome,
     RunResult,
+    next_step,
     outcome_to_dict,
     pause_outcome,
 )
@@ -386,7 +388,8 @@ class _Runner:
 
     def _result(self, outcome: RunOutcome) -> RunResult:
         usage = Usage(self.run.input_tokens, self.run.output_tokens, self.run.model_requests)
-        return RunResult(self.run.id, outcome, usage, list(self.scope.remembered))
+        return RunResult(self.run.id, outcome, usage, list(self.scope.remembered),
+                         in_memory=not self.store.durable)
 
     async def _end(self, outcome: RunOutcome, status: RunStatus, batch: Batch | None = None
                    ) -> RunResult:
@@ -395,6 +398,8 @@ class _Runner:
                                      lease_until=0.0)
         await self.store.write(batch)
         self._ended = True
+        if status.value.startswith("awaiting") and not self.store.durable:
+            log.log_memory_pause(self.run.id, status.value, next_step(outcome, self.run.id))
         await self._emit("paused" if status.value.startswith("awaiting") else "finished",
                          outcome=outcome_to_dict(outcome))
         return self._result(outcome)
@@ -513,6 +518,7 @@ class _Runner:
                         if type(p) is ToolCall and p.id in shown else p for p in last.parts))
                     result.final.messages.append(await self._shown_message(
                         len(messages) - 1, shown))
+                log.log_calls(self.run.id, result.final.calls)
                 if self.on_event is not None:
                     for r in result.final.calls:
                         await self._emit("call_finished", tool=r.tool, status=r.status.value,
@@ -604,6 +610,7 @@ class _Runner:
     async def _request(self, messages: list[Any]) -> ModelResponse:
         """One model turn; streamed (text deltas become events) when someone listens."""
         model = self.agent.model
+        log.log_request(self.run.id, self.run.steps + 1, len(messages), len(self.offered))
         if self.on_event is None or not isinstance(model, StreamingModel):
             return await model.request(messages, self.offered, self.agent.settings)
         response: ModelResponse | None = None
@@ -622,6 +629,8 @@ class _Runner:
         """Count turns whose every call had invalid arguments; True once over budget."""
         if records and all(r.error and r.error.startswith("invalid arguments") for r in records):
             self.invalid_turns += 1
+            log.log_retry(self.run.id, "every call of the turn had invalid arguments",
+                          self.invalid_turns, self.agent.max_invalid_turns)
         else:
             self.invalid_turns = 0
         return self.invalid_turns > self.agent.max_invalid_turns

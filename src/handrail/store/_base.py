@@ -141,6 +141,9 @@ class Store(abc.ABC):
     lease_seconds: float = 30.0
     """How long a run's owner holds it without writing; a dead owner's run is claimable after."""
 
+    durable: bool = True
+    """Whether what is written outlives the process (False for `Store.memory()`)."""
+
     @staticmethod
     def open(url: str | os.PathLike[str]) -> Store:
         """Open a store: a SQLite file path (created if missing) or a `postgresql://` URL.
