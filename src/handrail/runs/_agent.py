@@ -41,6 +41,7 @@ from handrail.models import (
 )
 from handrail.policy import Policy, Rule
 from handrail.runs import _logging as log
+from handrail.runs._output import Accept, judge_final, output_for
 from handrail.runs._outcome import (
     Cancelled,
     Completed,
@@ -172,6 +173,11 @@ class Agent:
             refused, its stored copies of file contents become `{"sha256", "bytes"}`
             markers. `"full"` keeps the bytes in the audit trail (recorded in the run's
             events). See docs/runs.md, "Records and contents".
+        output_type: The type of the final output (a pydantic model, a dataclass, a
+            TypedDict, a scalar); default `str`, the final reply's text. The model is offered
+            a final-result tool taking it; the output is validated (an invalid one is returned
+            to the model under `max_invalid_turns`), stored as JSON, and `result.output` is a
+            value of this type. A final text reply that is valid JSON for it is accepted too.
     """
 
     def __init__(
@@ -192,6 +198,7 @@ class Agent:
         ref: str | None = None,
         max_invalid_turns: int = 3,
         record_contents: Literal["digest", "full"] = "digest",
+        output_type: Any = str,
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -249,6 +256,8 @@ class Agent:
             raise UserError(f"record_contents must be one of {', '.join(RECORD_CONTENTS)}, "
                             f"not {record_contents!r}")
         self.record_contents = record_contents
+        self.output_type = output_type
+        self.output = output_for(output_type, self.toolbox, max_argument_bytes)
 
     @classmethod
     def from_manifest(cls, manifest: Any, tools: object = (), *, model: Model | str | None = None,
@@ -366,6 +375,8 @@ class _Runner:
         )
         self.gate = Gate(self.scope)
         self.offered = self.gate.offered()
+        if agent.output is not None:
+            self.offered.append(agent.output.spec)
         # Counted once here, then kept up to date: per-turn work never re-walks the history.
         self.turns = sum(1 for m in messages if isinstance(m, AssistantMessage))
 
@@ -582,10 +593,38 @@ class _Runner:
             if self.on_event is not None:
                 await self._emit("model_turn", text=message.text,
                                  calls=[c.name for c in message.tool_calls])
+            final = judge_final(agent.output, message) if agent.output is not None else None
+            if final is not None:
+                done = await self._final_output(final, entry)
+                if done is not None:
+                    return done
+                continue
             if not any(type(p) is ToolCall for p in message.parts):
                 return await self._end(Completed(message.text), RunStatus.COMPLETED,
                                        Batch(messages=[entry]))
             self._pending_message = self._turn_entry = entry
+
+    async def _final_output(self, final: Any, entry: tuple[str, int, dict[str, Any]]
+                            ) -> RunResult | None:
+        """End with a valid typed output, or return an invalid one to the model (None)."""
+        messages = self.messages
+        start = len(messages)
+        messages.extend(final.results if isinstance(final, Accept) else final.feedback)
+        batch = Batch(messages=[entry, *((self.run.id, start + i, m) for i, m in
+                                         enumerate(dump_messages(messages[start:])))])
+        if isinstance(final, Accept):
+            self.invalid_turns = 0
+            return await self._end(Completed(final.value), RunStatus.COMPLETED, batch)
+        self.invalid_turns += 1
+        log.log_retry(self.run.id, final.error, self.invalid_turns, self.agent.max_invalid_turns)
+        if self.invalid_turns > self.agent.max_invalid_turns:
+            return await self._end(Failed(
+                f"the model gave an invalid final output {self.invalid_turns} turns in a row "
+                f"(the budget is {self.agent.max_invalid_turns}): {final.error}"),
+                RunStatus.FAILED, batch)
+        batch.run = self._run_update()
+        await self.store.write(batch, wait=False)
+        return None
 
     _pending_message: tuple[str, int, dict[str, Any]] | None = None
     _turn_entry: tuple[str, int, dict[str, Any]] | None = None

@@ -22,7 +22,7 @@ from handrail.errors import UserError
 from handrail.models import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from handrail.tools import ToolId, ToolResult, ToolSpec
 
-__all__ = ["Accept", "OutputType", "Retry", "judge_final"]
+__all__ = ["Accept", "OutputType", "Retry", "judge_final", "output_for"]
 
 FINAL_TOOL = ToolId("handrail", "final_result")
 """The tool the model calls with its final output."""
@@ -104,6 +104,17 @@ class OutputType:
     def restore(self, data: Any) -> Any:
         """The typed value of a stored output (its JSON form)."""
         return self.adapter.validate_python(data)
+
+
+def output_for(output_type: Any, toolbox: Any, max_bytes: int) -> OutputType | None:
+    """The `OutputType` for `Agent(output_type=...)`; None for plain text (`str`)."""
+    if output_type is str:
+        return None
+    output = OutputType(output_type, max_bytes)
+    if any(spec.id.model_name == output.name for spec in toolbox.specs()):
+        raise UserError(f"a tool is already named {output.name!r}, the name of the final-result "
+                        "tool output_type= adds; rename that tool")
+    return output
 
 
 def _result(call: ToolCall, text: str, *, error: bool) -> ToolResultMessage:
