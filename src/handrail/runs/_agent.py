@@ -41,7 +41,6 @@ from handrail.models import (
 )
 from handrail.policy import Policy, Rule
 from handrail.runs import _logging as log
-from handrail.runs._output import Accept, judge_final, output_for
 from handrail.runs._outcome import (
     Cancelled,
     Completed,
@@ -52,6 +51,7 @@ from handrail.runs._outcome import (
     outcome_to_dict,
     pause_outcome,
 )
+from handrail.runs._output import Accept, judge_final, output_for
 from handrail.store import Batch, RunRecord, RunStatus, Store
 from handrail.store._base import ACTIVE_OWNERS, new_owner
 from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, Toolbox, ToolImpl, Toolset
