@@ -215,17 +215,30 @@ def _cut(text: str, width: int) -> str:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     async def go(store: Store) -> int:
+        from handrail.runs import thread
+
         run = await store.run(args.run)
         calls = await store.calls(run.id)
         messages = await store.messages(run.id)
+        # A conversation's run holds the whole history; its earlier turns' calls belong to
+        # the runs before it in the thread.
+        runs = await thread(store, run)
+        earlier = runs[:[r.id for r in runs].index(run.id)]
+        for r in earlier:
+            calls = [*await store.calls(r.id), *calls]
         if args.json:
             print(json.dumps({"run": _run_json(run), "messages": messages,
-                              "calls": [_call_json(c) for c in calls]}, indent=2))
+                              "calls": [_call_json(c) for c in calls],
+                              "conversation": [r.id for r in runs]}, indent=2))
             return 0
         console = _console()
         console.print(f"[bold]run {_safe(run.id)}[/] — {_status_text(run)} — agent "
                       f"{_safe(run.agent or '-')} — model {_safe(run.model or '-')}")
         console.print(f"task: {_safe(run.task)}")
+        if len(runs) > 1:
+            console.print("conversation: " + " -> ".join(
+                f"[bold]{_safe(r.id)}[/] (this)" if r.id == run.id else
+                f"{_safe(r.id)} ({_safe(r.status.value)})" for r in runs))
         if run.manifest_digest:
             console.print(f"manifest: {_safe(run.manifest_digest)}")
         console.print(f"tokens: {run.input_tokens} in / {run.output_tokens} out over "

@@ -15,6 +15,7 @@ from handrail.runs._agent import (
     resume_with_recovery,
     resume_with_recovery_sync,
 )
+from handrail.runs._conversation import Conversation, conversation_of, thread
 from handrail.runs._decisions import record_decision, wrong_kind
 from handrail.runs._outcome import (
     AwaitingAnswer,
@@ -25,6 +26,7 @@ from handrail.runs._outcome import (
     Failed,
     RunOutcome,
     RunResult,
+    next_step,
     outcome_from_dict,
 )
 
@@ -35,6 +37,7 @@ __all__ = [
     "AwaitingRecovery",
     "Cancelled",
     "Completed",
+    "Conversation",
     "DeferAll",
     "Failed",
     "Recovery",
@@ -42,6 +45,8 @@ __all__ = [
     "RunOutcome",
     "RunResult",
     "check_resumable",
+    "conversation_of",
+    "next_step",
     "outcome_from_dict",
     "record_decision",
     "resume",
@@ -52,5 +57,6 @@ __all__ = [
     "resume_with_decision_sync",
     "resume_with_recovery",
     "resume_with_recovery_sync",
+    "thread",
     "wrong_kind",
 ]

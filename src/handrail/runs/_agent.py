@@ -13,7 +13,7 @@ import functools
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,17 +30,16 @@ from handrail.models import (
     ModelSettings,
     ResponseDone,
     StreamingModel,
-    SystemMessage,
     TextDelta,
     ToolCall,
     ToolCallStart,
     Usage,
-    UserMessage,
     dump_messages,
     load_messages,
 )
 from handrail.policy import Policy, Rule
 from handrail.runs import _logging as log
+from handrail.runs._conversation import start_messages
 from handrail.runs._outcome import (
     Cancelled,
     Completed,
@@ -309,6 +308,8 @@ class Agent:
         on_event: EventCallback | None = None,
         cancel: anyio.Event | None = None,
         parent_run_id: str | None = None,
+        continue_run: str | None = None,
+        message_history: Sequence[Any] | None = None,
     ) -> RunResult:
         """Run the agent on `task` until it answers, pauses, fails or is cancelled.
 
@@ -321,6 +322,10 @@ class Agent:
             cancel: Set it to stop the run at once; the outcome is `Cancelled` and
                 `hr.resume` may continue it (calls cut off mid-way come back in doubt).
             parent_run_id: The parent run, for a sub-agent.
+            continue_run: A completed run in `store` to continue with `task` as the next
+                user message: the new run starts with its whole history, its remembered
+                rules and its recorded policy as the boundary (see `hr.Conversation`).
+            message_history: Earlier handrail messages to start from (in-memory use).
 
         Cancellation: an outside cancellation (an enclosing cancel scope) is never swallowed;
         like an exception or Ctrl-C it leaves the run READY in the store (the error in its
@@ -330,22 +335,21 @@ class Agent:
             raise UserError("Agent.run needs a non-empty task string")
         store = store if store is not None else Store.memory()
         now = time.time()
-        messages: list[Any] = []
-        if self.instructions:
-            messages.append(SystemMessage(self.instructions))
-        messages.append(UserMessage(task))
+        start = await start_messages(self, store, task, continue_run, message_history, now)
+        messages = start.messages
         owner = new_owner()
         run = RunRecord(
             id=uuid.uuid4().hex[:16], task=task, agent=self.name, status=RunStatus.RUNNING,
-            parent_id=parent_run_id, policy=self.policy.to_dict(),
+            parent_id=parent_run_id, policy=start.policy.to_dict(),
             manifest_digest=self.manifest_digest, model=self.model.name,
             workspace=str(self.workspace), created_at=now, updated_at=now, owner=owner,
             lease_until=now + store.lease_seconds, agent_ref=self.ref,
-            events=_contents_event([], self.record_contents, now),
+            events=_contents_event(start.events, self.record_contents, now),
+            remembered=[r.to_dict() for r in start.remembered],
         )
         dumped = dump_messages(messages)
         await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
-        runner = _Runner(self, store, run, self.policy, [], messages,
+        runner = _Runner(self, store, run, start.policy, start.remembered, messages,
                          approver or DeferAll(), responder or ResponderNone(), on_event)
         return await runner.drive(cancel)
 
