@@ -17,6 +17,7 @@ from handrail.runs._agent import (
 )
 from handrail.runs._conversation import Conversation, conversation_of, thread
 from handrail.runs._decisions import record_decision, wrong_kind
+from handrail.runs._events import EventKind, RunStream
 from handrail.runs._outcome import (
     AwaitingAnswer,
     AwaitingApproval,
@@ -29,6 +30,7 @@ from handrail.runs._outcome import (
     next_step,
     outcome_from_dict,
 )
+from handrail.runs._printer import TerminalPrinter
 
 __all__ = [
     "Agent",
@@ -39,11 +41,14 @@ __all__ = [
     "Completed",
     "Conversation",
     "DeferAll",
+    "EventKind",
     "Failed",
     "Recovery",
     "RunEvent",
     "RunOutcome",
     "RunResult",
+    "RunStream",
+    "TerminalPrinter",
     "check_resumable",
     "conversation_of",
     "next_step",

@@ -40,6 +40,7 @@ from handrail.models import (
 from handrail.policy import Policy, Rule
 from handrail.runs import _logging as log
 from handrail.runs._conversation import start_messages
+from handrail.runs._events import EventKind, RunStream, call_detail, planned_detail
 from handrail.runs._outcome import (
     Cancelled,
     Completed,
@@ -72,9 +73,12 @@ class DeferAll:
 
 @dataclass(frozen=True, slots=True)
 class RunEvent:
-    """Progress, for a CLI or a log: `model_turn`, `call_finished`, `paused`, `finished`."""
+    """Progress, for a CLI, a log or `agent.run_stream`.
 
-    kind: str
+    The kinds and their details are listed in docs/runs.md ("Events").
+    """
+
+    kind: EventKind
     """What happened."""
     run_id: str
     """In which run."""
@@ -357,6 +361,27 @@ class Agent:
         """`run` for synchronous code (starts an event loop)."""
         return anyio.run(functools.partial(self.run, task, **kwargs))
 
+    def run_stream(self, task: str, *, on_event: EventCallback | None = None,
+                   **kwargs: Any) -> RunStream:
+        """`run`, with its events read as an async iterator (`RunStream`).
+
+        ```python
+        async with agent.run_stream("task", store=store) as stream:
+            async for event in stream:
+                ...
+        result = stream.result
+        ```
+
+        Args:
+            task: What to do.
+            on_event: Also called with each event, before the iterator sees it.
+            **kwargs: Any other `run` argument.
+        """
+        return RunStream(lambda forward: self.run(task, on_event=forward, **kwargs), on_event)
+
+    iter = run_stream
+    """The same as `run_stream` (the name another agent framework uses)."""
+
 
 class _Runner:
     """Drives one run: turns through the gate, state into the store."""
@@ -395,7 +420,7 @@ class _Runner:
             setattr(run, name, value)
         return run
 
-    async def _emit(self, kind: str, **detail: Any) -> None:
+    async def _emit(self, kind: EventKind, **detail: Any) -> None:
         if self.on_event is not None:
             out = self.on_event(RunEvent(kind, self.run.id, detail))
             if out is not None:
@@ -536,8 +561,7 @@ class _Runner:
                 log.log_calls(self.run.id, result.final.calls)
                 if self.on_event is not None:
                     for r in result.final.calls:
-                        await self._emit("call_finished", tool=r.tool, status=r.status.value,
-                                         call_id=r.call_id)
+                        await self._emit("call_finished", **call_detail(r))
                 if result.pause is not None:
                     paused = pause_outcome(result.pause)
                     return await self._end(paused, RunStatus(paused.kind), result.final)
@@ -597,6 +621,13 @@ class _Runner:
             if self.on_event is not None:
                 await self._emit("model_turn", text=message.text,
                                  calls=[c.name for c in message.tool_calls])
+                await self._emit("usage", input_tokens=usage.input_tokens,
+                                 output_tokens=usage.output_tokens,
+                                 total_input_tokens=self.run.input_tokens,
+                                 total_output_tokens=self.run.output_tokens)
+                for c in message.tool_calls:
+                    if c.name != getattr(agent.output, "name", None):
+                        await self._emit("call_planned", **planned_detail(c))
             final = judge_final(agent.output, message) if agent.output is not None else None
             if final is not None:
                 done = await self._final_output(final, entry)
