@@ -29,6 +29,7 @@ from handrail.runs._outcome import (
     RunResult,
     next_step,
     outcome_from_dict,
+    outcome_to_dict,
 )
 from handrail.runs._printer import TerminalPrinter
 
@@ -53,6 +54,7 @@ __all__ = [
     "conversation_of",
     "next_step",
     "outcome_from_dict",
+    "outcome_to_dict",
     "record_decision",
     "resume",
     "resume_sync",
