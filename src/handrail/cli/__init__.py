@@ -27,9 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--store", default=None,
                         help="the run store, for the run commands (also accepted after the "
                              "command; default: $HANDRAIL_STORE or ./.handrail/runs.db)")
-    from handrail import __version__
+    from importlib.metadata import version
 
-    parser.add_argument("--version", action="version", version=f"handrail {__version__}",
+    # The installed distribution's version (the facade `handrail` is above every layer).
+    parser.add_argument("--version", action="version", version=f"handrail {version('handrail')}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
