@@ -125,3 +125,19 @@ def test_a_three_message_conversation_across_processes_with_a_pause(tmp_path: Pa
                           timeout=60, check=True).stdout
     assert f"conversation: {one['run_id']} (completed) -> {two['run_id']} (this) -> " \
            f"{three['run_id']} (completed)" in text
+
+
+async def test_a_branch_holds_exactly_the_runs_it_continues(tmp_path: Path) -> None:
+    from handrail.runs import thread
+
+    store = hr.Store.open(tmp_path / "runs.db")
+    agent = hr.Agent(Scripted([echo] * 5), [pay])
+    root = await agent.run("root", store=store)
+    left = await agent.run("left", store=store, continue_run=root.run_id)
+    right = await agent.run("right", store=store, continue_run=root.run_id)
+    assert right.output == "root | right"  # the left branch is not in its history
+    chain = await thread(store, await store.run(right.run_id))
+    assert [r.id for r in chain] == [root.run_id, right.run_id]
+    chain = await thread(store, await store.run(left.run_id))
+    assert [r.id for r in chain][:2] == [root.run_id, left.run_id]
+    await store.close()

@@ -99,14 +99,24 @@ async def start_messages(agent: Agent, store: Store, task: str, continue_run: st
 
 
 async def thread(store: Store, run: RunRecord) -> list[RunRecord]:
-    """The runs of `run`'s conversation, first to last (just `[run]` outside one)."""
+    """The runs of `run`'s conversation, first to last (just `[run]` outside one).
+
+    The runs before `run` are exactly the chain it continues (followed link by link); the
+    runs after it are those among the newest that belong to the same conversation.
+    """
+    earlier: list[RunRecord] = []
     link = conversation_of(run)
-    root = link[0] if link else run.id
-    members = [r for r in await store.runs(limit=_SCAN_LIMIT)
-               if r.id == root or (conversation_of(r) or ("", ""))[0] == root]
-    if not any(r.id == run.id for r in members):
-        members.append(run)
-    return sorted(members, key=lambda r: (r.created_at, r.id))
+    seen = {run.id}
+    while link is not None and link[1] not in seen:
+        previous = await store.run(link[1])
+        seen.add(previous.id)
+        earlier.append(previous)
+        link = conversation_of(previous)
+    root = earlier[-1].id if earlier else run.id
+    later = [r for r in await store.runs(limit=_SCAN_LIMIT)
+             if r.id not in seen and (conversation_of(r) or ("", ""))[0] == root
+             and (r.created_at, r.id) > (run.created_at, run.id)]
+    return [*reversed(earlier), run, *sorted(later, key=lambda r: (r.created_at, r.id))]
 
 
 class Conversation:
