@@ -113,6 +113,10 @@ def test_run_with_defer_pauses_and_the_printed_command_finishes_it(tmp_path: Pat
     text = subprocess.run([*cmd, "run", "myagent:agent", "pay bob", "--defer"], cwd=tmp_path,
                           capture_output=True, text=True, env=env(), timeout=60).stdout
     assert "next: an action waits for approval: approve with `handrail approve " in text
+    elsewhere = subprocess.run([*cmd, "run", "myagent:agent", "pay bob", "--defer", "--store",
+                                "other.db"], cwd=tmp_path, capture_output=True, text=True,
+                               env=env(), timeout=60).stdout
+    assert "(give those commands --store other.db)" in elsewhere
     done = subprocess.run([*cmd, "approve", data["outcome"]["request_id"]], cwd=tmp_path,
                           capture_output=True, text=True, env=env(), timeout=60)
     assert done.returncode == 0, done.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from typing import Any
 
 import anyio
@@ -107,6 +108,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(printable(text))
         else:
             print(f"next: {printable(next_step(outcome, result.run_id))}")
+            store = _store_path(args)
+            if getattr(args, "store", None):
+                print(f"      (give those commands --store {printable(shlex.quote(store))})")
     if outcome.kind == "completed":
         return 0
     return EXIT_PAUSED if outcome.kind.startswith("awaiting") else 1
