@@ -93,3 +93,37 @@ async def test_the_printer_shows_calls_with_verdicts_and_escapes_what_a_model_wr
     assert "\x1b" not in text
     assert "[bold]owned[/bold]" in text  # shown as written, not interpreted as markup
     assert "completed" in text
+
+
+async def test_streamed_text_is_printed_as_it_comes_escaped_and_once() -> None:
+    from collections.abc import AsyncIterator
+
+    from handrail.models import (
+        AssistantMessage,
+        ModelResponse,
+        ResponseDone,
+        TextDelta,
+        TextPart,
+        Usage,
+    )
+
+    class Streaming:
+        name = "streaming"
+
+        async def request(self, *a: Any, **k: Any) -> ModelResponse:
+            raise AssertionError("a listener is attached: the loop must stream")
+
+        async def request_stream(self, *a: Any, **k: Any) -> AsyncIterator[Any]:
+            yield TextDelta("Hello \x1b]0;pwned\x07")
+            yield TextDelta("world")
+            yield ResponseDone(ModelResponse(
+                AssistantMessage([TextPart("Hello \x1b]0;pwned\x07world")]), Usage(1, 1), "stop"))
+
+    out = io.StringIO()
+    printer = hr.TerminalPrinter(Console(file=out, width=200, force_terminal=False))
+    async with hr.Agent(Streaming(), []).run_stream("hi", on_event=printer) as stream:
+        kinds = [e.kind async for e in stream]
+    assert kinds[:2] == ["text_delta", "text_delta"]
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert text.count("world") == 1  # streamed, not printed again at the end of the turn
