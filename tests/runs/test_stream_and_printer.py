@@ -47,6 +47,11 @@ async def test_run_stream_yields_every_documented_event_and_then_the_result() ->
                                 "arguments": '{"account": "alice"}'}
     assert stream.result.output == "120"
     assert all(e.run_id == stream.result.run_id for e in events)
+    from handrail.runs import CallFinishedDetail, CallPlannedDetail, UsageDetail
+
+    assert set(events[1].detail) == set(UsageDetail.__annotations__)
+    assert set(events[2].detail) == set(CallPlannedDetail.__annotations__)
+    assert set(events[3].detail) == set(CallFinishedDetail.__annotations__)
 
 
 async def test_iter_is_run_stream_and_a_pause_is_an_event() -> None:

@@ -17,7 +17,13 @@ from handrail.runs._agent import (
 )
 from handrail.runs._conversation import Conversation, conversation_of, thread
 from handrail.runs._decisions import record_decision, wrong_kind
-from handrail.runs._events import EventKind, RunStream
+from handrail.runs._events import (
+    CallFinishedDetail,
+    CallPlannedDetail,
+    EventKind,
+    RunStream,
+    UsageDetail,
+)
 from handrail.runs._outcome import (
     AwaitingAnswer,
     AwaitingApproval,
@@ -38,6 +44,8 @@ __all__ = [
     "AwaitingAnswer",
     "AwaitingApproval",
     "AwaitingRecovery",
+    "CallFinishedDetail",
+    "CallPlannedDetail",
     "Cancelled",
     "Completed",
     "Conversation",
@@ -50,6 +58,7 @@ __all__ = [
     "RunResult",
     "RunStream",
     "TerminalPrinter",
+    "UsageDetail",
     "check_resumable",
     "conversation_of",
     "next_step",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from handrail.runs._agent import RunEvent
     from handrail.runs._outcome import RunResult
 
-__all__ = ["EventKind", "RunStream", "call_detail", "planned_detail"]
+__all__ = ["CallFinishedDetail", "CallPlannedDetail", "EventKind", "RunStream", "UsageDetail",
+           "call_detail", "planned_detail"]
 
 EventKind = Literal["text_delta", "call_started", "model_turn", "usage", "call_planned",
                     "call_finished", "paused", "finished"]
@@ -44,18 +45,63 @@ EventKind = Literal["text_delta", "call_started", "model_turn", "usage", "call_p
 MAX_DETAIL_TEXT = 2000
 
 
+class CallPlannedDetail(TypedDict):
+    """`RunEvent.detail` of a `call_planned` event."""
+
+    call_id: str
+    """The model's call id."""
+    name: str
+    """The tool name as the model sent it."""
+    arguments: str | None
+    """The arguments as the model wrote them (JSON text, at most 2000 characters)."""
+
+
+class CallFinishedDetail(TypedDict):
+    """`RunEvent.detail` of a `call_finished` event."""
+
+    call_id: str
+    """The model's call id."""
+    tool: str
+    """The resolved tool id (or the model's name for a tool nobody offers)."""
+    status: str
+    """The call record's status (`finished`, `failed`, `refused`...)."""
+    verdict: str | None
+    """The policy's effect (`allow`, `ask`, `deny`), None when no policy decided."""
+    decision: str | None
+    """The approver's decision (`approve`, `deny`), None when nobody was asked."""
+    duration: float | None
+    """Seconds the body ran, None when it never ran."""
+    result: str | None
+    """The result's text as the model sees it (at most 2000 characters)."""
+    error: str | None
+    """The operator-facing error, if any."""
+
+
+class UsageDetail(TypedDict):
+    """`RunEvent.detail` of a `usage` event."""
+
+    input_tokens: int
+    """Tokens the turn's request sent."""
+    output_tokens: int
+    """Tokens the turn's answer used."""
+    total_input_tokens: int
+    """The run's input tokens so far."""
+    total_output_tokens: int
+    """The run's output tokens so far."""
+
+
 def _bounded(text: str | None) -> str | None:
     if text is None or len(text) <= MAX_DETAIL_TEXT:
         return text
     return text[:MAX_DETAIL_TEXT] + f"... ({len(text)} chars)"
 
 
-def planned_detail(call: Any) -> dict[str, Any]:
+def planned_detail(call: Any) -> CallPlannedDetail:
     """`call_planned` detail of a model's `ToolCall`."""
     return {"call_id": call.id, "name": call.name, "arguments": _bounded(call.arguments)}
 
 
-def call_detail(record: Any) -> dict[str, Any]:
+def call_detail(record: Any) -> CallFinishedDetail:
     """`call_finished` detail of a `CallRecord`."""
     duration = (record.ended_at - record.started_at
                 if record.started_at is not None and record.ended_at is not None else None)
