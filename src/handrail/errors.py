@@ -26,6 +26,7 @@ HandrailError
 │   └── SchemaTooNew           the database was written by a newer handrail
 ├── ResumeRefused              resuming would cross a boundary (no policy, manifest changed)
 ├── VerificationFailed         a run's final answer failed its check (`Failed.verification`)
+├── RunNotCompleted            `result.output` of a run that paused, failed or was cancelled
 ├── InteractionDeclined        raised inside a tool: its caller declined to answer ctx.ask/elicit
 └── ModelError                 the model provider failed
     ├── ModelAuthError         401/403: the key is missing or wrong
@@ -72,6 +73,7 @@ __all__ = [
     "PolicyDenied",
     "PolicyError",
     "ResumeRefused",
+    "RunNotCompleted",
     "SchemaTooNew",
     "StoreError",
     "ToolError",
@@ -365,6 +367,24 @@ class VerificationFailed(HandrailError):
         """Rebuild one from `to_dict` output."""
         return cls(str(data.get("message", "")),
                    [VerificationAttempt.from_dict(a) for a in data.get("attempts", ())])
+
+
+class RunNotCompleted(HandrailError):
+    """`RunResult.output` was read, but the run did not complete.
+
+    The message says how the run ended and the next step (the command that approves, answers
+    or resumes it); `outcome` is the outcome itself, for code that wants to `match` on it.
+    """
+
+    def __init__(self, run_id: str, outcome: Any, next_step: str) -> None:
+        self.run_id = run_id
+        """The run's id."""
+        self.outcome = outcome
+        """The `RunOutcome` the run has (`AwaitingApproval`, `Failed`, ...)."""
+        self.next_step = next_step
+        """What to do about it, in words."""
+        kind = getattr(outcome, "kind", outcome)
+        super().__init__(f"run {run_id} did not complete ({kind}): {next_step}")
 
 
 class InteractionDeclined(HandrailError):

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(autouse=True)
 def _no_provider_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY",
-                "ANTHROPIC_BASE_URL"):
+                "ANTHROPIC_BASE_URL", "OPENROUTER_BASE_URL", "OLLAMA_BASE_URL", "OLLAMA_API_KEY",
+                "GEMINI_API_KEY", "GEMINI_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -56,13 +57,59 @@ def test_a_model_passes_through() -> None:
     assert infer_model(scripted) is scripted
 
 
-@pytest.mark.parametrize("spec", ["gpt-4.1-mini", "gemini:flash", "OpenAI:gpt-4", ":x"])
+@pytest.mark.parametrize("spec", ["gpt-4.1-mini", "mistral:small", "OpenAI:gpt-4", ":x"])
 def test_unknown_prefix_lists_the_known_ones(spec: str) -> None:
     with pytest.raises(ConfigError) as info:
         infer_model(spec)
     message = str(info.value)
-    for prefix in ("'anthropic:<model>'", "'openai:<model>'", "'openrouter:<model>'"):
+    for prefix in ("'anthropic:<model>'", "'openai:<model>'", "'openrouter:<model>'",
+                   "'ollama:<model>'", "'gemini:<model>'"):
         assert prefix in message
+
+
+def test_ollama_string_is_the_local_openai_compatible_endpoint() -> None:
+    model = infer_model("ollama:llama3.2")
+    assert isinstance(model, OpenAIChat)
+    assert model.name == "ollama:llama3.2" and model.model == "llama3.2"
+    assert model.base_url == "http://localhost:11434/v1"
+
+
+def test_gemini_string_is_the_openai_compatible_endpoint() -> None:
+    model = infer_model("gemini:gemini-2.5-flash")
+    assert isinstance(model, OpenAIChat)
+    assert model.name == "gemini:gemini-2.5-flash"
+    assert model.base_url == "https://generativelanguage.googleapis.com/v1beta/openai"
+    assert model.api_key_env == "GEMINI_API_KEY"
+
+
+@pytest.mark.parametrize(("spec", "var"), [("ollama:m", "OLLAMA_BASE_URL"),
+                                           ("gemini:m", "GEMINI_BASE_URL"),
+                                           ("openrouter:m", "OPENROUTER_BASE_URL"),
+                                           ("anthropic:m", "ANTHROPIC_BASE_URL")])
+def test_each_provider_base_url_can_be_overridden(monkeypatch: pytest.MonkeyPatch, spec: str,
+                                                  var: str) -> None:
+    monkeypatch.setenv(var, "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://wrong.invalid/v1")
+    assert infer_model(spec).base_url == "http://127.0.0.1:9/v1"  # type: ignore[attr-defined]
+
+
+async def test_gemini_needs_its_key_and_ollama_sends_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from model_server import Reply, serve
+
+    with pytest.raises(ConfigError, match="GEMINI_API_KEY"):
+        await infer_model("gemini:m").request([], [])
+    body = {"choices": [{"message": {"role": "assistant", "content": "hi"},
+                         "finish_reason": "stop"}], "model": "m"}
+    async with serve([Reply(200, body)]) as server:
+        monkeypatch.setenv("OLLAMA_BASE_URL", f"{server.url}/v1")
+        async with infer_model("ollama:llama3.2") as model:  # type: ignore[attr-defined]
+            response = await model.request([], [])
+        assert response.message.text == "hi"
+        (received,) = server.requests
+        assert received.path == "/v1/chat/completions"
+        assert "authorization" not in {k.lower() for k in received.headers}
+        assert b'"model":"llama3.2"' in received.body
 
 
 def test_empty_model_name() -> None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 # Modules with a `register(subparsers)` function, in help order.
-_COMMAND_MODULES = ("_runs", "_manifest", "_inbox", "_serve")
+_COMMAND_MODULES = ("_run", "_runs", "_manifest", "_inbox", "_serve")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--store", default=None,
                         help="the run store, for the run commands (also accepted after the "
                              "command; default: $HANDRAIL_STORE or ./.handrail/runs.db)")
+    from importlib.metadata import version
+
+    # The installed distribution's version (the facade `handrail` is above every layer).
+    parser.add_argument("--version", action="version", version=f"handrail {version('handrail')}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:

@@ -33,12 +33,23 @@ TASK = "Summarise the project's README into NOTES.md."
 NOTES = "# Notes\n\nhandrail demo: every tool call passed the gate.\n"
 
 
-def _final(messages: Sequence[Any], tools: Sequence[ToolSpec]) -> Turn:
-    last = next(m for m in reversed(messages) if isinstance(m, ToolResultMessage))
-    text = last.result.render_text()
-    if last.result.is_error:
-        return reply(f"I could not write NOTES.md: {text}")
-    return reply("Done: I read README.md, was refused .env (a secret), and wrote NOTES.md.")
+TEMPORARY = ".handrail-demo-temporary"
+"""Marks a demo workspace to remove when its run ends (absent with `handrail demo --keep`)."""
+
+
+def _final(root: Path) -> Any:
+    def final(messages: Sequence[Any], tools: Sequence[ToolSpec]) -> Turn:
+        last = next(m for m in reversed(messages) if isinstance(m, ToolResultMessage))
+        text = last.result.render_text()
+        # The last turn: the workspace is needed no more, in whichever process ends the run
+        # (the run itself stays readable in the store).
+        if (root / TEMPORARY).is_file():
+            shutil.rmtree(root, ignore_errors=True)
+        if last.result.is_error:
+            return reply(f"I could not write NOTES.md: {text}")
+        return reply("Done: I read README.md, was refused .env (a secret), and wrote NOTES.md.")
+
+    return final
 
 
 def demo_agent(run: RunRecord | None = None, *, workspace: str | None = None) -> Agent:
@@ -51,7 +62,7 @@ def demo_agent(run: RunRecord | None = None, *, workspace: str | None = None) ->
             call("workspace/read_file", {"path": "README.md"}),
             call("workspace/read_file", {"path": ".env"}),
             call("workspace/write_file", {"path": "NOTES.md", "content": NOTES}),
-            _final,
+            _final(Path(root)),
         ],
         name="scripted-demo",
     )
@@ -82,13 +93,20 @@ def _command() -> str:
     return shlex.quote(os.path.relpath(argv0) if os.path.isabs(argv0) else argv0)
 
 
-def run_demo(store_path: str) -> int:
-    """Run the demo against the store at `store_path`; returns the exit code."""
+def run_demo(store_path: str, *, keep: bool = False) -> int:
+    """Run the demo against the store at `store_path`; returns the exit code.
+
+    The temporary workspace is removed when the run ends (in the process that ends it),
+    unless `keep`.
+    """
     from rich.console import Console
 
     console = Console(highlight=False, soft_wrap=True)
     root = Path(tempfile.mkdtemp(prefix="handrail-demo-"))
     _seed(root)
+    if not keep:
+        (root / TEMPORARY).write_text("removed when the demo run ends; `handrail demo --keep` "
+                                      "keeps the workspace\n")
     agent = demo_agent(workspace=str(root))
 
     async def main() -> Any:
@@ -99,7 +117,8 @@ def run_demo(store_path: str) -> int:
     cmd = _command()
     store_arg = "" if store_path == str(Path(".handrail") / "runs.db") else \
         f" --store {shlex.quote(store_path)}"
-    console.print(f"[bold]handrail demo[/] — workspace {root}")
+    console.print(f"[bold]handrail demo[/] — workspace {root}"
+                  + ("" if keep else " (removed when the run ends; --keep keeps it)"))
     console.print(f"run {result.run_id}: {result.outcome.kind}\n")
     console.print(f"  see what happened:   {cmd} show {result.run_id}{store_arg}")
     outcome = result.outcome
@@ -112,4 +131,6 @@ def run_demo(store_path: str) -> int:
                       f"  {cmd} resume {result.run_id}{store_arg}")
         return 0
     console.print(f"unexpected outcome: {outcome}")
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
     return 1

@@ -135,5 +135,6 @@ def register(sub: Any) -> None:
     p.add_argument("--agent", metavar="MODULE:OBJECT",
                    help="the agent that continues runs (default: the one each run recorded)")
     p.add_argument("--log-level", default="warning",
-                   choices=["critical", "error", "warning", "info", "debug"])
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="the web server's log level (default: warning)")
     p.set_defaults(func=_cmd_inbox)

@@ -56,6 +56,48 @@ def _existing_store(args: argparse.Namespace) -> Store:
     return Store.open(path)
 
 
+_MIN_PREFIX = 4
+_PREFIX_SCAN = 10_000
+
+
+def _unique(text: str, matches: list[str], noun: str) -> str:
+    if len(matches) == 1:
+        return matches[0]
+    from handrail.errors import NotFound
+
+    if not matches:
+        raise NotFound(f"no {noun} '{printable(text)}' (and no {noun} id starts with it)")
+    shown = ", ".join(printable(m) for m in matches[:5])
+    raise UserError(f"{printable(text)} is the start of {len(matches)} {noun} ids ({shown}"
+                    f"{', ...' if len(matches) > 5 else ''}): give more of the id")
+
+
+async def run_id(store: Store, text: str) -> str:
+    """The run id `text` names: the full id, or a unique prefix of 4 or more characters."""
+    from handrail.errors import NotFound
+
+    try:
+        return (await store.run(text)).id
+    except NotFound:
+        if len(text) < _MIN_PREFIX:
+            raise
+    runs = await store.runs(limit=_PREFIX_SCAN)
+    return _unique(text, [r.id for r in runs if r.id.startswith(text)], "run")
+
+
+async def item_id(store: Store, text: str) -> str:
+    """The pending item `text` names: the full id, or a unique prefix of an open one's id."""
+    from handrail.errors import NotFound
+
+    try:
+        return (await store.pending_item(text)).id
+    except NotFound:
+        if len(text) < _MIN_PREFIX:
+            raise
+    items = await store.pending()
+    return _unique(text, [i.id for i in items if i.id.startswith(text)], "pending item")
+
+
 def _decider() -> str:
     """Who decides, for the audit trail: the OS user at this host."""
     try:
@@ -191,7 +233,11 @@ def _cmd_runs(args: argparse.Namespace) -> int:
             return 0
         from rich.table import Table
 
-        table = Table("run", "status", "agent", "task", "steps", "started")
+        table = Table()
+        # Ids in full, never cut: they are what the other commands take.
+        table.add_column("run", no_wrap=True, min_width=max((len(r.id) for r in runs), default=3))
+        for name in ("status", "agent", "task", "steps", "started"):
+            table.add_column(name)
         for r in runs:
             table.add_row(_safe(r.id), _status_text(r), _safe(r.agent or "-"),
                           _markup(_short(r.task, 50)), str(r.steps), _ago(r.created_at))
@@ -220,20 +266,32 @@ def _cut(text: str, width: int) -> str:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     async def go(store: Store) -> int:
-        run = await store.run(args.run)
+        from handrail.runs import thread
+
+        run = await store.run(await run_id(store, args.run))
         calls = await store.calls(run.id)
         messages = await store.messages(run.id)
+        # A conversation's run holds the whole history; its earlier turns' calls belong to
+        # the runs before it in the thread.
+        runs = await thread(store, run)
+        earlier = runs[:[r.id for r in runs].index(run.id)]
+        for r in earlier:
+            calls = [*await store.calls(r.id), *calls]
         if args.json:
             print(json.dumps({"run": _run_json(run), "messages": messages,
                               "calls": [_call_json(c) for c in calls],
                               "verifications": [e for e in run.events
-                                                if e.get("kind") == "verification"]},
-                             indent=2))
+                                                if e.get("kind") == "verification"],
+                              "conversation": [r.id for r in runs]}, indent=2))
             return 0
         console = _console()
         console.print(f"[bold]run {_safe(run.id)}[/] — {_status_text(run)} — agent "
                       f"{_safe(run.agent or '-')} — model {_safe(run.model or '-')}")
         console.print(f"task: {_safe(run.task)}")
+        if len(runs) > 1:
+            console.print("conversation: " + " -> ".join(
+                f"[bold]{_safe(r.id)}[/] (this)" if r.id == run.id else
+                f"{_safe(r.id)} ({_safe(r.status.value)})" for r in runs))
         if run.manifest_digest:
             console.print(f"manifest: {_safe(run.manifest_digest)}")
         console.print(f"tokens: {run.input_tokens} in / {run.output_tokens} out over "
@@ -391,9 +449,18 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
     state: dict[str, Any] = {}
 
     async def go(store: Store) -> int:
+        args.id = await item_id(store, args.id)
         item = await store.pending_item(args.id)
         if item.kind != kind:
             raise wrong_kind(item, kind)
+        if item.state != "open":
+            # Said before the agent is rebuilt: a finished run's agent may not build any more
+            # (the demo's workspace is gone), and "already decided" is the truth either way.
+            from handrail.errors import AlreadyDecided
+
+            raise AlreadyDecided(f"{item.kind} {item.id} was already decided by "
+                                 f"{printable(item.decided_by or 'someone')}; nothing was "
+                                 "recorded")
         run = await store.run(item.run_id)
         state["run"] = run.id
         try:
@@ -468,7 +535,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     started: list[str] = []
 
     async def go(store: Store) -> int:
-        run = await store.run(args.run)
+        run = await store.run(await run_id(store, args.run))
         agent = _agent_for(args, run)
         if agent is None:
             raise UserError(f"run {run.id} recorded no agent reference: pass --agent "
@@ -502,7 +569,7 @@ def _say_ready(run_id: str, exc: BaseException, recorded: str) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from handrail.cli._demo import run_demo
 
-    return run_demo(_store_path(args))
+    return run_demo(_store_path(args), keep=args.keep)
 
 
 # ----------------------------------------------------------------- parsers
@@ -531,43 +598,51 @@ def register(sub: Any) -> None:
         return parser
 
     p = add("demo", "run the offline demo: reads, a denied secret, a deferred write", _cmd_demo)
+    p.add_argument("--keep", action="store_true",
+                   help="keep the demo's temporary workspace (default: removed at exit; the "
+                        "run stays readable in the store)")
     p = add("runs", "list runs, newest first", _cmd_runs)
     p.add_argument("--status", choices=[s.value for s in RunStatus],
                    help="only runs in this status")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("show", "a run's timeline: each call, verdict, decision and result", _cmd_show)
-    p.add_argument("run")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("run", help="the run: its id, or a unique prefix of 4 or more characters")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("pending", "approvals, questions and recoveries waiting for a person",
             _cmd_pending)
-    p.add_argument("--kind", choices=["approval", "question", "recovery"])
+    p.add_argument("--kind", choices=["approval", "question", "recovery"],
+                   help="only items of this kind")
     p.add_argument("--agent-name", dest="agent_name", help="only this agent's")
     p.add_argument("--tool", help="only this tool's (server/name)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("approve", "approve a deferred action and continue its run", _cmd_approve, True, True)
-    p.add_argument("id")
+    p.add_argument("id", help="the approval request's id (or a unique prefix of 4 or more "
+                              "characters)")
     p.add_argument("--remember", action="append", metavar="PATTERN",
                    help="also allow this pattern (same act) for the rest of the run")
     p.add_argument("--no-resume", action="store_true", help="record only; resume later")
     p = add("deny", "deny a deferred action; the model reads the reason", _cmd_deny, True, True)
-    p.add_argument("id")
-    p.add_argument("--reason", required=True)
-    p.add_argument("--no-resume", action="store_true")
+    p.add_argument("id", help="the approval request's id (or a unique prefix of 4 or more "
+                              "characters)")
+    p.add_argument("--reason", required=True, help="why; the model reads it")
+    p.add_argument("--no-resume", action="store_true", help="record only; resume later")
     p = add("answer", "answer a tool's question and continue its run", _cmd_answer, True, True)
-    p.add_argument("id")
-    p.add_argument("text")
-    p.add_argument("--no-resume", action="store_true")
+    p.add_argument("id", help="the question's id (or a unique prefix of 4 or more characters)")
+    p.add_argument("text", help="the answer (it authorises nothing: the call still passes "
+                                "the policy)")
+    p.add_argument("--no-resume", action="store_true", help="record only; resume later")
     p = add("resume", "continue a paused, cancelled or crashed run", _cmd_resume, True)
-    p.add_argument("run")
+    p.add_argument("run", help="the run: its id, or a unique prefix of 4 or more characters")
     p.add_argument("--allow-manifest-change", action="store_true",
                    help="resume under a manifest other than the one the run started with")
     p = add("recover", "decide a call that was in flight at a crash", _cmd_recover, True, True)
-    p.add_argument("call")
+    p.add_argument("call", help="the in-doubt call's pending id (or a unique prefix of 4 or "
+                                "more characters)")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--retry", action="store_true", help="run it again")
     group.add_argument("--completed", metavar="TEXT", help="it happened; TEXT is its result")
     group.add_argument("--abort", action="store_true", help="give up on it")
-    p.add_argument("--no-resume", action="store_true")
+    p.add_argument("--no-resume", action="store_true", help="record only; resume later")
 
 

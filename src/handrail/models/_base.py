@@ -29,8 +29,10 @@ __all__ = [
 
 # Hosted vendor endpoints always need a key; a self-hosted compatible server (vLLM, Ollama,
 # LM Studio) usually takes none, so elsewhere a missing key means "send no auth header".
-_HOSTED = frozenset({"api.openai.com", "openrouter.ai", "api.anthropic.com"})
-_DISPLAY = {"openai": "OpenAI", "openrouter": "OpenRouter", "anthropic": "Anthropic"}
+_HOSTED = frozenset({"api.openai.com", "openrouter.ai", "api.anthropic.com",
+                     "generativelanguage.googleapis.com"})
+_DISPLAY = {"openai": "OpenAI", "openrouter": "OpenRouter", "anthropic": "Anthropic",
+            "gemini": "Gemini", "ollama": "Ollama"}
 
 
 class HttpModel:

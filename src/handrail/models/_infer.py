@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -22,9 +23,34 @@ def _openrouter(name: str) -> Model:
 
     return OpenAIChat(
         name,
-        base_url="https://openrouter.ai/api/v1",
+        base_url=os.environ.get("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1",
         api_key_env="OPENROUTER_API_KEY",
         provider="openrouter",
+    )
+
+
+def _ollama(name: str) -> Model:
+    from handrail.models._openai import OpenAIChat
+
+    # Ollama's OpenAI-compatible endpoint; a local server needs no key (OLLAMA_API_KEY is
+    # sent when set, for a server behind a proxy that wants one).
+    return OpenAIChat(
+        name,
+        base_url=os.environ.get("OLLAMA_BASE_URL") or "http://localhost:11434/v1",
+        api_key_env="OLLAMA_API_KEY",
+        provider="ollama",
+    )
+
+
+def _gemini(name: str) -> Model:
+    from handrail.models._openai import OpenAIChat
+
+    return OpenAIChat(
+        name,
+        base_url=os.environ.get("GEMINI_BASE_URL")
+        or "https://generativelanguage.googleapis.com/v1beta/openai",
+        api_key_env="GEMINI_API_KEY",
+        provider="gemini",
     )
 
 
@@ -35,9 +61,11 @@ def _anthropic(name: str) -> Model:
 
 
 _PROVIDERS: dict[str, tuple[Callable[[str], Model], str]] = {
-    "anthropic": (_anthropic, "ANTHROPIC_API_KEY"),
+    "anthropic": (_anthropic, "ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL"),
+    "gemini": (_gemini, "GEMINI_API_KEY, GEMINI_BASE_URL"),
+    "ollama": (_ollama, "OLLAMA_BASE_URL, default http://localhost:11434/v1"),
     "openai": (_openai, "OPENAI_API_KEY, OPENAI_BASE_URL"),
-    "openrouter": (_openrouter, "OPENROUTER_API_KEY"),
+    "openrouter": (_openrouter, "OPENROUTER_API_KEY, OPENROUTER_BASE_URL"),
 }
 
 KNOWN_PREFIXES: tuple[str, ...] = tuple(sorted(_PROVIDERS))
@@ -52,9 +80,13 @@ def infer_model(spec: str | Model | Any) -> Model:
     """The model a string names, or `spec` itself when it already is a `Model`.
 
     `"openai:<model>"` is `OpenAIChat` (`OPENAI_API_KEY`, `OPENAI_BASE_URL`),
-    `"openrouter:<model>"` is `OpenAIChat` on OpenRouter (`OPENROUTER_API_KEY`), and
-    `"anthropic:<model>"` is `Anthropic` (`ANTHROPIC_API_KEY`). Keys are read at the first
-    request, so an agent can be built without one.
+    `"openrouter:<model>"` is `OpenAIChat` on OpenRouter (`OPENROUTER_API_KEY`,
+    `OPENROUTER_BASE_URL`), `"ollama:<model>"` is `OpenAIChat` on Ollama's OpenAI-compatible
+    endpoint (`OLLAMA_BASE_URL`, default `http://localhost:11434/v1`, no key),
+    `"gemini:<model>"` is `OpenAIChat` on Gemini's OpenAI-compatible endpoint
+    (`GEMINI_API_KEY`, `GEMINI_BASE_URL`), and `"anthropic:<model>"` is `Anthropic`
+    (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`). Keys are read at the first request, so an
+    agent can be built without one.
 
     Raises:
         ConfigError: the string has no known prefix, or `spec` is neither a string nor a Model.

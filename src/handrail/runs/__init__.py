@@ -15,7 +15,15 @@ from handrail.runs._agent import (
     resume_with_recovery,
     resume_with_recovery_sync,
 )
+from handrail.runs._conversation import Conversation, conversation_of, thread
 from handrail.runs._decisions import record_decision, wrong_kind
+from handrail.runs._events import (
+    CallFinishedDetail,
+    CallPlannedDetail,
+    EventKind,
+    RunStream,
+    UsageDetail,
+)
 from handrail.runs._outcome import (
     AwaitingAnswer,
     AwaitingApproval,
@@ -25,9 +33,11 @@ from handrail.runs._outcome import (
     Failed,
     RunOutcome,
     RunResult,
+    next_step,
     outcome_from_dict,
     outcome_to_dict,
 )
+from handrail.runs._printer import TerminalPrinter
 from handrail.runs._verify import (
     VERIFY_OUTPUT_CHARS,
     NotVerified,
@@ -42,19 +52,28 @@ __all__ = [
     "AwaitingAnswer",
     "AwaitingApproval",
     "AwaitingRecovery",
+    "CallFinishedDetail",
+    "CallPlannedDetail",
     "Cancelled",
     "Completed",
+    "Conversation",
     "DeferAll",
+    "EventKind",
     "Failed",
     "NotVerified",
     "Recovery",
     "RunEvent",
     "RunOutcome",
     "RunResult",
+    "RunStream",
+    "TerminalPrinter",
+    "UsageDetail",
     "Verified",
     "Verify",
     "VerifyContext",
     "check_resumable",
+    "conversation_of",
+    "next_step",
     "outcome_from_dict",
     "outcome_to_dict",
     "record_decision",
@@ -66,5 +85,6 @@ __all__ = [
     "resume_with_decision_sync",
     "resume_with_recovery",
     "resume_with_recovery_sync",
+    "thread",
     "wrong_kind",
 ]

@@ -14,7 +14,7 @@ import functools
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -40,25 +40,28 @@ from handrail.models import (
     ModelSettings,
     ResponseDone,
     StreamingModel,
-    SystemMessage,
     TextDelta,
     ToolCall,
     ToolCallStart,
     Usage,
-    UserMessage,
     dump_messages,
     load_messages,
 )
 from handrail.policy import Policy, Rule
+from handrail.runs import _logging as log
+from handrail.runs._conversation import start_messages
+from handrail.runs._events import EventKind, RunStream, call_detail, planned_detail
 from handrail.runs._outcome import (
     Cancelled,
     Completed,
     Failed,
     RunOutcome,
     RunResult,
+    next_step,
     outcome_to_dict,
     pause_outcome,
 )
+from handrail.runs._output import Accept, judge_final, output_for
 from handrail.runs._verify import Verification, Verify, check_max_attempts
 from handrail.store import Batch, RunRecord, RunStatus, Store
 from handrail.store.contract import ACTIVE_OWNERS, new_owner
@@ -81,9 +84,12 @@ class DeferAll:
 
 @dataclass(frozen=True, slots=True)
 class RunEvent:
-    """Progress, for a CLI or a log: `model_turn`, `call_finished`, `paused`, `finished`."""
+    """Progress, for a CLI, a log or `agent.run_stream`.
 
-    kind: str
+    The kinds and their details are listed in docs/runs.md ("Events").
+    """
+
+    kind: EventKind
     """What happened."""
     run_id: str
     """In which run."""
@@ -192,6 +198,11 @@ class Agent:
         output_head_bytes: Bytes of each stream of a program (or routed call) the model sees
             from its start; default 16 KiB (a tool's own setting wins).
         output_tail_bytes: Bytes it sees from its end; default 16 KiB.
+        output_type: The type of the final output (a pydantic model, a dataclass, a
+            TypedDict, a scalar); default `str`, the final reply's text. The model is offered
+            a final-result tool taking it; the output is validated (an invalid one is returned
+            to the model under `max_invalid_turns`), stored as JSON, and `result.output` is a
+            value of this type. A final text reply that is valid JSON for it is accepted too.
     """
 
     def __init__(
@@ -218,6 +229,7 @@ class Agent:
         records_dir: str | os.PathLike[str] | None = None,
         output_head_bytes: int | None = None,
         output_tail_bytes: int | None = None,
+        output_type: Any = str,
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -289,6 +301,8 @@ class Agent:
                     DEFAULT_TAIL_BYTES if output_tail_bytes is None else output_tail_bytes)
             except ValueError as exc:
                 raise UserError(str(exc)) from None
+        self.output_type = output_type
+        self.output = output_for(output_type, self.toolbox, max_argument_bytes)
 
     @classmethod
     def from_manifest(cls, manifest: Any, tools: object = (), *, model: Model | str | None = None,
@@ -342,6 +356,8 @@ class Agent:
         parent_run_id: str | None = None,
         verify: Verify | None = None,
         max_verify_attempts: int | None = None,
+        continue_run: str | None = None,
+        message_history: Sequence[Any] | None = None,
     ) -> RunResult:
         """Run the agent on `task` until it answers, pauses, fails or is cancelled.
 
@@ -358,6 +374,10 @@ class Agent:
                 docs/verify.md.
             max_verify_attempts: Checks the run may fail before it ends `Failed` (default
                 the agent's).
+            continue_run: A completed run in `store` to continue with `task` as the next
+                user message: the new run starts with its whole history, its remembered
+                rules and its recorded policy as the boundary (see `hr.Conversation`).
+            message_history: Earlier handrail messages to start from (in-memory use).
 
         Cancellation: an outside cancellation (an enclosing cancel scope) is never swallowed;
         like an exception or Ctrl-C it leaves the run READY in the store (the error in its
@@ -372,31 +392,52 @@ class Agent:
             self.max_verify_attempts if max_verify_attempts is None else max_verify_attempts))
         store = store if store is not None else Store.memory()
         now = time.time()
-        messages: list[Any] = []
-        if self.instructions:
-            messages.append(SystemMessage(self.instructions))
-        messages.append(UserMessage(task))
+        start = await start_messages(self, store, task, continue_run, message_history, now)
+        messages = start.messages
         owner = new_owner()
         run = RunRecord(
             id=uuid.uuid4().hex[:16], task=task, agent=self.name, status=RunStatus.RUNNING,
-            parent_id=parent_run_id, policy=self.policy.to_dict(),
+            parent_id=parent_run_id, policy=start.policy.to_dict(),
             manifest_digest=self.manifest_digest, model=self.model.name,
             workspace=str(self.workspace), created_at=now, updated_at=now, owner=owner,
             lease_until=now + store.lease_seconds, agent_ref=self.ref,
-            events=_contents_event([], self.record_contents, now)
+            events=_contents_event(start.events, self.record_contents, now)
             + ([checking.event()] if checking is not None else []),
+            remembered=[r.to_dict() for r in start.remembered],
         )
         if self.records_dir is not None:  # `handrail show` prints each call's record path
-            run.events = [{"kind": "records", "dir": str(self.records_dir), "at": now}]
+            run.events = [*run.events,
+                          {"kind": "records", "dir": str(self.records_dir), "at": now}]
         dumped = dump_messages(messages)
         await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
-        runner = _Runner(self, store, run, self.policy, [], messages,
+        runner = _Runner(self, store, run, start.policy, start.remembered, messages,
                          approver or DeferAll(), responder or ResponderNone(), on_event, verify)
         return await runner.drive(cancel)
 
     def run_sync(self, task: str, **kwargs: Any) -> RunResult:
         """`run` for synchronous code (starts an event loop)."""
         return anyio.run(functools.partial(self.run, task, **kwargs))
+
+    def run_stream(self, task: str, *, on_event: EventCallback | None = None,
+                   **kwargs: Any) -> RunStream:
+        """`run`, with its events read as an async iterator (`RunStream`).
+
+        ```python
+        async with agent.run_stream("task", store=store) as stream:
+            async for event in stream:
+                ...
+        result = stream.result
+        ```
+
+        Args:
+            task: What to do.
+            on_event: Also called with each event, before the iterator sees it.
+            **kwargs: Any other `run` argument.
+        """
+        return RunStream(lambda forward: self.run(task, on_event=forward, **kwargs), on_event)
+
+    iter = run_stream
+    """The same as `run_stream` (the name another agent framework uses)."""
 
 
 class _Runner:
@@ -428,6 +469,8 @@ class _Runner:
             self.scope.before_execute = self.records.before_execute
         self.gate = Gate(self.scope)
         self.offered = self.gate.offered()
+        if agent.output is not None:
+            self.offered.append(agent.output.spec)
         # Counted once here, then kept up to date: per-turn work never re-walks the history.
         self.turns = sum(1 for m in messages if isinstance(m, AssistantMessage))
         self.verification = Verification.of_run(run, verify or agent.verify)
@@ -448,9 +491,12 @@ class _Runner:
         if record:
             # Written with the run at the end of the turn.
             self.run.events.append({"kind": kind, "at": time.time(), **detail})
-        await self._emit(kind, **detail)
+        if kind == "call_progress":
+            await self._emit("call_progress", **detail)
+        else:
+            await self._emit("call_event", event=kind, **detail)
 
-    async def _emit(self, kind: str, **detail: Any) -> None:
+    async def _emit(self, kind: EventKind, **detail: Any) -> None:
         if self.on_event is not None:
             out = self.on_event(RunEvent(kind, self.run.id, detail))
             if out is not None:
@@ -458,7 +504,8 @@ class _Runner:
 
     def _result(self, outcome: RunOutcome) -> RunResult:
         usage = Usage(self.run.input_tokens, self.run.output_tokens, self.run.model_requests)
-        return RunResult(self.run.id, outcome, usage, list(self.scope.remembered))
+        return RunResult(self.run.id, outcome, usage, list(self.scope.remembered),
+                         in_memory=not self.store.durable)
 
     async def _end(self, outcome: RunOutcome, status: RunStatus, batch: Batch | None = None
                    ) -> RunResult:
@@ -467,6 +514,8 @@ class _Runner:
                                      lease_until=0.0)
         await self.store.write(batch)
         self._ended = True
+        if status.value.startswith("awaiting") and not self.store.durable:
+            log.log_memory_pause(self.run.id, status.value, next_step(outcome, self.run.id))
         await self._emit("paused" if status.value.startswith("awaiting") else "finished",
                          outcome=outcome_to_dict(outcome))
         return self._result(outcome)
@@ -596,10 +645,10 @@ class _Runner:
                         len(messages) - 1, shown))
                 if self.records is not None:
                     await self.records.answered(result.final.calls)
+                log.log_calls(self.run.id, result.final.calls)
                 if self.on_event is not None:
                     for r in result.final.calls:
-                        await self._emit("call_finished", tool=r.tool, status=r.status.value,
-                                         call_id=r.call_id)
+                        await self._emit("call_finished", **call_detail(r))
                 if result.pause is not None:
                     paused = pause_outcome(result.pause)
                     return await self._end(paused, RunStatus(paused.kind), result.final)
@@ -665,6 +714,19 @@ class _Runner:
             if self.on_event is not None:
                 await self._emit("model_turn", text=message.text,
                                  calls=[c.name for c in message.tool_calls])
+                await self._emit("usage", input_tokens=usage.input_tokens,
+                                 output_tokens=usage.output_tokens,
+                                 total_input_tokens=self.run.input_tokens,
+                                 total_output_tokens=self.run.output_tokens)
+                for c in message.tool_calls:
+                    if c.name != getattr(agent.output, "name", None):
+                        await self._emit("call_planned", **planned_detail(c))
+            final = judge_final(agent.output, message) if agent.output is not None else None
+            if final is not None:
+                done = await self._final_output(final, entry)
+                if done is not None:
+                    return done
+                continue
             if not any(type(p) is ToolCall for p in message.parts):
                 if self.verification is not None:
                     self._pending_message = entry  # stored with the check's first write
@@ -672,6 +734,28 @@ class _Runner:
                 return await self._end(Completed(message.text), RunStatus.COMPLETED,
                                        Batch(messages=[entry]))
             self._pending_message = self._turn_entry = entry
+
+    async def _final_output(self, final: Any, entry: tuple[str, int, dict[str, Any]]
+                            ) -> RunResult | None:
+        """End with a valid typed output, or return an invalid one to the model (None)."""
+        messages = self.messages
+        start = len(messages)
+        messages.extend(final.results if isinstance(final, Accept) else final.feedback)
+        batch = Batch(messages=[entry, *((self.run.id, start + i, m) for i, m in
+                                         enumerate(dump_messages(messages[start:])))])
+        if isinstance(final, Accept):
+            self.invalid_turns = 0
+            return await self._end(Completed(final.value), RunStatus.COMPLETED, batch)
+        self.invalid_turns += 1
+        log.log_retry(self.run.id, final.error, self.invalid_turns, self.agent.max_invalid_turns)
+        if self.invalid_turns > self.agent.max_invalid_turns:
+            return await self._end(Failed(
+                f"the model gave an invalid final output {self.invalid_turns} turns in a row "
+                f"(the budget is {self.agent.max_invalid_turns}): {final.error}"),
+                RunStatus.FAILED, batch)
+        batch.run = self._run_update()
+        await self.store.write(batch, wait=False)
+        return None
 
     _pending_message: tuple[str, int, dict[str, Any]] | None = None
     _turn_entry: tuple[str, int, dict[str, Any]] | None = None
@@ -696,6 +780,7 @@ class _Runner:
     async def _request(self, messages: list[Any]) -> ModelResponse:
         """One model turn; streamed (text deltas become events) when someone listens."""
         model = self.agent.model
+        log.log_request(self.run.id, self.run.steps + 1, len(messages), len(self.offered))
         if self.on_event is None or not isinstance(model, StreamingModel):
             return await model.request(messages, self.offered, self.agent.settings)
         response: ModelResponse | None = None
@@ -714,6 +799,8 @@ class _Runner:
         """Count turns whose every call had invalid arguments; True once over budget."""
         if records and all(r.error and r.error.startswith("invalid arguments") for r in records):
             self.invalid_turns += 1
+            log.log_retry(self.run.id, "every call of the turn had invalid arguments",
+                          self.invalid_turns, self.agent.max_invalid_turns)
         else:
             self.invalid_turns = 0
         return self.invalid_turns > self.agent.max_invalid_turns

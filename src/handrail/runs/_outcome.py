@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, assert_never
 
-from handrail.errors import UserError, VerificationFailed
+from handrail.errors import RunNotCompleted, UserError, VerificationFailed
 from handrail.gate import CallInDoubt, PausedOnQuestion, PausedOnRequest, TurnPause
 from handrail.models import Usage
 
@@ -19,6 +19,7 @@ __all__ = [
     "Failed",
     "RunOutcome",
     "RunResult",
+    "next_step",
     "outcome_from_dict",
 ]
 
@@ -27,8 +28,8 @@ __all__ = [
 class Completed:
     """The model gave its final answer."""
 
-    output: str
-    """The final answer's text."""
+    output: Any
+    """The final answer: its text, or a value of the agent's `output_type`."""
     kind: Literal["completed"] = "completed"
 
 
@@ -111,6 +112,10 @@ def outcome_to_dict(outcome: RunOutcome) -> dict[str, Any]:
         if outcome.verification is not None:
             data["verification"] = outcome.verification.to_dict()
         return data
+    if isinstance(outcome, Completed) and not isinstance(outcome.output, str):
+        import pydantic_core
+
+        return {"output": pydantic_core.to_jsonable_python(outcome.output), "kind": outcome.kind}
     return asdict(outcome)
 
 
@@ -137,8 +142,47 @@ class RunResult:
     """Tokens spent by the run so far."""
     remembered: list[Any] = field(default_factory=list)
     """Rules an approver asked to remember during this run (run-scoped)."""
+    in_memory: bool = False
+    """The run lives in a memory store: a pause is lost when the process exits."""
 
     @property
-    def output(self) -> str | None:
-        """The final answer, when the run completed."""
-        return self.outcome.output if isinstance(self.outcome, Completed) else None
+    def output(self) -> Any:
+        """The final answer (text, or a value of the agent's `output_type`).
+
+        Raises:
+            RunNotCompleted: the run paused, failed or was cancelled; the error says how and
+                what to do next (`outcome` stays available for `match`).
+        """
+        if isinstance(self.outcome, Completed):
+            return self.outcome.output
+        raise RunNotCompleted(self.run_id, self.outcome, next_step(self.outcome, self.run_id,
+                                                                   in_memory=self.in_memory))
+
+
+_LOST = ("; the run lives in a memory store and is lost when this process exits: pass "
+         "store=hr.Store.open(\"runs.db\") to keep it")
+
+
+def next_step(outcome: RunOutcome, run_id: str, *, in_memory: bool = False) -> str:
+    """What a person does about `outcome`, in words (with the command that does it)."""
+    lost = _LOST if in_memory else ""
+    if isinstance(outcome, AwaitingApproval):
+        return (f"an action waits for approval: approve with `handrail approve "
+                f"{outcome.request_id}` (or `handrail deny {outcome.request_id}`), or "
+                f"hr.resume_with_decision(store, {outcome.request_id!r}, ...){lost}")
+    if isinstance(outcome, AwaitingAnswer):
+        return (f"a tool asked a question: answer with `handrail answer {outcome.question_id} "
+                f"TEXT`, or hr.resume_with_answer(store, {outcome.question_id!r}, text, ...)"
+                f"{lost}")
+    if isinstance(outcome, AwaitingRecovery):
+        return (f"call {outcome.call_id} was in flight when its process died: decide with "
+                f"`handrail recover {outcome.call_id} --retry|--completed TEXT|--abort`, or "
+                f"hr.resume_with_recovery(store, {outcome.call_id!r}, ...){lost}")
+    if isinstance(outcome, Failed):
+        return f"the run failed: {outcome.error}"
+    if isinstance(outcome, Cancelled):
+        return (f"it was cancelled ({outcome.reason}): continue it with `handrail resume "
+                f"{run_id}` or hr.resume(store, {run_id!r}, agent=...){lost}")
+    if isinstance(outcome, Completed):
+        return "it completed"
+    assert_never(outcome)

@@ -39,6 +39,7 @@ from handrail.errors import (
 )
 from handrail.gate import Gate, RunScope
 from handrail.models import AssistantMessage, ToolCall, UserMessage, dump_messages
+from handrail.runs._events import EventKind
 from handrail.runs._outcome import Completed, Failed, RunOutcome, RunResult, pause_outcome
 from handrail.store import Batch, CallRecord, CallStatus, RunRecord, RunStatus, Store
 from handrail.tools import CallContext, Toolbox, ToolImpl, ToolResult, scrub_host_paths
@@ -293,7 +294,7 @@ class _Loop(Protocol):
     async def _end(self, outcome: RunOutcome, status: RunStatus,
                    batch: Batch | None = None) -> RunResult: ...
 
-    async def _emit(self, kind: str, **detail: Any) -> None: ...
+    async def _emit(self, kind: EventKind, **detail: Any) -> None: ...
 
 
 class Verification:

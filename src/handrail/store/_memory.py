@@ -28,6 +28,9 @@ __all__ = ["MemoryStore"]
 class MemoryStore(Store):
     """Everything in dicts. No awaits inside a change, so each change is atomic."""
 
+    durable = False
+    """Everything here is lost when the process exits."""
+
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._messages: dict[str, list[dict[str, Any]]] = {}

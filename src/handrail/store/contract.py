@@ -113,6 +113,9 @@ class Store(abc.ABC):
     lease_seconds: float = 30.0
     """How long a run's owner holds it without writing; a dead owner's run is claimable after."""
 
+    durable: bool = True
+    """Whether what is written outlives the process (False for `Store.memory()`)."""
+
     @staticmethod
     def open(url: str | os.PathLike[str], *, durability: Durability = "process") -> Store:
         """Open a store by URL: a file path (SQLite, created if missing) or `scheme://...`.
