@@ -351,3 +351,21 @@ async def test_with_a_manifest_only_granted_injected_tools_are_offered_and_calla
     refused = (await store.calls(result.run_id))[0]
     assert refused.status is hr.CallStatus.REFUSED
     assert refused.error == "tool 'local/other' is not granted by the manifest"
+
+
+async def test_a_paused_call_of_a_tool_removed_since_is_refused_not_routed(
+        workspace: Path) -> None:
+    host = Host()
+    store = hr.Store.memory()
+    agent = hr.Agent(Scripted([call("local/echo", {"text": "x"}), reply("done")]),
+                     injection=host, workspace=workspace)  # the default policy asks
+    paused = await run(agent, store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    host.offer = []  # the host dropped the tool while the call waited for a person
+    with anyio.fail_after(60):
+        done = await hr.resume_with_decision(store, paused.outcome.request_id,
+                                             hr.Decision.approve(), agent=agent)
+    assert isinstance(done.outcome, hr.Completed)
+    assert host.routed == []
+    (record,) = await store.calls(done.run_id)
+    assert record.status is hr.CallStatus.REFUSED
