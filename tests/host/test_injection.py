@@ -369,3 +369,11 @@ async def test_a_paused_call_of_a_tool_removed_since_is_refused_not_routed(
     assert host.routed == []
     (record,) = await store.calls(done.run_id)
     assert record.status is hr.CallStatus.REFUSED
+
+
+def test_a_routed_call_can_be_built_outside_an_event_loop() -> None:
+    c = hr.RoutedCall(id="c", tool_id="local/echo", input={}, workspace=None, agent=None,
+                      run_id=None)
+    assert not c.stop.is_set()
+    c.stop.set()
+    assert c.stop.wait_blocking(0) and anyio.run(c.stop.wait) is None
