@@ -327,3 +327,53 @@ async def test_falling_through_never_carries_a_call_past_the_registered_tools_po
     assert ran == []
     (text,) = await tool_results(store, result.run_id)
     assert "policy does not allow outright" in text
+
+
+async def test_with_a_manifest_only_granted_injected_tools_are_offered_and_callable(
+        workspace: Path) -> None:
+    host = Host([hr.InjectedTool("echo", SCHEMA, "Echo."), hr.InjectedTool("other", SCHEMA)])
+    manifest = hr.Manifest.from_toml(
+        '[[tools]]\nref = "local/echo"\ndescription = "Echo."\n'
+        '[tools.arguments]\ntype = "object"\nrequired = ["text"]\n'
+        '[tools.arguments.properties.text]\ntype = "string"\n')
+    offers: list[list[str]] = []
+
+    def first(messages: Sequence[Any], tools: Sequence[hr.ToolSpec]) -> Turn:
+        offers.append([str(t.id) for t in tools])
+        return Turn(tool_calls=(("local/other", {"text": "x"}), ("local/echo", {"text": "y"})))
+
+    agent = hr.Agent(Scripted([first, reply("done")]), injection=host, manifest=manifest,
+                     policy=allow_local(), workspace=workspace)
+    store = hr.Store.memory()
+    result = await run(agent, store)
+    assert offers == [["local/echo"]]
+    assert [c.input["text"] for c in host.routed] == ["y"]
+    refused = (await store.calls(result.run_id))[0]
+    assert refused.status is hr.CallStatus.REFUSED
+    assert refused.error == "tool 'local/other' is not granted by the manifest"
+
+
+async def test_a_paused_call_of_a_tool_removed_since_is_refused_not_routed(
+        workspace: Path) -> None:
+    host = Host()
+    store = hr.Store.memory()
+    agent = hr.Agent(Scripted([call("local/echo", {"text": "x"}), reply("done")]),
+                     injection=host, workspace=workspace)  # the default policy asks
+    paused = await run(agent, store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    host.offer = []  # the host dropped the tool while the call waited for a person
+    with anyio.fail_after(60):
+        done = await hr.resume_with_decision(store, paused.outcome.request_id,
+                                             hr.Decision.approve(), agent=agent)
+    assert isinstance(done.outcome, hr.Completed)
+    assert host.routed == []
+    (record,) = await store.calls(done.run_id)
+    assert record.status is hr.CallStatus.REFUSED
+
+
+def test_a_routed_call_can_be_built_outside_an_event_loop() -> None:
+    c = hr.RoutedCall(id="c", tool_id="local/echo", input={}, workspace=None, agent=None,
+                      run_id=None)
+    assert not c.stop.is_set()
+    c.stop.set()
+    assert c.stop.wait_blocking(0) and anyio.run(c.stop.wait) is None

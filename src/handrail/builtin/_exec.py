@@ -2,8 +2,8 @@
 
 Cancellation: the deadline is our own and becomes `timed_out: true` in the result. A
 cancellation from outside (the call's deadline, the run being cancelled) is never swallowed:
-the process group is killed and reaped under a shielded scope, then the cancellation
-propagates.
+the process group is terminated (SIGTERM, a grace period, SIGKILL: `handrail.host`) and
+reaped under a shielded scope, then the cancellation propagates.
 """
 
 from __future__ import annotations

@@ -66,13 +66,16 @@ class Stop:
     __slots__ = ("_async", "_thread")
 
     def __init__(self) -> None:
-        self._async = anyio.Event()
+        # The async side is made on first wait: a RoutedCall can be built outside a loop
+        # (a host's own tests of its router).
+        self._async: anyio.Event | None = None
         self._thread = threading.Event()
 
     def set(self) -> None:
         """Signal the router to stop (called on the event loop)."""
         self._thread.set()
-        self._async.set()
+        if self._async is not None:
+            self._async.set()
 
     def is_set(self) -> bool:
         """Whether the call is being cancelled."""
@@ -80,6 +83,10 @@ class Stop:
 
     async def wait(self) -> None:
         """Return once the call is being cancelled."""
+        if self._thread.is_set():
+            return
+        if self._async is None:
+            self._async = anyio.Event()
         await self._async.wait()
 
     def wait_blocking(self, timeout: float | None = None) -> bool:

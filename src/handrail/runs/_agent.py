@@ -243,6 +243,7 @@ class Agent:
                             f"{type(model).__name__}")
         self.model = model
         self.toolbox = _toolbox(tools, max_argument_bytes)
+        self.injected = None if injection is None else InjectionToolset(injection, self.toolbox)
         if not isinstance(max_steps, int) or max_steps < 1:
             raise UserError("max_steps must be a positive integer")
         root = Path(workspace).expanduser().resolve()
@@ -261,7 +262,7 @@ class Agent:
                 )
             agent_section = manifest.agent
             instructions = instructions if instructions is not None else agent_section.instructions
-            _check_manifest(self.toolbox, manifest, instructions, model.name)
+            _check_manifest(self._reviewed_tools(manifest), manifest, instructions, model.name)
             if agent_section.instructions is not None:
                 instructions = agent_section.instructions  # the reviewed spelling, exactly
             name = name if name is not None else agent_section.name
@@ -291,7 +292,6 @@ class Agent:
             raise UserError("verify= takes hr.Verify.command(argv) or hr.Verify.check(fn)")
         self.verify = verify
         self.max_verify_attempts = check_max_attempts(max_verify_attempts)
-        self.injected = None if injection is None else InjectionToolset(injection, self.toolbox)
         self.records_dir = None if records_dir is None else Path(records_dir).expanduser().resolve()
         self.projection: Projection | None = None
         if output_head_bytes is not None or output_tail_bytes is not None:
@@ -303,6 +303,21 @@ class Agent:
                 raise UserError(str(exc)) from None
         self.output_type = output_type
         self.output = output_for(output_type, self.toolbox, max_argument_bytes)
+
+    def _reviewed_tools(self, manifest: Any) -> Toolbox:
+        """What the manifest is checked against at construction.
+
+        The registered tools and, with a host, its tools of now that the manifest grants: a
+        grant one of them implements is not drift, and one it does not grant is never offered
+        nor callable (the grant stage refuses it every turn).
+        """
+        if self.injected is None:
+            return self.toolbox
+        merged = merged_toolbox(self.injected)
+        injected = {str(t.id) for t in self.injected.declared()}
+        return Toolbox([i for i in merged.impls()
+                        if str(i.spec.id) not in injected or manifest.grant(i.spec.id)],
+                       max_argument_bytes=self.toolbox.max_argument_bytes)
 
     @classmethod
     def from_manifest(cls, manifest: Any, tools: object = (), *, model: Model | str | None = None,
