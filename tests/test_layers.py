@@ -39,14 +39,15 @@ LAYERS: dict[str, frozenset[str]] = {
     "manifest": frozenset({"errors", "tools", "policy"}),
     "models": frozenset({"errors", "tools"}),
     "store": frozenset({"errors"}),
-    "builtin": frozenset({"errors", "tools", "policy"}),
+    "sandbox": frozenset({"errors", "tools", "policy"}),
+    "builtin": frozenset({"errors", "tools", "policy", "sandbox"}),
     "gate": frozenset({"errors", "tools", "policy", "approval", "models", "store"}),
     "runs": frozenset({"errors", "tools", "policy", "approval", "models", "store", "gate",
                        "manifest"}),
     "web": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "runs"}),
     "cli": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
-                      "builtin", "runs", "web"}),
+                      "builtin", "runs", "web", "sandbox"}),
 }
 """Package -> the packages of ours it may import (directly; nothing is implied)."""
 

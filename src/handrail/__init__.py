@@ -91,6 +91,7 @@ if TYPE_CHECKING:
         resume_with_recovery,
         resume_with_recovery_sync,
     )
+    from handrail.sandbox import Sandbox, SandboxUnavailable
     from handrail.store import (
         CallRecord,
         CallStatus,
@@ -188,6 +189,8 @@ _LAZY: dict[str, str] = {
     "Responder": "handrail.approval",
     "ResponderNone": "handrail.approval",
     "Rule": "handrail.policy",
+    "Sandbox": "handrail.sandbox",
+    "SandboxUnavailable": "handrail.sandbox",
     "RunEvent": "handrail.runs",
     "RunOutcome": "handrail.runs",
     "RunRecord": "handrail.store",
@@ -307,6 +310,8 @@ __all__ = [
     "RunRecord",
     "RunResult",
     "RunStatus",
+    "Sandbox",
+    "SandboxUnavailable",
     "SchemaTool",
     "StdinApprover",
     "StdinResponder",

@@ -137,6 +137,9 @@ class RunScope:
     """`digest`: a finished call's stored contents become markers; `full`: the bytes stay."""
     provenance: Provenance = field(default_factory=Provenance)
     """The run's trusted text and untrusted tool output, for the taint stage."""
+    sandbox: str = "auto"
+    """How programs started by tools are confined: "auto", "required" or "off" (see
+    docs/sandbox.md); reaches the tool as `ctx.sandbox`, with `ctx.policy`."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -721,7 +724,8 @@ class Gate:
                 # The common case needs no state machine: the body cannot ask.
                 ctx = (CallContext(call_id=state.call.id, tool_id=spec.id, run_id=scope.run_id,
                                    agent=scope.agent, workspace=scope.workspace, deps=scope.deps,
-                                   permits=self._permits_for(impl), trusted=state.trusted)
+                                   permits=self._permits_for(impl), trusted=state.trusted,
+                                   policy=scope.policy, sandbox=scope.sandbox)
                        if impl.needs_context else None)
                 try:
                     result = await impl.execute(bound, ctx)
@@ -824,7 +828,8 @@ class Gate:
                               workspace=scope.workspace, deps=scope.deps,
                               permits=self._permits_for(impl),
                               max_argument_bytes=scope.toolbox.max_argument_bytes,
-                              decided_paths=state.decided, trusted=state.trusted)
+                              decided_paths=state.decided, trusted=state.trusted,
+                              policy=scope.policy, sandbox=scope.sandbox)
         out = await handler.step(Invoke(state.call.id, state.record.performed_arguments or {},
                                         answers=list(state.answers)))
         while isinstance(out, Interaction):

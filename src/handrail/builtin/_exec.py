@@ -21,6 +21,7 @@ from pydantic import Field, field_validator
 
 from handrail.builtin._fs import workspace_root
 from handrail.policy import is_inside, resolve_program
+from handrail.sandbox import SandboxUnavailable, wrap
 from handrail.tools import Act, Action, CallContext, Json, Tool, ToolResult
 
 __all__ = ["EXEC_DEFAULT_TIMEOUT", "EXEC_MAX_TIMEOUT", "EXEC_OUTPUT_LIMIT_BYTES",
@@ -112,6 +113,13 @@ class Exec(Tool, server="workspace", name="exec", mutates=True, protected=["/arg
                                     "workspace; run the program it points to by its own path")
         argv = [program.path, *self.argv[1:]]
         try:
+            # Confined as the policy in force says (docs/sandbox.md); off the loop: it walks
+            # the workspace to expand the policy's denied paths.
+            argv, confinement = await anyio.to_thread.run_sync(
+                lambda: wrap(argv, policy=ctx.policy, workspace=root, mode=ctx.sandbox))
+        except SandboxUnavailable as exc:
+            return ToolResult.error(str(exc))
+        try:
             process = await anyio.open_process(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -154,6 +162,7 @@ class Exec(Tool, server="workspace", name="exec", mutates=True, protected=["/arg
             "stderr": stderr.text(),
             "stdout_truncated": stdout.truncated,
             "stderr_truncated": stderr.truncated,
+            "sandbox": confinement,
         }
         if timed_out:
             value["note"] = f"killed after the {timeout:g}s timeout"

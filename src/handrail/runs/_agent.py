@@ -171,6 +171,10 @@ class Agent:
             refused, its stored copies of file contents become `{"sha256", "bytes"}`
             markers. `"full"` keeps the bytes in the audit trail (recorded in the run's
             events). See docs/runs.md, "Records and contents".
+        sandbox: How programs the tools start are confined (docs/sandbox.md): `"auto"` (the
+            default) confines them with bubblewrap where the machine can and records that it
+            did not otherwise; `"required"` refuses to start a program it cannot confine;
+            `"off"` never confines (recorded in every program call's result).
     """
 
     def __init__(
@@ -191,6 +195,7 @@ class Agent:
         ref: str | None = None,
         max_invalid_turns: int = 3,
         record_contents: Literal["digest", "full"] = "digest",
+        sandbox: Literal["auto", "required", "off"] = "auto",
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -248,6 +253,9 @@ class Agent:
             raise UserError(f"record_contents must be one of {', '.join(RECORD_CONTENTS)}, "
                             f"not {record_contents!r}")
         self.record_contents = record_contents
+        if sandbox not in ("auto", "required", "off"):
+            raise UserError(f"sandbox must be 'auto', 'required' or 'off', not {sandbox!r}")
+        self.sandbox = sandbox
 
     @classmethod
     def from_manifest(cls, manifest: Any, tools: object = (), *, model: Model | str | None = None,
@@ -361,7 +369,7 @@ class _Runner:
             run_id=run.id, agent=agent.name, toolbox=agent.toolbox, policy=scope_policy,
             store=store, approver=approver, responder=responder, workspace=agent.workspace,
             manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
-            record_contents=agent.record_contents,
+            record_contents=agent.record_contents, sandbox=agent.sandbox,
         )
         # What the task and the instructions say is trusted (docs/taint.md).
         self.scope.provenance.trust_text("task", run.task, agent.instructions)

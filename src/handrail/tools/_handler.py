@@ -315,8 +315,10 @@ class ToolHandler:
         "_max_bytes",
         "_n",
         "_permits",
+        "_policy",
         "_replay",
         "_run_id",
+        "_sandbox",
         "_trusted",
         "_workspace",
         "call_id",
@@ -335,8 +337,12 @@ class ToolHandler:
         max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES,
         decided_paths: Mapping[str, str] | None = None,
         trusted: list[Any] | None = None,
+        policy: Any = None,
+        sandbox: str = "auto",
     ) -> None:
         self._impl = impl
+        self._policy = policy
+        self._sandbox = sandbox
         self._trusted = trusted
         self._decided = decided_paths
         self._permits = permits
@@ -425,6 +431,8 @@ class ToolHandler:
                 deps=self._deps,
                 permits=self._permits,
                 trusted=self._trusted,
+                policy=self._policy,
+                sandbox=self._sandbox,
             )
         coro = impl.execute(validated, ctx)
         if not spec.interactions and spec.timeout is None:

@@ -1,0 +1,263 @@
+"""Derive a bubblewrap sandbox from (policy, workspace) and wrap a program's argv in it.
+
+What a confined program sees (each line is one bwrap option group, in this order; later
+mounts sit on top of earlier ones):
+
+- a new user namespace with every capability dropped (`--unshare-user --cap-drop ALL`):
+  without it, bwrap started by root keeps root's capabilities and the program can simply
+  `mount -o remount,rw /` (measured on our machines: it can);
+- the root filesystem read-only, a fresh `/dev` and `/proc`, a private empty `/tmp`;
+- when the workspace lies under `/tmp`, the folders between `/tmp` and it are read-only, so
+  `../outside.txt` fails instead of landing in the private `/tmp`;
+- the workspace read-write;
+- every entry of the workspace the policy denies for READ hidden: a file bound over by
+  `/dev/null` on a `nodev` mount (opening it fails), a folder by an empty, mode-000,
+  read-only tmpfs (listing it fails, nothing can be created in it);
+- every entry the policy denies for WRITE (and does not hide) read-only;
+- no network (`--unshare-net`, only a loopback of its own) unless the policy allows NET for
+  something; then the host's network, with a warning in the record;
+- its own pid, ipc and session (`--new-session`: no TIOCSTI into our terminal), and it dies
+  with the process that started it (`--die-with-parent`).
+
+Patterns are expanded against the workspace at spawn time: every entry is checked with
+`policy.check` (so the layers, secrets included, decide exactly as they do for the model's
+own calls). A file created later, inside or outside the sandbox, is not covered unless a
+hidden or read-only folder holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from handrail.errors import HandrailError
+from handrail.policy import Act, Action, Effect, Policy, workspace_root
+
+__all__ = ["BWRAP_ENV", "MAX_WALK_ENTRIES", "SANDBOX_MODES", "Sandbox", "SandboxUnavailable",
+           "build", "find_bwrap", "wrap"]
+
+SANDBOX_MODES = ("auto", "required", "off")
+"""`auto`: confine where the machine can, record that it did not otherwise; `required`:
+refuse to start a program that cannot be confined; `off`: never confine (recorded)."""
+
+BWRAP_ENV = "HANDRAIL_BWRAP"
+"""Environment variable: the bwrap executable to use instead of the one on PATH (a path that
+does not exist means "no bubblewrap here")."""
+
+MAX_WALK_ENTRIES = 200_000
+"""The most workspace entries examined to expand the policy's patterns before a program
+starts; a bigger workspace refuses to start the program (it could not be hidden reliably)."""
+
+_PROBE_TIMEOUT = 10.0
+
+SandboxMode = Literal["auto", "required", "off"]
+
+
+class SandboxUnavailable(HandrailError):
+    """A program must be confined (`sandbox="required"`) and cannot be; nothing was started."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """The confinement derived from one (policy, workspace): a bwrap argv prefix.
+
+    Build one with `build`; `wrap` builds and applies one in a single step.
+    """
+
+    prefix: tuple[str, ...]
+    """The bwrap command and its options; the program's argv follows it."""
+    workspace: str
+    """The canonical workspace root."""
+    hidden: tuple[str, ...] = ()
+    """Workspace-relative paths hidden (denied for READ)."""
+    read_only: tuple[str, ...] = ()
+    """Workspace-relative paths made read-only (denied for WRITE, not hidden)."""
+    network: Literal["none", "host"] = "none"
+    """`none`: a network namespace of its own; `host`: the host's network (policy allows NET)."""
+    warnings: tuple[str, ...] = field(default=())
+    """What the confinement does not cover, for the record."""
+
+    def argv(self, program_argv: Sequence[str]) -> list[str]:
+        """The argv that runs `program_argv` inside this sandbox."""
+        return [*self.prefix, "--", *program_argv]
+
+    def record(self, mode: str) -> dict[str, Any]:
+        """How a program was confined, for the call's record."""
+        return {
+            "mode": mode,
+            "mechanism": "bwrap",
+            "network": self.network,
+            "hidden": list(self.hidden),
+            "read_only": list(self.read_only),
+            "warnings": list(self.warnings),
+        }
+
+
+_probe_lock = threading.Lock()
+_probed: dict[str, str | None] = {}
+
+
+def find_bwrap() -> tuple[str | None, str]:
+    """The bwrap executable that works here, or None and why not.
+
+    "Works" means it could create the namespaces we use (user, mount, pid, net): a container
+    may forbid them. The probe runs once per executable per process (about 40 ms).
+    """
+    chosen = os.environ.get(BWRAP_ENV)
+    path = chosen if chosen else shutil.which("bwrap")
+    if not path:
+        return None, ("bubblewrap (bwrap) is not installed: install the 'bubblewrap' package "
+                      "(Debian/Ubuntu: apt-get install bubblewrap)")
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return None, f"bubblewrap not found at {path!r} (set by ${BWRAP_ENV} or PATH)"
+    with _probe_lock:
+        if path not in _probed:
+            _probed[path] = _probe(path)
+        problem = _probed[path]
+    if problem is not None:
+        return None, problem
+    return path, ""
+
+
+def _probe(path: str) -> str | None:
+    argv = [path, "--unshare-user", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
+            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=_PROBE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap at {path!r} could not be started: {exc}"
+    if done.returncode != 0:
+        err = done.stderr.decode("utf-8", "replace").strip()[:300]
+        err = err or f"exit code {done.returncode}"
+        return (f"bubblewrap at {path!r} cannot create namespaces here ({err}); user "
+                "namespaces may be disabled "
+                "(sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces)")
+    return None
+
+
+def _network(policy: Policy) -> Literal["none", "host"]:
+    # A program cannot ask a person: only an outright allow gives it the network.
+    if policy.defaults["net"] is Effect.ALLOW:
+        return "host"
+    for layer in policy.layers:
+        for rule in layer.rules:
+            if rule.act is Act.NET and rule.effect is Effect.ALLOW:
+                return "host"
+    return "none"
+
+
+def _expand(policy: Policy, root: str) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+    """(hidden, read_only): workspace-relative paths with is-folder, parents first."""
+    hidden: list[tuple[str, bool]] = []
+    read_only: list[tuple[str, bool]] = []
+    seen = 0
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue  # unreadable by us: unreadable by the program too
+        for entry in entries:
+            seen += 1
+            if seen > MAX_WALK_ENTRIES:
+                raise SandboxUnavailable(
+                    f"the workspace has more than {MAX_WALK_ENTRIES} entries: the policy's "
+                    "denied paths cannot be expanded reliably before the program starts; "
+                    "use a smaller workspace")
+            if entry.is_symlink():
+                # Its target is an entry of its own (checked there) or outside the workspace.
+                continue
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if not is_dir and not entry.is_file(follow_symlinks=False):
+                continue  # sockets, fifos, devices: nothing to read from a file's contents
+            if policy.check(Action(Act.READ, rel), workspace=root).effect is Effect.DENY:
+                hidden.append((rel, is_dir))
+                continue  # nothing under it is visible: no need to look
+            if policy.check(Action(Act.WRITE, rel), workspace=root).effect is Effect.DENY:
+                read_only.append((rel, is_dir))
+            if is_dir:
+                stack.append(rel)
+    return hidden, read_only
+
+
+def build(policy: Policy, workspace: str | os.PathLike[str], bwrap: str) -> Sandbox:
+    """The sandbox for programs run under `policy` in `workspace`, with the bwrap at `bwrap`.
+
+    Raises:
+        SandboxUnavailable: the workspace is too large to expand the policy against.
+    """
+    root = workspace_root(os.fspath(workspace))
+    prefix: list[str] = [
+        bwrap, "--unshare-user", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc",
+        "--new-session", "--die-with-parent",
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+    ]
+    network = _network(policy)
+    warnings: list[str] = []
+    if network == "none":
+        prefix.append("--unshare-net")
+    else:
+        warnings.append("the policy allows NET for something: the program has the host's "
+                        "network, unfiltered (its NET denies are not enforced on it)")
+    parts = Path(root).parts
+    if len(parts) > 3 and parts[:2] == ("/", "tmp"):
+        # The private /tmp would otherwise let the program write next to the workspace.
+        top = os.path.join("/tmp", parts[2])
+        prefix += ["--tmpfs", top, "--dir", root, "--remount-ro", top]
+    prefix += ["--bind", root, root]
+    hidden, read_only = _expand(policy, root)
+    for rel, _ in read_only:
+        path = os.path.join(root, rel)
+        prefix += ["--ro-bind", path, path]
+    for rel, is_dir in hidden:
+        path = os.path.join(root, rel)
+        if is_dir:
+            prefix += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
+        else:
+            prefix += ["--ro-bind", "/dev/null", path]
+    prefix += ["--chdir", root]
+    return Sandbox(tuple(prefix), root, tuple(r for r, _ in hidden),
+                   tuple(r for r, _ in read_only), network, tuple(warnings))
+
+
+def wrap(
+    argv: Sequence[str],
+    *,
+    policy: Policy | None,
+    workspace: str | os.PathLike[str],
+    mode: str = "auto",
+) -> tuple[list[str], dict[str, Any]]:
+    """The argv to spawn for `argv`, confined as `mode` says, and the record of how.
+
+    Call it in a worker thread (it probes bwrap once and walks the workspace). `policy` is
+    the policy in force for the run (`ctx.policy`); None (outside an agent run) means
+    `Policy.default()`. Spawn the returned argv with the workspace as cwd.
+
+    Raises:
+        SandboxUnavailable: `mode="required"` and the program cannot be confined (the
+            message names what is missing); or the workspace is too large to expand.
+        ValueError: `mode` is not one of `SANDBOX_MODES`.
+    """
+    if mode not in SANDBOX_MODES:
+        raise ValueError(f"sandbox mode must be one of {SANDBOX_MODES}, not {mode!r}")
+    if mode == "off":
+        return list(argv), {"mode": "off", "mechanism": "none",
+                            "warnings": ["sandbox='off': the program ran unconfined"]}
+    bwrap, why = find_bwrap()
+    if bwrap is None:
+        if mode == "required":
+            raise SandboxUnavailable(f"sandbox='required' and the program cannot be confined: "
+                                     f"{why}; nothing was started")
+        return list(argv), {"mode": mode, "mechanism": "none",
+                            "warnings": [f"not confined: {why}"]}
+    sandbox = build(policy if policy is not None else Policy.default(), workspace, bwrap)
+    return sandbox.argv(argv), sandbox.record(mode)
