@@ -286,3 +286,14 @@ async def test_a_read_denied_folder_is_hidden_whole(tmp_path: Path, ws: Path) ->
     assert out["stdout"].split() == ["PermissionError", "PermissionError", "PermissionError"]
     assert not (ws / "private" / "new").exists()
     assert "private" in out["sandbox"]["hidden"]
+
+
+def test_the_demo_says_which_sandbox_is_in_force(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from handrail.cli._demo import sandbox_line
+
+    assert sandbox_line("auto").startswith("sandbox: auto — programs run in bubblewrap")
+    assert sandbox_line("off").startswith("sandbox: off — programs run unconfined")
+    monkeypatch.setenv("HANDRAIL_BWRAP", str(tmp_path / "no-such-bwrap"))
+    assert "UNCONFINED" in sandbox_line("auto") and "bubblewrap not found" in sandbox_line("auto")
+    assert "will be refused" in sandbox_line("required")

@@ -24,6 +24,7 @@ from handrail.builtin import workspace_tools
 from handrail.models import Scripted, ToolResultMessage, Turn, call, reply
 from handrail.policy import Policy
 from handrail.runs import Agent
+from handrail.sandbox import find_bwrap
 from handrail.store import RunRecord, Store
 from handrail.tools import ToolSpec
 
@@ -82,6 +83,19 @@ def _command() -> str:
     return shlex.quote(os.path.relpath(argv0) if os.path.isabs(argv0) else argv0)
 
 
+def sandbox_line(mode: str) -> str:
+    """One line saying how the programs an agent starts are confined (docs/sandbox.md)."""
+    if mode == "off":
+        return "sandbox: off — programs run unconfined (recorded in each program call)"
+    bwrap, why = find_bwrap()
+    if bwrap is not None:
+        return (f"sandbox: {mode} — programs run in bubblewrap ({bwrap}), confined by the "
+                "policy")
+    if mode == "required":
+        return f"sandbox: required — programs will be refused: {why}"
+    return f"sandbox: auto — programs run UNCONFINED here: {why}"
+
+
 def run_demo(store_path: str) -> int:
     """Run the demo against the store at `store_path`; returns the exit code."""
     from rich.console import Console
@@ -100,6 +114,7 @@ def run_demo(store_path: str) -> int:
     store_arg = "" if store_path == str(Path(".handrail") / "runs.db") else \
         f" --store {shlex.quote(store_path)}"
     console.print(f"[bold]handrail demo[/] — workspace {root}")
+    console.print(sandbox_line(agent.sandbox))
     console.print(f"run {result.run_id}: {result.outcome.kind}\n")
     console.print(f"  see what happened:   {cmd} show {result.run_id}{store_arg}")
     outcome = result.outcome
