@@ -31,13 +31,15 @@ import os
 import shutil
 import subprocess
 import threading
+import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from handrail.errors import HandrailError
-from handrail.policy import Act, Action, Effect, Policy, workspace_root
+from handrail.policy import Act, Effect, Policy, workspace_root
 
 __all__ = ["BWRAP_ENV", "MAX_WALK_ENTRIES", "SANDBOX_MODES", "Sandbox", "SandboxUnavailable",
            "build", "find_bwrap", "wrap"]
@@ -152,37 +154,86 @@ def _network(policy: Policy) -> Literal["none", "host"]:
     return "none"
 
 
+_Kind = Literal["hide", "read_only", "walk", "keep"]
+_DirStamp = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_ctime_ns
+_RACY_NS = 2_000_000_000
+"""A folder changed less than this long before a walk is not cached: timestamps are coarse
+(a jiffy on many filesystems), so a later change in the same tick would leave the stamp as it
+was. The rule git uses for its index ("racily clean")."""
+
+# policy -> {folder: (its stamp, its entries as (rel, is_dir, kind))}. Entries of a folder
+# depend only on its names, so an unchanged stamp means an unchanged answer: a re-walk costs
+# one stat per folder. Keyed weakly by the policy object (a run keeps one until it remembers
+# a rule, and a new policy starts afresh).
+_walks: weakref.WeakKeyDictionary[Policy, dict[str, tuple[_DirStamp, list[tuple[str, bool,
+                                                                                 _Kind]]]]]
+_walks = weakref.WeakKeyDictionary()
+_walks_lock = threading.Lock()
+
+
+def _entries(policy: Policy, root: str, rel_dir: str) -> list[tuple[str, bool, _Kind]]:
+    try:
+        with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as it:
+            found = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return []  # unreadable by us: unreadable by the program too
+    out: list[tuple[str, bool, _Kind]] = []
+    for entry in found:
+        if entry.is_symlink():
+            # Its target is an entry of its own (checked there) or outside the workspace.
+            continue
+        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if not is_dir and not entry.is_file(follow_symlinks=False):
+            continue  # sockets, fifos, devices: nothing to read from a file's contents
+        # Walked from the canonical root without following links: `rel` is canonical.
+        if policy.check_canonical_path(Act.READ, rel).effect is Effect.DENY:
+            out.append((rel, is_dir, "hide"))  # nothing under it is visible: not walked
+        elif policy.check_canonical_path(Act.WRITE, rel).effect is Effect.DENY:
+            out.append((rel, is_dir, "read_only"))
+        else:
+            out.append((rel, is_dir, "walk" if is_dir else "keep"))
+    return out
+
+
 def _expand(policy: Policy, root: str) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
     """(hidden, read_only): workspace-relative paths with is-folder, parents first."""
     hidden: list[tuple[str, bool]] = []
     read_only: list[tuple[str, bool]] = []
+    with _walks_lock:
+        known = _walks.setdefault(policy, {})
+    now = time.time_ns()
     seen = 0
     stack = [""]
     while stack:
         rel_dir = stack.pop()
+        path = os.path.join(root, rel_dir) if rel_dir else root
         try:
-            with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as it:
-                entries = sorted(it, key=lambda e: e.name)
+            st = os.stat(path, follow_symlinks=False)
         except OSError:
-            continue  # unreadable by us: unreadable by the program too
-        for entry in entries:
-            seen += 1
-            if seen > MAX_WALK_ENTRIES:
-                raise SandboxUnavailable(
-                    f"the workspace has more than {MAX_WALK_ENTRIES} entries: the policy's "
-                    "denied paths cannot be expanded reliably before the program starts; "
-                    "use a smaller workspace")
-            if entry.is_symlink():
-                # Its target is an entry of its own (checked there) or outside the workspace.
-                continue
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if not is_dir and not entry.is_file(follow_symlinks=False):
-                continue  # sockets, fifos, devices: nothing to read from a file's contents
-            if policy.check(Action(Act.READ, rel), workspace=root).effect is Effect.DENY:
+            continue
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        key = f"{root}\0{rel_dir}"
+        cached = known.get(key)
+        if cached is not None and cached[0] == stamp:
+            entries = cached[1]
+        else:
+            entries = _entries(policy, root, rel_dir)
+            if now - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS:
+                if len(known) >= MAX_WALK_ENTRIES:
+                    known.clear()
+                known[key] = (stamp, entries)
+        seen += len(entries)
+        if seen > MAX_WALK_ENTRIES:
+            raise SandboxUnavailable(
+                f"the workspace has more than {MAX_WALK_ENTRIES} entries: the policy's "
+                "denied paths cannot be expanded reliably before the program starts; "
+                "use a smaller workspace")
+        for rel, is_dir, kind in entries:
+            if kind == "hide":
                 hidden.append((rel, is_dir))
-                continue  # nothing under it is visible: no need to look
-            if policy.check(Action(Act.WRITE, rel), workspace=root).effect is Effect.DENY:
+                continue
+            if kind == "read_only":
                 read_only.append((rel, is_dir))
             if is_dir:
                 stack.append(rel)

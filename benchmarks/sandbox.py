@@ -1,0 +1,96 @@
+"""What the program sandbox adds to `exec` (docs/sandbox.md): start-up of `true`, medians.
+
+Rows: the program started directly; the same behind the bwrap prefix (a prefix built once:
+the namespaces and mounts alone); `wrap()` itself (the workspace walk that expands the
+policy, at a few workspace sizes); and the whole `workspace/exec` tool call, sandbox off
+against auto. Run: .venv/bin/python benchmarks/sandbox.py [--reps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+import handrail as hr
+from handrail.builtin import workspace_tools
+from handrail.sandbox import build, find_bwrap, wrap
+
+
+def median_ms(fn: Callable[[], object], reps: int) -> float:
+    fn()  # warm (the bwrap probe runs once per process)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def workspace(root: Path, files: int) -> Path:
+    ws = root / f"ws-{files}"
+    for i in range(files):
+        d = ws / f"d{i // 50}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}.py").write_text("x")
+    ws.mkdir(exist_ok=True)
+    (ws / ".env").write_text("SECRET=1")
+    return ws
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=30)
+    reps = parser.parse_args().reps
+    bwrap, why = find_bwrap()
+    if bwrap is None:
+        print(f"no usable bubblewrap: {why}")  # noqa: T201 - a benchmark prints its table
+        return
+    policy = hr.Policy.default()
+    rows: list[tuple[str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        small = workspace(Path(tmp), 10)
+        true = ["/bin/true"]
+        rows.append(("spawn /bin/true directly", median_ms(
+            lambda: subprocess.run(true, cwd=small, check=True), reps)))
+        prefixed = build(policy, small, bwrap).argv(true)
+        rows.append(("spawn /bin/true in bwrap (prefix built)", median_ms(
+            lambda: subprocess.run(prefixed, cwd=small, check=True), reps)))
+        for n in (10, 1_000, 10_000):
+            ws = small if n == 10 else workspace(Path(tmp), n)
+            rows.append((f"wrap() on a {n:,}-file workspace", median_ms(
+                lambda ws=ws: wrap(true, policy=policy, workspace=ws, mode="auto"), reps)))
+        box = hr.Toolbox(workspace_tools())
+
+        def exec_call(mode: str) -> None:
+            async def go() -> None:
+                handler = box.handler("workspace/exec", workspace=small)
+                # A handler outside an agent run has no ctx.sandbox of its own: set the mode
+                # through the environment's bwrap lookup instead.
+                await handler.step(hr.Invoke("c", {"argv": true}))
+
+            if mode == "off":
+                os.environ["HANDRAIL_BWRAP"] = "/nonexistent/bwrap"
+            try:
+                anyio.run(go)
+            finally:
+                os.environ.pop("HANDRAIL_BWRAP", None)
+
+        rows.append(("exec tool call, unconfined", median_ms(lambda: exec_call("off"), reps)))
+        rows.append(("exec tool call, sandboxed (10 files)",
+                     median_ms(lambda: exec_call("auto"), reps)))
+    print(f"median ms over {reps} repeats (bwrap {bwrap})\n")  # noqa: T201
+    print("| case | ms |\n|---|---|")  # noqa: T201
+    for name, ms in rows:
+        print(f"| {name} | {ms:.1f} |")  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()
