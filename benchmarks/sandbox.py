@@ -51,7 +51,7 @@ def main() -> None:
     reps = parser.parse_args().reps
     bwrap, why = find_bwrap()
     if bwrap is None:
-        print(f"no usable bubblewrap: {why}")  # noqa: T201 - a benchmark prints its table
+        print(f"no usable bubblewrap: {why}")
         return
     policy = hr.Policy.default()
     rows: list[tuple[str, float]] = []
@@ -94,10 +94,10 @@ def main() -> None:
         rows.append(("exec tool call, unconfined", median_ms(lambda: exec_call("off"), reps)))
         rows.append(("exec tool call, sandboxed (10 files)",
                      median_ms(lambda: exec_call("auto"), reps)))
-    print(f"median ms over {reps} repeats (bwrap {bwrap})\n")  # noqa: T201
-    print("| case | ms |\n|---|---|")  # noqa: T201
+    print(f"median ms over {reps} repeats (bwrap {bwrap})\n")
+    print("| case | ms |\n|---|---|")
     for name, ms in rows:
-        print(f"| {name} | {ms:.1f} |")  # noqa: T201
+        print(f"| {name} | {ms:.1f} |")
 
 
 if __name__ == "__main__":
