@@ -240,8 +240,12 @@ def _expand(policy: Policy, root: str) -> tuple[list[tuple[str, bool]], list[tup
     return hidden, read_only
 
 
-def build(policy: Policy, workspace: str | os.PathLike[str], bwrap: str) -> Sandbox:
+def build(policy: Policy, workspace: str | os.PathLike[str], bwrap: str, *,
+          programs: Sequence[str] = ()) -> Sandbox:
     """The sandbox for programs run under `policy` in `workspace`, with the bwrap at `bwrap`.
+
+    `programs`: absolute paths of programs to run that lie in `/tmp` outside the workspace
+    (hidden by the private `/tmp` otherwise): each is bound in read-only, alone.
 
     Raises:
         SandboxUnavailable: the workspace is too large to expand the policy against.
@@ -260,10 +264,16 @@ def build(policy: Policy, workspace: str | os.PathLike[str], bwrap: str) -> Sand
         warnings.append("the policy allows NET for something: the program has the host's "
                         "network, unfiltered (its NET denies are not enforced on it)")
     parts = Path(root).parts
+    top: str | None = None
     if len(parts) > 3 and parts[:2] == ("/", "tmp"):
         # The private /tmp would otherwise let the program write next to the workspace.
         top = os.path.join("/tmp", parts[2])
-        prefix += ["--tmpfs", top, "--dir", root, "--remount-ro", top]
+        prefix += ["--tmpfs", top, "--dir", root]
+    for program in programs:
+        # Before the read-only remount: bwrap makes the folders leading to it.
+        prefix += ["--ro-bind", program, program]
+    if top is not None:
+        prefix += ["--remount-ro", top]
     prefix += ["--bind", root, root]
     hidden, read_only = _expand(policy, root)
     for rel, _ in read_only:
@@ -310,5 +320,10 @@ def wrap(
                                      f"{why}; nothing was started")
         return list(argv), {"mode": mode, "mechanism": "none",
                             "warnings": [f"not confined: {why}"]}
-    sandbox = build(policy if policy is not None else Policy.default(), workspace, bwrap)
+    root = workspace_root(os.fspath(workspace))
+    program = argv[0] if argv else ""
+    in_tmp = (os.path.isabs(program) and Path(program).parts[:2] == ("/", "tmp")
+              and not (program + "/").startswith(root + "/") and os.path.isfile(program))
+    sandbox = build(policy if policy is not None else Policy.default(), root, bwrap,
+                    programs=[program] if in_tmp else [])
     return sandbox.argv(argv), sandbox.record(mode)
