@@ -297,3 +297,25 @@ def test_the_demo_says_which_sandbox_is_in_force(tmp_path: Path,
     monkeypatch.setenv("HANDRAIL_BWRAP", str(tmp_path / "no-such-bwrap"))
     assert "UNCONFINED" in sandbox_line("auto") and "bubblewrap not found" in sandbox_line("auto")
     assert "will be refused" in sandbox_line("required")
+
+
+async def test_the_run_store_in_the_workspace_is_out_of_reach(tmp_path: Path,
+                                                              ws: Path) -> None:
+    # `handrail` run from the project folder keeps its store at ./.handrail/runs.db: a program
+    # that could write it could approve its own pending calls.
+    store = ws / ".handrail"
+    store.mkdir()
+    script = ("import os, sqlite3\n"
+              "for act in (lambda: os.listdir('.handrail'),"
+              " lambda: sqlite3.connect('.handrail/runs.db').execute('create table t(x)')):\n"
+              "    try:\n        act(); print('reached')\n"
+              "    except (OSError, sqlite3.Error) as e:\n        print('refused')\n")
+    model = Scripted([call("workspace/exec", {"argv": [PY, "-c", script]}), reply("done")])
+    a = hr.Agent(model, hr.builtin.workspace_tools(), workspace=ws)
+    async with hr.Store.open(store / "runs.db") as opened:
+        done = await a.run("run it", store=opened, approver=hr.ApproveAll())
+        (record,) = await opened.calls(done.run_id)
+    assert record.result is not None
+    out = record.result["structured"]
+    assert out["stdout"].split() == ["refused", "refused"], out
+    assert ".handrail" in out["sandbox"]["hidden"]

@@ -56,6 +56,10 @@ MAX_WALK_ENTRIES = 200_000
 """The most workspace entries examined to expand the policy's patterns before a program
 starts; a bigger workspace refuses to start the program (it could not be hidden reliably)."""
 
+STORE_FOLDER = ".handrail"
+"""The folder of the default run store (`./.handrail/runs.db`): always hidden from programs
+when it is at the workspace's root, whatever the policy says."""
+
 _PROBE_TIMEOUT = 10.0
 
 SandboxMode = Literal["auto", "required", "off"]
@@ -276,6 +280,14 @@ def build(policy: Policy, workspace: str | os.PathLike[str], bwrap: str, *,
         prefix += ["--remount-ro", top]
     prefix += ["--bind", root, root]
     hidden, read_only = _expand(policy, root)
+    store = os.path.join(root, STORE_FOLDER)
+    if (os.path.isdir(store) and not os.path.islink(store)
+            and not any(rel == STORE_FOLDER for rel, _ in hidden)):
+        # The run store's default home (`./.handrail/runs.db`, often in the workspace): a
+        # program that could write it could decide its own pending approvals.
+        read_only = [(rel, d) for rel, d in read_only
+                     if rel != STORE_FOLDER and not rel.startswith(STORE_FOLDER + "/")]
+        hidden.insert(0, (STORE_FOLDER, True))
     for rel, _ in read_only:
         path = os.path.join(root, rel)
         prefix += ["--ro-bind", path, path]
