@@ -319,3 +319,9 @@ async def test_the_run_store_in_the_workspace_is_out_of_reach(tmp_path: Path,
     out = record.result["structured"]
     assert out["stdout"].split() == ["refused", "refused"], out
     assert ".handrail" in out["sandbox"]["hidden"]
+
+
+async def test_required_with_bubblewrap_runs_confined(tmp_path: Path, ws: Path) -> None:
+    out = await run_exec(tmp_path, ws, ["cat", ".env"], sandbox="required")
+    assert out["exit_code"] != 0 and SECRET not in out["stdout"]
+    assert out["sandbox"]["mode"] == "required" and out["sandbox"]["mechanism"] == "bwrap"
