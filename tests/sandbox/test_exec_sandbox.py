@@ -21,7 +21,7 @@ import pytest
 
 import handrail as hr
 from handrail.models import Scripted, call, reply
-from handrail.sandbox import find_bwrap
+from handrail.sandbox import _landlock, find_bwrap
 
 pytestmark = [
     pytest.mark.anyio,
@@ -179,9 +179,19 @@ async def test_off_is_explicit_and_recorded(tmp_path: Path, ws: Path) -> None:
     assert out["sandbox"]["mechanism"] == "none"
 
 
-async def test_required_without_bubblewrap_refuses_and_names_what_is_missing(
-        tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def no_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without bubblewrap: the lookup points at a path that does not exist."""
     monkeypatch.setenv("HANDRAIL_BWRAP", str(tmp_path / "no-such-bwrap"))
+
+
+@pytest.fixture
+def no_landlock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel without Landlock."""
+    monkeypatch.setattr(_landlock, "abi", lambda: 0)
+
+
+async def required_refusal(tmp_path: Path, ws: Path) -> str:
     marker = ws / "ran"
     model = Scripted([call("workspace/exec", {"argv": ["touch", str(marker)]}), reply("done")])
     a = hr.Agent(model, hr.builtin.workspace_tools(), workspace=ws, sandbox="required")
@@ -193,15 +203,61 @@ async def test_required_without_bubblewrap_refuses_and_names_what_is_missing(
     text = str(record.result)
     assert "sandbox='required'" in text and "bubblewrap not found" in text
     assert "nothing was started" in text
+    return text
 
 
-async def test_auto_without_bubblewrap_runs_and_records_it(
-        tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HANDRAIL_BWRAP", str(tmp_path / "no-such-bwrap"))
+async def test_required_without_any_mechanism_refuses_and_names_what_is_missing(
+        tmp_path: Path, ws: Path, no_bwrap: None, no_landlock: None) -> None:
+    assert "no Landlock" in await required_refusal(tmp_path, ws)
+
+
+async def test_auto_without_any_mechanism_runs_and_records_it(
+        tmp_path: Path, ws: Path, no_bwrap: None, no_landlock: None) -> None:
     out = await run_exec(tmp_path, ws, ["true"])
     assert out["exit_code"] == 0
     assert out["sandbox"]["mechanism"] == "none"
     assert "bubblewrap not found" in out["sandbox"]["warnings"][0]
+
+
+needs_landlock = pytest.mark.skipif(_landlock.abi() < 4, reason="needs Landlock ABI 4 or later")
+
+
+@needs_landlock
+async def test_required_refuses_when_landlock_cannot_hide_a_denied_file(
+        tmp_path: Path, ws: Path, no_bwrap: None) -> None:
+    assert "Landlock (the fallback) cannot enforce this" in await required_refusal(tmp_path, ws)
+
+
+@needs_landlock
+async def test_landlock_fallback_confines_writes_and_tcp(tmp_path: Path, ws: Path,
+                                                         no_bwrap: None, server: int) -> None:
+    script = ("import socket, sys\n"
+              "open('made.txt', 'w').write('ok')\n"
+              "for act in (lambda: open('../outside.txt', 'w'),"
+              " lambda: socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)):\n"
+              "    try:\n        act(); print('reached')\n"
+              "    except OSError:\n        print('refused')\n")
+    out = await run_exec(tmp_path, ws, [PY, "-c", script, str(server)])
+    assert out["exit_code"] == 0, out["stderr"]
+    assert out["stdout"].split() == ["refused", "refused"]
+    assert (ws / "made.txt").read_text() == "ok"
+    assert not (tmp_path / "outside.txt").exists()
+    record = out["sandbox"]
+    assert record["mechanism"] == "landlock" and record["network"] == "none"
+    # What it cannot do is said, not hidden: .env stays readable under Landlock.
+    assert ".env" in record["not_enforced"]
+    assert any("READ-denied" in w for w in record["warnings"])
+
+
+@needs_landlock
+async def test_required_runs_under_landlock_when_nothing_is_left_unenforced(
+        tmp_path: Path, no_bwrap: None) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    out = await run_exec(tmp_path, plain.resolve(), ["sh", "-c", "echo hi > a.txt; cat a.txt"],
+                         sandbox="required")
+    assert out["stdout"] == "hi\n"
+    assert out["sandbox"]["mechanism"] == "landlock"
 
 
 def test_agent_refuses_an_unknown_mode(ws: Path) -> None:
@@ -295,6 +351,10 @@ def test_the_demo_says_which_sandbox_is_in_force(tmp_path: Path,
     assert sandbox_line("auto").startswith("sandbox: auto — programs run in bubblewrap")
     assert sandbox_line("off").startswith("sandbox: off — programs run unconfined")
     monkeypatch.setenv("HANDRAIL_BWRAP", str(tmp_path / "no-such-bwrap"))
+    if _landlock.abi():
+        assert "Landlock ABI" in sandbox_line("auto")
+        assert "READ denies NOT enforced" in sandbox_line("auto")
+    monkeypatch.setattr("handrail.cli._demo.landlock_abi", lambda: 0)
     assert "UNCONFINED" in sandbox_line("auto") and "bubblewrap not found" in sandbox_line("auto")
     assert "will be refused" in sandbox_line("required")
 

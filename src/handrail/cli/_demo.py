@@ -24,7 +24,7 @@ from handrail.builtin import workspace_tools
 from handrail.models import Scripted, ToolResultMessage, Turn, call, reply
 from handrail.policy import Policy
 from handrail.runs import Agent
-from handrail.sandbox import find_bwrap
+from handrail.sandbox import find_bwrap, landlock_abi
 from handrail.store import RunRecord, Store
 from handrail.tools import ToolSpec
 
@@ -91,9 +91,15 @@ def sandbox_line(mode: str) -> str:
     if bwrap is not None:
         return (f"sandbox: {mode} — programs run in bubblewrap ({bwrap}), confined by the "
                 "policy")
+    version = landlock_abi()
+    if version:
+        return (f"sandbox: {mode} — bubblewrap unusable ({why}): Landlock ABI {version} "
+                "instead (writes outside the workspace and TCP denied; READ denies NOT "
+                "enforced" + ("; programs refused where that matters)" if mode == "required"
+                              else ")"))
     if mode == "required":
-        return f"sandbox: required — programs will be refused: {why}"
-    return f"sandbox: auto — programs run UNCONFINED here: {why}"
+        return f"sandbox: required — programs will be refused: {why}; no Landlock either"
+    return f"sandbox: auto — programs run UNCONFINED here: {why}; no Landlock either"
 
 
 def run_demo(store_path: str) -> int:

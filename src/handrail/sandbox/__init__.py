@@ -5,6 +5,7 @@ spawns a program calls: it returns the argv to actually run (the program behind 
 bubblewrap prefix, or unchanged) and the record of how it was confined.
 """
 
+from handrail.sandbox._landlock import abi as landlock_abi
 from handrail.sandbox._sandbox import (
     BWRAP_ENV,
     MAX_WALK_ENTRIES,
@@ -24,5 +25,6 @@ __all__ = [
     "SandboxUnavailable",
     "build",
     "find_bwrap",
+    "landlock_abi",
     "wrap",
 ]

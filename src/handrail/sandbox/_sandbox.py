@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from handrail.errors import HandrailError
 from handrail.policy import Act, Effect, Policy, workspace_root
+from handrail.sandbox import _landlock
 
 __all__ = ["BWRAP_ENV", "MAX_WALK_ENTRIES", "SANDBOX_MODES", "Sandbox", "SandboxUnavailable",
            "build", "find_bwrap", "wrap"]
@@ -327,11 +328,8 @@ def wrap(
                             "warnings": ["sandbox='off': the program ran unconfined"]}
     bwrap, why = find_bwrap()
     if bwrap is None:
-        if mode == "required":
-            raise SandboxUnavailable(f"sandbox='required' and the program cannot be confined: "
-                                     f"{why}; nothing was started")
-        return list(argv), {"mode": mode, "mechanism": "none",
-                            "warnings": [f"not confined: {why}"]}
+        return _landlock_or_nothing(argv, policy if policy is not None else Policy.default(),
+                                    workspace, mode, why)
     root = workspace_root(os.fspath(workspace))
     program = argv[0] if argv else ""
     in_tmp = (os.path.isabs(program) and Path(program).parts[:2] == ("/", "tmp")
@@ -339,3 +337,49 @@ def wrap(
     sandbox = build(policy if policy is not None else Policy.default(), root, bwrap,
                     programs=[program] if in_tmp else [])
     return sandbox.argv(argv), sandbox.record(mode)
+
+
+def _landlock_or_nothing(argv: Sequence[str], policy: Policy,
+                         workspace: str | os.PathLike[str], mode: str,
+                         why: str) -> tuple[list[str], dict[str, Any]]:
+    """No bubblewrap: Landlock where the kernel has it, with what it cannot do said plainly."""
+    version = _landlock.abi()
+    if version < 1:
+        missing = f"{why}; and the kernel offers no Landlock"
+        if mode == "required":
+            raise SandboxUnavailable(f"sandbox='required' and the program cannot be confined: "
+                                     f"{missing}; nothing was started")
+        return list(argv), {"mode": mode, "mechanism": "none",
+                            "warnings": [f"not confined: {missing}"]}
+    root = workspace_root(os.fspath(workspace))
+    hidden, read_only = _expand(policy, root)
+    network = _network(policy)
+    gaps: list[str] = []
+    if hidden:
+        gaps.append(f"{len(hidden)} READ-denied path(s) in the workspace stay readable "
+                    f"({', '.join(r for r, _ in hidden[:5])}{', ...' if len(hidden) > 5 else ''})"
+                    ": Landlock cannot hide a file inside the workspace")
+    if read_only:
+        gaps.append(f"{len(read_only)} WRITE-denied path(s) in the workspace stay writable "
+                    f"({', '.join(r for r, _ in read_only[:5])}"
+                    f"{', ...' if len(read_only) > 5 else ''})")
+    if network == "none" and version < 4:
+        gaps.append(f"the network is not restricted (Landlock ABI {version}; TCP needs 4)")
+    if mode == "required" and gaps:
+        raise SandboxUnavailable(
+            f"sandbox='required' and the program cannot be confined as the policy says: "
+            f"{why}, and Landlock (the fallback) cannot enforce this: {'; '.join(gaps)}; "
+            "nothing was started")
+    warnings = [f"bubblewrap unusable ({why}): Landlock ABI {version} instead; the "
+                "filesystem is read-only outside the workspace, /tmp is not writable (no "
+                "private /tmp without namespaces)", *gaps]
+    if network == "host":
+        warnings.append("the policy allows NET for something: the program has the host's "
+                        "network, unfiltered (its NET denies are not enforced on it)")
+    elif version >= 4:
+        warnings.append("TCP is denied; UDP and other protocols are not restricted by Landlock")
+    wrapped = _landlock.launcher_argv(list(argv), writable=[root],
+                                      deny_tcp=network == "none")
+    return wrapped, {"mode": mode, "mechanism": "landlock", "network": network,
+                     "hidden": [], "read_only": [], "not_enforced": [r for r, _ in hidden]
+                     + [r for r, _ in read_only], "warnings": warnings}
