@@ -21,7 +21,7 @@ import anyio
 
 import handrail as hr
 from handrail.builtin import workspace_tools
-from handrail.sandbox import build, find_bwrap, wrap
+from handrail.sandbox import _landlock, build, find_bwrap, wrap
 
 
 def median_ms(fn: Callable[[], object], reps: int) -> float:
@@ -67,6 +67,10 @@ def main() -> None:
         prefixed = build(policy, small, bwrap).argv(true)
         rows.append(("spawn /bin/true in bwrap (prefix built)", median_ms(
             lambda: subprocess.run(prefixed, cwd=small, check=True), reps)))
+        if _landlock.abi():
+            landlocked = _landlock.launcher_argv(true, writable=[str(small)], deny_tcp=True)
+            rows.append(("spawn /bin/true under the Landlock launcher", median_ms(
+                lambda: subprocess.run(landlocked, cwd=small, check=True), reps)))
         for n in (10, 1_000, 10_000):
             ws = small if n == 10 else bigger[n]
             cold = time.perf_counter()
