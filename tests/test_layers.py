@@ -40,7 +40,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "models": frozenset({"errors", "tools"}),
     "store": frozenset({"errors"}),
     "host": frozenset({"errors", "tools"}),
-    "builtin": frozenset({"errors", "tools", "policy", "host"}),
+    "sandbox": frozenset({"errors", "tools", "policy"}),
+    "builtin": frozenset({"errors", "tools", "policy", "host", "sandbox"}),
     "gate": frozenset({"errors", "tools", "policy", "approval", "models", "store"}),
     "runs": frozenset({"errors", "tools", "policy", "approval", "models", "store", "gate",
                        "manifest", "builtin", "host"}),
@@ -49,7 +50,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "mcp": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "gate", "runs"}),
     "cli": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
-                      "builtin", "runs", "web", "mcp", "host"}),
+                      "builtin", "runs", "web", "mcp", "host", "sandbox"}),
 }
 """Package -> the packages of ours it may import (directly; nothing is implied)."""
 

@@ -109,6 +109,7 @@ if TYPE_CHECKING:
         resume_with_recovery,
         resume_with_recovery_sync,
     )
+    from handrail.sandbox import Sandbox, SandboxUnavailable
     from handrail.store import (
         CallRecord,
         CallStatus,
@@ -214,6 +215,8 @@ _LAZY: dict[str, str] = {
     "Responder": "handrail.approval",
     "ResponderNone": "handrail.approval",
     "Rule": "handrail.policy",
+    "Sandbox": "handrail.sandbox",
+    "SandboxUnavailable": "handrail.sandbox",
     "RunEvent": "handrail.runs",
     "RunOutcome": "handrail.runs",
     "RunRecord": "handrail.store",
@@ -345,6 +348,8 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "RunStream",
+    "Sandbox",
+    "SandboxUnavailable",
     "SchemaTool",
     "StdinApprover",
     "StdinResponder",

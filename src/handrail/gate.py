@@ -142,6 +142,9 @@ class RunScope:
     before_execute: Callable[[CallRecord], Awaitable[None]] | None = None
     """Awaited in the task that runs a call's body, just before it runs (a host's per-call
     disk record); a call refused before that point never reaches it."""
+    sandbox: str = "auto"
+    """How programs started by tools are confined: "auto", "required" or "off" (see
+    docs/sandbox.md); reaches the tool as `ctx.sandbox`, with `ctx.policy`."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -741,7 +744,8 @@ class Gate:
                 ctx = (CallContext(call_id=state.call.id, tool_id=spec.id, run_id=scope.run_id,
                                    agent=scope.agent, workspace=scope.workspace, deps=scope.deps,
                                    permits=self._permits_for(impl), trusted=state.trusted,
-                                   events=scope.events)
+                                   events=scope.events, policy=scope.policy,
+                                   sandbox=scope.sandbox)
                        if impl.needs_context else None)
                 try:
                     result = await impl.execute(bound, ctx)
@@ -844,7 +848,8 @@ class Gate:
                               workspace=scope.workspace, deps=scope.deps,
                               permits=self._permits_for(impl), events=scope.events,
                               max_argument_bytes=scope.toolbox.max_argument_bytes,
-                              decided_paths=state.decided, trusted=state.trusted)
+                              decided_paths=state.decided, trusted=state.trusted,
+                              policy=scope.policy, sandbox=scope.sandbox)
         out = await handler.step(Invoke(state.call.id, state.record.performed_arguments or {},
                                         answers=list(state.answers)))
         while isinstance(out, Interaction):

@@ -80,7 +80,10 @@ def _wait_gone(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
-async def test_exec_timeout_covers_a_child_holding_the_pipes(call) -> None:
+async def test_exec_timeout_covers_a_child_holding_the_pipes(call, monkeypatch) -> None:
+    # Unconfined: in the sandbox's pid namespace the child dies with the program, so the
+    # pipes close at once (tests/sandbox/test_exec_sandbox.py checks that).
+    monkeypatch.setenv("HANDRAIL_BWRAP", "/nonexistent/bwrap")
     script = ("import subprocess, sys; "
               "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
               "print(p.pid, flush=True)")
@@ -142,7 +145,11 @@ def _wait_for_pids(pidfile: Path) -> list[int]:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
-async def test_exec_cancelled_from_outside_kills_the_program(box, workspace: Path) -> None:
+async def test_exec_cancelled_from_outside_kills_the_program(box, workspace: Path,
+                                                             monkeypatch) -> None:
+    # Unconfined: the pids a sandboxed program sees are its own namespace's
+    # (tests/sandbox/test_exec_sandbox.py checks the sandboxed program dies too).
+    monkeypatch.setenv("HANDRAIL_BWRAP", "/nonexistent/bwrap")
     handler = box.handler("workspace/exec", workspace=workspace)
     pidfile = workspace / "pid"
     # The program starts a child of its own: cancelling must kill both.

@@ -28,6 +28,7 @@ def test_demo_defers_a_write_and_the_printed_command_finishes_it(tmp_path: Path)
     demo = cli(tmp_path, "demo")
     assert demo.returncode == 0, demo.stderr
     assert "awaiting_approval" in demo.stdout
+    assert "sandbox: auto" in demo.stdout
     approve = re.search(r" approve (\S+)", demo.stdout)
     run = re.search(r" show (\S+)", demo.stdout)
     assert approve and run

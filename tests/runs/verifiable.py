@@ -47,8 +47,10 @@ def build(kind: str, workspace: str) -> hr.Agent:
                                      {"path": "answer.txt", "content": "41"}),
                  reply("done again")]
         verify = hr.Verify.check(check_answer)
+    # Unconfined: the check prints its pid to prove each attempt ran in another process, and a
+    # sandboxed program sees its own pid namespace (every check would be pid 2).
     return hr.Agent(Scripted(turns), workspace_tools(), workspace=workspace, verify=verify,
-                    max_verify_attempts=2, name="verifiable")
+                    max_verify_attempts=2, name="verifiable", sandbox="off")
 
 
 async def main(argv: list[str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio.to_thread
 from pydantic import Field, field_validator
 
 from handrail.builtin._fs import workspace_root
@@ -23,6 +24,7 @@ from handrail.host import (
     run_process,
 )
 from handrail.policy import is_inside, resolve_program
+from handrail.sandbox import SandboxUnavailable, wrap
 from handrail.tools import Act, Action, CallContext, Json, Tool, ToolResult
 
 __all__ = ["EXEC_DEFAULT_TIMEOUT", "EXEC_MAX_TIMEOUT", "EXEC_OUTPUT_LIMIT_BYTES",
@@ -80,8 +82,16 @@ class Exec(Tool, server="workspace", name="exec", mutates=True, protected=["/arg
             return ToolResult.error(f"program {self.argv[0]!r} is a symbolic link inside the "
                                     "workspace; run the program it points to by its own path")
         argv = [program.path, *self.argv[1:]]
+        try:
+            # Confined as the policy in force says (docs/sandbox.md); off the loop: it walks
+            # the workspace to expand the policy's denied paths.
+            argv, confinement = await anyio.to_thread.run_sync(
+                lambda: wrap(argv, policy=ctx.policy, workspace=root, mode=ctx.sandbox))
+        except SandboxUnavailable as exc:
+            return ToolResult.error(str(exc))
         # Spawning, killing the group and projecting the output: the one implementation,
-        # shared with programs as tools (handrail.host).
+        # shared with programs as tools (handrail.host). Spawned from the event loop's thread:
+        # bwrap's --die-with-parent follows the spawning thread.
         slot = current_call()
         projection = (slot.projection if slot is not None and slot.projection is not None
                       else _PROJECTION)
@@ -103,6 +113,7 @@ class Exec(Tool, server="workspace", name="exec", mutates=True, protected=["/arg
             "stderr": capture.stderr.project(record),
             "stdout_truncated": capture.stdout.cut,
             "stderr_truncated": capture.stderr.cut,
+            "sandbox": confinement,
         }
         if timed_out:
             value["note"] = f"killed after the {timeout:g}s timeout"

@@ -24,6 +24,7 @@ from handrail.builtin import workspace_tools
 from handrail.models import Scripted, ToolResultMessage, Turn, call, reply
 from handrail.policy import Policy
 from handrail.runs import Agent
+from handrail.sandbox import find_bwrap, landlock_abi
 from handrail.store import RunRecord, Store
 from handrail.tools import ToolSpec
 
@@ -93,6 +94,25 @@ def _command() -> str:
     return shlex.quote(os.path.relpath(argv0) if os.path.isabs(argv0) else argv0)
 
 
+def sandbox_line(mode: str) -> str:
+    """One line saying how the programs an agent starts are confined (docs/sandbox.md)."""
+    if mode == "off":
+        return "sandbox: off — programs run unconfined (recorded in each program call)"
+    bwrap, why = find_bwrap()
+    if bwrap is not None:
+        return (f"sandbox: {mode} — programs run in bubblewrap ({bwrap}), confined by the "
+                "policy")
+    version = landlock_abi()
+    if version:
+        return (f"sandbox: {mode} — bubblewrap unusable ({why}): Landlock ABI {version} "
+                "instead (writes outside the workspace and TCP denied; READ denies NOT "
+                "enforced" + ("; programs refused where that matters)" if mode == "required"
+                              else ")"))
+    if mode == "required":
+        return f"sandbox: required — programs will be refused: {why}; no Landlock either"
+    return f"sandbox: auto — programs run UNCONFINED here: {why}; no Landlock either"
+
+
 def run_demo(store_path: str, *, keep: bool = False) -> int:
     """Run the demo against the store at `store_path`; returns the exit code.
 
@@ -119,6 +139,7 @@ def run_demo(store_path: str, *, keep: bool = False) -> int:
         f" --store {shlex.quote(store_path)}"
     console.print(f"[bold]handrail demo[/] — workspace {root}"
                   + ("" if keep else " (removed when the run ends; --keep keeps it)"))
+    console.print(sandbox_line(agent.sandbox))
     console.print(f"run {result.run_id}: {result.outcome.kind}\n")
     console.print(f"  see what happened:   {cmd} show {result.run_id}{store_arg}")
     outcome = result.outcome

@@ -579,6 +579,25 @@ class Policy:
     explain = check
     """The same function as `check`: every verdict carries its explanation."""
 
+    def check_canonical_path(self, act: Act, path: str) -> Verdict:
+        """Decide a READ or WRITE of `path`, already canonical: skip canonicalisation.
+
+        For a caller that walks the workspace itself without following symbolic links (the
+        program sandbox expands the policy over every entry before a program starts): each
+        path it meets is the canonical workspace-relative form (`a/b/.env`, no `.`, `..`,
+        `//` or link), so the one realpath per check `check` pays would be wasted. Anything
+        else must go through `check`.
+
+        Raises:
+            UserError: `act` is not READ or WRITE.
+        """
+        if act is not Act.READ and act is not Act.WRITE:
+            raise UserError("check_canonical_path decides READ and WRITE only")
+        compiled: _Compiled | None = self._compiled  # type: ignore[attr-defined]
+        if compiled is None:
+            compiled = self._compile()
+        return compiled.check_canonical_path(act, path)
+
     def check_all(
         self,
         actions: Iterable[Action],
@@ -773,6 +792,19 @@ class _Compiled:
         if known is not None:
             return known
         verdict = self._match(key, act, target, full, base, mutates, allow_full, addresses)
+        if len(self.memo) >= _MEMO_SIZE:
+            self.memo.clear()
+        self.memo[memo_key] = verdict
+        return verdict
+
+    def check_canonical_path(self, act: Act, target: str) -> Verdict:
+        full = (target,)
+        memo_key = (act._value_, target, full, None, True)
+        known = self.memo.get(memo_key)
+        if known is not None:
+            return known
+        verdict = self._match(act._value_, act, target, full, (target.rpartition("/")[2],),
+                              True)
         if len(self.memo) >= _MEMO_SIZE:
             self.memo.clear()
         self.memo[memo_key] = verdict

@@ -203,6 +203,10 @@ class Agent:
             a final-result tool taking it; the output is validated (an invalid one is returned
             to the model under `max_invalid_turns`), stored as JSON, and `result.output` is a
             value of this type. A final text reply that is valid JSON for it is accepted too.
+        sandbox: How programs the tools start are confined (docs/sandbox.md): `"auto"` (the
+            default) confines them with bubblewrap where the machine can and records that it
+            did not otherwise; `"required"` refuses to start a program it cannot confine;
+            `"off"` never confines (recorded in every program call's result).
     """
 
     def __init__(
@@ -230,6 +234,7 @@ class Agent:
         output_head_bytes: int | None = None,
         output_tail_bytes: int | None = None,
         output_type: Any = str,
+        sandbox: Literal["auto", "required", "off"] = "auto",
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -303,6 +308,10 @@ class Agent:
                 raise UserError(str(exc)) from None
         self.output_type = output_type
         self.output = output_for(output_type, self.toolbox, max_argument_bytes)
+
+        if sandbox not in ("auto", "required", "off"):
+            raise UserError(f"sandbox must be 'auto', 'required' or 'off', not {sandbox!r}")
+        self.sandbox = sandbox
 
     def _reviewed_tools(self, manifest: Any) -> Toolbox:
         """What the manifest is checked against at construction.
@@ -473,7 +482,7 @@ class _Runner:
             run_id=run.id, agent=agent.name, toolbox=agent.toolbox, policy=scope_policy,
             store=store, approver=approver, responder=responder, workspace=agent.workspace,
             manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
-            record_contents=agent.record_contents,
+            record_contents=agent.record_contents, sandbox=agent.sandbox,
             events=self._call_event,
         )
         # What the task and the instructions say is trusted (docs/taint.md).

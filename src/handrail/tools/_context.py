@@ -88,7 +88,7 @@ class CallContext:
     """
 
     __slots__ = ("_events", "_interactions", "_permits", "_trusted", "agent", "call_id", "deps",
-                 "run_id", "tool_id", "workspace")
+                 "policy", "run_id", "sandbox", "tool_id", "workspace")
 
     def __init__(
         self,
@@ -103,6 +103,8 @@ class CallContext:
         permits: Callable[[Action], bool] | None = None,
         trusted: list[Any] | None = None,
         events: Callable[..., Awaitable[None]] | None = None,
+        policy: Any = None,
+        sandbox: str = "auto",
     ) -> None:
         self.call_id = call_id
         """The call's id, as the model gave it."""
@@ -116,6 +118,11 @@ class CallContext:
         """The agent's workspace root (absolute), when there is one."""
         self.deps = deps
         """Whatever the host passed as `deps` (a database handle, a client...)."""
+        self.policy = policy
+        """The policy in force for this call (an `hr.Policy`), when run by an agent; a tool
+        that starts programs derives their sandbox from it (`handrail.sandbox.wrap`)."""
+        self.sandbox = sandbox
+        """The agent's sandbox mode for programs: "auto", "required" or "off"."""
         self._interactions = interactions
         self._permits = permits
         self._trusted = trusted

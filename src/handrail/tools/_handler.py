@@ -316,8 +316,10 @@ class ToolHandler:
         "_max_bytes",
         "_n",
         "_permits",
+        "_policy",
         "_replay",
         "_run_id",
+        "_sandbox",
         "_trusted",
         "_workspace",
         "call_id",
@@ -337,8 +339,12 @@ class ToolHandler:
         decided_paths: Mapping[str, str] | None = None,
         trusted: list[Any] | None = None,
         events: Any = None,
+        policy: Any = None,
+        sandbox: str = "auto",
     ) -> None:
         self._impl = impl
+        self._policy = policy
+        self._sandbox = sandbox
         self._trusted = trusted
         self._decided = decided_paths
         self._permits = permits
@@ -429,6 +435,8 @@ class ToolHandler:
                 permits=self._permits,
                 trusted=self._trusted,
                 events=self._events,
+                policy=self._policy,
+                sandbox=self._sandbox,
             )
         coro = impl.execute(validated, ctx)
         if not spec.interactions and spec.timeout is None:

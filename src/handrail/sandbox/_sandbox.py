@@ -1,0 +1,385 @@
+"""Derive a bubblewrap sandbox from (policy, workspace) and wrap a program's argv in it.
+
+What a confined program sees (each line is one bwrap option group, in this order; later
+mounts sit on top of earlier ones):
+
+- a new user namespace with every capability dropped (`--unshare-user --cap-drop ALL`):
+  without it, bwrap started by root keeps root's capabilities and the program can simply
+  `mount -o remount,rw /` (measured on our machines: it can);
+- the root filesystem read-only, a fresh `/dev` and `/proc`, a private empty `/tmp`;
+- when the workspace lies under `/tmp`, the folders between `/tmp` and it are read-only, so
+  `../outside.txt` fails instead of landing in the private `/tmp`;
+- the workspace read-write;
+- every entry of the workspace the policy denies for READ hidden: a file bound over by
+  `/dev/null` on a `nodev` mount (opening it fails), a folder by an empty, mode-000,
+  read-only tmpfs (listing it fails, nothing can be created in it);
+- every entry the policy denies for WRITE (and does not hide) read-only;
+- no network (`--unshare-net`, only a loopback of its own) unless the policy allows NET for
+  something; then the host's network, with a warning in the record;
+- its own pid, ipc and session (`--new-session`: no TIOCSTI into our terminal), and it dies
+  with the process that started it (`--die-with-parent`).
+
+Patterns are expanded against the workspace at spawn time: every entry is checked with
+`policy.check` (so the layers, secrets included, decide exactly as they do for the model's
+own calls). A file created later, inside or outside the sandbox, is not covered unless a
+hidden or read-only folder holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from handrail.errors import HandrailError
+from handrail.policy import Act, Effect, Policy, workspace_root
+from handrail.sandbox import _landlock
+
+__all__ = ["BWRAP_ENV", "MAX_WALK_ENTRIES", "SANDBOX_MODES", "Sandbox", "SandboxUnavailable",
+           "build", "find_bwrap", "wrap"]
+
+SANDBOX_MODES = ("auto", "required", "off")
+"""`auto`: confine where the machine can, record that it did not otherwise; `required`:
+refuse to start a program that cannot be confined; `off`: never confine (recorded)."""
+
+BWRAP_ENV = "HANDRAIL_BWRAP"
+"""Environment variable: the bwrap executable to use instead of the one on PATH (a path that
+does not exist means "no bubblewrap here")."""
+
+MAX_WALK_ENTRIES = 200_000
+"""The most workspace entries examined to expand the policy's patterns before a program
+starts; a bigger workspace refuses to start the program (it could not be hidden reliably)."""
+
+STORE_FOLDER = ".handrail"
+"""The folder of the default run store (`./.handrail/runs.db`): always hidden from programs
+when it is at the workspace's root, whatever the policy says."""
+
+_PROBE_TIMEOUT = 10.0
+
+SandboxMode = Literal["auto", "required", "off"]
+
+
+class SandboxUnavailable(HandrailError):
+    """A program must be confined (`sandbox="required"`) and cannot be; nothing was started."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """The confinement derived from one (policy, workspace): a bwrap argv prefix.
+
+    Build one with `build`; `wrap` builds and applies one in a single step.
+    """
+
+    prefix: tuple[str, ...]
+    """The bwrap command and its options; the program's argv follows it."""
+    workspace: str
+    """The canonical workspace root."""
+    hidden: tuple[str, ...] = ()
+    """Workspace-relative paths hidden (denied for READ)."""
+    read_only: tuple[str, ...] = ()
+    """Workspace-relative paths made read-only (denied for WRITE, not hidden)."""
+    network: Literal["none", "host"] = "none"
+    """`none`: a network namespace of its own; `host`: the host's network (policy allows NET)."""
+    warnings: tuple[str, ...] = field(default=())
+    """What the confinement does not cover, for the record."""
+
+    def argv(self, program_argv: Sequence[str]) -> list[str]:
+        """The argv that runs `program_argv` inside this sandbox."""
+        return [*self.prefix, "--", *program_argv]
+
+    def record(self, mode: str) -> dict[str, Any]:
+        """How a program was confined, for the call's record."""
+        return {
+            "mode": mode,
+            "mechanism": "bwrap",
+            "network": self.network,
+            "hidden": list(self.hidden),
+            "read_only": list(self.read_only),
+            "warnings": list(self.warnings),
+        }
+
+
+_probe_lock = threading.Lock()
+_probed: dict[str, str | None] = {}
+
+
+def find_bwrap() -> tuple[str | None, str]:
+    """The bwrap executable that works here, or None and why not.
+
+    "Works" means it could create the namespaces we use (user, mount, pid, net): a container
+    may forbid them. The probe runs once per executable per process (about 40 ms).
+    """
+    chosen = os.environ.get(BWRAP_ENV)
+    path = chosen if chosen else shutil.which("bwrap")
+    if not path:
+        return None, ("bubblewrap (bwrap) is not installed: install the 'bubblewrap' package "
+                      "(Debian/Ubuntu: apt-get install bubblewrap)")
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return None, f"bubblewrap not found at {path!r} (set by ${BWRAP_ENV} or PATH)"
+    with _probe_lock:
+        if path not in _probed:
+            _probed[path] = _probe(path)
+        problem = _probed[path]
+    if problem is not None:
+        return None, problem
+    return path, ""
+
+
+def _probe(path: str) -> str | None:
+    argv = [path, "--unshare-user", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
+            "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=_PROBE_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap at {path!r} could not be started: {exc}"
+    if done.returncode != 0:
+        err = done.stderr.decode("utf-8", "replace").strip()[:300]
+        err = err or f"exit code {done.returncode}"
+        return (f"bubblewrap at {path!r} cannot create namespaces here ({err}); user "
+                "namespaces may be disabled "
+                "(sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces)")
+    return None
+
+
+def _network(policy: Policy) -> Literal["none", "host"]:
+    # A program cannot ask a person: only an outright allow gives it the network.
+    if policy.defaults["net"] is Effect.ALLOW:
+        return "host"
+    for layer in policy.layers:
+        for rule in layer.rules:
+            if rule.act is Act.NET and rule.effect is Effect.ALLOW:
+                return "host"
+    return "none"
+
+
+_Kind = Literal["hide", "read_only", "walk", "keep"]
+_DirStamp = tuple[int, int, int, int]  # st_dev, st_ino, st_mtime_ns, st_ctime_ns
+_RACY_NS = 2_000_000_000
+"""A folder changed less than this long before a walk is not cached: timestamps are coarse
+(a jiffy on many filesystems), so a later change in the same tick would leave the stamp as it
+was. The rule git uses for its index ("racily clean")."""
+
+# policy -> {folder: (its stamp, its entries as (rel, is_dir, kind))}. Entries of a folder
+# depend only on its names, so an unchanged stamp means an unchanged answer: a re-walk costs
+# one stat per folder. Keyed weakly by the policy object (a run keeps one until it remembers
+# a rule, and a new policy starts afresh).
+_walks: weakref.WeakKeyDictionary[Policy, dict[str, tuple[_DirStamp, list[tuple[str, bool,
+                                                                                 _Kind]]]]]
+_walks = weakref.WeakKeyDictionary()
+_walks_lock = threading.Lock()
+
+
+def _entries(policy: Policy, root: str, rel_dir: str) -> list[tuple[str, bool, _Kind]]:
+    try:
+        with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as it:
+            found = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return []  # unreadable by us: unreadable by the program too
+    out: list[tuple[str, bool, _Kind]] = []
+    for entry in found:
+        if entry.is_symlink():
+            # Its target is an entry of its own (checked there) or outside the workspace.
+            continue
+        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if not is_dir and not entry.is_file(follow_symlinks=False):
+            continue  # sockets, fifos, devices: nothing to read from a file's contents
+        # Walked from the canonical root without following links: `rel` is canonical.
+        if policy.check_canonical_path(Act.READ, rel).effect is Effect.DENY:
+            out.append((rel, is_dir, "hide"))  # nothing under it is visible: not walked
+        elif policy.check_canonical_path(Act.WRITE, rel).effect is Effect.DENY:
+            out.append((rel, is_dir, "read_only"))
+        else:
+            out.append((rel, is_dir, "walk" if is_dir else "keep"))
+    return out
+
+
+def _expand(policy: Policy, root: str) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+    """(hidden, read_only): workspace-relative paths with is-folder, parents first."""
+    hidden: list[tuple[str, bool]] = []
+    read_only: list[tuple[str, bool]] = []
+    with _walks_lock:
+        known = _walks.setdefault(policy, {})
+    now = time.time_ns()
+    seen = 0
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        path = os.path.join(root, rel_dir) if rel_dir else root
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            continue
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        key = f"{root}\0{rel_dir}"
+        cached = known.get(key)
+        if cached is not None and cached[0] == stamp:
+            entries = cached[1]
+        else:
+            entries = _entries(policy, root, rel_dir)
+            if now - max(st.st_mtime_ns, st.st_ctime_ns) > _RACY_NS:
+                if len(known) >= MAX_WALK_ENTRIES:
+                    known.clear()
+                known[key] = (stamp, entries)
+        seen += len(entries)
+        if seen > MAX_WALK_ENTRIES:
+            raise SandboxUnavailable(
+                f"the workspace has more than {MAX_WALK_ENTRIES} entries: the policy's "
+                "denied paths cannot be expanded reliably before the program starts; "
+                "use a smaller workspace")
+        for rel, is_dir, kind in entries:
+            if kind == "hide":
+                hidden.append((rel, is_dir))
+                continue
+            if kind == "read_only":
+                read_only.append((rel, is_dir))
+            if is_dir:
+                stack.append(rel)
+    return hidden, read_only
+
+
+def build(policy: Policy, workspace: str | os.PathLike[str], bwrap: str, *,
+          programs: Sequence[str] = ()) -> Sandbox:
+    """The sandbox for programs run under `policy` in `workspace`, with the bwrap at `bwrap`.
+
+    `programs`: absolute paths of programs to run that lie in `/tmp` outside the workspace
+    (hidden by the private `/tmp` otherwise): each is bound in read-only, alone.
+
+    Raises:
+        SandboxUnavailable: the workspace is too large to expand the policy against.
+    """
+    root = workspace_root(os.fspath(workspace))
+    prefix: list[str] = [
+        bwrap, "--unshare-user", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc",
+        "--new-session", "--die-with-parent",
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+    ]
+    network = _network(policy)
+    warnings: list[str] = []
+    if network == "none":
+        prefix.append("--unshare-net")
+    else:
+        warnings.append("the policy allows NET for something: the program has the host's "
+                        "network, unfiltered (its NET denies are not enforced on it)")
+    parts = Path(root).parts
+    top: str | None = None
+    if len(parts) > 3 and parts[:2] == ("/", "tmp"):
+        # The private /tmp would otherwise let the program write next to the workspace.
+        top = os.path.join("/tmp", parts[2])
+        prefix += ["--tmpfs", top, "--dir", root]
+    for program in programs:
+        # Before the read-only remount: bwrap makes the folders leading to it.
+        prefix += ["--ro-bind", program, program]
+    if top is not None:
+        prefix += ["--remount-ro", top]
+    prefix += ["--bind", root, root]
+    hidden, read_only = _expand(policy, root)
+    store = os.path.join(root, STORE_FOLDER)
+    if (os.path.isdir(store) and not os.path.islink(store)
+            and not any(rel == STORE_FOLDER for rel, _ in hidden)):
+        # The run store's default home (`./.handrail/runs.db`, often in the workspace): a
+        # program that could write it could decide its own pending approvals.
+        read_only = [(rel, d) for rel, d in read_only
+                     if rel != STORE_FOLDER and not rel.startswith(STORE_FOLDER + "/")]
+        hidden.insert(0, (STORE_FOLDER, True))
+    for rel, _ in read_only:
+        path = os.path.join(root, rel)
+        prefix += ["--ro-bind", path, path]
+    for rel, is_dir in hidden:
+        path = os.path.join(root, rel)
+        if is_dir:
+            prefix += ["--perms", "0000", "--tmpfs", path, "--remount-ro", path]
+        else:
+            prefix += ["--ro-bind", "/dev/null", path]
+    prefix += ["--chdir", root]
+    return Sandbox(tuple(prefix), root, tuple(r for r, _ in hidden),
+                   tuple(r for r, _ in read_only), network, tuple(warnings))
+
+
+def wrap(
+    argv: Sequence[str],
+    *,
+    policy: Policy | None,
+    workspace: str | os.PathLike[str],
+    mode: str = "auto",
+) -> tuple[list[str], dict[str, Any]]:
+    """The argv to spawn for `argv`, confined as `mode` says, and the record of how.
+
+    Call it in a worker thread (it probes bwrap once and walks the workspace). `policy` is
+    the policy in force for the run (`ctx.policy`); None (outside an agent run) means
+    `Policy.default()`. Spawn the returned argv with the workspace as cwd.
+
+    Raises:
+        SandboxUnavailable: `mode="required"` and the program cannot be confined (the
+            message names what is missing); or the workspace is too large to expand.
+        ValueError: `mode` is not one of `SANDBOX_MODES`.
+    """
+    if mode not in SANDBOX_MODES:
+        raise ValueError(f"sandbox mode must be one of {SANDBOX_MODES}, not {mode!r}")
+    if mode == "off":
+        return list(argv), {"mode": "off", "mechanism": "none",
+                            "warnings": ["sandbox='off': the program ran unconfined"]}
+    bwrap, why = find_bwrap()
+    if bwrap is None:
+        return _landlock_or_nothing(argv, policy if policy is not None else Policy.default(),
+                                    workspace, mode, why)
+    root = workspace_root(os.fspath(workspace))
+    program = argv[0] if argv else ""
+    in_tmp = (os.path.isabs(program) and Path(program).parts[:2] == ("/", "tmp")
+              and not (program + "/").startswith(root + "/") and os.path.isfile(program))
+    sandbox = build(policy if policy is not None else Policy.default(), root, bwrap,
+                    programs=[program] if in_tmp else [])
+    return sandbox.argv(argv), sandbox.record(mode)
+
+
+def _landlock_or_nothing(argv: Sequence[str], policy: Policy,
+                         workspace: str | os.PathLike[str], mode: str,
+                         why: str) -> tuple[list[str], dict[str, Any]]:
+    """No bubblewrap: Landlock where the kernel has it, with what it cannot do said plainly."""
+    version = _landlock.abi()
+    if version < 1:
+        missing = f"{why}; and the kernel offers no Landlock"
+        if mode == "required":
+            raise SandboxUnavailable(f"sandbox='required' and the program cannot be confined: "
+                                     f"{missing}; nothing was started")
+        return list(argv), {"mode": mode, "mechanism": "none",
+                            "warnings": [f"not confined: {missing}"]}
+    root = workspace_root(os.fspath(workspace))
+    hidden, read_only = _expand(policy, root)
+    network = _network(policy)
+    gaps: list[str] = []
+    if hidden:
+        gaps.append(f"{len(hidden)} READ-denied path(s) in the workspace stay readable "
+                    f"({', '.join(r for r, _ in hidden[:5])}{', ...' if len(hidden) > 5 else ''})"
+                    ": Landlock cannot hide a file inside the workspace")
+    if read_only:
+        gaps.append(f"{len(read_only)} WRITE-denied path(s) in the workspace stay writable "
+                    f"({', '.join(r for r, _ in read_only[:5])}"
+                    f"{', ...' if len(read_only) > 5 else ''})")
+    if network == "none" and version < 4:
+        gaps.append(f"the network is not restricted (Landlock ABI {version}; TCP needs 4)")
+    if mode == "required" and gaps:
+        raise SandboxUnavailable(
+            f"sandbox='required' and the program cannot be confined as the policy says: "
+            f"{why}, and Landlock (the fallback) cannot enforce this: {'; '.join(gaps)}; "
+            "nothing was started")
+    warnings = [f"bubblewrap unusable ({why}): Landlock ABI {version} instead; the "
+                "filesystem is read-only outside the workspace, /tmp is not writable (no "
+                "private /tmp without namespaces)", *gaps]
+    if network == "host":
+        warnings.append("the policy allows NET for something: the program has the host's "
+                        "network, unfiltered (its NET denies are not enforced on it)")
+    elif version >= 4:
+        warnings.append("TCP is denied; UDP and other protocols are not restricted by Landlock")
+    wrapped = _landlock.launcher_argv(list(argv), writable=[root],
+                                      deny_tcp=network == "none")
+    return wrapped, {"mode": mode, "mechanism": "landlock", "network": network,
+                     "hidden": [], "read_only": [], "not_enforced": [r for r, _ in hidden]
+                     + [r for r, _ in read_only], "warnings": warnings}

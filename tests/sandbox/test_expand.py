@@ -1,0 +1,54 @@
+"""The sandbox's expansion of the policy over the workspace decides as `Policy.check` does."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import handrail as hr
+
+PATHS = [".env", "a/b/.env.local", "x.pem", "Foo.PEM", "private", "private/k", "src/a.py",
+         "src/b.txt", ".git/config", "sub/.git/config", "ok.txt", "a/.aws/credentials",
+         "deep/er/id_ed25519", "ÉTÉ/.env", "src"]
+
+
+@pytest.mark.parametrize("act", [hr.Act.READ, hr.Act.WRITE])
+def test_check_canonical_path_agrees_with_check(tmp_path: Path, act: hr.Act) -> None:
+    policy = (hr.Policy.default().layer("x").deny(hr.Act.READ, "private/**")
+              .deny(hr.Act.WRITE, "src/*.py").allow(hr.Act.WRITE, "src/**")
+              .ask(hr.Act.READ, "ok.txt"))
+    root = tmp_path.resolve()
+    for rel in PATHS:
+        expected = policy.check(hr.Action(act, rel), workspace=root)
+        got = policy.check_canonical_path(act, rel)
+        assert (got.effect, got.rule, got.layer) == (expected.effect, expected.rule,
+                                                     expected.layer), rel
+
+
+def test_check_canonical_path_takes_paths_only() -> None:
+    with pytest.raises(hr.UserError, match="READ and WRITE only"):
+        hr.Policy.default().check_canonical_path(hr.Act.NET, "example.org")
+
+
+def test_a_walk_is_reused_only_while_the_folder_is_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from handrail.sandbox import _sandbox
+
+    ws = (tmp_path / "ws").resolve()
+    (ws / "sub").mkdir(parents=True)
+    (ws / "sub" / "a.txt").write_text("a")
+    policy = hr.Policy.default()
+    # A fresh folder is "racy": not cached, since a change in the same clock tick would not
+    # move its timestamp.
+    _sandbox._expand(policy, str(ws))
+    assert not _sandbox._walks.get(policy)
+    monkeypatch.setattr(_sandbox, "_RACY_NS", -10**18)
+    hidden, _ = _sandbox._expand(policy, str(ws))
+    assert hidden == [] and _sandbox._walks[policy]
+    (ws / "sub" / ".env").write_text("SECRET")
+    st = (ws / "sub").stat()
+    os.utime(ws / "sub", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a later tick
+    hidden, _ = _sandbox._expand(policy, str(ws))
+    assert hidden == [("sub/.env", False)]
