@@ -64,8 +64,12 @@ def test_unknown_url_schemes_are_refused() -> None:
         Store.open("")
 
 
-async def test_two_processes_deciding_at_once_yield_one_decision(tmp_path: Path) -> None:
-    path = tmp_path / "runs.db"
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_two_processes_deciding_at_once_yield_one_decision(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    # Also PostgreSQL: the race is the same, the compare-and-swap a conditional UPDATE there.
+    path = (str(tmp_path / "runs.db") if backend == "sqlite"
+            else str(request.getfixturevalue("pg_url")))
     async with Store.open(path) as store:
         await store.write(Batch(
             run=RunRecord(id="r1", task="t", created_at=time.time()),
@@ -78,7 +82,7 @@ async def test_two_processes_deciding_at_once_yield_one_decision(tmp_path: Path)
         from handrail.store import Store
         async def main():
             wins = 0
-            async with Store.open({str(path)!r}) as store:
+            async with Store.open({path!r}) as store:
                 for i in range(20):
                     try:
                         await store.decide(f"p{{i}}", {{"kind": "approve"}}, sys.argv[1])

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 # Modules with a `register(subparsers)` function, in help order.
-_COMMAND_MODULES = ("_runs", "_manifest")
+_COMMAND_MODULES = ("_runs", "_manifest", "_worker")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -216,12 +216,14 @@ _AWAITING = (RunStatus.AWAITING_APPROVAL.value, RunStatus.AWAITING_ANSWER.value,
              RunStatus.AWAITING_RECOVERY.value)
 
 READY_WHERE = (
-    # Paused, and everything it waits on has been decided: a decision, an answer, a recovery.
-    "((r.status IN ('awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
-    "  AND EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'decided') "
-    "  AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'open')) "
-    # Or RUNNING under an owner whose lease has lapsed (on the database's clock).
-    f" OR (r.status = 'running' AND r.owner IS NOT NULL AND r.lease_until < {_NOW}))"
+    # Nobody holds it: no owner, or an owner whose lease lapsed (on the database's clock)...
+    f"(r.owner IS NULL OR r.lease_until < {_NOW}) AND ("
+    # ...and paused with everything it waits on decided (a decision, an answer, a recovery)
+    "  (r.status IN ('awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
+    "   AND EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'decided') "
+    "   AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'open')) "
+    # ...or RUNNING (its driver is gone).
+    "  OR r.status = 'running')"
 )
 """Which runs a worker may take: `r` is the runs table."""
 
@@ -710,43 +712,52 @@ class PostgresStore(Store):
 
     async def claim_ready(self, owner: str, limit: int = 1,
                           exclude: frozenset[str] = frozenset()) -> list[RunRecord]:
-        """Take up to `limit` runs that are ready to continue, each under `owner`.
+        """Hold up to `limit` runs that are ready to continue, for `owner` to resume.
 
-        Ready: paused with every pending item it waits on decided, or RUNNING under an owner
-        whose lease lapsed (on the database's clock). Candidates are locked with
-        `FOR UPDATE SKIP LOCKED`, so concurrent workers take disjoint runs without waiting;
-        each taken run is RUNNING under `owner` with a fresh lease (renew it with
-        `renew_leases`). A candidate whose owner is a live process of this machine is skipped.
+        Ready: nobody holds it (no owner, or a lease lapsed on the database's clock, or an
+        owner that was a process of this machine and is gone) and it is either paused with
+        every pending item it waits on decided, or RUNNING (its driver died). Candidates are
+        locked with `FOR UPDATE SKIP LOCKED`, so concurrent workers take disjoint runs without
+        waiting on each other. A held run keeps its status; it gets `owner` and a fresh lease,
+        which keeps every other worker off it until `owner` resumes it (`claim`, then the
+        runner's heartbeat renews the lease) or releases it (`release`).
         """
         lease = self.lease_seconds
-        # Runs whose owner was a process of this machine that is gone (a SIGKILLed worker):
-        # known dead now, no need to wait for the lease.
+        # Runs held by a process of this machine that is gone (a SIGKILLed worker): known dead
+        # now, no need to wait for the lease.
         local = await self._read(
-            "SELECT id, owner FROM runs WHERE status = 'running' AND owner LIKE %s",
+            "SELECT id, owner FROM runs WHERE owner LIKE %s AND status NOT IN "
+            "('completed', 'failed')",
             (socket.gethostname().replace("%", r"\%").replace("_", r"\_") + ":%",))
-        orphans = [run_id for run_id, owner in local if not is_owner_alive(owner)]
+        orphans = [run_id for run_id, holder in local if not is_owner_alive(holder)]
 
         async def take(conn: psycopg.AsyncConnection[Any]) -> list[RunRecord]:
             cur = await conn.execute(
                 f"SELECT {_RUN_COLUMNS}, {_NOW} FROM runs r WHERE ({READY_WHERE} "
-                "OR r.id = ANY(%s)) AND NOT (r.id = ANY(%s)) ORDER BY r.updated_at LIMIT %s "
+                "OR (r.id = ANY(%s) AND r.status NOT IN ('completed', 'failed'))) "
+                "AND NOT (r.id = ANY(%s)) ORDER BY r.updated_at LIMIT %s "
                 "FOR UPDATE SKIP LOCKED",
                 (orphans, list(exclude), limit * 2 + 8),
             )
             taken: list[str] = []
             for row in await cur.fetchall():
-                try:
-                    check_claimable(_run_from(row), row[21])
-                except ResumeRefused:
+                run = _run_from(row)
+                if run.status is RunStatus.RUNNING and run.owner is not None:
+                    try:
+                        check_claimable(run, row[21])
+                    except ResumeRefused:
+                        continue
+                elif run.owner is not None and run.lease_until >= row[21] and \
+                        is_owner_alive(run.owner):
                     continue
-                taken.append(row[0])
+                taken.append(run.id)
                 if len(taken) == limit:
                     break
             if not taken:
                 return []
             cur = await conn.execute(
-                f"UPDATE runs SET status = 'running', owner = %s, lease_until = {_NOW} + %s, "
-                f"updated_at = {_NOW} WHERE id = ANY(%s) RETURNING {_RUN_COLUMNS}",
+                f"UPDATE runs SET owner = %s, lease_until = {_NOW} + %s "
+                f"WHERE id = ANY(%s) RETURNING {_RUN_COLUMNS}",
                 (owner, lease, taken),
             )
             return [_run_from(r) for r in await cur.fetchall()]
@@ -760,12 +771,12 @@ class PostgresStore(Store):
         return int(row[0]) if row else 0
 
     async def release(self, run_id: str, owner: str) -> bool:
-        """Give a claimed run back (its lease ends now) if `owner` still holds it."""
+        """Give a held run back (no owner, no lease) if `owner` still holds it."""
 
         async def give(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(
-                f"UPDATE runs SET lease_until = 0, owner = NULL, updated_at = {_NOW} "
-                "WHERE id = %s AND owner = %s AND status = 'running'", (run_id, owner))
+                "UPDATE runs SET lease_until = 0, owner = NULL WHERE id = %s AND owner = %s",
+                (run_id, owner))
             if cur.rowcount == 1:
                 await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, run_id))
             return cur.rowcount == 1
