@@ -127,8 +127,9 @@ class Worker:
             taken: list[RunRecord] = []
             if free > 0:
                 try:
+                    # Never a run this worker is resuming now (its own runs are not orphans).
                     taken = await self.store.claim_ready(self.owner, free,
-                                                         frozenset(self.refused))
+                                                         frozenset(self.refused | self.active))
                 except HandrailError as exc:
                     _log("claim_failed", worker=self.owner, error=str(exc))
             for run in taken:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -729,7 +730,12 @@ class PostgresStore(Store):
             "SELECT id, owner FROM runs WHERE owner LIKE %s AND status NOT IN "
             "('completed', 'failed')",
             (socket.gethostname().replace("%", r"\%").replace("_", r"\_") + ":%",))
-        orphans = [run_id for run_id, holder in local if not is_owner_alive(holder)]
+        # Never this process's own: a run this process drives is not an orphan, even in the
+        # moment between `claim` and its runner registering in ACTIVE_OWNERS (taking it then
+        # would resume it twice, here).
+        me = f":{os.getpid()}:"
+        orphans = [run_id for run_id, holder in local
+                   if me not in holder and not is_owner_alive(holder)]
 
         async def take(conn: psycopg.AsyncConnection[Any]) -> list[RunRecord]:
             cur = await conn.execute(

@@ -1,0 +1,222 @@
+"""`handrail worker` on a real PostgreSQL: workers resume decided runs, exactly once.
+
+Side effects are counted in a file the tools append to (`worker_agents.py`), never by the
+store's own word. Workers are real processes; one is SIGKILLed mid-way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import handrail as hr
+from handrail.store import RunStatus, Store
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent
+HANDRAIL = [sys.executable, "-m", "handrail.cli"]
+RUNS = int(os.environ.get("HANDRAIL_WORKER_TEST_RUNS", "1000"))
+"""Runs in the 4-worker test (1,000 by default; see docs/postgres.md for its time)."""
+
+
+def _env(effects: Path) -> dict[str, str]:
+    env = {**os.environ, "EFFECTS": str(effects), "PYTHONPATH": str(HERE)}
+    env.pop("HANDRAIL_STORE", None)
+    return env
+
+
+def _start_worker(url: str, effects: Path, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [*HANDRAIL, "worker", "--store", url, "--poll", "1", "--grace", "20", *extra],
+            cwd=HERE, env=_env(effects), stdout=out, stderr=subprocess.STDOUT)
+
+
+def _log_lines(log: Path) -> list[dict[str, Any]]:
+    lines = []
+    for text in log.read_text().splitlines():
+        if text.startswith("{"):
+            lines.append(json.loads(text))
+    return lines
+
+
+async def _start_runs(url: str, tasks: list[str]) -> dict[str, str]:
+    """Start one run per task (each pauses); returns run id -> task."""
+    from worker_agents import AGENT
+
+    started: dict[str, str] = {}
+    limit = anyio.Semaphore(50)
+    async with Store.open(url) as store:
+
+        async def one(task: str) -> None:
+            async with limit:
+                result = await AGENT.run(task, store=store)
+            assert result.outcome.kind in ("awaiting_approval", "awaiting_answer"), result
+            started[result.run_id] = task
+
+        async with anyio.create_task_group() as tg:
+            for task in tasks:
+                tg.start_soon(one, task)
+    return started
+
+
+def _effects(path: Path) -> Counter[str]:
+    return Counter(path.read_text().splitlines()) if path.exists() else Counter()
+
+
+async def _settle(url: str, effects: Path, expected: int, deadline: float) -> dict[str, str]:
+    """Wait until every run is finished; decide recoveries by looking at the world."""
+    recovered: dict[str, str] = {}
+    async with Store.open(url) as store:
+        while True:
+            for item in await store.pending(kind="recovery"):
+                call = await store.call(item.call_record)
+                key = json.loads(call.arguments)["key"]
+                seen = _effects(effects)
+                landed = seen[f"act {key}"] + sum(
+                    n for line, n in seen.items() if line.startswith(f"ask {key} "))
+                recovery = (hr.Recovery.completed(f"{key} happened") if landed
+                            else hr.Recovery.retry())
+                await store.decide(item.id, recovery.to_dict(), "operator")
+                recovered[item.run_id] = "completed" if landed else "retry"
+            runs = await store.runs(limit=expected + 10)
+            if len(runs) == expected and all(r.status is RunStatus.COMPLETED for r in runs):
+                return recovered
+            if time.monotonic() > deadline:
+                counts = Counter(r.status.value for r in runs)
+                stuck = [(r.id, r.status.value, r.owner, r.lease_until - time.time())
+                         for r in runs if r.status is not RunStatus.COMPLETED][:5]
+                raise AssertionError(f"runs not finished in time: {counts}; e.g. {stuck}")
+            await anyio.sleep(0.2)
+
+
+@pytest.mark.timeout(600)
+def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
+        tmp_path: Path, pg_url: str) -> None:
+    started_at = time.monotonic()
+    effects = tmp_path / "effects"
+    rng = random.Random(15)
+    kinds = ["approve", "deny", "answer"]
+    tasks = [f"{kinds[i % 3]}:k{i}" for i in range(RUNS)]
+    runs = anyio.run(_start_runs, pg_url, tasks)
+    assert len(runs) == RUNS
+    task_of = dict(runs)
+
+    logs = [tmp_path / f"worker{i}.log" for i in range(4)]
+    workers = [_start_worker(pg_url, effects, log, "--concurrency", "8") for log in logs]
+    try:
+        async def decide() -> None:
+            async with Store.open(pg_url) as store:
+                items = await store.pending()
+                assert len(items) == RUNS
+                rng.shuffle(items)
+                # Kill worker 0 mid-way: once it has resumed some runs, while it holds more.
+                killed = False
+                for n, item in enumerate(items):
+                    await _decide_items(store, [item], task_of)
+                    if not killed and n % 10 == 0 and n >= len(items) // 3 and sum(
+                            1 for e in _log_lines(logs[0]) if e["event"] == "run_resumed") >= 2:
+                        workers[0].send_signal(signal.SIGKILL)
+                        killed = True
+                deadline = time.monotonic() + 60
+                while not killed and not any(
+                        e["event"] == "run_resumed" for e in _log_lines(logs[0])):
+                    assert time.monotonic() < deadline, logs[0].read_text()
+                    await anyio.sleep(0.05)
+                workers[0].send_signal(signal.SIGKILL)
+
+        anyio.run(decide)
+        assert workers[0].wait(timeout=30) == -signal.SIGKILL
+        settle = float(os.environ.get("HANDRAIL_WORKER_TEST_SETTLE", "240"))
+        recovered = anyio.run(_settle, pg_url, effects, RUNS, time.monotonic() + settle)
+    finally:
+        for w in workers[1:]:
+            if w.poll() is None:
+                w.send_signal(signal.SIGTERM)
+        codes = [w.wait(timeout=60) for w in workers[1:]]
+    assert codes == [0, 0, 0], [log.read_text()[-2000:] for log in logs[1:]]
+
+    seen = _effects(effects)
+    expected: Counter[str] = Counter()
+    for task in tasks:
+        kind, _, key = task.partition(":")
+        if kind == "approve":
+            expected[f"act {key}"] = 1
+        elif kind == "answer":
+            expected[f"ask {key} yes"] = 1
+    assert seen == expected, (
+        f"doubled: {[k for k, n in seen.items() if n > 1][:10]}; "
+        f"missing: {[k for k in expected if k not in seen][:10]}; "
+        f"unexpected: {[k for k in seen if k not in expected][:10]}")
+    resumed = [e for log in logs[1:] for e in _log_lines(log) if e["event"] == "run_resumed"]
+    assert all({"run_id", "outcome", "duration_ms"} <= e.keys() for e in resumed)
+    assert {e["run_id"] for e in resumed if e["outcome"] == "completed"} | {
+        e["run_id"] for e in _log_lines(logs[0])
+        if e["event"] == "run_resumed" and e["outcome"] == "completed"} == set(runs)
+    for log in logs[1:]:
+        assert _log_lines(log)[-1]["event"] == "worker_stopped"
+    print(f"{RUNS} runs, 4 workers (one SIGKILLed), {len(recovered)} recoveries: "
+          f"{time.monotonic() - started_at:.1f} s")
+
+
+async def _decide_items(store: Store, items: list[Any], task_of: dict[str, str]) -> None:
+    for item in items:
+        if item.kind == "question":
+            decision: dict[str, Any] = {"answer": "yes"}
+        elif task_of[item.run_id].startswith("deny:"):
+            decision = hr.Decision.deny("not today").to_dict()
+        else:
+            decision = hr.Decision.approve().to_dict()
+        await store.decide(item.id, decision, "tester")
+
+
+def test_cli_decides_without_resume_and_a_worker_finishes_then_exits_on_sigterm(
+        tmp_path: Path, pg_url: str) -> None:
+    effects = tmp_path / "effects"
+    runs = anyio.run(_start_runs, pg_url, ["approve:a", "answer:b", "deny:c"])
+    env = _env(effects)
+    pending = subprocess.run([*HANDRAIL, "pending", "--json"], cwd=HERE, capture_output=True,
+                             text=True, env={**env, "HANDRAIL_STORE": pg_url}, timeout=60)
+    items = {i["run_id"]: i for i in json.loads(pending.stdout)}
+    assert set(items) == set(runs)
+    by_task = {task: items[run_id]["id"] for run_id, task in runs.items()}
+    for args in (["approve", by_task["approve:a"]], ["answer", by_task["answer:b"], "yes"],
+                 ["deny", by_task["deny:c"], "--reason", "no"]):
+        done = subprocess.run([*HANDRAIL, *args, "--no-resume", "--store", pg_url], cwd=HERE,
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+    assert _effects(effects) == Counter()  # recorded only: the workers perform
+
+    log = tmp_path / "worker.log"
+    worker = _start_worker(pg_url, effects, log, "--agents", "worker_agents:AGENT")
+    try:
+        anyio.run(_settle, pg_url, effects, 3, time.monotonic() + 60)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=60)
+    assert code == 0, log.read_text()
+    assert _effects(effects) == Counter({"act a": 1, "ask b yes": 1})
+    lines = _log_lines(log)
+    resumed = {e["run_id"]: e for e in lines if e["event"] == "run_resumed"}
+    assert set(resumed) == set(runs)
+    assert {e["outcome"] for e in resumed.values()} == {"completed"}
+    assert lines[-1]["event"] == "worker_stopped"
+
+
+def test_a_worker_refuses_a_store_other_processes_cannot_share(tmp_path: Path) -> None:
+    out = subprocess.run([*HANDRAIL, "worker", "--store", str(tmp_path / "runs.db")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "postgresql://" in out.stderr

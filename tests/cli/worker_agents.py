@@ -1,0 +1,61 @@
+"""The agent `handrail worker` rebuilds in the worker tests (`worker_agents:AGENT`).
+
+A run's task is `KIND:KEY`. `approve`/`deny` runs call `world/act` (asked: the run pauses for a
+decision); `answer` runs call `world/ask`, whose body asks a question (the run pauses for an
+answer). A performed action appends one line to the file named by `$EFFECTS`: `act KEY` or
+`ask KEY ANSWER`, so a test counts side effects in the world, not in the store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import handrail as hr
+from handrail.models import Scripted, Turn, call, reply
+
+
+def _effect(line: str) -> None:
+    # O_APPEND: lines from several worker processes never interleave.
+    fd = os.open(os.environ["EFFECTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@hr.tool(server="world", name="act")
+async def act(key: str) -> str:
+    """Change the world once."""
+    _effect(f"act {key}")
+    return f"acted {key}"
+
+
+@hr.tool(server="world", name="ask", interactions={"question"})
+async def ask(key: str, ctx: hr.CallContext) -> str:
+    """Ask, then change the world once with the answer."""
+    answer = await ctx.ask(hr.Question(f"go ahead with {key}?"))
+    _effect(f"ask {key} {answer}")
+    return f"asked {key}: {answer}"
+
+
+def _task(messages: Sequence[Any]) -> str:
+    for m in messages:
+        if type(m).__name__ == "UserMessage":
+            return str(m.text)
+    raise AssertionError("no task")
+
+
+def _first(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
+    kind, _, key = _task(messages).partition(":")
+    return call("world/ask" if kind == "answer" else "world/act", {"key": key})
+
+
+AGENT = hr.Agent(
+    Scripted([_first, reply("done")]),
+    [act, ask],
+    policy=hr.Policy.default().layer("app").allow(hr.Act.CALL, "world/ask"),
+    name="worker-test",
+    ref="worker_agents:AGENT",
+)
