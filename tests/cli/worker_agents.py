@@ -4,16 +4,20 @@ A run's task is `KIND:KEY`. `approve`/`deny` runs call `world/act` (asked: the r
 decision); `answer` runs call `world/ask`, whose body asks a question (the run pauses for an
 answer). A performed action appends one line to the file named by `$EFFECTS`: `act KEY` or
 `ask KEY ANSWER`, so a test counts side effects in the world, not in the store.
+`$DIE_AFTER_EFFECTS` kills the process mid-call (see `_effect`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Sequence
 from typing import Any
 
 import handrail as hr
 from handrail.models import Scripted, Turn, call, reply
+
+_performed = 0
 
 
 def _effect(line: str) -> None:
@@ -23,6 +27,12 @@ def _effect(line: str) -> None:
         os.write(fd, (line + "\n").encode())
     finally:
         os.close(fd)
+    # `$DIE_AFTER_EFFECTS=N`: this process SIGKILLs itself right after its N-th effect landed,
+    # inside the call (its result unrecorded): the crash a worker must survive.
+    global _performed
+    _performed += 1
+    if str(_performed) == os.environ.get("DIE_AFTER_EFFECTS"):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @hr.tool(server="world", name="act")
