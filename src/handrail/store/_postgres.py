@@ -348,8 +348,12 @@ class PostgresStore(Store):
 
     Args:
         url: The libpq connection URL.
-        durability: Both levels commit with the server's `synchronous_commit` (PostgreSQL's
-            own durability, normally fsync of its WAL); the store never weakens it.
+        durability: `"process"` (the default): a commit is acknowledged once the server has
+            it (`synchronous_commit = off` for this store's sessions): it survives the death
+            of any client process; a crash of the database server itself may lose the last
+            fraction of a second of commits (never corrupting anything). `"fsync"`: each
+            commit waits for the server's WAL to reach its disk (the server's own
+            `synchronous_commit`, normally on); concurrent commits share those flushes.
         max_connections: The pool's size (one writer connection plus readers).
     """
 
@@ -399,7 +403,7 @@ class PostgresStore(Store):
                 await self._migrate(conn)
             pool: AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
                 self.url, min_size=1, max_size=self._max, open=False,
-                kwargs={"autocommit": True}, name="handrail",
+                kwargs={"autocommit": True}, name="handrail", configure=self._configure,
             )
             await pool.open(wait=True, timeout=30)
         except (SchemaTooNew, StoreError):
@@ -407,6 +411,14 @@ class PostgresStore(Store):
         except Exception as exc:
             raise map_psycopg_error(self._where, exc) from exc
         return pool
+
+    async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # durability="process": a commit is acknowledged once the server has it (its WAL in
+        # the server's memory), before the WAL reaches the disk: it survives the death of this
+        # process, like the SQLite store's "process" level. "fsync": the commit waits for the
+        # server's WAL flush (the server's own setting; normally on).
+        if self.durability == "process":
+            await conn.execute("SET synchronous_commit = off")
 
     async def _migrate(self, conn: psycopg.AsyncConnection[Any]) -> None:
         async with conn.transaction():
@@ -510,7 +522,9 @@ class PostgresStore(Store):
     async def _commit_group(self, pool: AsyncConnectionPool[Any], ops: list[_Op]
                             ) -> list[tuple[bool, Any]]:
         outcomes: list[tuple[bool, Any]] = []
-        async with pool.connection() as conn, conn.transaction():
+        # Pipeline mode: the group's statements go out without waiting for each reply (one
+        # round trip per group, not per statement); a compare-and-swap reads its own reply.
+        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
             for op in ops:
                 if not op.cas:
                     outcomes.append((True, await op.fn(conn)))
@@ -781,11 +795,12 @@ class PostgresStore(Store):
 
         async def give(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(
-                "UPDATE runs SET lease_until = 0, owner = NULL WHERE id = %s AND owner = %s",
-                (run_id, owner))
-            if cur.rowcount == 1:
-                await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, run_id))
-            return cur.rowcount == 1
+                "UPDATE runs SET lease_until = 0, owner = NULL WHERE id = %s AND owner = %s "
+                "RETURNING id", (run_id, owner))
+            if await cur.fetchone() is None:
+                return False
+            await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, run_id))
+            return True
 
         return bool(await self._enqueue(give, cas=True))
 
