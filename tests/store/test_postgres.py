@@ -198,3 +198,14 @@ async def test_a_password_never_appears_in_messages() -> None:
         await store.runs()
     assert "s3cret" not in str(info.value)
     await store.close()
+
+
+def test_the_example_of_docs_postgres_runs(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "postgres.md"
+    blocks = re.findall(r"```python\n(.*?)```", docs.read_text(), flags=re.S)
+    assert blocks
+    monkeypatch.setenv("HANDRAIL_STORE", pg_url)
+    for block in blocks:
+        exec(compile(block, str(docs), "exec"), {"__name__": "docs_postgres"})
