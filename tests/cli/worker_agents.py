@@ -14,6 +14,8 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+
 import handrail as hr
 from handrail.models import Scripted, Turn, call, reply
 
@@ -50,6 +52,18 @@ async def ask(key: str, ctx: hr.CallContext) -> str:
     return f"asked {key}: {answer}"
 
 
+@hr.tool(server="world", name="slow")
+async def slow(key: str) -> str:
+    """Start, wait until the file `$GO` exists (a long call), then change the world once."""
+    _effect(f"slow-start {key}")
+    # The tool's own wait for the outside world (a file another process creates).
+    # (Lint: a stat takes microseconds; no event crosses processes.)
+    while not os.path.exists(os.environ["GO"]):  # noqa: ASYNC110, ASYNC240
+        await anyio.sleep(0.02)
+    _effect(f"slow {key}")
+    return f"slow {key}"
+
+
 def _task(messages: Sequence[Any]) -> str:
     for m in messages:
         if type(m).__name__ == "UserMessage":
@@ -59,12 +73,13 @@ def _task(messages: Sequence[Any]) -> str:
 
 def _first(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
     kind, _, key = _task(messages).partition(":")
-    return call("world/ask" if kind == "answer" else "world/act", {"key": key})
+    tool = {"answer": "world/ask", "slow": "world/slow"}.get(kind, "world/act")
+    return call(tool, {"key": key})
 
 
 AGENT = hr.Agent(
     Scripted([_first, reply("done")]),
-    [act, ask],
+    [act, ask, slow],
     policy=hr.Policy.default().layer("app").allow(hr.Act.CALL, "world/ask"),
     name="worker-test",
     ref="worker_agents:AGENT",

@@ -116,9 +116,11 @@ class Worker:
                 while self.active:
                     self.idle = anyio.Event()
                     await self.idle.wait()
+            # Still going after the grace period: cancelled. Each stays RUNNING under this
+            # process, which exits: another worker takes it over, its calls in doubt.
+            abandoned = sorted(self.active)
             runs.cancel_scope.cancel()
-        _log("worker_stopped", worker=self.owner, resumed=self.resumed,
-             abandoned=sorted(self.active))
+        _log("worker_stopped", worker=self.owner, resumed=self.resumed, abandoned=abandoned)
 
     async def _claim_loop(self, runs: anyio.abc.TaskGroup) -> None:
         while not self.stopping.is_set():
