@@ -101,6 +101,8 @@ async def _settle(url: str, effects: Path, task_of: dict[str, str], deadline: fl
                 await store.decide(item.id, recovery.to_dict(), "operator")
                 recovered[item.run_id] = "completed" if landed else "retry"
             runs = await store.runs(limit=expected + 10)
+            failed = [(r.id, r.outcome) for r in runs if r.status is RunStatus.FAILED]
+            assert not failed, f"runs failed: {failed[:3]}"
             if len(runs) == expected and all(r.status is RunStatus.COMPLETED for r in runs):
                 return recovered
             if time.monotonic() > deadline:
