@@ -282,3 +282,32 @@ def test_a_run_still_going_when_the_grace_ends_is_left_for_another_worker_in_dou
 async def _decide_all_pending(url: str, runs: dict[str, str]) -> None:
     async with Store.open(url) as store:
         await _decide_items(store, await store.pending(), runs)
+
+
+def test_a_run_the_worker_cannot_rebuild_is_logged_released_and_left_ready(
+        tmp_path: Path, pg_url: str) -> None:
+    effects = tmp_path / "effects"
+    runs = anyio.run(_start_runs, pg_url, ["approve:a"])
+    anyio.run(_decide_all_pending, pg_url, runs)
+    env = _env(effects)
+    env.pop("PYTHONPATH")  # the run's ref, worker_agents:AGENT, cannot be imported here
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen([*HANDRAIL, "worker", "--store", pg_url, "--poll", "1"],
+                                  cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(log, "run_resumed")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+    (line,) = [e for e in _log_lines(log) if e["event"] == "run_resumed"]
+    assert line["outcome"] == "error" and "worker_agents" in line["error"]
+
+    async def check() -> None:
+        async with Store.open(pg_url) as store:
+            (run,) = await store.runs()
+            assert (run.status, run.owner) == (RunStatus.AWAITING_APPROVAL, None)
+            assert await store.ready_count() == 1  # type: ignore[attr-defined]
+
+    anyio.run(check)
+    assert not effects.exists()

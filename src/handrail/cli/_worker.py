@@ -178,14 +178,14 @@ class Worker:
             result = await resume(self.store, run.id, agent=agent)
             self.resumed += 1
             fields["outcome"] = result.outcome.kind
-        except ResumeRefused as exc:
-            # Finished or taken by someone else meanwhile: nothing to do, nothing to release.
-            fields.update(outcome="skipped", error=str(exc))
         except Exception as exc:  # top-level boundary: one run's failure must not stop the worker
-            # Not resumable here (no agent, manifest changed, a store error): give it back for
+            # Refused (finished or taken meanwhile, a manifest change) or not resumable here (no
+            # agent, a store error): give it back (a no-op when someone else holds it now) for
             # a worker or an operator who can, and do not take it again in this process.
             self.refused.add(run.id)
-            fields.update(outcome="error", error=f"{type(exc).__name__}: {exc}")
+            refused = isinstance(exc, ResumeRefused)
+            fields.update(outcome="refused" if refused else "error",
+                          error=f"{type(exc).__name__}: {exc}")
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 try:
                     await self.store.release(run.id, self.owner)
