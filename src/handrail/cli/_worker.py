@@ -102,6 +102,7 @@ class Worker:
         self.wake = anyio.Event()
         self.idle = anyio.Event()
         self.resumed = 0
+        self.next_orphan_scan = 0.0
 
     async def serve(self) -> None:
         """Run until `stopping` is set; then finish (or give up) within the grace period."""
@@ -130,8 +131,14 @@ class Worker:
             if free > 0:
                 try:
                     # Never a run this worker is resuming now (its own runs are not orphans).
+                    # Runs of dead processes of this machine: looked for once per poll
+                    # interval, not at every claim (one more query).
+                    scan = time.monotonic() >= self.next_orphan_scan
+                    if scan:
+                        self.next_orphan_scan = time.monotonic() + self.poll
                     taken = await self.store.claim_ready(self.owner, free,
-                                                         frozenset(self.refused | self.active))
+                                                         frozenset(self.refused | self.active),
+                                                         orphans=scan)
                 except HandrailError as exc:
                     _log("claim_failed", worker=self.owner, error=str(exc))
             for run in taken:

@@ -726,7 +726,8 @@ class PostgresStore(Store):
     # ------------------------------------------------------------ for workers
 
     async def claim_ready(self, owner: str, limit: int = 1,
-                          exclude: frozenset[str] = frozenset()) -> list[RunRecord]:
+                          exclude: frozenset[str] = frozenset(), *,
+                          orphans: bool = True) -> list[RunRecord]:
         """Hold up to `limit` runs that are ready to continue, for `owner` to resume.
 
         Ready: nobody holds it (no owner, or a lease lapsed on the database's clock, or an
@@ -736,11 +737,14 @@ class PostgresStore(Store):
         waiting on each other. A held run keeps its status; it gets `owner` and a fresh lease,
         which keeps every other worker off it until `owner` resumes it (`claim`, then the
         runner's heartbeat renews the lease) or releases it (`release`).
+
+        With `orphans=False` the look for runs of dead processes of this machine (one more
+        query) is skipped: their leases still lapse.
         """
         lease = self.lease_seconds
         # Runs held by a process of this machine that is gone (a SIGKILLed worker): known dead
         # now, no need to wait for the lease.
-        local = await self._read(
+        local = [] if not orphans else await self._read(
             "SELECT id, owner FROM runs WHERE owner LIKE %s AND status NOT IN "
             "('completed', 'failed')",
             (socket.gethostname().replace("%", r"\%").replace("_", r"\_") + ":%",))
@@ -748,8 +752,8 @@ class PostgresStore(Store):
         # moment between `claim` and its runner registering in ACTIVE_OWNERS (taking it then
         # would resume it twice, here).
         me = f":{os.getpid()}:"
-        orphans = [run_id for run_id, holder in local
-                   if me not in holder and not is_owner_alive(holder)]
+        dead = [run_id for run_id, holder in local
+                if me not in holder and not is_owner_alive(holder)]
 
         async def take(conn: psycopg.AsyncConnection[Any]) -> list[RunRecord]:
             cur = await conn.execute(
@@ -757,7 +761,7 @@ class PostgresStore(Store):
                 "OR (r.id = ANY(%s) AND r.status NOT IN ('completed', 'failed'))) "
                 "AND NOT (r.id = ANY(%s)) ORDER BY r.updated_at LIMIT %s "
                 "FOR UPDATE SKIP LOCKED",
-                (orphans, list(exclude), limit * 2 + 8),
+                (dead, list(exclude), limit * 2 + 8),
             )
             taken: list[str] = []
             for row in await cur.fetchall():
