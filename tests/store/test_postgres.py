@@ -209,3 +209,27 @@ def test_the_example_of_docs_postgres_runs(pg_url: str, monkeypatch: pytest.Monk
     monkeypatch.setenv("HANDRAIL_STORE", pg_url)
     for block in blocks:
         exec(compile(block, str(docs), "exec"), {"__name__": "docs_postgres"})
+
+
+async def test_a_failing_write_fails_alone_and_is_reported_once(pg_url: str) -> None:
+    async with Store.open(pg_url) as store:
+        good = Batch(run=RunRecord(id="r1", task="t", created_at=0))
+        bad = Batch(messages=[("no-such-run", 0, {"k": 1})])  # a foreign key refuses it
+        outcomes: dict[str, BaseException | None] = {}
+
+        async def write(name: str, batch: Batch) -> None:
+            try:
+                await store.write(batch)
+                outcomes[name] = None
+            except StoreError as exc:
+                outcomes[name] = exc
+
+        async with anyio.create_task_group() as tg:  # one group: both queued together
+            tg.start_soon(write, "bad", bad)
+            tg.start_soon(write, "good", good)
+        assert outcomes["good"] is None and isinstance(outcomes["bad"], StoreError)
+        assert (await store.run("r1")).id == "r1"  # the waiter was told; nobody else is
+        await store.write(bad, wait=False)
+        with pytest.raises(StoreError, match="earlier write"):
+            await store.runs()
+        assert [r.id for r in await store.runs()] == ["r1"]

@@ -325,14 +325,16 @@ _CAS_ERRORS = (AlreadyDecided, NotFound, ResumeRefused)
 class _Op:
     """One queued write: a coroutine function of a connection, and who waits for it."""
 
-    __slots__ = ("cas", "fn", "future")
+    __slots__ = ("cas", "fn", "future", "waited")
 
     def __init__(self, fn: Callable[[Any], Awaitable[Any]], future: asyncio.Future[Any],
-                 cas: bool) -> None:
+                 cas: bool, waited: bool) -> None:
         self.fn = fn
         self.future = future
         self.cas = cas
         """A compare-and-swap (decide, claim): runs in a savepoint, may fail alone."""
+        self.waited = waited
+        """Someone awaits its outcome (False: `write(wait=False)`, reported to the next op)."""
 
 
 GROUP_LIMIT = 64
@@ -481,7 +483,7 @@ class PostgresStore(Store):
         # Mark every outcome retrieved: a waiter cancelled while its write commits must not
         # leave "exception never retrieved" behind.
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._ops.append(_Op(fn, future, cas))
+        self._ops.append(_Op(fn, future, cas, wait))
         if not self._draining:
             self._draining = True
             self._drainer = loop.create_task(self._drain())
@@ -544,8 +546,8 @@ class PostgresStore(Store):
         else:
             if not op.future.get_loop().is_closed() and isinstance(value, BaseException):
                 op.future.set_exception(value)
-            if not isinstance(value, _CAS_ERRORS):
-                # Also reported to the next operation, for writes nobody waited for.
+            if not op.waited:
+                # Nobody waits for this write: its failure is raised by the next operation.
                 self._background_error = value
 
     async def _barrier(self) -> None:
@@ -568,6 +570,7 @@ class PostgresStore(Store):
         self._check_open()
         pool = await self._ensure_open()
         await self._barrier()
+        self._check_open()  # a write queued before this read failed: say so, not read past it
         try:
             async with pool.connection() as conn:
                 cur = await conn.execute(sql, params)
