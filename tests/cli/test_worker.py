@@ -217,6 +217,9 @@ def test_cli_decides_without_resume_and_a_worker_finishes_then_exits_on_sigterm(
     assert set(resumed) == set(runs)
     assert {e["outcome"] for e in resumed.values()} == {"completed"}
     assert lines[-1]["event"] == "worker_stopped"
+    listed = subprocess.run([*HANDRAIL, "runs", "--json"], cwd=HERE, capture_output=True,
+                            text=True, env={**env, "HANDRAIL_STORE": pg_url}, timeout=60)
+    assert sorted(r["status"] for r in json.loads(listed.stdout)) == ["completed"] * 3
 
 
 def test_a_worker_refuses_a_store_other_processes_cannot_share(tmp_path: Path) -> None:
