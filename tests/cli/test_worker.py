@@ -144,6 +144,9 @@ def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
         settle = float(os.environ.get("HANDRAIL_WORKER_TEST_SETTLE", "240"))
         recovered = anyio.run(_settle, pg_url, effects, task_of, time.monotonic() + settle)
     finally:
+        if workers[0].poll() is None:  # the test failed before it died: leave nothing behind
+            workers[0].kill()
+            workers[0].wait()
         for w in workers[1:]:
             if w.poll() is None:
                 w.send_signal(signal.SIGTERM)
@@ -265,10 +268,12 @@ def test_a_run_still_going_when_the_grace_ends_is_left_for_another_worker_in_dou
     runs = anyio.run(_start_runs, pg_url, ["slow:s1"])
     first = _start_worker(pg_url, effects, tmp_path / "w1.log", "--grace", "0.5",
                           env={"GO": str(go)})
-    _wait_for(tmp_path / "w1.log", "worker_started")
-    anyio.run(_decide_all_pending, pg_url, runs)
-    _wait_for(effects, "slow-start s1")
-    first.send_signal(signal.SIGTERM)
+    try:
+        _wait_for(tmp_path / "w1.log", "worker_started")
+        anyio.run(_decide_all_pending, pg_url, runs)
+        _wait_for(effects, "slow-start s1")
+    finally:
+        first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=60) == 0
     stopped = _log_lines(tmp_path / "w1.log")[-1]
     assert stopped["event"] == "worker_stopped" and stopped["abandoned"] == list(runs)
