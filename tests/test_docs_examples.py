@@ -26,6 +26,7 @@ OWN_TESTS = {
     "docs/inbox.md": "tests/web/test_inbox_docs.py (blocks need a running inbox)",
     "docs/mcp.md": "tests/mcp/test_mcp_docs.py (blocks need MCP servers)",
     "docs/host-tools.md": "tests/host/test_host_docs.py (blocks need programs on disk)",
+    "docs/postgres.md": "tests/store/test_postgres.py (blocks need a PostgreSQL server)",
 }
 """Page -> the test that runs its blocks instead of this one."""
 

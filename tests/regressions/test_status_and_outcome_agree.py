@@ -41,8 +41,10 @@ async def ask(ctx: hr.CallContext) -> str:
     return str(await ctx.ask(hr.Question("Which?")))
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> hr.Store:
+    if request.param == "postgresql":
+        return hr.Store.open(request.getfixturevalue("pg_url"))
     return hr.Store.memory() if request.param == "memory" else hr.Store.open(tmp_path / "r.db")
 
 

@@ -1,7 +1,8 @@
 """Kill tests with real processes: SIGKILL at each step boundary, then resume.
 
 Nothing decided is lost and nothing is performed twice: the tool's side effect appends a line
-to a file, and every scenario must end with each effect exactly once.
+to a file, and every scenario must end with each effect exactly once. Every scenario runs
+against a SQLite file and against a real PostgreSQL database.
 """
 
 from __future__ import annotations
@@ -9,23 +10,43 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+
+from handrail.store import Store
 
 pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).with_name("killable.py")
+URLS: dict[Path, str] = {}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], autouse=True)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Which store the scenario's processes share (its URL is looked up by `tmp_path`)."""
+    url = (str(tmp_path / "runs.db") if request.param == "sqlite"
+           else str(request.getfixturevalue("pg_url")))
+    URLS[tmp_path] = url
+    return str(request.param)
+
+
+def _read(tmp: Path, fn: Any) -> Any:
+    async def main() -> Any:
+        async with Store.open(URLS[tmp]) as store:
+            return await fn(store)
+
+    return anyio.run(main)
 
 
 def drive(tmp: Path, *args: str, kill_at: str | None = None, ask: bool = False
           ) -> tuple[int, dict[str, Any]]:
     env = {**os.environ, "KILL_AT": kill_at or "", "ASK": "1" if ask else "0"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp / "runs.db"),
+    proc = subprocess.run([sys.executable, str(SCRIPT), URLS[tmp],
                            str(tmp / "effects"), *args], capture_output=True, text=True,
                           env=env, timeout=60)
     out = proc.stdout.strip().splitlines()
@@ -38,10 +59,11 @@ def effects(tmp: Path) -> list[int]:
 
 
 def only_run(tmp: Path) -> str:
-    db = sqlite3.connect(tmp / "runs.db")
-    (run_id,) = db.execute("SELECT id FROM runs").fetchone()
-    db.close()
-    return str(run_id)
+    async def get(store: Store) -> str:
+        (run,) = await store.runs()
+        return run.id
+
+    return str(_read(tmp, get))
 
 
 def finish(tmp: Path, run_id: str) -> dict[str, Any]:
@@ -59,10 +81,10 @@ def finish(tmp: Path, run_id: str) -> dict[str, Any]:
 
 
 def _call_arguments(tmp: Path, record_id: str) -> str:
-    db = sqlite3.connect(tmp / "runs.db")
-    (args,) = db.execute("SELECT arguments FROM calls WHERE id = ?", (record_id,)).fetchone()
-    db.close()
-    return str(args)
+    async def get(store: Store) -> str:
+        return (await store.call(record_id)).arguments
+
+    return str(_read(tmp, get))
 
 
 POINTS = [f"model:{n}" for n in range(4)] + [f"{w}:{n}" for n in range(3)
@@ -94,10 +116,9 @@ def test_a_decided_approval_survives_a_kill_of_the_deciding_process(
     assert code == -signal.SIGKILL
     run_id = only_run(tmp_path)
     # The decision was committed before the kill: it is never asked again, never lost.
-    db = sqlite3.connect(tmp_path / "runs.db")
-    states = db.execute("SELECT kind, state FROM pending ORDER BY created_at").fetchall()
-    db.close()
-    assert states[0] == ("approval", "decided")
+    request_id = out["detail"]["request_id"]
+    item = _read(tmp_path, lambda store: store.pending_item(request_id))
+    assert (item.kind, item.state) == ("approval", "decided")
     out = finish(tmp_path, run_id)
     # The later effects are asks too (ASK=1 for the deciding process only); the resumer
     # approves them, so the run completes with each effect exactly once.
@@ -109,7 +130,7 @@ def test_two_processes_deciding_one_request_execute_it_once(tmp_path: Path) -> N
     _, out = drive(tmp_path, "start", ask=True)
     request_id = out["detail"]["request_id"]
     env = {**os.environ, "KILL_AT": "", "ASK": "1"}
-    procs = [subprocess.Popen([sys.executable, str(SCRIPT), str(tmp_path / "runs.db"),
+    procs = [subprocess.Popen([sys.executable, str(SCRIPT), URLS[tmp_path],
                                str(tmp_path / "effects"), "decide", request_id],
                               stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
     outs = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for p in procs]

@@ -72,13 +72,17 @@ ROUNDS = 60
 
 
 @pytest.mark.slow
-def test_two_processes_released_together_never_both_decide_one_item(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_processes_released_together_never_both_decide_one_item(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     """A check-then-write decide loses this race: both processes read `open`, both write.
 
     Two long-lived processes decide the same item in each of ROUNDS rounds; a barrier (this
-    test, over a socket) releases them together, so their decisions overlap every round.
+    test, over a socket) releases them together, so their decisions overlap every round. Also
+    PostgreSQL: the race is the same, the compare-and-swap a conditional UPDATE there.
     """
-    path = tmp_path / "runs.db"
+    path = (str(tmp_path / "runs.db") if backend == "sqlite"
+            else str(request.getfixturevalue("pg_url")))
     store = Store.open(path)
 
     async def seed() -> None:

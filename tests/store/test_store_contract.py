@@ -1,4 +1,4 @@
-"""The store contract, run against every store (memory and a real SQLite file)."""
+"""The store contract, run against every store: memory, a real SQLite file, a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -25,9 +25,14 @@ from handrail.store import (
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store.memory() if request.param == "memory" else Store.open(tmp_path / "runs.db")
+    if request.param == "memory":
+        s = Store.memory()
+    elif request.param == "sqlite":
+        s = Store.open(tmp_path / "runs.db")
+    else:
+        s = Store.open(request.getfixturevalue("pg_url"))
     yield s
     await s.close()
 

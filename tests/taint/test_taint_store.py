@@ -25,9 +25,11 @@ def _records() -> tuple[RunRecord, CallRecord]:
     return run, call
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-async def test_a_calls_provenance_round_trips(kind: str, tmp_path: Path) -> None:
-    store = Store.memory() if kind == "memory" else Store.open(tmp_path / "runs.db")
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql"])
+async def test_a_calls_provenance_round_trips(kind: str, tmp_path: Path,
+                                              request: pytest.FixtureRequest) -> None:
+    store = (Store.memory() if kind == "memory" else Store.open(tmp_path / "runs.db")
+             if kind == "sqlite" else Store.open(request.getfixturevalue("pg_url")))
     run, call = _records()
     await store.write(Batch(run=run, calls=[call]))
     call.provenance = None  # a later change by the caller never reaches what was committed

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 # Modules with a `register(subparsers)` function, in help order.
-_COMMAND_MODULES = ("_run", "_runs", "_manifest", "_inbox", "_serve")
+_COMMAND_MODULES = ("_run", "_runs", "_manifest", "_inbox", "_serve", "_worker")
 
 
 def build_parser() -> argparse.ArgumentParser:

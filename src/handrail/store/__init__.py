@@ -1,4 +1,6 @@
-"""Run stores: `Store.open("runs.db")` (SQLite, embedded default), `Store.memory()`.
+"""Run stores: `Store.open("runs.db")` (SQLite), `Store.memory()`, `Store.open("postgresql://")`.
+
+PostgreSQL (`handrail[postgres]`) is for many processes on many machines.
 
 The contract (the `Store` interface, the records, the batch) is `handrail.store.contract`.
 This module is the backend registry: URL scheme -> factory. Each factory imports its backend
@@ -36,5 +38,13 @@ def _open_memory(url: str, durability: Durability) -> Store:
     return MemoryStore()
 
 
+def _open_postgres(url: str, durability: Durability) -> Store:
+    from handrail.store._postgres import PostgresStore
+
+    return PostgresStore(url, durability=durability)
+
+
 register_backend("sqlite", _open_sqlite)
 register_backend("memory", _open_memory)
+register_backend("postgresql", _open_postgres)
+register_backend("postgres", _open_postgres)

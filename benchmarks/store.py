@@ -1,0 +1,285 @@
+"""The stores side by side: calls recorded per second, and resume throughput and latency.
+
+Part 1, calls/s: R concurrent runs (R = 1, 10, 100) on one event loop, 20 calls each (scripted
+model, one trivial tool call per turn), against the memory store, a SQLite file and a
+PostgreSQL database (a throwaway server with its default durability: fsync on).
+
+Part 2, resume: M runs each paused on an approval; every approval is decided at once; then
+workers resume them. Reported: runs resumed per second (from the first decision to the last
+action performed) and the latency from a run's decision to its action (p50/p99; the tool
+stamps the time it performed). PostgreSQL: W `handrail worker` processes (W = 1, 4), each
+resuming one run at a time (`--concurrency 1`; `--worker-concurrency` changes it). Memory and
+SQLite have no worker (one process owns them): W resumer tasks in the deciding process.
+
+Figures are medians over `--reps` repeats.
+
+    .venv/bin/python benchmarks/store.py [--reps 3] [--runs 1,10,100] [--resume-runs 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+import handrail as hr
+from handrail.models import Scripted, Turn, UserMessage, call, reply
+
+CALLS_PER_RUN = 20
+HERE = Path(__file__).resolve().parent
+
+# ---------------------------------------------------------------- the resumed agent
+
+
+@hr.tool(server="bench", name="act")
+async def act(key: str) -> str:
+    """Wait like a call to another service ($BENCH_ACTION_MS), perform once, stamp when."""
+    wait_ms = float(os.environ.get("BENCH_ACTION_MS", "0"))
+    if wait_ms:
+        await anyio.sleep(wait_ms / 1000)
+    fd = os.open(os.environ["BENCH_EFFECTS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{key} {time.time()}\n".encode())
+    finally:
+        os.close(fd)
+    return "done"
+
+
+def _act_turn(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
+    first = next(m for m in messages if isinstance(m, UserMessage))
+    return call("bench/act", {"key": first.text})
+
+
+AGENT = hr.Agent(Scripted([_act_turn, reply("done")]), [act], policy=hr.Policy.default(),
+                 name="bench-resume", ref="store:AGENT")
+"""Pauses on an approval for bench/act; `handrail worker` rebuilds it from `store:AGENT`."""
+
+# ---------------------------------------------------------------- part 1: calls/s
+
+
+async def _calls_per_second(url: str, runs: int) -> float:
+    @hr.tool(mutates=False)
+    async def add(a: int) -> int:
+        return a + 1
+
+    def turn(n: int) -> Any:
+        return call("add", {"a": n}) if n < CALLS_PER_RUN else reply("done")
+
+    agent = hr.Agent(Scripted([turn(i) for i in range(CALLS_PER_RUN + 1)]), [add],
+                     policy=hr.Policy.default(), max_steps=CALLS_PER_RUN + 5)
+    async with hr.Store.open(url) as store:
+        await agent.run("warm up", store=store)
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for i in range(runs):
+                tg.start_soon(lambda i=i: agent.run(f"run {i}", store=store))
+        elapsed = time.perf_counter() - started
+    return runs * CALLS_PER_RUN / elapsed
+
+
+# ---------------------------------------------------------------- part 2: resume
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def _pause_runs(store: hr.Store, count: int) -> list[str]:
+    limit = anyio.Semaphore(50)
+    items: list[str] = []
+
+    async def one(i: int) -> None:
+        async with limit:
+            result = await AGENT.run(f"k{i}", store=store)
+        items.append(result.outcome.request_id)  # type: ignore[union-attr]
+
+    async with anyio.create_task_group() as tg:
+        for i in range(count):
+            tg.start_soon(one, i)
+    return items
+
+
+async def _decide(store: hr.Store, items: list[str]) -> dict[str, float]:
+    """Decide every item, 50 at a time (as many people or an inbox would, concurrently)."""
+    decided: dict[str, float] = {}
+    approve = hr.Decision.approve().to_dict()
+    limit = anyio.Semaphore(50)
+
+    async def one(item_id: str) -> None:
+        async with limit:
+            item = await store.decide(item_id, approve, "bench")
+            decided[item.run_id] = time.time()
+
+    async with anyio.create_task_group() as tg:
+        for item_id in items:
+            tg.start_soon(one, item_id)
+    return decided
+
+
+def _effects(path: Path) -> dict[str, float]:
+    stamps: dict[str, float] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, stamp = line.split()
+            stamps[key] = float(stamp)
+    return stamps
+
+
+def _summary(decided: dict[str, float], tasks: dict[str, str], effects: Path
+             ) -> tuple[float, float, float]:
+    stamps = _effects(effects)
+    latencies = [stamps[tasks[run_id]] - at for run_id, at in decided.items()]
+    span = max(stamps.values()) - min(decided.values())
+    return len(decided) / span, _quantile(latencies, 0.5) * 1000, _quantile(latencies, 0.99) * 1000
+
+
+async def _resume_in_process(url: str, count: int, resumers: int, effects: Path
+                             ) -> tuple[float, float, float]:
+    os.environ["BENCH_EFFECTS"] = str(effects)
+    async with hr.Store.open(url) as store:
+        items = await _pause_runs(store, count)
+        tasks = {r.id: r.task for r in await store.runs(limit=count + 10)}
+        decided = await _decide(store, items)
+        queue = list(decided)
+
+        async def resumer() -> None:
+            while queue:
+                await hr.resume(store, queue.pop(), agent=AGENT)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(resumers):
+                tg.start_soon(resumer)
+    return _summary(decided, tasks, effects)
+
+
+def _resume_with_workers(url: str, count: int, workers: int, concurrency: int,
+                         effects: Path) -> tuple[float, float, float]:
+    async def prepare() -> tuple[list[str], dict[str, str]]:
+        async with hr.Store.open(url) as store:
+            items = await _pause_runs(store, count)
+            return items, {r.id: r.task for r in await store.runs(limit=count + 10)}
+
+    items, tasks = anyio.run(prepare)
+    env = {**os.environ, "BENCH_EFFECTS": str(effects), "PYTHONPATH": str(HERE)}
+    procs = [subprocess.Popen([sys.executable, "-m", "handrail.cli", "worker", "--store", url,
+                               "--concurrency", str(concurrency), "--poll", "1"],
+                              cwd=HERE, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+             for _ in range(workers)]
+    try:
+        for p in procs:  # each worker is listening once it says so
+            assert p.stdout is not None
+            assert "worker_started" in p.stdout.readline()
+
+        async def decide() -> dict[str, float]:
+            async with hr.Store.open(url) as store:
+                return await _decide(store, items)
+
+        decided = anyio.run(decide)
+        deadline = time.monotonic() + 300
+        while len(_effects(effects)) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(_effects(effects))} of {count} resumed")
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=60)
+    return _summary(decided, tasks, effects)
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--runs", default="1,10,100")
+    parser.add_argument("--resume-runs", type=int, default=200)
+    parser.add_argument("--worker-concurrency", type=int, default=1)
+    parser.add_argument("--action-ms", default="0,20",
+                        help="how long each resumed action waits (I/O), comma-separated")
+    parser.add_argument("--no-postgres", action="store_true")
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    import pgserver
+
+    server = None
+    if not args.no_postgres and pgserver.unavailable() is None:
+        server = pgserver.start(durable=True)
+    tmp = Path(tempfile.mkdtemp(prefix="handrail-bench-"))
+    try:
+        def url(kind: str) -> str:
+            if kind == "memory":
+                return "memory://"
+            if kind == "sqlite":
+                return str(tmp / f"runs-{time.perf_counter_ns()}.db")
+            assert server is not None
+            return server.create_database()
+
+        kinds = ["memory", "sqlite"] + (["postgresql"] if server else [])
+        print(f"calls recorded per second ({CALLS_PER_RUN} calls per run, median of "
+              f"{args.reps})\n")
+        print("| concurrent runs | " + " | ".join(kinds) + " |")
+        print("|---|" + "---|" * len(kinds))
+        for runs in [int(r) for r in args.runs.split(",")]:
+            cells = []
+            for kind in kinds:
+                rates = [anyio.run(_calls_per_second, url(kind), runs) for _ in range(args.reps)]
+                cells.append(f"{statistics.median(rates):,.0f}")
+            print(f"| {runs} | " + " | ".join(cells) + " |", flush=True)
+
+        print(f"\nresume: {args.resume_runs} paused runs decided at once (median of "
+              f"{args.reps})\n")
+        print("| store | action waits | workers | runs resumed/s | decision -> action p50 ms "
+              "| p99 ms |")
+        print("|---|---|---|---|---|---|")
+        rates: dict[tuple[str, str, int], float] = {}
+        for action_ms in args.action_ms.split(","):
+            os.environ["BENCH_ACTION_MS"] = action_ms
+            for kind in kinds:
+                for workers in (1, 4):
+                    results = []
+                    for _ in range(args.reps):
+                        effects = tmp / f"effects-{time.perf_counter_ns()}"
+                        if kind == "postgresql":
+                            results.append(_resume_with_workers(
+                                url(kind), args.resume_runs, workers,
+                                args.worker_concurrency, effects))
+                        else:
+                            results.append(anyio.run(_resume_in_process, url(kind),
+                                                     args.resume_runs, workers, effects))
+                    rate = statistics.median(r[0] for r in results)
+                    rates[kind, action_ms, workers] = rate
+                    p50 = statistics.median(r[1] for r in results)
+                    p99 = statistics.median(r[2] for r in results)
+                    label = (f"{workers} process{'es' if workers > 1 else ''}"
+                             if kind == "postgresql"
+                             else f"{workers} task{'s' if workers > 1 else ''}")
+                    print(f"| {kind} | {action_ms} ms | {label} | {rate:,.0f} | {p50:,.1f} | "
+                          f"{p99:,.1f} |", flush=True)
+        print()
+        for (kind, action_ms, workers), rate in rates.items():
+            if workers == 4:
+                print(f"{kind}, action {action_ms} ms: 4 workers / 1 worker = "
+                      f"{rate / rates[kind, action_ms, 1]:.2f}x")
+    finally:
+        if server is not None:
+            pgserver.stop(server)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("BENCH_EFFECTS", os.devnull)
+    main()

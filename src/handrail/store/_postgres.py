@@ -1,0 +1,865 @@
+"""`PostgresStore`: the store for many processes on many machines (`postgresql://...`).
+
+Same contract as SQLite and memory (`handrail.store.contract`); what differs is where the
+coordination happens:
+
+- Writes go through a queue committed in groups (group commit, as in the SQLite store): every
+  write (a batch, a decision, a claim) that arrives while a group is committing waits for the
+  next one; each waiter is released only when the transaction holding its write has committed.
+  Groups commit one after another on one pooled connection, so writes apply in the order they
+  were issued. Decisions and claims run inside their own savepoint: a compare-and-swap lost
+  fails alone. A batch that fails (a constraint) makes its group retry one write per
+  transaction, so only the failing write fails.
+- `decide` is one conditional `UPDATE ... WHERE state = 'open'`: of any number of processes
+  on any number of machines, one changes the row; every other gets `AlreadyDecided`.
+- `claim` locks the run's row (`SELECT ... FOR UPDATE`) and checks it against the database's
+  clock. `claim_ready` (used by `handrail worker`) takes runs that are ready to continue with
+  `FOR UPDATE SKIP LOCKED`, so workers never wait on each other's candidates.
+- Leases are measured on the database's clock, because machines' clocks differ: a RUNNING run
+  written with `lease_until` is stored as the database's `now()` plus the lease time the
+  writer had left by its own clock.
+- Reads use other pooled connections, after every write issued before them has committed.
+- A decision is announced with `NOTIFY handrail_ready` in its transaction; workers `LISTEN`.
+
+Everything is async (psycopg 3's async connections and pool): nothing waits on the event loop.
+A store serves the event loop it was first used on (its pool lives there).
+
+Migrations are ordered and named, recorded in `handrail_migrations`; a database migrated by a
+newer handrail (a migration unknown here) is refused with `SchemaTooNew` and never written to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from handrail.errors import (
+    AlreadyDecided,
+    ConfigError,
+    NotFound,
+    ResumeRefused,
+    SchemaTooNew,
+    StoreError,
+)
+from handrail.store.contract import (
+    Batch,
+    CallRecord,
+    CallStatus,
+    Durability,
+    PendingItem,
+    RunRecord,
+    RunStatus,
+    Store,
+    check_claimable,
+    check_run_record,
+    cutoff,
+    is_owner_alive,
+    status_after_decision,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool
+
+__all__ = ["MIGRATIONS", "NOTIFY_CHANNEL", "PostgresStore"]
+
+T = TypeVar("T")
+
+NOTIFY_CHANNEL = "handrail_ready"
+"""The channel a decision is announced on (payload: the run id); workers LISTEN to it."""
+
+_M0001 = """
+CREATE TABLE runs (
+    id TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    agent TEXT,
+    status TEXT NOT NULL,
+    parent_id TEXT,
+    policy TEXT,
+    manifest_digest TEXT,
+    model TEXT,
+    workspace TEXT,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    outcome TEXT,
+    input_tokens BIGINT NOT NULL DEFAULT 0,
+    output_tokens BIGINT NOT NULL DEFAULT 0,
+    model_requests BIGINT NOT NULL DEFAULT 0,
+    remembered TEXT NOT NULL DEFAULT '[]',
+    steps INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    lease_until DOUBLE PRECISION NOT NULL DEFAULT 0,
+    events TEXT NOT NULL DEFAULT '[]',
+    agent_ref TEXT
+);
+CREATE INDEX runs_created ON runs (created_at);
+CREATE INDEX runs_status ON runs (status, updated_at);
+CREATE TABLE messages (
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    seq INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE calls (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    call_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    model_name TEXT NOT NULL,
+    tool TEXT,
+    arguments TEXT NOT NULL,
+    arguments_digest TEXT,
+    performed_arguments TEXT,
+    actions TEXT NOT NULL,
+    verdict TEXT,
+    decision TEXT,
+    decided_by TEXT,
+    status TEXT NOT NULL,
+    result TEXT,
+    disposition TEXT,
+    error TEXT,
+    answers TEXT NOT NULL,
+    pending_id TEXT,
+    started_at DOUBLE PRECISION,
+    ended_at DOUBLE PRECISION
+);
+CREATE INDEX calls_run ON calls (run_id, turn, idx);
+CREATE TABLE pending (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    run_id TEXT NOT NULL REFERENCES runs (id),
+    call_record TEXT NOT NULL,
+    agent TEXT,
+    tool TEXT,
+    payload TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    state TEXT NOT NULL,
+    decision TEXT,
+    decided_by TEXT,
+    decided_at DOUBLE PRECISION
+);
+CREATE INDEX pending_open ON pending (state, created_at);
+CREATE INDEX pending_run ON pending (run_id, state)
+"""
+
+MIGRATIONS: list[tuple[str, str]] = [
+    ("0001_initial", _M0001),
+    # Where a call's output stands for the taint check (CallRecord.provenance), as JSON.
+    ("0002_call_provenance", "ALTER TABLE calls ADD COLUMN provenance TEXT"),
+]
+"""Ordered, named migrations (SQL); a database records which ran in `handrail_migrations`."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this handrail writes."""
+
+_LOCK_KEY = 0x68616E64  # "hand": serialises migrations of concurrent first opens
+
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _dumps(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not value and type(value) is list:
+        return "[]"
+    return _ENCODE(value)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+_RUN_COLUMNS = (
+    "id, task, agent, status, parent_id, policy, manifest_digest, model, workspace, created_at, "
+    "updated_at, outcome, input_tokens, output_tokens, model_requests, remembered, steps, owner, "
+    "lease_until, events, agent_ref"
+)
+_CALL_COLUMNS = (
+    "id, run_id, call_id, turn, idx, model_name, tool, arguments, arguments_digest, "
+    "performed_arguments, actions, verdict, decision, decided_by, status, result, disposition, "
+    "error, answers, pending_id, started_at, ended_at, provenance"
+)
+_PENDING_COLUMNS = (
+    "id, kind, run_id, call_record, agent, tool, payload, created_at, state, decision, "
+    "decided_by, decided_at"
+)
+_NOW = "extract(epoch from clock_timestamp())::double precision"
+"""The database's clock, as Unix time (leases are measured on it)."""
+
+_RUN_MUTABLE = ("status", "updated_at", "outcome", "input_tokens", "output_tokens",
+                "model_requests", "remembered", "steps", "owner", "lease_until", "events")
+# The 22nd parameter: the lease time left by the writer's clock, or NULL to keep lease_until
+# as given. A RUNNING run's lease is re-based on the database's clock (see the module doc).
+_RUN_UPSERT = (
+    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({', '.join(['%s'] * 18)}, "
+    f"COALESCE({_NOW} + %s, %s), %s, %s) ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _RUN_MUTABLE)
+)
+_MESSAGE_UPSERT = (
+    "INSERT INTO messages (run_id, seq, data) VALUES (%s, %s, %s) "
+    "ON CONFLICT (run_id, seq) DO UPDATE SET data = excluded.data"
+)
+_CALL_UPSERT = (
+    f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES ({', '.join(['%s'] * 23)}) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _CALL_COLUMNS.split(", ")[1:])
+)
+_PENDING_UPSERT = (
+    f"INSERT INTO pending ({_PENDING_COLUMNS}) VALUES ({', '.join(['%s'] * 12)}) "
+    "ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _PENDING_COLUMNS.split(", ")[1:])
+)
+
+_AWAITING = (RunStatus.AWAITING_APPROVAL.value, RunStatus.AWAITING_ANSWER.value,
+             RunStatus.AWAITING_RECOVERY.value)
+
+READY_WHERE = (
+    # Nobody holds it: no owner, or an owner whose lease lapsed (on the database's clock)...
+    f"(r.owner IS NULL OR r.lease_until < {_NOW}) AND ("
+    # ...and paused with everything it waits on decided (a decision, an answer, a recovery)
+    "  (r.status IN ('awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
+    "   AND EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'decided') "
+    "   AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'open')) "
+    # ...or decided and not yet continued (READY), or RUNNING (its driver is gone).
+    "  OR r.status IN ('ready', 'running'))"
+)
+"""Which runs a worker may take: `r` is the runs table."""
+
+
+def _run_row(r: RunRecord, policy_json: str | None) -> tuple[Any, ...]:
+    rebase = r.status is RunStatus.RUNNING and r.owner is not None and r.lease_until > 0
+    left = r.lease_until - time.time() if rebase else None
+    return (r.id, r.task, r.agent, r.status.value, r.parent_id, policy_json,
+            r.manifest_digest, r.model, r.workspace, r.created_at, r.updated_at,
+            _dumps(r.outcome), r.input_tokens, r.output_tokens, r.model_requests,
+            _dumps(r.remembered), r.steps, r.owner, left, r.lease_until, _dumps(r.events),
+            r.agent_ref)
+
+
+def _run_from(row: tuple[Any, ...]) -> RunRecord:
+    return RunRecord(
+        id=row[0], task=row[1], agent=row[2], status=RunStatus(row[3]), parent_id=row[4],
+        policy=_loads(row[5]), manifest_digest=row[6], model=row[7], workspace=row[8],
+        created_at=row[9], updated_at=row[10], outcome=_loads(row[11]), input_tokens=row[12],
+        output_tokens=row[13], model_requests=row[14], remembered=_loads(row[15]),
+        steps=row[16], owner=row[17], lease_until=row[18], events=_loads(row[19]),
+        agent_ref=row[20],
+    )
+
+
+def _call_row(c: CallRecord) -> tuple[Any, ...]:
+    return (c.id, c.run_id, c.call_id, c.turn, c.index, c.model_name, c.tool, c.arguments,
+            c.arguments_digest, _dumps(c.performed_arguments), _dumps(c.actions),
+            _dumps(c.verdict), _dumps(c.decision), c.decided_by, c.status.value,
+            _dumps(c.result), c.disposition, c.error, _dumps(c.answers), c.pending_id,
+            c.started_at, c.ended_at, _dumps(c.provenance))
+
+
+def _call_from(row: tuple[Any, ...]) -> CallRecord:
+    return CallRecord(
+        id=row[0], run_id=row[1], call_id=row[2], turn=row[3], index=row[4], model_name=row[5],
+        tool=row[6], arguments=row[7], arguments_digest=row[8],
+        performed_arguments=_loads(row[9]), actions=_loads(row[10]), verdict=_loads(row[11]),
+        decision=_loads(row[12]), decided_by=row[13], status=CallStatus(row[14]),
+        result=_loads(row[15]), disposition=row[16], error=row[17], answers=_loads(row[18]),
+        pending_id=row[19], started_at=row[20], ended_at=row[21], provenance=_loads(row[22]),
+    )
+
+
+def _pending_row(p: PendingItem) -> tuple[Any, ...]:
+    return (p.id, p.kind, p.run_id, p.call_record, p.agent, p.tool, _dumps(p.payload),
+            p.created_at, p.state, _dumps(p.decision), p.decided_by, p.decided_at)
+
+
+def _pending_from(row: tuple[Any, ...]) -> PendingItem:
+    return PendingItem(
+        id=row[0], kind=row[1], run_id=row[2], call_record=row[3], agent=row[4], tool=row[5],
+        payload=_loads(row[6]), created_at=row[7], state=row[8], decision=_loads(row[9]),
+        decided_by=row[10], decided_at=row[11],
+    )
+
+
+def _import_driver() -> tuple[Any, Any]:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as exc:
+        raise ConfigError(
+            "the PostgreSQL store needs psycopg 3 and psycopg-pool: "
+            "pip install 'handrail[postgres]'"
+        ) from exc
+    return psycopg, psycopg_pool
+
+
+def map_psycopg_error(url: str, exc: BaseException) -> BaseException:
+    """The handrail exception for a psycopg failure (the one map at this boundary).
+
+    Every psycopg error (connection refused, authentication, a query failing, a pool timeout)
+    becomes a `StoreError` naming the store; anything else is returned unchanged.
+    """
+    driver, psycopg_pool = _import_driver()
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        return StoreError(f"no connection to the PostgreSQL store {url} in time: {exc}")
+    if isinstance(exc, driver.OperationalError):
+        return StoreError(f"cannot reach the PostgreSQL store {url}: {exc}")
+    if isinstance(exc, driver.Error):
+        return StoreError(f"the PostgreSQL store {url} failed: {exc}")
+    return exc
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password (for messages)."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not at or ":" not in creds:
+        return url
+    return f"{scheme}{sep}{creds.partition(':')[0]}:***@{host}"
+
+
+_CAS_ERRORS = (AlreadyDecided, NotFound, ResumeRefused)
+
+
+class _Op:
+    """One queued write: a coroutine function of a connection, and who waits for it."""
+
+    __slots__ = ("cas", "fn", "future", "waited")
+
+    def __init__(self, fn: Callable[[Any], Awaitable[Any]], future: asyncio.Future[Any],
+                 cas: bool, waited: bool) -> None:
+        self.fn = fn
+        self.future = future
+        self.cas = cas
+        """A compare-and-swap (decide, claim): runs in a savepoint, may fail alone."""
+        self.waited = waited
+        """Someone awaits its outcome (False: `write(wait=False)`, reported to the next op)."""
+
+
+GROUP_LIMIT = 64
+"""At most this many writes per committed group."""
+
+
+class PostgresStore(Store):
+    """Runs, calls, messages and pending items in PostgreSQL, shared by many processes.
+
+    Open it with `Store.open("postgresql://user@host/db")` (or `postgres://`); the connection
+    string is libpq's (query parameters such as `?host=/run/postgresql` work). The schema is
+    created or migrated at first use.
+
+    Args:
+        url: The libpq connection URL.
+        durability: `"process"` (the default): a commit is acknowledged once the server has
+            it (`synchronous_commit = off` for this store's sessions): it survives the death
+            of any client process; a crash of the database server itself may lose the last
+            fraction of a second of commits (never corrupting anything). `"fsync"`: each
+            commit waits for the server's WAL to reach its disk (the server's own
+            `synchronous_commit`, normally on); concurrent commits share those flushes.
+        max_connections: The pool's size (one writer connection plus readers).
+    """
+
+    def __init__(self, url: str, *, durability: Durability = "process",
+                 max_connections: int = 8) -> None:
+        _import_driver()
+        self.url = url
+        self.durability = durability
+        self._where = _redacted(url)
+        self._max = max(2, max_connections)
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opening: asyncio.Lock | None = None
+        self._ops: list[_Op] = []
+        self._draining = False
+        self._drainer: asyncio.Task[None] | None = None
+        self._background_error: BaseException | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------ opening
+
+    async def _ensure_open(self) -> AsyncConnectionPool[Any]:
+        if self._closed:
+            raise StoreError(f"the PostgreSQL store {self._where} is closed")
+        loop = asyncio.get_running_loop()
+        if self._pool is not None:
+            if loop is not self._loop:
+                raise StoreError(
+                    f"the PostgreSQL store {self._where} serves the event loop it was first "
+                    "used on; open one store per event loop (per anyio.run)"
+                )
+            return self._pool
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._pool is None:
+                self._pool = await self._open_pool()
+                self._loop = loop
+        return self._pool
+
+    async def _open_pool(self) -> AsyncConnectionPool[Any]:
+        driver, psycopg_pool = _import_driver()
+        try:
+            # Check and migrate the schema on one connection before any pooled one exists:
+            # a newer schema is refused before anything is written.
+            async with await driver.AsyncConnection.connect(self.url, autocommit=True) as conn:
+                await self._migrate(conn)
+            pool: AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
+                self.url, min_size=1, max_size=self._max, open=False,
+                kwargs={"autocommit": True}, name="handrail", configure=self._configure,
+            )
+            await pool.open(wait=True, timeout=30)
+        except (SchemaTooNew, StoreError):
+            raise
+        except Exception as exc:
+            raise map_psycopg_error(self._where, exc) from exc
+        return pool
+
+    async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # durability="process": a commit is acknowledged once the server has it (its WAL in
+        # the server's memory), before the WAL reaches the disk: it survives the death of this
+        # process, like the SQLite store's "process" level. "fsync": the commit waits for the
+        # server's WAL flush (the server's own setting; normally on).
+        if self.durability == "process":
+            await conn.execute("SET synchronous_commit = off")
+
+    async def _migrate(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        async with conn.transaction():
+            # Concurrent first opens (four workers starting together) migrate one at a time.
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            exists = (await (await conn.execute(
+                "SELECT to_regclass('handrail_migrations') IS NOT NULL")).fetchone() or (False,))[0]
+            done: set[str] = set()
+            if exists:
+                rows = await (await conn.execute("SELECT name FROM handrail_migrations")).fetchall()
+                done = {r[0] for r in rows}
+            newer = done - {name for name, _ in MIGRATIONS}
+            if newer:
+                raise SchemaTooNew(
+                    f"the PostgreSQL store {self._where} was migrated by a newer handrail "
+                    f"(schema version {len(done)}, migrations {sorted(newer)} unknown here; "
+                    f"this handrail knows version {SCHEMA_VERSION}); upgrade handrail to use it. "
+                    "Nothing was written."
+                )
+            if len(done) == len(MIGRATIONS):
+                return  # current: opening writes nothing
+            if not exists:
+                await conn.execute(
+                    "CREATE TABLE handrail_migrations (id INTEGER PRIMARY KEY, "
+                    "name TEXT NOT NULL UNIQUE, applied_at DOUBLE PRECISION NOT NULL)"
+                )
+            for number, (name, sql) in enumerate(MIGRATIONS, start=1):
+                if name in done:
+                    continue
+                for statement in sql.split(";"):
+                    if statement.strip():
+                        await conn.execute(statement.encode())
+                await conn.execute(
+                    "INSERT INTO handrail_migrations VALUES (%s, %s, %s)",
+                    (number, name, time.time()),
+                )
+
+    async def schema_version(self) -> int:
+        """How many migrations the database has run (this handrail writes `SCHEMA_VERSION`)."""
+        row = await self._read_one("SELECT count(*) FROM handrail_migrations", ())
+        return int(row[0]) if row else 0
+
+    # ------------------------------------------------------------ the writer
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"the PostgreSQL store {self._where} is closed")
+        error = self._background_error
+        if error is not None:
+            # A failed write(wait=False) surfaces at the next operation, never silently.
+            self._background_error = None
+            raise StoreError(f"an earlier write to {self._where} failed: {error}") from error
+
+    async def _enqueue(self, fn: Callable[[Any], Awaitable[T]], *, cas: bool = False,
+                       wait: bool = True) -> T | None:
+        self._check_open()
+        await self._ensure_open()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        # Mark every outcome retrieved: a waiter cancelled while its write commits must not
+        # leave "exception never retrieved" behind.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._ops.append(_Op(fn, future, cas, wait))
+        if not self._draining:
+            self._draining = True
+            self._drainer = loop.create_task(self._drain())
+        if not wait:
+            return None
+        # The write commits whether or not this waiter stays (it is in the queue already).
+        result: T = await asyncio.shield(future)
+        return result
+
+    async def _drain(self) -> None:
+        """Commit queued writes group by group until the queue is empty."""
+        try:
+            while self._ops:
+                ops, self._ops = self._ops[:GROUP_LIMIT], self._ops[GROUP_LIMIT:]
+                await self._commit(ops)
+        finally:
+            self._draining = False
+
+    async def _commit(self, ops: list[_Op]) -> None:
+        pool = self._pool
+        assert pool is not None
+        try:
+            outcomes = await self._commit_group(pool, ops)
+        except Exception as exc:  # the group failed: retry each write alone
+            if len(ops) == 1:
+                self._settle(ops[0], False, map_psycopg_error(self._where, exc))
+                return
+            for op in ops:
+                try:
+                    (outcome,) = await self._commit_group(pool, [op])
+                except Exception as one:
+                    outcome = (False, map_psycopg_error(self._where, one))
+                self._settle(op, *outcome)
+            return
+        for op, (ok, value) in zip(ops, outcomes, strict=True):
+            self._settle(op, ok, value)
+
+    async def _commit_group(self, pool: AsyncConnectionPool[Any], ops: list[_Op]
+                            ) -> list[tuple[bool, Any]]:
+        outcomes: list[tuple[bool, Any]] = []
+        # Pipeline mode: the group's statements go out without waiting for each reply (one
+        # round trip per group, not per statement); a compare-and-swap reads its own reply.
+        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
+            for op in ops:
+                if not op.cas:
+                    outcomes.append((True, await op.fn(conn)))
+                    continue
+                try:
+                    async with conn.transaction():  # a savepoint: a lost CAS fails alone
+                        outcomes.append((True, await op.fn(conn)))
+                except _CAS_ERRORS as exc:
+                    outcomes.append((False, exc))
+        return outcomes
+
+    def _settle(self, op: _Op, ok: bool, value: Any) -> None:
+        if op.future.done():
+            return
+        if ok:
+            op.future.set_result(value)
+        else:
+            if not op.future.get_loop().is_closed() and isinstance(value, BaseException):
+                op.future.set_exception(value)
+            if not op.waited:
+                # Nobody waits for this write: its failure is raised by the next operation.
+                self._background_error = value
+
+    async def _barrier(self) -> None:
+        """Wait until every write issued before this call has committed."""
+        if self._ops:
+            last = self._ops[-1].future
+        elif self._draining and self._drainer is not None:
+            await asyncio.shield(self._drainer)
+            return
+        else:
+            return
+        try:
+            await asyncio.shield(last)
+        except Exception:  # its waiter (or the next operation) reports it
+            pass
+
+    # ------------------------------------------------------------ reads
+
+    async def _read(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        self._check_open()
+        pool = await self._ensure_open()
+        await self._barrier()
+        self._check_open()  # a write queued before this read failed: say so, not read past it
+        try:
+            async with pool.connection() as conn:
+                cur = await conn.execute(sql, params)
+                rows: list[tuple[Any, ...]] = await cur.fetchall()
+                return rows
+        except Exception as exc:
+            raise map_psycopg_error(self._where, exc) from exc
+
+    async def _read_one(self, sql: str, params: Any) -> tuple[Any, ...] | None:
+        rows = await self._read(sql, params)
+        return rows[0] if rows else None
+
+    # ------------------------------------------------------------ the contract
+
+    async def write(self, batch: Batch, *, wait: bool = True) -> None:
+        if batch.run is not None:
+            check_run_record(batch.run)
+        # Rows are built now: the caller may change its records as soon as this returns.
+        run_row = None if batch.run is None else _run_row(batch.run, _dumps(batch.run.policy))
+        messages = [(r, s, _ENCODE(m)) for r, s, m in batch.messages]
+        calls = [_call_row(c) for c in batch.calls]
+        pending = [_pending_row(p) for p in batch.pending]
+
+        async def apply(conn: psycopg.AsyncConnection[Any]) -> None:
+            cur = conn.cursor()
+            if run_row is not None:
+                await cur.execute(_RUN_UPSERT, run_row)
+            if messages:
+                await cur.executemany(_MESSAGE_UPSERT, messages)
+            if calls:
+                await cur.executemany(_CALL_UPSERT, calls)
+            if pending:
+                await cur.executemany(_PENDING_UPSERT, pending)
+
+        await self._enqueue(apply, wait=wait)
+
+    async def flush(self) -> None:
+        if self._pool is not None:
+            await self._barrier()
+        self._check_open()
+
+    async def run(self, run_id: str) -> RunRecord:
+        row = await self._read_one(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s", (run_id,))
+        if row is None:
+            raise NotFound(f"no run {run_id!r} in {self._where}")
+        return _run_from(row)
+
+    async def runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
+        if status is None:
+            rows = await self._read(
+                f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at DESC LIMIT %s", (limit,))
+        else:
+            rows = await self._read(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = %s ORDER BY created_at DESC "
+                "LIMIT %s", (status.value, limit))
+        return [_run_from(r) for r in rows]
+
+    async def messages(self, run_id: str) -> list[dict[str, Any]]:
+        rows = await self._read("SELECT data FROM messages WHERE run_id = %s ORDER BY seq",
+                                (run_id,))
+        return [json.loads(r[0]) for r in rows]
+
+    async def calls(self, run_id: str) -> list[CallRecord]:
+        rows = await self._read(
+            f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = %s ORDER BY turn, idx", (run_id,))
+        return [_call_from(r) for r in rows]
+
+    async def call(self, record_id: str) -> CallRecord:
+        row = await self._read_one(f"SELECT {_CALL_COLUMNS} FROM calls WHERE id = %s",
+                                   (record_id,))
+        if row is None:
+            raise NotFound(f"no call {record_id!r} in {self._where}")
+        return _call_from(row)
+
+    async def pending(
+        self,
+        kind: str | None = None,
+        agent: str | None = None,
+        tool: str | None = None,
+        older_than: float | dt.timedelta | None = None,
+    ) -> list[PendingItem]:
+        where: list[str] = ["state = 'open'"]
+        params: list[Any] = []
+        for column, value in (("kind", kind), ("agent", agent), ("tool", tool)):
+            if value is not None:
+                where.append(f"{column} = %s")
+                params.append(value)
+        bound = cutoff(older_than)
+        if bound is not None:
+            where.append("created_at <= %s")
+            params.append(bound)
+        rows = await self._read(
+            f"SELECT {_PENDING_COLUMNS} FROM pending WHERE {' AND '.join(where)} "
+            "ORDER BY created_at, id", params)
+        return [_pending_from(r) for r in rows]
+
+    async def pending_item(self, item_id: str) -> PendingItem:
+        row = await self._read_one(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = %s",
+                                   (item_id,))
+        if row is None:
+            raise NotFound(f"no pending item {item_id!r} in {self._where}")
+        return _pending_from(row)
+
+    async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str, *,
+                     payload: dict[str, Any] | None = None) -> PendingItem:
+        decision_json, payload_json = _dumps(decision), _dumps(payload)
+        where = self._where
+
+        async def cas(conn: psycopg.AsyncConnection[Any]) -> PendingItem:
+            # One conditional UPDATE: the row lock makes a concurrent second UPDATE wait, then
+            # re-check `state = 'open'` and change nothing.
+            cur = await conn.execute(
+                f"UPDATE pending SET state = 'decided', decision = %s, decided_by = %s, "
+                f"decided_at = {_NOW}, payload = COALESCE(%s, payload) "
+                f"WHERE id = %s AND state = 'open' RETURNING {_PENDING_COLUMNS}",
+                (decision_json, decided_by, payload_json, item_id),
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                decided = _pending_from(row)
+                # In the same transaction a paused run moves on: READY when nothing else of it
+                # is open, else the status of its oldest open item (see the Store contract).
+                cur = await conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s FOR UPDATE",
+                    (decided.run_id,))
+                run_row = await cur.fetchone()
+                if run_row is not None:
+                    cur = await conn.execute(
+                        f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = %s AND "
+                        "state = 'open'", (decided.run_id,))
+                    still_open = [_pending_from(r) for r in await cur.fetchall()]
+                    moved = status_after_decision(_run_from(run_row), still_open)
+                    if moved is not None:
+                        await conn.execute(
+                            "UPDATE runs SET status = %s, outcome = %s, updated_at = %s "
+                            "WHERE id = %s", (moved.status.value, _dumps(moved.outcome),
+                                              moved.updated_at, moved.id))
+                await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, row[2]))
+                return decided
+            cur = await conn.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = %s", (item_id,))
+            found = await cur.fetchone()
+            if found is None:
+                raise NotFound(f"no pending item {item_id!r} in {where}")
+            item = _pending_from(found)
+            raise AlreadyDecided(f"{item.kind} {item_id} was already decided by {item.decided_by}")
+
+        result = await self._enqueue(cas, cas=True)
+        assert result is not None
+        return result
+
+    async def claim(self, run_id: str, owner: str) -> RunRecord:
+        lease = self.lease_seconds
+        where = self._where
+
+        async def cas(conn: psycopg.AsyncConnection[Any]) -> RunRecord:
+            cur = await conn.execute(
+                f"SELECT {_RUN_COLUMNS}, {_NOW} FROM runs WHERE id = %s FOR UPDATE", (run_id,))
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFound(f"no run {run_id!r} in {where}")
+            check_claimable(_run_from(row), row[21])
+            cur = await conn.execute(
+                f"UPDATE runs SET status = 'running', owner = %s, lease_until = {_NOW} + %s, "
+                f"updated_at = {_NOW}, outcome = NULL WHERE id = %s RETURNING {_RUN_COLUMNS}",
+                (owner, lease, run_id),
+            )
+            updated = await cur.fetchone()
+            assert updated is not None
+            return _run_from(updated)
+
+        result = await self._enqueue(cas, cas=True)
+        assert result is not None
+        return result
+
+    # ------------------------------------------------------------ for workers
+
+    async def claim_ready(self, owner: str, limit: int = 1,
+                          exclude: frozenset[str] = frozenset(), *,
+                          orphans: bool = True) -> list[RunRecord]:
+        """Hold up to `limit` runs that are ready to continue, for `owner` to resume.
+
+        Ready: nobody holds it (no owner, or a lease lapsed on the database's clock, or an
+        owner that was a process of this machine and is gone) and it is either paused with
+        every pending item it waits on decided, or RUNNING (its driver died). Candidates are
+        locked with `FOR UPDATE SKIP LOCKED`, so concurrent workers take disjoint runs without
+        waiting on each other. A held run keeps its status; it gets `owner` and a fresh lease,
+        which keeps every other worker off it until `owner` resumes it (`claim`, then the
+        runner's heartbeat renews the lease) or releases it (`release`).
+
+        With `orphans=False` the look for runs of dead processes of this machine (one more
+        query) is skipped: their leases still lapse.
+        """
+        lease = self.lease_seconds
+        # Runs held by a process of this machine that is gone (a SIGKILLed worker): known dead
+        # now, no need to wait for the lease.
+        local = [] if not orphans else await self._read(
+            "SELECT id, owner FROM runs WHERE owner LIKE %s AND status NOT IN "
+            "('completed', 'failed')",
+            (socket.gethostname().replace("%", r"\%").replace("_", r"\_") + ":%",))
+        # Never this process's own: a run this process drives is not an orphan, even in the
+        # moment between `claim` and its runner registering in ACTIVE_OWNERS (taking it then
+        # would resume it twice, here).
+        me = f":{os.getpid()}:"
+        dead = [run_id for run_id, holder in local
+                if me not in holder and not is_owner_alive(holder)]
+
+        async def take(conn: psycopg.AsyncConnection[Any]) -> list[RunRecord]:
+            cur = await conn.execute(
+                f"SELECT {_RUN_COLUMNS}, {_NOW} FROM runs r WHERE ({READY_WHERE} "
+                "OR (r.id = ANY(%s) AND r.status NOT IN ('completed', 'failed'))) "
+                "AND NOT (r.id = ANY(%s)) ORDER BY r.updated_at LIMIT %s "
+                "FOR UPDATE SKIP LOCKED",
+                (dead, list(exclude), limit * 2 + 8),
+            )
+            taken: list[str] = []
+            for row in await cur.fetchall():
+                run = _run_from(row)
+                if run.status is RunStatus.RUNNING and run.owner is not None:
+                    try:
+                        check_claimable(run, row[21])
+                    except ResumeRefused:
+                        continue
+                elif run.owner is not None and run.lease_until >= row[21] and \
+                        is_owner_alive(run.owner):
+                    continue
+                taken.append(run.id)
+                if len(taken) == limit:
+                    break
+            if not taken:
+                return []
+            cur = await conn.execute(
+                f"UPDATE runs SET owner = %s, lease_until = {_NOW} + %s "
+                f"WHERE id = ANY(%s) RETURNING {_RUN_COLUMNS}",
+                (owner, lease, taken),
+            )
+            return [_run_from(r) for r in await cur.fetchall()]
+
+        result = await self._enqueue(take, cas=True)
+        return result or []
+
+    async def ready_count(self) -> int:
+        """How many runs are ready to continue now (see `claim_ready`)."""
+        row = await self._read_one(f"SELECT count(*) FROM runs r WHERE {READY_WHERE}", ())
+        return int(row[0]) if row else 0
+
+    async def release(self, run_id: str, owner: str) -> bool:
+        """Give a held run back (no owner, no lease) if `owner` still holds it."""
+
+        async def give(conn: psycopg.AsyncConnection[Any]) -> bool:
+            cur = await conn.execute(
+                "UPDATE runs SET lease_until = 0, owner = NULL WHERE id = %s AND owner = %s "
+                "RETURNING id", (run_id, owner))
+            if await cur.fetchone() is None:
+                return False
+            await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, run_id))
+            return True
+
+        return bool(await self._enqueue(give, cas=True))
+
+    async def listen(self) -> psycopg.AsyncConnection[Any]:
+        """A dedicated connection LISTENing on `NOTIFY_CHANNEL` (the caller closes it)."""
+        driver, _ = _import_driver()
+        await self._ensure_open()
+        try:
+            conn: psycopg.AsyncConnection[Any] = await driver.AsyncConnection.connect(
+                self.url, autocommit=True)
+            await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        except Exception as exc:
+            raise map_psycopg_error(self._where, exc) from exc
+        return conn
+
+    async def close(self) -> None:
+        """Commit what is queued, then close the pool."""
+        if self._closed:
+            return
+        try:
+            if self._pool is not None:
+                await self._barrier()
+        finally:
+            self._closed = True
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                await pool.close()
+        error = self._background_error
+        if error is not None:
+            self._background_error = None
+            raise StoreError(f"an earlier write to {self._where} failed: {error}") from error

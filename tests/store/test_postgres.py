@@ -1,0 +1,239 @@
+"""PostgreSQL specifics: migrations and schema version, the database's clock for leases,
+ready runs taken with SKIP LOCKED, NOTIFY on decisions, and the psycopg error map."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import psycopg_pool
+import pytest
+
+from handrail.errors import SchemaTooNew, StoreError
+from handrail.store import Batch, PendingItem, RunRecord, RunStatus, Store, _postgres
+from handrail.store._postgres import SCHEMA_VERSION, PostgresStore, map_psycopg_error
+
+pytestmark = pytest.mark.anyio
+
+
+def _tables(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+                            "ORDER BY tablename").fetchall()
+    return [r[0] for r in rows]
+
+
+async def test_an_empty_database_is_migrated_and_reopening_writes_nothing(pg_url: str) -> None:
+    async with Store.open(pg_url) as store:
+        assert isinstance(store, PostgresStore)
+        assert await store.schema_version() == SCHEMA_VERSION
+    assert _tables(pg_url) == ["calls", "handrail_migrations", "messages", "pending", "runs"]
+    with psycopg.connect(pg_url) as conn:
+        before = conn.execute("SELECT xmin::text, * FROM handrail_migrations").fetchall()
+    async with Store.open(pg_url) as store:
+        await store.runs()
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT xmin::text, * FROM handrail_migrations").fetchall() == before
+
+
+async def test_a_newer_schema_is_refused_and_never_written_to(pg_url: str) -> None:
+    async with Store.open(pg_url) as store:
+        await store.runs()
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("INSERT INTO handrail_migrations VALUES (99, '0099_future', 0)")
+    store = Store.open(pg_url)
+    with pytest.raises(SchemaTooNew, match=r"0099_future.*upgrade handrail"):
+        await store.write(Batch(run=RunRecord(id="r1", task="t", created_at=time.time())))
+    await store.close()
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM handrail_migrations").fetchone() == (
+            SCHEMA_VERSION + 1,)
+
+
+async def test_a_writer_whose_clock_runs_ahead_holds_a_run_only_for_its_lease(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Ahead:
+        """A machine whose clock is an hour ahead of the database's."""
+
+        @staticmethod
+        def time() -> float:
+            return time.time() + 3600
+
+    async with Store.open(pg_url) as store:
+        monkeypatch.setattr(_postgres, "time", Ahead)
+        # What a runner on that machine writes: its own now + a 30 s lease.
+        await store.write(Batch(run=RunRecord(
+            id="r1", task="t", created_at=0, owner="elsewhere:1:x",
+            lease_until=Ahead.time() + 30)))
+        await store.write(Batch(run=RunRecord(
+            id="r2", task="t", created_at=0, owner="elsewhere:1:x",
+            lease_until=Ahead.time() - 1)))
+        monkeypatch.undo()
+        run = await store.run("r1")
+        # Stored on the database's clock: 30 s from now, not an hour and 30 s.
+        assert time.time() + 20 < run.lease_until < time.time() + 40
+        # Its lapsed lease is lapsed for everyone.
+        assert (await store.claim("r2", "me")).owner == "me"
+
+
+def _paused(run_id: str, **kw: Any) -> RunRecord:
+    return RunRecord(id=run_id, task="t", created_at=time.time(),
+                     status=RunStatus.AWAITING_APPROVAL,
+                     outcome={"kind": "awaiting_approval", "request_id": f"{run_id}-p"}, **kw)
+
+
+def _item(item_id: str, run_id: str, state: str = "decided") -> PendingItem:
+    return PendingItem(id=item_id, kind="approval", run_id=run_id, call_record=f"{run_id}:c",
+                       created_at=time.time(), state=state,
+                       decision={"kind": "approve"} if state == "decided" else None)
+
+
+async def test_only_runs_ready_to_continue_are_taken(pg_url: str) -> None:
+    async with Store.open(pg_url) as store:
+        assert isinstance(store, PostgresStore)
+        await store.write(Batch(run=_paused("decided"), pending=[_item("p1", "decided")]))
+        await store.write(Batch(run=_paused("open"), pending=[_item("p2", "open", "open")]))
+        await store.write(Batch(run=_paused("half"), pending=[
+            _item("p3", "half"), _item("p4", "half", "open")]))
+        await store.write(Batch(run=RunRecord(id="done", task="t", created_at=0,
+                                              status=RunStatus.COMPLETED,
+                                              outcome={"kind": "completed", "output": "x"})))
+        await store.write(Batch(run=RunRecord(id="ready", task="t", created_at=0,
+                                              status=RunStatus.READY)))
+        await store.write(Batch(run=RunRecord(id="live", task="t", created_at=0,
+                                              owner="elsewhere:1:x",
+                                              lease_until=time.time() + 60)))
+        await store.write(Batch(run=RunRecord(id="lapsed", task="t", created_at=0,
+                                              owner="elsewhere:1:x",
+                                              lease_until=time.time() - 1)))
+        assert await store.ready_count() == 3
+        taken = await store.claim_ready("w1", limit=10)
+        assert sorted(r.id for r in taken) == ["decided", "lapsed", "ready"]
+        assert all(r.owner == "w1" for r in taken)
+        # Held: nobody else takes them while the lease lives; released, they are ready again.
+        assert await store.claim_ready("w2", limit=10) == []
+        assert await store.release("decided", "w1")
+        assert not await store.release("decided", "w1")
+        assert [r.id for r in await store.claim_ready("w2", limit=10)] == ["decided"]
+        # Deciding the last open item makes a run ready.
+        await store.decide("p4", {"kind": "approve"}, "me")
+        assert [r.id for r in await store.claim_ready("w3", limit=10)] == ["half"]
+
+
+async def test_concurrent_workers_take_disjoint_runs(pg_url: str) -> None:
+    async with Store.open(pg_url) as setup:
+        for i in range(40):
+            await setup.write(Batch(run=_paused(f"r{i}"), pending=[_item(f"p{i}", f"r{i}")]))
+    stores = [Store.open(pg_url) for _ in range(4)]
+    taken: dict[str, list[str]] = {f"w{i}": [] for i in range(4)}
+
+    async def work(store: Any, owner: str) -> None:
+        while runs := await store.claim_ready(owner, limit=3):
+            taken[owner].extend(r.id for r in runs)
+
+    async with anyio.create_task_group() as tg:
+        for i, store in enumerate(stores):
+            tg.start_soon(work, store, f"w{i}")
+    for store in stores:
+        await store.close()
+    every = [run_id for ids in taken.values() for run_id in ids]
+    assert sorted(every) == sorted(f"r{i}" for i in range(40))  # each once, none lost
+
+
+async def test_a_decision_is_announced_to_listeners(pg_url: str) -> None:
+    async with Store.open(pg_url) as store:
+        assert isinstance(store, PostgresStore)
+        await store.write(Batch(run=_paused("r1"), pending=[_item("p1", "r1", "open")]))
+        conn = await store.listen()
+        try:
+            await store.decide("p1", {"kind": "approve"}, "me")
+            with anyio.fail_after(10):
+                async for note in conn.notifies():
+                    assert (note.channel, note.payload) == ("handrail_ready", "r1")
+                    break
+        finally:
+            await conn.close()
+
+
+async def test_an_unreachable_server_is_a_clear_store_error(tmp_path: Path) -> None:
+    store = Store.open(f"postgresql://nobody@/db?host={tmp_path}&port=1&connect_timeout=2")
+    with pytest.raises(StoreError, match="cannot reach the PostgreSQL store"):
+        await store.runs()
+    await store.close()
+
+
+def test_the_psycopg_error_map_is_complete() -> None:
+    # Every psycopg error class, and the pool's timeout, becomes a StoreError.
+    def subclasses(cls: type) -> set[type]:
+        found = {cls}
+        for sub in cls.__subclasses__():
+            found |= subclasses(sub)
+        return found
+
+    for cls in subclasses(psycopg.Error):
+        try:
+            exc = cls("boom")
+        except TypeError:
+            continue
+        assert isinstance(map_psycopg_error("u", exc), StoreError), cls
+    assert isinstance(map_psycopg_error("u", psycopg_pool.PoolTimeout("t")), StoreError)
+    other = ValueError("not a driver error")
+    assert map_psycopg_error("u", other) is other
+
+
+def test_a_store_serves_the_event_loop_it_was_first_used_on(pg_url: str) -> None:
+    store = Store.open(pg_url)
+
+    async def use() -> None:
+        await store.runs()
+
+    anyio.run(use)
+    with pytest.raises(StoreError, match="one store per event loop"):
+        anyio.run(use)
+
+
+async def test_a_password_never_appears_in_messages() -> None:
+    store = Store.open("postgresql://u:s3cret@127.0.0.1:1/db?connect_timeout=2")
+    with pytest.raises(StoreError) as info:
+        await store.runs()
+    assert "s3cret" not in str(info.value)
+    await store.close()
+
+
+def test_the_example_of_docs_postgres_runs(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "postgres.md"
+    blocks = re.findall(r"```python\n(.*?)```", docs.read_text(), flags=re.S)
+    assert blocks
+    monkeypatch.setenv("HANDRAIL_STORE", pg_url)
+    for block in blocks:
+        exec(compile(block, str(docs), "exec"), {"__name__": "docs_postgres"})
+
+
+async def test_a_failing_write_fails_alone_and_is_reported_once(pg_url: str) -> None:
+    async with Store.open(pg_url) as store:
+        good = Batch(run=RunRecord(id="r1", task="t", created_at=0))
+        bad = Batch(messages=[("no-such-run", 0, {"k": 1})])  # a foreign key refuses it
+        outcomes: dict[str, BaseException | None] = {}
+
+        async def write(name: str, batch: Batch) -> None:
+            try:
+                await store.write(batch)
+                outcomes[name] = None
+            except StoreError as exc:
+                outcomes[name] = exc
+
+        async with anyio.create_task_group() as tg:  # one group: both queued together
+            tg.start_soon(write, "bad", bad)
+            tg.start_soon(write, "good", good)
+        assert outcomes["good"] is None and isinstance(outcomes["bad"], StoreError)
+        assert (await store.run("r1")).id == "r1"  # the waiter was told; nobody else is
+        await store.write(bad, wait=False)
+        with pytest.raises(StoreError, match="earlier write"):
+            await store.runs()
+        assert [r.id for r in await store.runs()] == ["r1"]
