@@ -72,6 +72,11 @@ class Request:
     """Every action of the call that needs approval (the first is `act`/`target`)."""
     verdict_reason: str = ""
     """Why the policy asked (`rule ask write 'src/**' in layer 'app'`), for the operator."""
+    held: str | None = None
+    """The tool control's reason when it held this call for a person (see docs/control.md);
+    None when only the policy asked. Such a request is decided by a person through the
+    pending item (`handrail approve`, the inbox, `resume_with_decision`), never by the
+    agent's approver."""
     kind: Literal["request"] = field(default="request", init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -104,6 +109,8 @@ class Request:
             "workspace": self.workspace,
             "actions": [action_to_dict(a) for a in self.actions],
             "verdict_reason": self.verdict_reason,
+            # Only when held: requests persisted before the tool control keep their form.
+            **({"held": self.held} if self.held is not None else {}),
         }
 
     @classmethod
@@ -117,7 +124,7 @@ class Request:
         if data.pop("kind", "request") != "request":
             raise UserError(f"not a request: kind {data.get('kind')!r}")
         known = {"id", "act", "target", "content", "tool", "arguments", "call_id", "agent",
-                 "run_id", "workspace", "actions", "verdict_reason"}
+                 "run_id", "workspace", "actions", "verdict_reason", "held"}
         unknown = set(data) - known
         if unknown:
             raise UserError(f"unknown request key(s): {sorted(unknown)}")
@@ -135,6 +142,7 @@ class Request:
                 workspace=data.get("workspace"),
                 actions=tuple(action_from_dict(a) for a in data.get("actions", ())),
                 verdict_reason=data.get("verdict_reason", ""),
+                held=data.get("held"),
             )
         except KeyError as exc:
             raise UserError(f"a persisted request lacks the key {exc.args[0]!r}") from None

@@ -16,6 +16,7 @@ from handrail.runs._agent import (
     resume_with_recovery_sync,
 )
 from handrail.runs._decisions import record_decision, wrong_kind
+from handrail.runs._handle import RunHandle
 from handrail.runs._outcome import (
     AwaitingAnswer,
     AwaitingApproval,
@@ -39,6 +40,7 @@ __all__ = [
     "Failed",
     "Recovery",
     "RunEvent",
+    "RunHandle",
     "RunOutcome",
     "RunResult",
     "check_resumable",
