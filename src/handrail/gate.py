@@ -483,10 +483,12 @@ class Gate:
 
         try:
             await self._act_all(states, act)
-        except BaseException:
-            # Cancelled, Ctrl-C, or a failure elsewhere: every call that has no result yet
-            # gets one, so the turn never leaves a call unanswered (see `settle_interrupted`).
-            self.interrupted = self._settled(states)
+        except BaseException as exc:
+            # Cancelled or Ctrl-C: every call that has no result yet gets one, so the turn
+            # never leaves a call unanswered (see `settle_interrupted`). An error (a broken
+            # approver, the store) is not a stop: the run is left as it is, to be resumed.
+            if _is_interrupt(exc):
+                self.interrupted = self._settled(states)
             raise
         return self._turn_result(states)
 
@@ -502,7 +504,8 @@ class Gate:
     def _settled(self, states: list[_Call]) -> TurnResult:
         for state in states:
             if state.result is None and state.outcome is None:
-                settle_interrupted(state)
+                settle_interrupted(state, idempotent=state.impl is not None
+                                   and self._spec(state.impl).idempotent)
         return self._turn_result(states)
 
     async def _act_all(self, states: list[_Call], act: Any) -> None:
@@ -1069,20 +1072,29 @@ INTERRUPTED_IN_DOUBT = ("Interrupted: the run was stopped while this call was ru
 """The result of a call an interruption cut off mid-way (in doubt: recovery on resume)."""
 
 
-def settle_interrupted(state: _Call) -> None:
+def settle_interrupted(state: _Call, *, idempotent: bool) -> None:
     """Give a call an interruption reached its result: not sent, or in doubt if it began.
 
     An in-doubt call keeps its arguments and goes to an operator's recovery when the run is
-    resumed (its record says IN_DOUBT and no recovery item exists yet).
+    resumed (its record says IN_DOUBT and no recovery item exists yet); an idempotent one
+    stays STARTED and is retried on resume, as after a crash.
     """
     if state.began:
         state.result = ToolResult.error(INTERRUPTED_IN_DOUBT)
-        update(state.record, status=CallStatus.IN_DOUBT, result=state.result.to_dict(),
+        status = CallStatus.STARTED if idempotent else CallStatus.IN_DOUBT
+        update(state.record, status=status, result=state.result.to_dict(),
                disposition=Disposition.IN_DOUBT.value, error="interrupted while running",
                ended_at=time.time())
         return
     state.finish(ToolResult.error(INTERRUPTED_NOT_SENT), CallStatus.REFUSED,
                  disposition=Disposition.NOT_SENT.value, error="interrupted before it ran")
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` is a stop (a cancellation, Ctrl-C, exit), possibly grouped."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_interrupt(e) for e in exc.exceptions)
+    return isinstance(exc, anyio.get_cancelled_exc_class() | KeyboardInterrupt | SystemExit)
 
 
 def _status(state: _Call) -> CallStatus:
