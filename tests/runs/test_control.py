@@ -11,6 +11,8 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -465,3 +467,61 @@ async def test_a_command_runs_in_the_workspace(tmp_path: Path) -> None:
                 workspace=ws).run("pay", store=hr.Store.memory())
     assert Path((tmp_path / "cwd.txt").read_text().strip()) == ws.resolve()
     assert os.getcwd() != str(ws)
+
+
+# ------------------------------------------------------------------ across processes
+
+PAYER = '''
+import handrail as hr
+from pathlib import Path
+from handrail.models import Scripted, call, reply
+
+HERE = Path(__file__).resolve().parent
+
+@hr.tool(server="ledger", name="transfer")
+async def transfer(source: str, target: str, amount: int) -> str:
+    """Move money."""
+    (HERE / "paid.txt").write_text(f"{amount}")
+    return f"moved {amount}"
+
+def build(run=None):
+    model = Scripted([call("ledger/transfer", {"source": "a", "target": "b", "amount": 500}),
+                      lambda messages, tools: reply("paid: " + messages[-1].result.render_text())])
+    return hr.Agent(model, [transfer], name="payer", ref="payer:build",
+                    policy=hr.Policy.default().layer("app").allow("call", "ledger/*"),
+                    control=hr.CommandControl([str(HERE / "adjudicate.sh")], timeout=30))
+'''
+
+
+@pytest.mark.slow
+def test_a_hold_is_approved_from_the_cli_in_another_process(tmp_path: Path) -> None:
+    script(tmp_path / "adjudicate.sh", SCRIPT)
+    (tmp_path / "payer.py").write_text(PAYER)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "COLUMNS": "200"}
+    env.pop("HANDRAIL_STORE", None)
+    start = ("import anyio, handrail as hr, payer\n"
+             "async def main():\n"
+             "    async with hr.Store.open('.handrail/runs.db') as store:\n"
+             "        r = await payer.build().run('pay', store=store,"
+             " approver=hr.ApproveAll())\n"
+             "        print(r.outcome.kind, r.outcome.request_id)\n"
+             "anyio.run(main)\n")
+    started = subprocess.run([sys.executable, "-c", start], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120, env=env)
+    assert started.returncode == 0, started.stderr
+    kind, request_id = started.stdout.split()
+    assert kind == "awaiting_approval"
+    assert not (tmp_path / "paid.txt").exists()
+    pending = subprocess.run([sys.executable, "-m", "handrail.cli", "pending", "--json"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                             env=env)
+    (item,) = json.loads(pending.stdout)
+    assert item["payload"]["held"] == "500 is over the 100 limit"
+    approved = subprocess.run([sys.executable, "-m", "handrail.cli", "approve", request_id],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert "paid: moved 500" in approved.stdout
+    assert (tmp_path / "paid.txt").read_text() == "500"
+    # Asked when the call was made, and again by the process that resumed it.
+    assert len((tmp_path / "queries.log").read_text().splitlines()) == 2
