@@ -10,7 +10,7 @@ import pytest
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.mark.parametrize("name", ["tools.md", "models.md"])
+@pytest.mark.parametrize("name", ["tools.md", "models.md", "control.md"])
 def test_every_python_block_of_the_page_runs(name: str) -> None:
     text = (DOCS / name).read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
