@@ -418,12 +418,20 @@ class Gate:
                 record = CallRecord(id=f"{scope.run_id}:{call.id}", run_id=scope.run_id,
                                     call_id=call.id, turn=turn, index=index,
                                     model_name=call.name, arguments=call.arguments)
-                state = _Call(call, record)
-                await self._plan(state)
-            else:
-                state = _Call(call, record)
-                await self._reenter(state)
-            states.append(state)
+            states.append(_Call(call, record))
+        if scope.control is not None and not existing and len(states) > 1:
+            # The control is the only I/O of a plan: a new turn's calls are put to it
+            # together (their plans share nothing, nothing has acted yet).
+            async with anyio.create_task_group() as tg:
+                for state in states:
+                    tg.start_soon(self._plan, state)
+        else:
+            # In call order: a decision re-entered here can remember rules for later calls.
+            for state in states:
+                if state.call.id in existing:
+                    await self._reenter(state)
+                else:
+                    await self._plan(state)
 
         # One transaction: the turn's message, every refusal, and a STARTED mark for each call
         # about to run (so a crash mid-call is found in doubt, never silently re-run).

@@ -24,7 +24,7 @@ import pytest
 
 import handrail as hr
 from handrail.approval import CallableControl, adjudicate
-from handrail.models import Scripted, ToolResultMessage, call, reply
+from handrail.models import Scripted, ToolResultMessage, call, calls, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -525,3 +525,26 @@ def test_a_hold_is_approved_from_the_cli_in_another_process(tmp_path: Path) -> N
     assert (tmp_path / "paid.txt").read_text() == "500"
     # Asked when the call was made, and again by the process that resumed it.
     assert len((tmp_path / "queries.log").read_text().splitlines()) == 2
+
+
+async def test_a_turns_calls_are_put_to_the_control_together() -> None:
+    # Each answer waits until all three were asked: asked one after another, the first would
+    # time out (and refuse).
+    asked: list[str] = []
+    everyone = anyio.Event()
+
+    async def together(query: dict[str, Any]) -> dict[str, Any]:
+        asked.append(query["id"])
+        if len(asked) == 3:
+            everyone.set()
+        await everyone.wait()
+        return {"decision": "pass", "reason": ""}
+
+    three = calls([("ledger/balance", {"account": "alice"}),
+                   ("ledger/balance", {"account": "bob"}),
+                   ("ledger/balance", {"account": "alice"})])
+    got: list[list[ToolResultMessage]] = []
+    result = await agent([three, seen(got)], CallableControl(together, timeout=5)).run(
+        "sum", store=hr.Store.memory())
+    assert result.outcome == hr.Completed("done")
+    assert [m.result.is_error for m in got[0]] == [False, False, False]
