@@ -8,6 +8,7 @@ place.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -258,5 +259,74 @@ def test_ctrl_c_in_another_process_settles_the_turn(tmp_path: Path) -> None:
             assert len(after) == 3
             statuses = sorted(r.status.value for r in await store.calls(run.id))
             assert statuses == ["finished", "in_doubt", "in_doubt"]
+
+    anyio.run(check)
+
+
+CONTROL_SIGINT_SCRIPT = """
+import anyio, sys
+from pathlib import Path
+import handrail as hr
+from handrail.models import Scripted, call, reply
+
+here = Path(sys.argv[1])
+
+@hr.tool(server="t", mutates=False)
+async def quick() -> str:
+    "Quick."
+    return "quick"
+
+hang = "sleep 300 & echo $! $$ > " + str(here / "fifo") + "; exec sleep 300"
+agent = hr.Agent(Scripted([call("t/quick", {}), reply("x")]), [quick],
+                 policy=hr.Policy.default().layer("app").allow("call", "t/*"),
+                 control=hr.CommandControl(["sh", "-c", hang], timeout=300))
+
+async def main():
+    async with hr.Store.open(here / "runs.db") as store:
+        await agent.run("go", store=store)
+
+try:
+    anyio.run(main)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_control_runs_kills_its_process_group(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "agent_script.py").write_text(CONTROL_SIGINT_SCRIPT)
+    process = subprocess.Popen([sys.executable, str(tmp_path / "agent_script.py"),
+                                str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        # Opening the FIFO waits for the control to write to it: no polling.
+        with open(tmp_path / "fifo") as fifo:
+            pids = [int(p) for p in fifo.read().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert not any(_alive(p) for p in pids)
+
+    async def check() -> None:
+        async with hr.Store.open(tmp_path / "runs.db") as store:
+            (run,) = await store.runs()
+            assert run.status is hr.RunStatus.READY
+            # Stopped while planning: nothing of the turn was recorded, nothing unanswered.
+            assert await store.calls(run.id) == []
+            kinds = [m["kind"] for m in await store.messages(run.id)]
+            assert kinds == ["user"]
 
     anyio.run(check)

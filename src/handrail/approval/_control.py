@@ -29,6 +29,7 @@ import inspect
 import json
 import math
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -37,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio
-from anyio.abc import ByteReceiveStream, Process
 
 from handrail.errors import UserError
 
@@ -63,7 +63,6 @@ CONTROL_MAX_OUTPUT_BYTES = 64 * 1024
 CONTROL_MAX_REASON_CHARS = 1000
 """A reason longer than this is cut (it reaches the model and the operator's screen)."""
 _STDERR_KEPT = 2000
-_REAP_SECONDS = 5.0
 
 Decision = Literal["pass", "refuse", "hold"]
 
@@ -208,8 +207,15 @@ class CommandControl:
         data = (json.dumps(query, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
         # TODO(host): move onto the host package's process machinery once it lands; this
         # is a small spawn of its own, kept in one place.
+        #
+        # Started without an await (fork/exec is short), so no cancellation can arrive
+        # between the program starting and this function owning it: asyncio's subprocess
+        # transport, cancelled while it connects the pipes, kills only the program and then
+        # waits for pipes a child of it may hold open forever. The exchange runs in a worker
+        # thread that owns the pipes; a timeout or a cancellation abandons it and kills the
+        # whole group, which ends the thread's reads.
         try:
-            process = await anyio.open_process(
+            process = subprocess.Popen(  # noqa: ASYNC220 - see above
                 list(self.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, cwd=self.cwd,
                 start_new_session=sys.platform != "win32")
@@ -217,37 +223,20 @@ class CommandControl:
             raise ControlFailed(f"could not start {self.argv[0]!r}: "
                                 f"{exc.strerror or exc}") from None
         _LIVE.add(process)
-        out = bytearray()
-        err = bytearray()
-        too_much = False
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_feed, process, data)
-                tg.start_soon(_keep, process.stderr, err, _STDERR_KEPT)
-                assert process.stdout is not None
-                async for chunk in process.stdout:
-                    out += chunk
-                    if len(out) > self.max_output_bytes:
-                        too_much = True
-                        break
-                if too_much:
-                    _kill_group(process)
-                    tg.cancel_scope.cancel()
-                await process.wait()
+            out, err, too_much, code = await anyio.to_thread.run_sync(
+                _exchange, process, data, self.max_output_bytes, abandon_on_cancel=True)
         finally:
             # Whatever way out (an answer, a timeout, a cancellation, Ctrl-C): the program and
-            # anything it started are killed and reaped.
-            with anyio.move_on_after(_REAP_SECONDS, shield=True):
-                _kill_group(process)
-                await process.aclose()
+            # anything it started are killed (the exchange thread reaps it).
+            _kill_group(process)
             _LIVE.discard(process)
         stderr = err.decode("utf-8", "replace").strip()
         said = f" (stderr: {stderr[:500]})" if stderr else ""
         if too_much:
             raise ControlFailed(f"its output exceeds {self.max_output_bytes} bytes")
-        if process.returncode != 0:
-            code = process.returncode
-            what = (f"was killed by signal {-code}" if code is not None and code < 0
+        if code != 0:
+            what = (f"was killed by signal {-code}" if code < 0
                     else f"exited with code {code}")
             raise ControlFailed(f"it {what}{said}")
         text = out.decode("utf-8", "replace")
@@ -261,7 +250,7 @@ class CommandControl:
             raise ControlFailed(f"its output is not JSON: {lines[0][:200]!r}") from None
 
 
-_LIVE: set[Process] = set()
+_LIVE: set[subprocess.Popen[bytes]] = set()
 """The control programs running now (so an emergency stop can kill them at once)."""
 
 
@@ -271,29 +260,70 @@ def kill_running_controls() -> None:
         _kill_group(process)
 
 
-async def _feed(process: Process, data: bytes) -> None:
-    assert process.stdin is not None
-    # A program that answers without reading its stdin closes the pipe: that is fine.
-    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        await process.stdin.send(data)
-    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        await process.stdin.aclose()
+def _exchange(process: subprocess.Popen[bytes], data: bytes, limit: int
+              ) -> tuple[bytes, bytes, bool, int]:
+    """In a worker thread: write the query, read stdout and stderr to their ends, reap.
+
+    stdout is read to at most `limit` + 1 bytes (past that the group is killed); of stderr
+    only the first part is kept, but it is read to its end so the program never blocks.
+
+    Returns:
+        stdout, stderr (cut), whether stdout exceeded `limit`, the exit code.
+    """
+    assert process.stdin is not None and process.stdout is not None
+    assert process.stderr is not None
+    out = bytearray()
+    err = bytearray()
+    too_much = False
+    pending = memoryview(data)
+    streams = (process.stdin, process.stdout, process.stderr)
+    try:
+        with selectors.DefaultSelector() as selector:
+            os.set_blocking(process.stdin.fileno(), False)
+            selector.register(process.stdin, selectors.EVENT_WRITE)
+            selector.register(process.stdout, selectors.EVENT_READ)
+            selector.register(process.stderr, selectors.EVENT_READ)
+            while selector.get_map():
+                for key, _ in selector.select():
+                    stream = key.fileobj
+                    if stream is process.stdin:
+                        try:
+                            written = os.write(process.stdin.fileno(), pending)
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:
+                            # A program that answers without reading its stdin: fine.
+                            written = len(pending)
+                        pending = pending[written:]
+                        if not pending:
+                            selector.unregister(process.stdin)
+                            process.stdin.close()
+                        continue
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        selector.unregister(stream)
+                    elif stream is process.stdout:
+                        out += chunk
+                        if len(out) > limit:
+                            too_much = True
+                            _kill_group(process)
+                            return bytes(out[:limit]), bytes(err), True, process.wait()
+                    elif len(err) < _STDERR_KEPT:
+                        err += chunk[:_STDERR_KEPT - len(err)]
+        return bytes(out), bytes(err), too_much, process.wait()
+    finally:
+        for stream in streams:
+            with contextlib.suppress(OSError):
+                stream.close()
+        with contextlib.suppress(OSError):
+            process.wait()
 
 
-async def _keep(stream: ByteReceiveStream | None, kept: bytearray, limit: int) -> None:
-    if stream is None:
-        return
-    async for chunk in stream:  # read to the end so the program never blocks on stderr
-        room = limit - len(kept)
-        if room > 0:
-            kept += chunk[:room]
-
-
-def _kill_group(process: Process) -> None:
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
     if sys.platform != "win32":
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError, OSError):
         process.kill()
 
 
