@@ -5,6 +5,8 @@
 2. grant      the manifest in force must grant the tool; else declined (uniform)
 3. validate   arguments against the input schema; invalid -> InvalidArguments to the model
 4. actions    what the call touches (Action(act, target, content))
+4b. control   the tool control, when the agent has one: pass (on to 5) | refuse (not sent)
+             | hold (a person decides, like a deferral); any failure of it refuses
    taint      a protected argument seen in untrusted tool output -> the verdict below can
               be no better than ask (`taint = "deny"`: deny); see docs/taint.md
 5. policy     deny-first over all layers -> Verdict; deny -> one uniform sentence
@@ -50,7 +52,18 @@ from typing import Any, Literal
 
 import anyio
 
-from handrail.approval import Approve, Approver, Decision, Defer, Deny, Request, Responder
+from handrail.approval import (
+    Approve,
+    Approver,
+    Control,
+    ControlVerdict,
+    Decision,
+    Defer,
+    Deny,
+    Request,
+    Responder,
+    adjudicate,
+)
 from handrail.errors import (
     AlreadyDecided,
     CallCancelled,
@@ -145,6 +158,8 @@ class RunScope:
     sandbox: str = "auto"
     """How programs started by tools are confined: "auto", "required" or "off" (see
     docs/sandbox.md); reaches the tool as `ctx.sandbox`, with `ctx.policy`."""
+    control: Control | None = None
+    """The tool control asked about every granted, valid call before the policy (4b)."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -279,8 +294,11 @@ class _Call:
     __slots__ = (
         "actions",
         "answers",
+        "began",
         "call",
+        "controlled",
         "decided",
+        "held",
         "impl",
         "outcome",
         "pending",
@@ -310,6 +328,11 @@ class _Call:
         self.spent: list[PendingItem] = []  # decided items whose payload may hold contents
         self.taint: list[Taint] = []  # protected arguments seen in untrusted output
         self.trusted: list[Any] = []  # what the body vouched for with ctx.trust
+        # The tool control's verdict on the arguments with this digest: asked once per
+        # arguments within a turn (a modified approval has other arguments: asked again).
+        self.controlled: tuple[str, ControlVerdict] | None = None
+        self.held: str | None = None  # the control's reason when it holds this call
+        self.began = False  # its body was entered in this process (an interrupt: in doubt)
 
     def finish(self, result: ToolResult, status: CallStatus, *, disposition: str | None = None,
                error: str | None = None) -> None:
@@ -419,12 +442,20 @@ class Gate:
                 record = CallRecord(id=f"{scope.run_id}:{call.id}", run_id=scope.run_id,
                                     call_id=call.id, turn=turn, index=index,
                                     model_name=call.name, arguments=call.arguments)
-                state = _Call(call, record)
-                self._plan(state)
-            else:
-                state = _Call(call, record)
-                await self._reenter(state)
-            states.append(state)
+            states.append(_Call(call, record))
+        if scope.control is not None and not existing and len(states) > 1:
+            # The control is the only I/O of a plan: a new turn's calls are put to it
+            # together (their plans share nothing, nothing has acted yet).
+            async with anyio.create_task_group() as tg:
+                for state in states:
+                    tg.start_soon(self._plan, state)
+        else:
+            # In call order: a decision re-entered here can remember rules for later calls.
+            for state in states:
+                if state.call.id in existing:
+                    await self._reenter(state)
+                else:
+                    await self._plan(state)
 
         # One transaction: the turn's message, every refusal, and a STARTED mark for each call
         # about to run (so a crash mid-call is found in doubt, never silently re-run).
@@ -443,6 +474,14 @@ class Gate:
 
         async def act(state: _Call) -> None:
             if state.result is not None or state.outcome is not None:
+                return
+            if state.record.status is CallStatus.APPROVED and state.held is not None and \
+                    state.reask is None:
+                # Held by the tool control: a person decides through the pending request;
+                # the agent's approver (which may approve everything) is not asked.
+                request = self._request(state)
+                await self._decide(state, request, Decision.defer(),
+                                   decided_by="tool control")
                 return
             if state.record.status is CallStatus.APPROVED:  # ask: the approver decides now
                 reask = state.reask
@@ -468,12 +507,40 @@ class Gate:
                         won = await scope.store.pending_item(reask.id)
                         decision = Decision.from_dict(won.decision or {})
                         decided_by = won.decided_by or "operator"
-                self._decide(state, request, decision, decided_by=decided_by)
+                await self._decide(state, request, decision, decided_by=decided_by)
                 if _status(state) is CallStatus.STARTED and state.result is None:
                     await self._execute(state, persist_start=True)
             elif state.record.status is CallStatus.STARTED:
                 await self._execute(state, persist_start=False)
 
+        try:
+            await self._act_all(states, act)
+        except BaseException as exc:
+            # Cancelled or Ctrl-C: every call that has no result yet gets one, so the turn
+            # never leaves a call unanswered (see `settle_interrupted`). An error (a broken
+            # approver, the store) is not a stop: the run is left as it is, to be resumed.
+            if _is_interrupt(exc):
+                self.interrupted = self._settled(states)
+            raise
+        return self._turn_result(states)
+
+    interrupted: TurnResult | None = None
+    """The turn an interruption cut short, its calls settled; `take_interrupted` hands it to
+    the caller, which records it (shielded) before the interruption propagates."""
+
+    def take_interrupted(self) -> TurnResult | None:
+        """The settled turn of the last interruption (once), or None."""
+        settled, self.interrupted = self.interrupted, None
+        return settled
+
+    def _settled(self, states: list[_Call]) -> TurnResult:
+        for state in states:
+            if state.result is None and state.outcome is None:
+                settle_interrupted(state, idempotent=state.impl is not None
+                                   and self._spec(state.impl).idempotent)
+        return self._turn_result(states)
+
+    async def _act_all(self, states: list[_Call], act: Any) -> None:
         if len(states) == 1:
             await act(states[0])
         else:
@@ -498,6 +565,8 @@ class Gate:
                 for i in range(len(states)):
                     tg.start_soon(in_order, i)
 
+    def _turn_result(self, states: list[_Call]) -> TurnResult:
+        scope = self.scope
         pause = next((s.outcome for s in states if s.outcome is not None), None)
         results = [ToolResultMessage(s.call.id, s.call.name, s.result)
                    for s in states if s.result is not None]
@@ -514,7 +583,7 @@ class Gate:
 
     # ------------------------------------------------------ stages 1-5: plan
 
-    def _plan(self, state: _Call) -> None:
+    async def _plan(self, state: _Call) -> None:
         scope = self.scope
         call = state.call
         # 1. resolve: the exact model name, no nearest match.
@@ -536,10 +605,13 @@ class Gate:
                          disposition=Disposition.NOT_SENT.value,
                          error=f"tool '{impl.spec.id}' is not granted by the manifest")
             return
-        self._check(state, call.arguments)
+        await self._check(state, call.arguments)
 
-    def _check(self, state: _Call, arguments: Any) -> None:
-        """Stages 3-5: a refusal, or STARTED (allow), or APPROVED (ask: an approver decides)."""
+    async def _check(self, state: _Call, arguments: Any) -> None:
+        """Stages 3-5: a refusal, or STARTED (allow), or APPROVED (ask, or held).
+
+        APPROVED means an approver decides (ask), or a person does (held by the control).
+        """
         scope = self.scope
         impl = state.impl
         assert impl is not None
@@ -569,6 +641,27 @@ class Gate:
                          error=f"actions() raised {type(exc).__name__}: {exc}")
             return
         state.actions = actions
+        record = state.record
+        digest = _digest(dumped)
+        # 4b. control: it sees only granted, valid calls, and can only make things stricter.
+        state.held = None
+        controlled: ControlVerdict | None = None
+        if scope.control is not None:
+            controlled = await self._control(state, digest, dumped, actions)
+            if controlled.decision == "refuse":
+                record.arguments_digest = digest
+                record.actions = [_action_record(a) for a in actions]
+                record.verdict = {"control": controlled.to_dict()}
+                shown = (f"The tool control could not check this call, so it was refused: "
+                         f"{controlled.reason}" if controlled.failed else
+                         f"The tool control refused this call: {controlled.reason}")
+                state.finish(ToolResult.error(shown), CallStatus.REFUSED,
+                             disposition=Disposition.NOT_SENT.value,
+                             error=(controlled.reason if controlled.failed else
+                                    f"refused by the tool control: {controlled.reason}"))
+                return
+            if controlled.decision == "hold":
+                state.held = controlled.reason
         # taint: looked up before the policy, so the verdict below is final.
         protected = self._spec(impl).protected
         state.taint = scope.provenance.taint(dumped, protected) if protected else []
@@ -580,20 +673,41 @@ class Gate:
         # What the verdict was about: compared with the paths again at the moment of use.
         state.decided = decided_paths(actions, scope.workspace)
         state.verdict = verdict
-        record = state.record
-        record.arguments_digest = _digest(dumped)
+        record.arguments_digest = digest
         record.performed_arguments = dumped
         record.actions = [_action_record(a) for a in actions]
         record.verdict = verdict.to_dict()
         if state.taint:
             record.verdict["taint"] = [t.to_dict() for t in state.taint]
+        if controlled is not None:
+            record.verdict["control"] = controlled.to_dict()
         if verdict.effect is Effect.DENY:
             state.finish(ToolResult.error(PolicyDenied.MODEL_MESSAGE), CallStatus.REFUSED,
                          disposition=Disposition.NOT_SENT.value, error=verdict.reason)
-        elif verdict.effect is Effect.ASK:
+        elif verdict.effect is Effect.ASK or state.held is not None:
+            # A hold answers like an ask the agent's approver may not decide: `act` parks it.
             record.status = CallStatus.APPROVED
         else:
             record.status = CallStatus.STARTED
+
+    async def _control(self, state: _Call, digest: str, dumped: dict[str, Any],
+                       actions: Sequence[Action]) -> ControlVerdict:
+        """Stage 4b: the tool control's verdict on these exact arguments (asked once per turn).
+
+        The query holds the validated arguments and the actions (file contents as their
+        sha256 and size: the arguments carry them already).
+        """
+        scope = self.scope
+        assert scope.control is not None and state.impl is not None
+        cached = state.controlled
+        if cached is not None and cached[0] == digest:
+            return cached[1]
+        query = {"id": state.call.id, "run_id": scope.run_id, "agent": scope.agent,
+                 "tool": str(state.impl.spec.id), "input": dumped,
+                 "actions": [_action_record(a) for a in actions]}
+        verdict = await adjudicate(scope.control, query)
+        state.controlled = (digest, verdict)
+        return verdict
 
     def _released(self, state: _Call) -> list[PendingItem]:
         """The approvals a call has just acted on, kept from now on without their contents.
@@ -684,12 +798,14 @@ class Gate:
             run_id=scope.run_id,
             workspace=str(scope.workspace),
             actions=tuple(a for a, _ in asked),
-            verdict_reason=reason,
+            verdict_reason=(reason if state.held is None
+                            else f"held by the tool control: {state.held}"),
             taint=tuple(state.taint),
+            held=state.held,
         )
 
-    def _decide(self, state: _Call, request: Request | None, decision: Decision, *,
-                decided_by: str) -> None:
+    async def _decide(self, state: _Call, request: Request | None, decision: Decision, *,
+                      decided_by: str) -> None:
         """Apply an approver's decision: refuse, pause (defer), or mark the call to run."""
         update(state.record, decision=decision.to_dict(), decided_by=decided_by)
         if isinstance(decision, Deny):
@@ -706,7 +822,7 @@ class Gate:
                 arguments = state.record.performed_arguments or {}
             # Re-validated and re-checked: an approval can never carry an action across a
             # deny (one added while paused included). Ask is what this decision answered.
-            self._check(state, arguments)
+            await self._check(state, arguments)
             if state.result is None:
                 update(state.record, status=CallStatus.STARTED)
             # Remembered rules apply from the next call on: this one's record keeps the
@@ -738,6 +854,7 @@ class Gate:
             return
         if scope.before_execute is not None:
             await scope.before_execute(state.record)
+        state.began = True
         try:
             if not spec.interactions and spec.timeout is None:
                 # The common case needs no state machine: the body cannot ask.
@@ -931,12 +1048,16 @@ class Gate:
         arguments = record.performed_arguments or {}
 
         if status is CallStatus.AWAITING_APPROVAL:
-            if item is not None and item.state == "open" and not _defers(scope.approver):
+            if item is not None and item.state == "open" and not _defers(scope.approver) \
+                    and item.payload.get("held") is None:
                 # Resumed with an approver who can decide now: it is shown the exact request
                 # that was persisted (the act phase asks it, and records its decision with a
                 # compare-and-swap, as `resume_with_decision` would).
-                self._check(state, arguments)
-                if state.result is None:
+                await self._check(state, arguments)
+                if state.result is None and state.held is not None:
+                    # The tool control holds it now: only a person decides, not this approver.
+                    state.pause(PausedOnRequest(item.id), CallStatus.AWAITING_APPROVAL, None)
+                elif state.result is None:
                     state.reask = item
                     update(state.record, status=CallStatus.APPROVED)
                 return
@@ -944,12 +1065,13 @@ class Gate:
                 state.pause(PausedOnRequest(record.pending_id or ""), status, None)
                 return
             state.spent.append(item)
-            self._check(state, arguments)  # the policy in force now: a new deny wins
+            await self._check(state, arguments)  # the policy in force now: a new deny wins
             if state.result is None:
                 decision = Decision.from_dict(item.decision or {})
                 # A denied request was kept without its contents: only an approval needs it.
                 request = None if isinstance(decision, Deny) else Request.from_dict(item.payload)
-                self._decide(state, request, decision, decided_by=item.decided_by or "operator")
+                await self._decide(state, request, decision,
+                                   decided_by=item.decided_by or "operator")
                 state.pending.extend(self._released(state))
             return
 
@@ -957,7 +1079,7 @@ class Gate:
             if item is None or item.state == "open":
                 state.pause(PausedOnQuestion(record.pending_id or ""), status, None)
                 return
-            self._check(state, arguments)
+            await self._check(state, arguments)
             if state.result is None:
                 answer = _resumed_answer(item)
                 state.answers = [*(_answer_from(a) for a in record.answers), answer]
@@ -969,12 +1091,12 @@ class Gate:
             return
 
         if status is CallStatus.APPROVED:
-            self._check(state, arguments)  # asks the approver again: nothing was decided
+            await self._check(state, arguments)  # asks the approver again: nothing was decided
             return
 
         # STARTED (in flight at a crash) or IN_DOUBT (an operator was asked).
         if status is CallStatus.STARTED and impl is not None and self._spec(impl).idempotent:
-            self._rerun(state, arguments)
+            await self._rerun(state, arguments)
             return
         # A retry decided without the agent (`--no-resume`) that this agent cannot perform:
         # asked again, the tool's absence in the item, rather than recorded as not sent.
@@ -997,7 +1119,7 @@ class Gate:
         state.spent.append(item)
         choice = item.decision or {}
         if choice.get("kind") == "retry":
-            self._rerun(state, arguments)
+            await self._rerun(state, arguments)
             return
         if choice.get("kind") == "completed":
             state.finish(ToolResult.text(str(choice.get("observation", ""))),
@@ -1014,10 +1136,10 @@ class Gate:
                      error=f"aborted by {item.decided_by}")
 
 
-    def _rerun(self, state: _Call, arguments: Any) -> None:
+    async def _rerun(self, state: _Call, arguments: Any) -> None:
         """Run a call again after a crash: re-checked, and asked again only if it never was."""
         approved = _approved(state.record)
-        self._check(state, arguments)
+        await self._check(state, arguments)
         if approved and state.record.status is CallStatus.APPROVED:
             # The approval given before the crash still answers this ask; a deny still wins.
             update(state.record, status=CallStatus.STARTED)
@@ -1084,6 +1206,39 @@ def _tainted(allowed: Verdict, taint: Sequence[Taint], effect: str) -> Verdict:
     return Verdict(Effect.DENY if effect == "deny" else Effect.ASK, None, TAINT_LAYER,
                    allowed.target, f"taint: {taint[0].describe()}{more}; the rules alone "
                    f"would allow it ({allowed.reason})")
+
+
+INTERRUPTED_NOT_SENT = ("Interrupted: the run was stopped before this call ran; nothing was "
+                        "done.")
+"""The result of a call an interruption reached before its body started."""
+INTERRUPTED_IN_DOUBT = ("Interrupted: the run was stopped while this call was running; it may "
+                        "or may not have taken effect.")
+"""The result of a call an interruption cut off mid-way (in doubt: recovery on resume)."""
+
+
+def settle_interrupted(state: _Call, *, idempotent: bool) -> None:
+    """Give a call an interruption reached its result: not sent, or in doubt if it began.
+
+    An in-doubt call keeps its arguments and goes to an operator's recovery when the run is
+    resumed (its record says IN_DOUBT and no recovery item exists yet); an idempotent one
+    stays STARTED and is retried on resume, as after a crash.
+    """
+    if state.began:
+        state.result = ToolResult.error(INTERRUPTED_IN_DOUBT)
+        status = CallStatus.STARTED if idempotent else CallStatus.IN_DOUBT
+        update(state.record, status=status, result=state.result.to_dict(),
+               disposition=Disposition.IN_DOUBT.value, error="interrupted while running",
+               ended_at=time.time())
+        return
+    state.finish(ToolResult.error(INTERRUPTED_NOT_SENT), CallStatus.REFUSED,
+                 disposition=Disposition.NOT_SENT.value, error="interrupted before it ran")
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` is a stop (a cancellation, Ctrl-C, exit), possibly grouped."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_interrupt(e) for e in exc.exceptions)
+    return isinstance(exc, anyio.get_cancelled_exc_class() | KeyboardInterrupt | SystemExit)
 
 
 def _status(state: _Call) -> CallStatus:

@@ -47,9 +47,11 @@ def make_request(**overrides: object) -> Request:
 
 def test_exports_are_pinned() -> None:
     assert set(approval.__all__) == {
-        "Approve", "ApproveAll", "Approver", "CallbackApprover", "Decision", "Defer", "Deny",
+        "Approve", "ApproveAll", "Approver", "CallableControl", "CallbackApprover",
+        "CommandControl", "Control", "ControlVerdict", "Decision", "Defer", "Deny",
         "DenyAll", "FixedResponder", "Question", "Request", "Responder", "ResponderNone",
-        "StdinApprover", "StdinResponder"}
+        "StdinApprover", "StdinResponder", "adjudicate", "control_from",
+        "kill_running_controls"}
     assert set(policy_pkg.__all__) == {
         "CONFINEMENT", "SECRETS", "Act", "Action", "Effect", "Layer", "OutsideWorkspace",
         "Policy", "Rule", "UncanonicalPath", "UncanonicalTarget", "Verdict", "canonicalize",

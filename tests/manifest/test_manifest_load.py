@@ -70,10 +70,10 @@ def test_grant_lookup_takes_ids_and_strings() -> None:
          "max_wall_seconds)"),
         ('version = 1\n',
          "handrail.toml:1: unknown key 'version' at the top level (known: agent, tools, policy, "
-         "budgets, servers)"),
+         "budgets, servers, control)"),
         ('[tool]\nref = "a/b"\n',
          "handrail.toml:1: unknown key 'tool' at the top level (known: agent, tools, policy, "
-         "budgets, servers); did you mean 'tools'?"),
+         "budgets, servers, control); did you mean 'tools'?"),
     ],
 )
 def test_an_unknown_key_is_refused_naming_it_and_its_line(text: str, expected: str) -> None:

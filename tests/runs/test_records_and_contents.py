@@ -176,7 +176,9 @@ async def test_a_call_in_doubt_keeps_its_bytes_until_the_operator_decides(
         approval = await store.pending_item(paused.outcome.request_id)
         assert approval.payload["content"] is None
         (record,) = await store.calls(paused.run_id)
-        assert record.status is hr.CallStatus.STARTED
+        # The interrupt was seen: the call is recorded in doubt (a hard crash leaves STARTED;
+        # either way a resume puts it to an operator).
+        assert record.status is hr.CallStatus.IN_DOUBT
         assert record.performed_arguments == {"path": "draft.md", "content": SECRET}
         doubt = await hr.resume(store, paused.run_id, agent=agent())
         assert isinstance(doubt.outcome, hr.AwaitingRecovery)

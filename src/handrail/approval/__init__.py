@@ -18,6 +18,15 @@ from handrail.approval._approvers import (
     DenyAll,
     StdinApprover,
 )
+from handrail.approval._control import (
+    CallableControl,
+    CommandControl,
+    Control,
+    ControlVerdict,
+    adjudicate,
+    control_from,
+    kill_running_controls,
+)
 from handrail.approval._decision import Approve, Decision, Defer, Deny
 from handrail.approval._request import Request
 from handrail.approval._responders import (
@@ -32,7 +41,11 @@ __all__ = [
     "Approve",
     "ApproveAll",
     "Approver",
+    "CallableControl",
     "CallbackApprover",
+    "CommandControl",
+    "Control",
+    "ControlVerdict",
     "Decision",
     "Defer",
     "Deny",
@@ -44,4 +57,7 @@ __all__ = [
     "ResponderNone",
     "StdinApprover",
     "StdinResponder",
+    "adjudicate",
+    "control_from",
+    "kill_running_controls",
 ]

@@ -76,6 +76,11 @@ class Request:
     """The protected arguments that came from untrusted tool output: which argument, which
     value, and which earlier call's output it appeared in (docs/taint.md). Empty when the
     policy alone asked."""
+    held: str | None = None
+    """The tool control's reason when it held this call for a person (see docs/control.md);
+    None when only the policy asked. Such a request is decided by a person through the
+    pending item (`handrail approve`, the inbox, `resume_with_decision`), never by the
+    agent's approver."""
     kind: Literal["request"] = field(default="request", init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +115,8 @@ class Request:
             "actions": [action_to_dict(a) for a in self.actions],
             "verdict_reason": self.verdict_reason,
             "taint": [t.to_dict() for t in self.taint],
+            # Only when held: requests persisted before the tool control keep their form.
+            **({"held": self.held} if self.held is not None else {}),
         }
 
     @classmethod
@@ -123,7 +130,7 @@ class Request:
         if data.pop("kind", "request") != "request":
             raise UserError(f"not a request: kind {data.get('kind')!r}")
         known = {"id", "act", "target", "content", "tool", "arguments", "call_id", "agent",
-                 "run_id", "workspace", "actions", "verdict_reason", "taint"}
+                 "run_id", "workspace", "actions", "verdict_reason", "taint", "held"}
         unknown = set(data) - known
         if unknown:
             raise UserError(f"unknown request key(s): {sorted(unknown)}")
@@ -142,6 +149,7 @@ class Request:
                 actions=tuple(action_from_dict(a) for a in data.get("actions", ())),
                 verdict_reason=data.get("verdict_reason", ""),
                 taint=tuple(Taint.from_dict(t) for t in data.get("taint", ())),
+                held=data.get("held"),
             )
         except KeyError as exc:
             raise UserError(f"a persisted request lacks the key {exc.args[0]!r}") from None

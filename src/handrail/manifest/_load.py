@@ -19,6 +19,7 @@ from handrail.manifest._locate import Path, key_lines, line_of
 from handrail.manifest._manifest import (
     AgentSection,
     Budgets,
+    ControlSection,
     Grant,
     Manifest,
     json_path,
@@ -37,12 +38,13 @@ if TYPE_CHECKING:
 __all__ = ["KNOWN_KEYS", "parse"]
 
 KNOWN_KEYS: dict[str, tuple[str, ...]] = {
-    "": ("agent", "tools", "policy", "budgets", "servers"),
+    "": ("agent", "tools", "policy", "budgets", "servers", "control"),
     "agent": ("name", "instructions", "model"),
     "tools": ("ref", "mutates", "description", "idempotent", "arguments", "output",
               "trusted_output"),
     "budgets": ("max_steps", "max_tokens", "max_wall_seconds"),
     "servers": SERVER_KEYS,  # MCP servers: see _servers.py
+    "control": ("command", "timeout"),
 }
 """The keys each section accepts, in the order messages list them."""
 
@@ -127,6 +129,11 @@ def _is_count(v: Any) -> bool:
     return type(v) is int and v > 0
 
 
+def _is_argv(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(a, str) and "\x00" not in a
+                                                   for a in v) and bool(v[0])
+
+
 def _is_seconds(v: Any) -> bool:
     return type(v) in (int, float) and math.isfinite(v) and v > 0
 
@@ -175,6 +182,21 @@ def parse(text: str, *, source: str = "<string>") -> Manifest:
                                               "a positive number of seconds"),
             )
 
+    control = ControlSection()
+    if "control" in data:
+        section = reader.table(data["control"], ("control",), "control")
+        if section is not None:
+            path = ("control",)
+            command = reader.typed(section, path, "command", _is_argv,
+                                   "a non-empty array of strings (the program and its "
+                                   "arguments)")
+            timeout = reader.typed(section, path, "timeout", _is_seconds,
+                                   "a positive number of seconds")
+            if command is None and "command" not in section:
+                reader.error(path, "[control] needs command = [\"program\", ...]")
+            elif command is not None:
+                control = ControlSection(command=tuple(command), timeout=timeout)
+
     grants = _grants(reader, data.get("tools", []))
 
     # -- MCP servers (`[[servers]]`, parsed in _servers.py) -------------------------------
@@ -196,7 +218,7 @@ def parse(text: str, *, source: str = "<string>") -> Manifest:
         policy = _policy(reader, section)
 
     return Manifest(agent=agent, grants=tuple(grants), policy=policy, budgets=budgets,
-                    source=source, servers=tuple(servers))
+                    source=source, servers=tuple(servers), control=control)
 
 
 def _policy(reader: _Reader, section: dict[str, Any]) -> Policy:

@@ -30,6 +30,7 @@ __all__ = [
     "CANONICAL_FORMAT",
     "AgentSection",
     "Budgets",
+    "ControlSection",
     "Grant",
     "Manifest",
     "canonical_json",
@@ -221,6 +222,46 @@ class Budgets:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ControlSection:
+    """The `[control]` section: the tool control a deployment pins (docs/control.md).
+
+    `command` is the adjudicator's argv; an agent built with this manifest runs exactly it
+    (and refuses another control). Absent, the section is not in the canonical form, so the
+    digests of manifests without it are unchanged.
+    """
+
+    command: tuple[str, ...] | None = None
+    """The adjudicator's argv, or None when the manifest pins none."""
+    timeout: float | None = None
+    """Seconds it may take per call; None means the default (5)."""
+
+    def __post_init__(self) -> None:
+        command = self.command
+        if command is not None:
+            if isinstance(command, str) or not command or \
+                    not all(isinstance(a, str) and "\x00" not in a for a in command) or \
+                    not command[0]:
+                raise ManifestError(f"[control] command must be a non-empty array of strings "
+                                    f"(the program and its arguments), got {command!r}")
+            object.__setattr__(self, "command", tuple(command))
+        seconds = self.timeout
+        if seconds is not None:
+            if (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+                    or not math.isfinite(seconds) or seconds <= 0):
+                raise ManifestError(f"[control] timeout must be a positive number of seconds, "
+                                    f"got {seconds!r}")
+            object.__setattr__(self, "timeout", float(seconds))
+        if command is None and seconds is not None:
+            raise ManifestError("[control] timeout needs a command")
+
+    def canonical(self) -> dict[str, Any] | None:
+        """This section's part of `Manifest.canonical()`, or None when there is none."""
+        if self.command is None:
+            return None
+        return {"command": list(self.command), "timeout": self.timeout}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Grant:
     """One `[[tools]]` entry: the manifest admits this tool, and says what the model is told."""
 
@@ -351,6 +392,8 @@ class Manifest:
     """The `[policy]` section, or None when the manifest states none."""
     budgets: Budgets = field(default_factory=Budgets)
     """The `[budgets]` section."""
+    control: ControlSection = field(default_factory=ControlSection)
+    """The `[control]` section (the pinned tool control), empty when absent."""
     source: str = "<string>"
     """Where the manifest was read from: its path, or `"<string>"`."""
     servers: tuple[ServerDecl, ...] = ()
@@ -469,6 +512,10 @@ class Manifest:
                                            for a in acts]
                                     for tool, acts in entry["actions"].items()}
             blocks.append(out.table("servers", entry, array=True))
+        control = {k: (list(v) if isinstance(v, tuple) else _numbers(v))
+                   for k, v in (self.control.canonical() or {}).items() if v is not None}
+        if control:
+            blocks.append(out.table("control", control))
         return "\n\n".join("\n".join(block) for block in blocks) + "\n"
 
     # -- meaning ---------------------------------------------------------------------------
@@ -477,7 +524,9 @@ class Manifest:
         """The manifest's meaning as JSON-compatible data: what `digest` hashes.
 
         Every field is present with defaults filled in (an absent value is None); grants are
-        sorted by ref; the policy is `Policy.to_dict()`. See docs/manifest.md.
+        sorted by ref; the policy is `Policy.to_dict()`. A `control` key is present only when
+        the manifest pins a tool control, so manifests without one keep their digests. See
+        docs/manifest.md.
         """
         canonical = {
             "format": CANONICAL_FORMAT,
@@ -489,6 +538,9 @@ class Manifest:
         if self.servers:  # present only when declared, so no earlier digest changes
             canonical["servers"] = [s.canonical() for s in sorted(self.servers,
                                                                   key=lambda s: s.name)]
+        control = self.control.canonical()
+        if control is not None:
+            canonical["control"] = control
         return canonical
 
     def grant(self, tool_id: ToolId | str) -> Grant | None:

@@ -24,6 +24,7 @@ from handrail.runs._events import (
     RunStream,
     UsageDetail,
 )
+from handrail.runs._handle import RunHandle
 from handrail.runs._outcome import (
     AwaitingAnswer,
     AwaitingApproval,
@@ -63,6 +64,7 @@ __all__ = [
     "NotVerified",
     "Recovery",
     "RunEvent",
+    "RunHandle",
     "RunOutcome",
     "RunResult",
     "RunStream",

@@ -21,7 +21,17 @@ from typing import Any, Literal
 
 import anyio
 
-from handrail.approval import Approver, Decision, Defer, Request, Responder, ResponderNone
+from handrail.approval import (
+    Approver,
+    CommandControl,
+    Control,
+    Decision,
+    Defer,
+    Request,
+    Responder,
+    ResponderNone,
+    control_from,
+)
 from handrail.errors import ModelError, ModelResponseError, ResumeRefused, UserError
 from handrail.gate import RECORD_CONTENTS, Gate, RunScope
 from handrail.host import (
@@ -51,6 +61,7 @@ from handrail.policy import Policy, Rule
 from handrail.runs import _logging as log
 from handrail.runs._conversation import start_messages
 from handrail.runs._events import EventKind, RunStream, call_detail, planned_detail
+from handrail.runs._handle import RunHandle
 from handrail.runs._outcome import (
     Cancelled,
     Completed,
@@ -63,7 +74,7 @@ from handrail.runs._outcome import (
 )
 from handrail.runs._output import Accept, judge_final, output_for
 from handrail.runs._verify import Verification, Verify, check_max_attempts
-from handrail.store import Batch, RunRecord, RunStatus, Store
+from handrail.store import Batch, CallStatus, RunRecord, RunStatus, Store
 from handrail.store.contract import ACTIVE_OWNERS, new_owner
 from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, Toolbox, ToolImpl, Toolset
 
@@ -207,6 +218,10 @@ class Agent:
             default) confines them with bubblewrap where the machine can and records that it
             did not otherwise; `"required"` refuses to start a program it cannot confine;
             `"off"` never confines (recorded in every program call's result).
+        control: The tool control asked about every granted, valid call before the policy:
+            a callable (sync or async, dict in, dict out) or `hr.CommandControl(argv)`. A
+            manifest with a `[control]` section supplies it, and refuses another one. See
+            docs/control.md.
     """
 
     def __init__(
@@ -235,6 +250,7 @@ class Agent:
         output_tail_bytes: int | None = None,
         output_type: Any = str,
         sandbox: Literal["auto", "required", "off"] = "auto",
+        control: object = None,
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -313,6 +329,9 @@ class Agent:
             raise UserError(f"sandbox must be 'auto', 'required' or 'off', not {sandbox!r}")
         self.sandbox = sandbox
 
+        self.control = _control(control, manifest, root)
+
+
     def _reviewed_tools(self, manifest: Any) -> Toolbox:
         """What the manifest is checked against at construction.
 
@@ -327,6 +346,23 @@ class Agent:
         return Toolbox([i for i in merged.impls()
                         if str(i.spec.id) not in injected or manifest.grant(i.spec.id)],
                        max_argument_bytes=self.toolbox.max_argument_bytes)
+
+    def start(self, task: str, **options: Any) -> RunHandle:
+        """A handle on a run of `task` that can be cancelled while it runs.
+
+        ```python
+        run = agent.start("tidy the notes", store=store)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_for_stop, run)  # calls run.cancel()
+            result = await run.result()
+        ```
+
+        Nothing happens until `await run.result()`; `options` are those of `run`
+        (`store=`, `approver=`, ...). See `RunHandle`.
+        """
+        if "cancel" in options:
+            raise UserError("Agent.start makes its own cancel event: use run.cancel()")
+        return RunHandle(functools.partial(self.run, task, **options))
 
     @classmethod
     def from_manifest(cls, manifest: Any, tools: object = (), *, model: Model | str | None = None,
@@ -464,6 +500,29 @@ class Agent:
     """The same as `run_stream` (the name another agent framework uses)."""
 
 
+def _control(value: object, manifest: Any, workspace: Path) -> Control | None:
+    """The agent's tool control: the one given, or the manifest's; never a different one."""
+    control = control_from(value)
+    pinned = None if manifest is None else manifest.control
+    if pinned is not None and pinned.command is not None:
+        wanted = (CommandControl(pinned.command) if pinned.timeout is None
+                  else CommandControl(pinned.command, timeout=pinned.timeout))
+        if control is None:
+            control = wanted
+        elif control != wanted:
+            raise UserError(
+                f"the manifest pins the tool control {wanted!r} ([control] in "
+                f"{manifest.source}), but this agent was given {control.describe()}: pass "
+                "control=None to use the manifest's, or change the manifest (reviewed)")
+    if isinstance(control, CommandControl) and control.cwd is None:
+        # A copy: the same CommandControl may serve agents with different workspaces.
+        placed = CommandControl(control.argv, timeout=control.timeout,
+                                max_output_bytes=control.max_output_bytes)
+        placed.cwd = str(workspace)
+        control = placed
+    return control
+
+
 class _Runner:
     """Drives one run: turns through the gate, state into the store."""
 
@@ -483,7 +542,7 @@ class _Runner:
             store=store, approver=approver, responder=responder, workspace=agent.workspace,
             manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
             record_contents=agent.record_contents, sandbox=agent.sandbox,
-            events=self._call_event,
+            events=self._call_event, control=agent.control,
         )
         # What the task and the instructions say is trusted (docs/taint.md).
         self.scope.provenance.trust_text("task", run.task, agent.instructions)
@@ -644,6 +703,8 @@ class _Runner:
     async def _loop(self) -> RunResult:
         agent = self.agent
         messages = self.messages
+        if self._resumed:
+            await self._reopen_interrupted()
         last = messages[-1]
         if isinstance(last, AssistantMessage) and last.tool_calls:
             self._refresh_tools()  # a resumed turn: its calls meet the host's tools of now
@@ -657,7 +718,11 @@ class _Runner:
                 if self._pending_message is not None:
                     first.messages.append(self._pending_message)
                     self._pending_message = None
-                result = await self.gate.drive_turn(turn, calls, existing, first)
+                try:
+                    result = await self.gate.drive_turn(turn, calls, existing, first)
+                except BaseException:
+                    await self._record_interrupted(len(messages) - 1)
+                    raise
                 if result.message_arguments:
                     # From now on the model sees its own call as the store keeps it, in this
                     # process and in any that resumes the run: one history either way.
@@ -780,6 +845,46 @@ class _Runner:
         batch.run = self._run_update()
         await self.store.write(batch, wait=False)
         return None
+
+    async def _record_interrupted(self, seq: int) -> None:
+        """Record a turn an interruption cut short, every call of it settled by the gate.
+
+        Shielded and bounded: it runs while a cancellation or Ctrl-C unwinds. Unless a call
+        of the turn waits for a person, its results are appended to the history, so the
+        history never holds a call without a result; a call cut off mid-way is IN_DOUBT and
+        goes to recovery on resume (`_reopen_interrupted`).
+        """
+        settled = self.gate.take_interrupted()
+        if settled is None:
+            return
+        with anyio.move_on_after(10, shield=True):
+            batch = settled.final
+            if settled.message_arguments:
+                batch.messages.append(await self._shown_message(seq, settled.message_arguments))
+            if settled.pause is None:
+                self.messages.extend(settled.results)
+                batch.messages.extend((self.run.id, seq + 1 + i, m)
+                                      for i, m in enumerate(dump_messages(settled.results)))
+            batch.run = self._run_update()
+            await self.store.write(batch)
+
+    async def _reopen_interrupted(self) -> None:
+        """On resume, drive again a turn an interruption settled that has a call still open.
+
+        Its results were appended to the history (interrupted); a call of it in doubt goes
+        to recovery now, and the turn's results are rewritten in place once it completes.
+        """
+        messages = self.messages
+        last = max((i for i, m in enumerate(messages) if isinstance(m, AssistantMessage)),
+                   default=None)
+        if last is None or last == len(messages) - 1 or not messages[last].tool_calls:
+            return
+        turn = self.turns - 1
+        open_states = (CallStatus.IN_DOUBT, CallStatus.STARTED, CallStatus.APPROVED,
+                       CallStatus.AWAITING_APPROVAL, CallStatus.AWAITING_ANSWER)
+        if any(c.turn == turn and c.status in open_states
+               for c in await self.store.calls(self.run.id)):
+            del messages[last + 1:]
 
     _pending_message: tuple[str, int, dict[str, Any]] | None = None
     _turn_entry: tuple[str, int, dict[str, Any]] | None = None
