@@ -42,7 +42,9 @@ async def build(path: Path, runs: int) -> str:
         paused = i % 10 == 0
         run = RunRecord(id=run_id, task=f"task {i}", agent="bench", created_at=now - runs + i,
                         updated_at=now, policy={"layers": []},
-                        status=RunStatus.AWAITING_APPROVAL if paused else RunStatus.COMPLETED)
+                        status=RunStatus.AWAITING_APPROVAL if paused else RunStatus.COMPLETED,
+                        # The store checks that status and outcome agree.
+                        outcome={"kind": "awaiting_approval" if paused else "completed"})
         messages = [(run_id, k, {"kind": "user", "text": f"message {k} of run {i}"})
                     for k in range(4)]
         calls = [CallRecord(id=f"{run_id}:c{k}", run_id=run_id, call_id=f"c{k}", turn=k, index=0,

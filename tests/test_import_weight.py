@@ -1,0 +1,57 @@
+"""What each corner of handrail loads (issue 11): pydantic only where a typed tool is built.
+
+The policy, the store and the CLI's reading commands (`handrail runs/pending/show`) never need
+pydantic (~100 ms of import); `handrail.tools` loads each public name from its module on first
+use, so taking `Act` or `canonicalize` from it costs only that module. Each check runs in a
+fresh interpreter: `sys.modules` of this test process has everything loaded already.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import handrail.tools
+
+
+def _loaded(code: str) -> dict[str, bool]:
+    probe = (f"{code}\nimport json, sys\n"
+             "print(json.dumps({m: m in sys.modules for m in ('pydantic', 'pydantic_core', "
+             "'rich')}))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=True)
+    loaded: dict[str, bool] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+@pytest.mark.parametrize("code", [
+    "from handrail import Policy\n"
+    "Policy.from_toml('[[policy.layers]]\\nname = \"app\"\\nallow = [\"write:src/**\"]\\n')",
+    "from handrail import Store; Store.memory()",
+    "import handrail.policy, handrail.store",
+    "import handrail.cli._runs",
+    "from handrail.tools import Act, Action, canonicalize, UncanonicalTarget",
+])
+def test_the_policy_the_store_and_the_cli_readers_never_load_pydantic(code: str) -> None:
+    loaded = _loaded(code)
+    assert not loaded["pydantic"] and not loaded["pydantic_core"], loaded
+    assert not loaded["rich"], loaded
+
+
+def test_a_typed_tool_still_loads_pydantic_when_it_is_defined() -> None:
+    loaded = _loaded("import handrail as hr\n"
+                     "@hr.tool\ndef add(a: int, b: int) -> int:\n    return a + b\n")
+    assert loaded["pydantic"]
+
+
+def test_every_public_name_of_handrail_tools_resolves_from_its_module() -> None:
+    lazy = handrail.tools._LAZY
+    assert set(lazy) == set(handrail.tools.__all__)
+    for name, module in lazy.items():
+        value = getattr(handrail.tools, name)
+        assert getattr(sys.modules[module], name) is value, name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        handrail.tools.Nope  # noqa: B018
