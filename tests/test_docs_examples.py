@@ -76,3 +76,10 @@ def test_the_pages_that_matter_have_examples() -> None:
     for name in ("README.md", "docs/tools.md", "docs/models.md", "docs/policy.md",
                  "docs/runs.md"):
         assert _blocks((ROOT / name).read_text()), name
+
+
+def test_the_docs_stand_alone() -> None:
+    """A user has no `../shared/`: no page points at the design sketch or outside the project."""
+    for name in PAGES:
+        text = (ROOT / name).read_text()
+        assert "DESIGN.md" not in text and "../shared" not in text, name
