@@ -1021,20 +1021,30 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
                   on_event: EventCallback | None, cancel: anyio.Event | None) -> RunResult:
     run = await store.run(run_id)
     events = check_resumable(run, agent, allow_manifest_change)
-    run = await store.claim(run_id, new_owner())
-    events.append({"kind": "resumed", "at": time.time()})
-    run.events = _contents_event(events, agent.record_contents, time.time())
-    # The recorded policy stays the boundary; the agent's current policy can only add denies
-    # and asks to it (a deny added while paused wins).
-    policy = Policy.from_dict(run.policy or {}).contain(agent.policy)
-    remembered = [Rule.from_dict(r) for r in run.remembered]
-    messages = load_messages(await store.messages(run_id))
-    runner = _Runner(agent, store, run, policy, remembered, messages,
-                     approver or DeferAll(), responder or ResponderNone(), on_event)
-    runner._resumed = True
-    # The taint index as it stood: every output the run has seen, and every vouched value.
-    # (Off the event loop: it is the whole history's text, indexed once.)
-    await anyio.to_thread.run_sync(runner.gate.restore_provenance, await store.calls(run_id))
+    # The owner is alive in this process from before the claim: a second resume of the same
+    # run here, between this claim and the runner starting, must find it driven, not orphaned
+    # (else both would claim it and drive it twice). The runner discards it when it ends.
+    owner = new_owner()
+    ACTIVE_OWNERS.add(owner)
+    try:
+        run = await store.claim(run_id, owner)
+        events.append({"kind": "resumed", "at": time.time()})
+        run.events = _contents_event(events, agent.record_contents, time.time())
+        # The recorded policy stays the boundary; the agent's current policy can only add
+        # denies and asks to it (a deny added while paused wins).
+        policy = Policy.from_dict(run.policy or {}).contain(agent.policy)
+        remembered = [Rule.from_dict(r) for r in run.remembered]
+        messages = load_messages(await store.messages(run_id))
+        runner = _Runner(agent, store, run, policy, remembered, messages,
+                         approver or DeferAll(), responder or ResponderNone(), on_event)
+        runner._resumed = True
+        # The taint index as it stood: every output the run has seen, and every vouched
+        # value. (Off the event loop: it is the whole history's text, indexed once.)
+        await anyio.to_thread.run_sync(runner.gate.restore_provenance,
+                                       await store.calls(run_id))
+    except BaseException:
+        ACTIVE_OWNERS.discard(owner)
+        raise
     return await runner.drive(cancel)
 
 
