@@ -18,7 +18,7 @@ from types import FrameType
 from typing import Any
 
 from handrail.approval import kill_running_controls
-from handrail.host._process import kill_all_now
+from handrail.host import kill_all_now
 
 __all__ = ["second_interrupt_kills"]
 
