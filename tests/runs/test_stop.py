@@ -330,3 +330,67 @@ def test_ctrl_c_while_the_control_runs_kills_its_process_group(tmp_path: Path) -
             assert kinds == ["user"]
 
     anyio.run(check)
+
+
+SECOND_SIGINT_SCRIPT = """
+import anyio, signal, sys
+from pathlib import Path
+import handrail as hr
+from handrail.models import Scripted, call, reply
+
+# As in a terminal, whatever the test runner was started with (a background job ignores it).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+here = Path(sys.argv[1])
+# The program survives SIGTERM (it says so through a FIFO) and would outlive a grace period of
+# 600 s; its pid goes to another FIFO once its handler is in place.
+stubborn = (
+    "import os, signal\\n"
+    "def term(*_):\\n"
+    "    with open(" + repr(str(here / "term")) + ", 'w') as f: f.write('term')\\n"
+    "signal.signal(signal.SIGTERM, term)\\n"
+    "with open(" + repr(str(here / "fifo")) + ", 'w') as f: f.write(str(os.getpid()))\\n"
+    "while True: signal.pause()\\n")
+tool = hr.SubprocessTool("stubborn", [sys.executable, "-c", stubborn], {"type": "object"}, "Hangs.",
+                         server="t", grace=600, mutates=False)
+agent = hr.Agent(Scripted([call("t/stubborn", {}), reply("x")]), [tool],
+                 policy=hr.Policy.default().layer("app").allow("call", "t/*"))
+
+async def main():
+    async with hr.Store.open(here / "runs.db") as store:
+        await agent.run("go", store=store)
+
+try:
+    anyio.run(main)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_kills_the_programs_at_once(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    os.mkfifo(tmp_path / "term")
+    (tmp_path / "agent_script.py").write_text(SECOND_SIGINT_SCRIPT)
+    process = subprocess.Popen([sys.executable, str(tmp_path / "agent_script.py"),
+                                str(tmp_path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        with open(tmp_path / "fifo") as fifo:  # waits for the program to start: no polling
+            pid = int(fifo.read())
+        assert _alive(pid)
+        process.send_signal(signal.SIGINT)
+        # The first Ctrl-C: the turn is settled, the program got SIGTERM and its grace period.
+        with open(tmp_path / "term") as term:
+            assert term.read(4) == "term"  # (the leader gets it twice: group and pid)
+        assert process.poll() is None and _alive(pid)
+        process.send_signal(signal.SIGINT)
+        # The second: its group is killed at once, not after the 600 s grace period.
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if pid is not None and _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+            pytest.fail("the second Ctrl-C left the program running")
+    assert process.returncode == 130, err

@@ -27,6 +27,7 @@ from handrail.host._process import (
     ProcessCapture,
     Projection,
     StreamCapture,
+    kill_all_now,
     passed_environment,
     run_process,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "capture_result",
     "current_call",
     "hand_over",
+    "kill_all_now",
     "load_tool_dir",
     "merged_toolbox",
     "passed_environment",

@@ -13,6 +13,9 @@ The workspace `exec` tool and `SubprocessTool` both run programs through `run_pr
 
 Cancellation: an outside cancellation is never swallowed; the group is terminated and the
 process reaped under a shielded scope bounded by the grace period, then it propagates.
+
+Every group started here is in a registry from spawn to reap, so an emergency stop (a second
+Ctrl-C) can SIGKILL all of them at once with `kill_all_now`, grace periods or not.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "ProcessCapture",
     "Projection",
     "StreamCapture",
+    "kill_all_now",
     "passed_environment",
     "run_process",
 ]
@@ -58,6 +62,21 @@ RECORD_LIMIT_BYTES = 64 * 1024 * 1024
 """The most of one stream a disk record keeps (the rest is counted, not kept)."""
 
 _REAP_SECONDS = 5.0  # after SIGKILL: the kernel has to deliver it and we have to reap
+
+
+_LIVE: dict[int, Process] = {}
+"""The programs started by `run_process` and not yet reaped, by process (= group) id."""
+
+
+def kill_all_now() -> None:
+    """SIGKILL every process group `run_process` started and has not reaped, at once.
+
+    For an emergency stop (a second Ctrl-C while the first one's cleanup waits out a grace
+    period). Safe to call from a signal handler: it only sends signals; each `run_process`
+    then reaps its own program as usual.
+    """
+    for process in list(_LIVE.values()):
+        _signal_group(process, signal.SIGKILL)
 
 
 def passed_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -263,6 +282,7 @@ async def run_process(
         return
     capture.pid = process.pid
     capture.started = time.time()
+    _LIVE[process.pid] = process
     finished = False
     try:
         with anyio.move_on_after(timeout) as scope:
@@ -281,6 +301,10 @@ async def run_process(
             if not finished or capture.timed_out or process.returncode is None:
                 await _terminate(process, grace, capture)
             await process.aclose()
+        if process.returncode is not None:
+            # Reaped: its pid may be reused from now on, so it must not be signalled again.
+            # (Not reaped within the bound: it stays, so an emergency stop still kills it.)
+            _LIVE.pop(process.pid, None)
         capture.ended = time.time()
         code = process.returncode
         capture.exit_code = code

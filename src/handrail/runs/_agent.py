@@ -62,6 +62,7 @@ from handrail.runs import _logging as log
 from handrail.runs._conversation import start_messages
 from handrail.runs._events import EventKind, RunStream, call_detail, planned_detail
 from handrail.runs._handle import RunHandle
+from handrail.runs._interrupt import second_interrupt_kills
 from handrail.runs._outcome import (
     Cancelled,
     Completed,
@@ -718,11 +719,14 @@ class _Runner:
                 if self._pending_message is not None:
                     first.messages.append(self._pending_message)
                     self._pending_message = None
-                try:
-                    result = await self.gate.drive_turn(turn, calls, existing, first)
-                except BaseException:
-                    await self._record_interrupted(len(messages) - 1)
-                    raise
+                # A first Ctrl-C settles the turn while its programs get their grace period;
+                # a second one kills them all at once (`second_interrupt_kills`).
+                with second_interrupt_kills():
+                    try:
+                        result = await self.gate.drive_turn(turn, calls, existing, first)
+                    except BaseException:
+                        await self._record_interrupted(len(messages) - 1)
+                        raise
                 if result.message_arguments:
                     # From now on the model sees its own call as the store keeps it, in this
                     # process and in any that resumes the run: one history either way.
