@@ -56,10 +56,12 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from handrail.errors import AlreadyDecided, NotFound, SchemaTooNew, StoreError
+from handrail.store._rows import call_from_row as _call_from
+from handrail.store._rows import loads as _loads
+from handrail.store._rows import run_from_row as _run_from
 from handrail.store.contract import (
     Batch,
     CallRecord,
-    CallStatus,
     Durability,
     PendingItem,
     RunRecord,
@@ -261,10 +263,6 @@ def _dumps(value: Any) -> str | None:
     return _ENCODE(value)
 
 
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
 _RUN_COLUMNS = (
     "id, task, agent, status, parent_id, policy, manifest_digest, model, workspace, created_at, "
     "updated_at, outcome, input_tokens, output_tokens, model_requests, remembered, steps, owner, "
@@ -344,34 +342,12 @@ def _run_row(r: RunRecord, policy_json: str | None = None) -> tuple[Any, ...]:
             _dumps(r.remembered), r.steps, r.owner, r.lease_until, _dumps(r.events), r.agent_ref)
 
 
-def _run_from(row: tuple[Any, ...]) -> RunRecord:
-    return RunRecord(
-        id=row[0], task=row[1], agent=row[2], status=RunStatus(row[3]), parent_id=row[4],
-        policy=_loads(row[5]), manifest_digest=row[6], model=row[7], workspace=row[8],
-        created_at=row[9], updated_at=row[10], outcome=_loads(row[11]), input_tokens=row[12],
-        output_tokens=row[13], model_requests=row[14], remembered=_loads(row[15]),
-        steps=row[16], owner=row[17], lease_until=row[18], events=_loads(row[19]),
-        agent_ref=row[20],
-    )
-
-
 def _call_row(c: CallRecord) -> tuple[Any, ...]:
     return (c.id, c.run_id, c.call_id, c.turn, c.index, c.model_name, c.tool, c.arguments,
             c.arguments_digest, _dumps(c.performed_arguments), _dumps(c.actions),
             _dumps(c.verdict), _dumps(c.decision), c.decided_by, c.status.value,
             _dumps(c.result), c.disposition, c.error, _dumps(c.answers), c.pending_id,
             c.started_at, c.ended_at, _dumps(c.provenance))
-
-
-def _call_from(row: tuple[Any, ...]) -> CallRecord:
-    return CallRecord(
-        id=row[0], run_id=row[1], call_id=row[2], turn=row[3], index=row[4], model_name=row[5],
-        tool=row[6], arguments=row[7], arguments_digest=row[8],
-        performed_arguments=_loads(row[9]), actions=_loads(row[10]), verdict=_loads(row[11]),
-        decision=_loads(row[12]), decided_by=row[13], status=CallStatus(row[14]),
-        result=_loads(row[15]), disposition=row[16], error=row[17], answers=_loads(row[18]),
-        pending_id=row[19], started_at=row[20], ended_at=row[21], provenance=_loads(row[22]),
-    )
 
 
 def _pending_row(p: PendingItem) -> tuple[Any, ...]:
@@ -385,7 +361,6 @@ def _pending_from(row: tuple[Any, ...]) -> PendingItem:
         payload=_loads(row[6]), created_at=row[7], state=row[8], decision=_loads(row[9]),
         decided_by=row[10], decided_at=row[11],
     )
-
 
 
 CHECKPOINT_EVERY = 1024

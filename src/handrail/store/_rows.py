@@ -1,0 +1,43 @@
+"""Decoding a row of the SQL stores (SQLite, PostgreSQL) into records: one column order.
+
+Both backends keep runs and calls in the same columns (`_RUN_COLUMNS`, `_CALL_COLUMNS` in each),
+with JSON text for structured fields, so a row read back is decoded here, once.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from handrail.store._records import CallRecord, CallStatus, RunRecord, RunStatus
+
+__all__ = ["call_from_row", "loads", "run_from_row"]
+
+
+def loads(text: str | None) -> Any:
+    """JSON text from a column, or None for NULL."""
+    return None if text is None else json.loads(text)
+
+
+def run_from_row(row: tuple[Any, ...]) -> RunRecord:
+    """A run row, in the stores' run column order."""
+    return RunRecord(
+        id=row[0], task=row[1], agent=row[2], status=RunStatus(row[3]), parent_id=row[4],
+        policy=loads(row[5]), manifest_digest=row[6], model=row[7], workspace=row[8],
+        created_at=row[9], updated_at=row[10], outcome=loads(row[11]), input_tokens=row[12],
+        output_tokens=row[13], model_requests=row[14], remembered=loads(row[15]),
+        steps=row[16], owner=row[17], lease_until=row[18], events=loads(row[19]),
+        agent_ref=row[20],
+    )
+
+
+def call_from_row(row: tuple[Any, ...]) -> CallRecord:
+    """A call row, in the stores' call column order (provenance last)."""
+    return CallRecord(
+        id=row[0], run_id=row[1], call_id=row[2], turn=row[3], index=row[4], model_name=row[5],
+        tool=row[6], arguments=row[7], arguments_digest=row[8],
+        performed_arguments=loads(row[9]), actions=loads(row[10]), verdict=loads(row[11]),
+        decision=loads(row[12]), decided_by=row[13], status=CallStatus(row[14]),
+        result=loads(row[15]), disposition=row[16], error=row[17], answers=loads(row[18]),
+        pending_id=row[19], started_at=row[20], ended_at=row[21], provenance=loads(row[22]),
+    )
