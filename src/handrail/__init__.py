@@ -75,6 +75,7 @@ if TYPE_CHECKING:
         Grant,
         Manifest,
     )
+    from handrail.otel import Telemetry
     from handrail.policy import (
         Effect,
         Layer,
@@ -235,6 +236,7 @@ _LAZY: dict[str, str] = {
     "Store": "handrail.store",
     "Submit": "handrail.tools",
     "Taint": "handrail.tools",
+    "Telemetry": "handrail.otel",
     "TerminalPrinter": "handrail.runs",
     "Text": "handrail.tools",
     "Tool": "handrail.tools",
@@ -264,8 +266,8 @@ _LAZY: dict[str, str] = {
     "tool": "handrail.tools",
 }
 
-_SUBPACKAGES = frozenset({"approval", "builtin", "host", "manifest", "mcp", "models", "policy",
-                          "runs", "store", "tools", "web"})
+_SUBPACKAGES = frozenset({"approval", "builtin", "host", "manifest", "mcp", "models", "otel",
+                          "policy", "runs", "store", "tools", "web"})
 
 __version__ = "0.1.0"
 
@@ -364,6 +366,7 @@ __all__ = [
     "Submit",
     "SubprocessTool",
     "Taint",
+    "Telemetry",
     "TerminalPrinter",
     "Text",
     "Tool",

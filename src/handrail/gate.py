@@ -77,6 +77,7 @@ from handrail.errors import (
     ToolError,
 )
 from handrail.models import ToolCall, ToolResultMessage
+from handrail.otel import Instrumentation
 from handrail.policy import Action, Effect, Policy, Rule, Verdict
 from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
 from handrail.store.contract import update
@@ -161,6 +162,8 @@ class RunScope:
     docs/sandbox.md); reaches the tool as `ctx.sandbox`, with `ctx.policy`."""
     control: Control | None = None
     """The tool control asked about every granted, valid call before the policy (4b)."""
+    telemetry: Instrumentation | None = None
+    """Where the run's spans and metrics go (`handrail.otel`); None: nowhere, at no cost."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -306,6 +309,7 @@ class _Call:
         "reask",
         "record",
         "result",
+        "span",
         "spent",
         "taint",
         "trusted",
@@ -334,6 +338,7 @@ class _Call:
         self.controlled: tuple[str, ControlVerdict] | None = None
         self.held: str | None = None  # the control's reason when it holds this call
         self.began = False  # its body was entered in this process (an interrupt: in doubt)
+        self.span: Any = None  # its execute_tool span, while open (telemetry on)
 
     def finish(self, result: ToolResult, status: CallStatus, *, disposition: str | None = None,
                error: str | None = None) -> None:
@@ -444,6 +449,8 @@ class Gate:
                                     call_id=call.id, turn=turn, index=index,
                                     model_name=call.name, arguments=call.arguments)
             states.append(_Call(call, record))
+        if scope.telemetry is not None:
+            scope.telemetry.calls_started(states)
         if scope.control is not None and not existing and len(states) > 1:
             # The control is the only I/O of a plan: a new turn's calls are put to it
             # together (their plans share nothing, nothing has acted yet).
@@ -488,7 +495,8 @@ class Gate:
                 reask = state.reask
                 request = (self._request(state) if reask is None
                            else Request.from_dict(reask.payload))
-                decision = await scope.approver.decide(request)
+                decision = await (scope.approver.decide(request) if scope.telemetry is None
+                                  else scope.telemetry.decide(state, scope.approver, request))
                 if not isinstance(decision, Decision):
                     raise TypeError(f"{_name(scope.approver)}.decide returned {decision!r}, "
                                     "not an hr.Decision")
@@ -515,7 +523,8 @@ class Gate:
                 await self._execute(state, persist_start=False)
 
         try:
-            await self._act_all(states, act)
+            await self._act_all(states, act if scope.telemetry is None
+                                else scope.telemetry.traced(act))
         except BaseException as exc:
             # Cancelled or Ctrl-C: every call that has no result yet gets one, so the turn
             # never leaves a call unanswered (see `settle_interrupted`). An error (a broken
@@ -523,6 +532,9 @@ class Gate:
             if _is_interrupt(exc):
                 self.interrupted = self._settled(states)
             raise
+        finally:
+            if scope.telemetry is not None:  # before stage 9 turns contents into markers
+                scope.telemetry.calls_ended(states)
         return self._turn_result(states)
 
     interrupted: TurnResult | None = None
@@ -1048,6 +1060,8 @@ class Gate:
         # A tool re-runs from its start with every answer it was given (see AWAITING_ANSWER).
         state.answers = [_answer_from(a) for a in record.answers]
         item = await _pending(scope.store, record.pending_id)
+        if scope.telemetry is not None:
+            scope.telemetry.waited(state, item)
         arguments = record.performed_arguments or {}
 
         if status is CallStatus.AWAITING_APPROVAL:

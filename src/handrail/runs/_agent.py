@@ -57,6 +57,7 @@ from handrail.models import (
     dump_messages,
     load_messages,
 )
+from handrail.otel import Telemetry
 from handrail.policy import Policy, Rule
 from handrail.runs import _logging as log
 from handrail.runs._conversation import start_messages
@@ -223,6 +224,10 @@ class Agent:
             a callable (sync or async, dict in, dict out) or `hr.CommandControl(argv)`. A
             manifest with a `[control]` section supplies it, and refuses another one. See
             docs/control.md.
+        telemetry: Where runs report OpenTelemetry traces and metrics (docs/observability.md):
+            None (the default) follows the global providers when one is configured, and
+            costs nothing otherwise; a `hr.Telemetry` names providers and whether contents
+            are captured; False never reports.
     """
 
     def __init__(
@@ -252,6 +257,7 @@ class Agent:
         output_type: Any = str,
         sandbox: Literal["auto", "required", "off"] = "auto",
         control: object = None,
+        telemetry: Telemetry | Literal[False] | None = None,
     ) -> None:
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
@@ -331,6 +337,12 @@ class Agent:
         self.sandbox = sandbox
 
         self.control = _control(control, manifest, root)
+        if telemetry is not None and telemetry is not False and \
+                not isinstance(telemetry, Telemetry):
+            raise UserError(f"telemetry= takes hr.Telemetry(...), None or False, not "
+                            f"{type(telemetry).__name__}")
+        self.telemetry: Telemetry | None = (Telemetry() if telemetry is None
+                                            else telemetry or None)
 
 
     def _reviewed_tools(self, manifest: Any) -> Toolbox:
@@ -544,6 +556,7 @@ class _Runner:
             manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
             record_contents=agent.record_contents, sandbox=agent.sandbox,
             events=self._call_event, control=agent.control,
+            telemetry=None if agent.telemetry is None else agent.telemetry.start(),
         )
         # What the task and the instructions say is trusted (docs/taint.md).
         self.scope.provenance.trust_text("task", run.task, agent.instructions)
@@ -611,6 +624,13 @@ class _Runner:
         outside cancellation) leaves the run READY, its error in its events, so `handrail runs`
         does not show a run nobody drives as running and `resume` continues it at once.
         """
+        telemetry = self.scope.telemetry
+        if telemetry is not None:  # this segment inside its invoke_agent span
+            return await telemetry.agent_segment(self.run, self.agent.name, self.agent.model.name,
+                                                 lambda: self._drive_recorded(cancel))
+        return await self._drive_recorded(cancel)
+
+    async def _drive_recorded(self, cancel: anyio.Event | None) -> RunResult:
         try:
             return await self._drive_owned(cancel)
         except BaseException as exc:
@@ -785,7 +805,10 @@ class _Runner:
                     RunStatus.FAILED)
             self._refresh_tools()
             try:
-                response = await self._request(messages)
+                telemetry = self.scope.telemetry
+                response = await (self._request(messages) if telemetry is None else
+                                  telemetry.chat(agent.model.name, messages,
+                                                 lambda: self._request(messages)))
                 usage = _checked_usage(response.usage)
             except ModelError as exc:
                 return await self._end(Failed(f"the model failed: {exc}"), RunStatus.FAILED)
