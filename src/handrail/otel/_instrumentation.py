@@ -142,7 +142,7 @@ class Instrumentation:
                 span.set_attribute("gen_ai.usage.output_tokens",
                                    usage.output_tokens - tokens[1])
             if getattr(outcome, "kind", None) == "failed":
-                span.set_status(trace.StatusCode.ERROR, str(getattr(outcome, "reason", "")))
+                span.set_status(trace.StatusCode.ERROR, str(getattr(outcome, "error", ""))[:1000])
                 span.set_attribute("error.type", "run_failed")
             return result
 
