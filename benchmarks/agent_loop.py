@@ -9,6 +9,15 @@ handrail (memory), how per-call cost grows with N, and `import` times.
     benchmarks/.peers-venv/bin/python benchmarks/agent_loop.py [--reps 5] [--ns 100,1000]
 
 Variants whose framework is not installed are reported as missing, not silently dropped.
+
+Tracing (issue 20): `handrail_memory_otel` is handrail with OpenTelemetry on (the SDK's tracer
+and meter providers, spans to an exporter that drops them); `handrail_memory` has no provider
+configured, so tracing is off. `--baseline SRC` adds `handrail_memory@base`: the same variant
+with `SRC` (another checkout's `src/`) first on the path, run interleaved with the others.
+
+    git archive <commit> src | tar -x -C /tmp/base
+    .venv/bin/python benchmarks/agent_loop.py --only handrail_memory,handrail_memory_otel \
+        --baseline /tmp/base/src --reps 11
 """
 
 # No `from __future__ import annotations`: LangGraph reads the State TypedDict's annotations
@@ -34,7 +43,27 @@ HERE = Path(__file__).resolve().parent
 # number of tool calls executed.
 
 
-def _handrail(n: int, store_kind: str) -> Callable[[], Any]:
+def _telemetry() -> Any:
+    """handrail's telemetry on the OpenTelemetry SDK, every span dropped by the exporter."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    import handrail as hr
+
+    class Dropping(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(Dropping()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    _KEEP.append((tracer_provider, meter_provider))
+    return hr.Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+
+
+def _handrail(n: int, store_kind: str, traced: bool = False) -> Callable[[], Any]:
     import handrail as hr
     from handrail.models import Scripted, Turn, call, reply
 
@@ -54,7 +83,10 @@ def _handrail(n: int, store_kind: str) -> Callable[[], Any]:
         return reply(f"done {n}")
 
     turns.append(final)
-    agent = hr.Agent(Scripted(turns), [add], policy=hr.Policy.default(), max_steps=n + 5)
+    # The option only when asked for: the same script measures builds without it.
+    options: dict[str, Any] = {"telemetry": _telemetry()} if traced else {}
+    agent = hr.Agent(Scripted(turns), [add], policy=hr.Policy.default(), max_steps=n + 5,
+                     **options)
     tmp = tempfile.mkdtemp()
 
     async def run() -> int:
@@ -270,6 +302,8 @@ def _openai_adapter(n: int) -> Callable[[], Any]:
 
 VARIANTS: dict[str, tuple[str, Callable[[int], Callable[[], Any]]]] = {
     "handrail_memory": ("handrail, memory store", lambda n: _handrail(n, "memory")),
+    "handrail_memory_otel": ("handrail, memory store, OpenTelemetry SDK on (spans dropped)",
+                             lambda n: _handrail(n, "memory", traced=True)),
     "handrail_sqlite": ("handrail, SQLite store (file)", lambda n: _handrail(n, "sqlite")),
     "handrail_sqlite_fsync": ("handrail, SQLite store (file), durability=\"fsync\"",
                               lambda n: _handrail(n, "fsync")),
@@ -329,6 +363,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--ns", default="100,1000")
     parser.add_argument("--only", default="", help="comma-separated variant names")
+    parser.add_argument("--baseline", default="",
+                        help="another checkout's src/: adds handrail_memory@base")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -336,6 +372,10 @@ def main() -> None:
         return
     ns = [int(x) for x in args.ns.split(",")]
     names = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
+    if args.baseline:
+        VARIANTS["handrail_memory@base"] = (f"handrail, memory store, {args.baseline}",
+                                            VARIANTS["handrail_memory"][1])
+        names.insert(0, "handrail_memory@base")
     times: dict[tuple[str, int], list[float]] = {}
     # CPU time (all threads, kernel included): steadier than wall time on a shared machine.
     cpus: dict[tuple[str, int], list[float]] = {}
@@ -345,12 +385,17 @@ def main() -> None:
             for name in names:
                 if name in missing:
                     continue
-                proc = subprocess.run([sys.executable, __file__, "--child", name, str(n)],
-                                      capture_output=True, text=True)
+                env = dict(os.environ)
+                if name.endswith("@base"):
+                    env["PYTHONPATH"] = args.baseline
+                proc = subprocess.run([sys.executable, __file__, "--child",
+                                       name.removesuffix("@base"), str(n)],
+                                      capture_output=True, text=True, env=env)
                 if proc.returncode:
                     missing[name] = proc.stderr.strip().splitlines()[-1] if proc.stderr else "?"
                     continue
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
+                row["variant"] = name
                 times.setdefault((name, n), []).append(1e6 * row["seconds"] / n)
                 cpus.setdefault((name, n), []).append(1e6 * row.get("cpu", float("nan")) / n)
                 print(f"rep {rep} n={n:5d} {name:22s} {1e6 * row['seconds'] / n:10.1f} µs/call",
