@@ -27,6 +27,8 @@ OWN_TESTS = {
     "docs/mcp.md": "tests/mcp/test_mcp_docs.py (blocks need MCP servers)",
     "docs/host-tools.md": "tests/host/test_host_docs.py (blocks need programs on disk)",
     "docs/postgres.md": "tests/store/test_postgres.py (blocks need a PostgreSQL server)",
+    "docs/observability.md": "tests/otel/test_observability_docs.py (blocks set the global "
+                             "tracer provider: run in a fresh process)",
 }
 """Page -> the test that runs its blocks instead of this one."""
 
