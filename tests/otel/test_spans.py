@@ -335,12 +335,12 @@ async def test_telemetry_false_reports_nothing_even_with_a_provider_configured()
         hr.Agent(Scripted([reply("ok")]), [], telemetry=True)  # type: ignore[arg-type]
 
 
-async def test_a_malformed_trace_record_is_not_linked() -> None:
+async def test_a_malformed_trace_record_is_not_linked(tmp_path: Path) -> None:
     reporting = _Reporting()
     store = hr.Store.memory()
     agent = hr.Agent(Scripted([call("workspace/write_file", {"path": "a", "content": "x"}),
                                reply("ok")]), hr.builtin.workspace_tools(),
-                     telemetry=reporting.telemetry, workspace=".")
+                     telemetry=reporting.telemetry, workspace=tmp_path)
     result = await agent.run("write", store=store)
     run = await store.run(result.run_id)
     run.events = [*run.events, {"kind": "trace", "traceparent": "00-zz-12-01"}]
@@ -391,3 +391,38 @@ def test_a_run_with_nothing_configured_never_imports_opentelemetry() -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+async def test_a_live_approvers_decision_is_timed_and_a_deferral_is_not(
+        tmp_path: Path) -> None:
+    decided = anyio.Event()
+
+    async def person(request: hr.Request) -> hr.Decision:
+        decided.set()
+        return hr.Decision.approve()
+
+    reporting = _Reporting()
+    agent = hr.Agent(Scripted([call("workspace/write_file", {"path": "a.txt", "content": "x"}),
+                               reply("ok")]), hr.builtin.workspace_tools(), workspace=tmp_path,
+                     telemetry=reporting.telemetry)
+    with anyio.fail_after(30):
+        result = await agent.run("write", approver=hr.CallbackApprover(person))
+    assert result.output == "ok" and decided.is_set()
+    [wait] = reporting.points("handrail.approval.wait")
+    assert wait.count == 1 and wait.sum >= 0
+    assert dict(wait.attributes) == {"handrail.pending.kind": "approval",
+                                     "handrail.decision": "approve",
+                                     "gen_ai.tool.name": "workspace/write_file"}
+
+    reporting = _Reporting()
+    agent = hr.Agent(Scripted([call("workspace/write_file", {"path": "a.txt", "content": "x"}),
+                               reply("ok")]), hr.builtin.workspace_tools(), workspace=tmp_path,
+                     telemetry=reporting.telemetry)
+    paused = await agent.run("write")
+    assert paused.outcome.kind == "awaiting_approval"
+    assert reporting.points("handrail.approval.wait") == []
+
+
+def test_capture_content_is_a_bool() -> None:
+    with pytest.raises(hr.UserError, match="capture_content is True or False"):
+        hr.Telemetry(capture_content="yes")  # type: ignore[arg-type]
