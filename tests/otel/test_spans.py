@@ -335,7 +335,9 @@ async def test_telemetry_false_reports_nothing_even_with_a_provider_configured()
         hr.Agent(Scripted([reply("ok")]), [], telemetry=True)  # type: ignore[arg-type]
 
 
-async def test_a_malformed_trace_record_is_not_linked(tmp_path: Path) -> None:
+@pytest.mark.parametrize("traceparent", [
+    "00-zz-12-01", f"00-{'g' * 32}-{'1' * 16}-01", f"00-{'0' * 32}-{'0' * 16}-01", 17])
+async def test_a_malformed_trace_record_is_not_linked(tmp_path: Path, traceparent: Any) -> None:
     reporting = _Reporting()
     store = hr.Store.memory()
     agent = hr.Agent(Scripted([call("workspace/write_file", {"path": "a", "content": "x"}),
@@ -343,7 +345,7 @@ async def test_a_malformed_trace_record_is_not_linked(tmp_path: Path) -> None:
                      telemetry=reporting.telemetry, workspace=tmp_path)
     result = await agent.run("write", store=store)
     run = await store.run(result.run_id)
-    run.events = [*run.events, {"kind": "trace", "traceparent": "00-zz-12-01"}]
+    run.events = [*run.events, {"kind": "trace", "traceparent": traceparent}]
     await store.write(hr.store.Batch(run=run))
     resumed = await hr.resume_with_decision(store, result.outcome.request_id,  # type: ignore[union-attr]
                                             hr.Decision.deny("no"), agent=agent)
