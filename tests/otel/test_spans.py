@@ -428,3 +428,14 @@ async def test_a_live_approvers_decision_is_timed_and_a_deferral_is_not(
 def test_capture_content_is_a_bool() -> None:
     with pytest.raises(hr.UserError, match="capture_content is True or False"):
         hr.Telemetry(capture_content="yes")  # type: ignore[arg-type]
+
+
+def test_a_provider_given_without_opentelemetry_installed_is_a_clear_error() -> None:
+    block = ("for name in ('opentelemetry', 'opentelemetry.trace', 'opentelemetry.metrics'):\n"
+             "    sys.modules[name] = None\n")
+    code = _RUN.format(block=block, telemetry="hr.Telemetry(tracer_provider=object())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1
+    assert "install it with pip install 'handrail[otel]'" in proc.stderr, proc.stderr
+    assert "UserError" in proc.stderr

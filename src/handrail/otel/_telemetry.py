@@ -38,6 +38,10 @@ class Telemetry:
             for a person never has its arguments captured, whatever this says; nor does the
             tool-call part of a model's message (its arguments are those of a call that may be
             refused).
+
+    Raises:
+        UserError: a provider is given but `opentelemetry` is not installed, or
+            `capture_content` is not a bool.
     """
 
     __slots__ = ("_cached", "capture_content", "meter_provider", "tracer_provider")
@@ -46,6 +50,15 @@ class Telemetry:
                  capture_content: bool = False) -> None:
         if not isinstance(capture_content, bool):
             raise UserError(f"capture_content is True or False, not {capture_content!r}")
+        if tracer_provider is not None or meter_provider is not None:
+            # Checked here, not when a run starts: a run is already recorded by then.
+            try:
+                import opentelemetry.metrics
+                import opentelemetry.trace  # noqa: F401
+            except ImportError as exc:
+                raise UserError(f"hr.Telemetry was given a provider, but OpenTelemetry's API "
+                                f"cannot be imported ({exc}); install it with "
+                                "pip install 'handrail[otel]'") from None
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         self.capture_content = capture_content
