@@ -439,3 +439,32 @@ def test_a_provider_given_without_opentelemetry_installed_is_a_clear_error() -> 
     assert proc.returncode == 1
     assert "install it with pip install 'handrail[otel]'" in proc.stderr, proc.stderr
     assert "UserError" in proc.stderr
+
+
+async def test_a_call_cut_off_by_a_cancel_still_ends_its_span(tmp_path: Path) -> None:
+    started, cancel = anyio.Event(), anyio.Event()
+
+    @hr.tool
+    async def slow() -> str:
+        """Wait for ever."""
+        started.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    async def stop_when_started() -> None:
+        await started.wait()
+        cancel.set()
+
+    reporting = _Reporting()
+    agent = hr.Agent(Scripted([call("local/slow", {}), reply("ok")]), [slow],
+                     telemetry=reporting.telemetry)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_when_started)
+            result = await agent.run("wait", cancel=cancel, approver=hr.ApproveAll())
+    assert result.outcome.kind == "cancelled"
+    cut = reporting.span("execute_tool local/slow")
+    assert dict(cut.attributes or {})["handrail.call.status"] in ("in_doubt", "started")
+    assert dict(cut.attributes or {})["handrail.disposition"] == "in_doubt"
+    run = reporting.span("invoke_agent")
+    assert dict(run.attributes or {})["handrail.run.outcome"] == "cancelled"
