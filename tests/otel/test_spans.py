@@ -468,3 +468,61 @@ async def test_a_call_cut_off_by_a_cancel_still_ends_its_span(tmp_path: Path) ->
     assert dict(cut.attributes or {})["handrail.disposition"] == "in_doubt"
     run = reporting.span("invoke_agent")
     assert dict(run.attributes or {})["handrail.run.outcome"] == "cancelled"
+
+
+async def test_an_answered_question_is_timed_as_a_wait() -> None:
+    @hr.tool(interactions={"question"}, mutates=False)
+    async def pick(ctx: hr.CallContext) -> str:
+        """Ask which."""
+        return str(await ctx.ask(hr.Question("which?", choices=["a", "b"])))
+
+    reporting = _Reporting()
+    store = hr.Store.memory()
+
+    def build() -> hr.Agent:
+        return hr.Agent(Scripted([call("local/pick", {}), reply("ok")]), [pick],
+                        telemetry=reporting.telemetry)
+
+    first = await build().run("pick", store=store)
+    assert first.outcome.kind == "awaiting_answer"
+    asked = reporting.span("execute_tool local/pick")
+    assert dict(asked.attributes or {})["handrail.call.status"] == "awaiting_answer"
+    assert reporting.points("handrail.approval.wait") == []
+    done = await hr.resume_with_answer(store, first.outcome.question_id,  # type: ignore[union-attr]
+                                       "b", agent=build())
+    assert done.output == "ok"
+    [wait] = reporting.points("handrail.approval.wait")
+    assert wait.count == 1
+    assert dict(wait.attributes) == {"handrail.pending.kind": "question",
+                                     "handrail.decision": "answer",
+                                     "gen_ai.tool.name": "local/pick"}
+    answered = [s for s in reporting.spans() if s.name == "execute_tool local/pick"][-1]
+    assert dict(answered.attributes or {})["handrail.call.status"] == "finished"
+    assert "handrail.wait_seconds" in dict(answered.attributes or {})
+
+
+_LATE = """
+import anyio
+import handrail as hr
+from handrail.models import Scripted, reply
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+agent = hr.Agent(Scripted([reply("ok"), reply("ok")]), [], name="late")
+anyio.run(agent.run, "before any provider")
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # after the agent was built: its next run reports
+anyio.run(agent.run, "after")
+print(sorted(s.name for s in exporter.get_finished_spans()))
+"""
+
+
+def test_the_global_provider_is_looked_up_when_each_run_starts() -> None:
+    proc = subprocess.run([sys.executable, "-c", _LATE], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "['chat scripted', 'invoke_agent late']"
