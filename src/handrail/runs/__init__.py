@@ -39,6 +39,7 @@ from handrail.runs._outcome import (
     outcome_to_dict,
 )
 from handrail.runs._printer import TerminalPrinter
+from handrail.runs._subagents import SubAgentTool
 from handrail.runs._verify import (
     VERIFY_OUTPUT_CHARS,
     NotVerified,
@@ -68,6 +69,7 @@ __all__ = [
     "RunOutcome",
     "RunResult",
     "RunStream",
+    "SubAgentTool",
     "TerminalPrinter",
     "UsageDetail",
     "Verified",

@@ -433,6 +433,10 @@ async def prepare_resume(store: Store, run: RunRecord, agent: Agent
         return None
     chain = await _chain(store, run)
     root = chain[0]
+    if root.agent != agent.name:
+        raise ResumeRefused(
+            f"run {run.id} is in the tree of run {root.id}, whose agent is {root.agent!r}; "
+            f"resume it with the root's agent (the agent of run {root.id}), not {agent.name!r}")
     totals = [0, 0]
     await _survey(store, root, agent, (agent.name or "agent",), root, totals)
     owner = agent
