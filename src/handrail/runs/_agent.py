@@ -637,7 +637,8 @@ class _Runner:
                                      lease_until=0.0)
         await self.store.write(batch)
         self._ended = True
-        if status.value.startswith("awaiting") and not self.store.durable:
+        if status.value.startswith("awaiting") and not self.store.durable and \
+                (self.node is None or self.node.depth == 0):  # a tree warns once, at its root
             log.log_memory_pause(self.run.id, status.value, next_step(outcome, self.run.id))
         await self._emit("paused" if status.value.startswith("awaiting") else "finished",
                          outcome=outcome_to_dict(outcome))

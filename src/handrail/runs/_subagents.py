@@ -44,7 +44,7 @@ from handrail.errors import NotFound, ResumeRefused, UserError
 from handrail.gate import CallInDoubt, DelegatedPause, PausedOnQuestion, PausedOnRequest
 from handrail.models import dump_messages
 from handrail.policy import Policy
-from handrail.store import Batch, CallStatus, RunRecord, RunStatus, Store
+from handrail.store import Batch, CallRecord, CallStatus, RunRecord, RunStatus, Store
 from handrail.store.contract import new_owner
 from handrail.tools import CallContext, SchemaTool, ToolId, ToolResult, ToolSpec
 
@@ -60,6 +60,8 @@ __all__ = [
     "child_run_id",
     "plant",
     "prepare_resume",
+    "sub_runs",
+    "tree_of",
 ]
 
 DEFAULT_MAX_DEPTH = 4
@@ -323,6 +325,9 @@ async def _start_child(tool: SubAgentTool, parent: Node, ctx: CallContext, task:
     messages = start.messages
     await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in
                                                enumerate(dump_messages(messages))]))
+    # Kept in the parent's record (written with its turn): `handrail runs` counts a tree's
+    # runs and `handrail show` draws it from these.
+    await ctx.record_event("delegated", run=run_id, agent=tool.name, depth=depth)
     runner = _Runner(agent, store, run, policy, [], messages, parent.approver,
                      parent.responder, None)
     attach(runner, Node(tree=parent.tree, path=(*parent.path, tool.name), depth=depth,
@@ -450,6 +455,43 @@ async def prepare_resume(store: Store, run: RunRecord, agent: Agent
                 f"{call.model_name!r}")
         owner = tool.agent
     return root, owner, totals
+
+
+async def sub_runs(store: Store, run: RunRecord,
+                   calls: Sequence[CallRecord] | None = None) -> dict[str, RunRecord]:
+    """The runs `run` delegated to, by the id of the delegating call (for display).
+
+    Found from the run's `delegated` events and, for a call still in flight (whose event a
+    crash may have lost), by the child's derived id.
+    """
+    ids = [str(e["run"]) for e in run.events if e.get("kind") == "delegated" and "run" in e]
+    for call in calls or ():
+        if call.status in _OPEN_CALL:
+            ids.append(child_run_id(run.id, call.call_id))
+    found: dict[str, RunRecord] = {}
+    for child_id in dict.fromkeys(ids):
+        try:
+            child = await store.run(child_id)
+        except NotFound:
+            continue
+        if child.parent_id == run.id and child.parent_call_id is not None:
+            found[child.parent_call_id] = child
+    return found
+
+
+async def tree_of(store: Store, run: RunRecord, agent: Agent) -> tuple[RunRecord, Agent]:
+    """The root run of `run`'s tree and the agent that drives `run`, rebuilt from `agent`.
+
+    `(run, agent)` for a run that is not a sub-agent's. What a caller that decides an item
+    needs: the root is what continues (with `agent`, the root's agent), and the item's own
+    agent checks the decision (modified arguments against its tool's schema).
+
+    Raises:
+        ResumeRefused: `agent` is not the root's agent, or a child of the tree no longer
+            exists or changed its manifest (recorded in the root's events).
+    """
+    found = await prepare_resume(store, run, agent)
+    return (run, agent) if found is None else (found[0], found[1])
 
 
 def adopt(runner: _Runner, totals: Sequence[int]) -> None:
