@@ -382,10 +382,15 @@ def _child_tool(agent: Agent, model_name: str) -> SubAgentTool | None:
 
 
 async def _refused(store: Store, root: RunRecord, reason: str) -> ResumeRefused:
-    """Record a refusal in the root's events (the tree stays as it was) and return it."""
-    root.events = [*root.events, {"kind": "resume_refused", "reason": reason[:2000],
-                                  "at": time.time()}]
-    await store.write(Batch(run=root))
+    """Record a refusal in the root's events (the tree stays as it was) and return it.
+
+    Not while a process drives the root: its runner owns the record (and refuses this resume
+    anyway, when it claims the run).
+    """
+    if root.status is not RunStatus.RUNNING:
+        root.events = [*root.events, {"kind": "resume_refused", "reason": reason[:2000],
+                                      "at": time.time()}]
+        await store.write(Batch(run=root))
     return ResumeRefused(reason)
 
 
