@@ -426,3 +426,21 @@ async def test_a_cancel_mid_child_sends_its_call_to_recovery_never_re_running_it
     assert done.output == "it did run"
     assert effects_of(effects) == ["slow"]
     assert len(await store.runs()) == 2
+
+
+async def test_a_run_started_with_a_parent_run_id_is_not_a_sub_agents_run(
+        tmp_path: Path) -> None:
+    effects = str(tmp_path / "effects")
+
+    def build() -> hr.Agent:
+        return hr.Agent(Scripted([call("world/effect", {"n": 7}), echo]),
+                        [effect_tool(effects)], name="alone")
+
+    store = hr.Store.open(tmp_path / "runs.db")
+    other = await hr.Agent(Scripted([reply("hi")]), [], name="other").run("hi", store=store)
+    paused = await build().run("go", store=store, parent_run_id=other.run_id)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    assert (await store.run(paused.run_id)).depth == 0
+    done = await hr.resume_with_decision(store, paused.outcome.request_id,
+                                         hr.Decision.approve(), agent=build())
+    assert done.run_id == paused.run_id and done.output == "effect 7 done"
