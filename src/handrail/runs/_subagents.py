@@ -369,7 +369,7 @@ def _outcome_dict(run: RunRecord, outcome: Any) -> dict[str, Any]:
 async def _chain(store: Store, run: RunRecord) -> list[RunRecord]:
     """The runs from the root of `run`'s tree down to `run`."""
     chain = [run]
-    while chain[0].parent_id is not None:
+    while chain[0].depth > 0 and chain[0].parent_id is not None:
         if len(chain) > 64:
             raise ResumeRefused(f"run {run.id} has more than 64 ancestors; refusing it")
         chain.insert(0, await store.run(chain[0].parent_id))
@@ -439,7 +439,9 @@ async def prepare_resume(store: Store, run: RunRecord, agent: Agent
         ResumeRefused: the run is a sub-agent's and `agent` is not its root's agent, or a
             child of the tree no longer exists or changed its manifest.
     """
-    if run.parent_id is None and not sub_agents(agent):
+    # `depth`, not `parent_id`: a run started with `Agent.run(parent_run_id=...)` names a
+    # parent without being a sub-agent's run (it resumes alone, as before).
+    if run.depth == 0 and not sub_agents(agent):
         return None
     chain = await _chain(store, run)
     root = chain[0]
