@@ -93,3 +93,8 @@ def asking(effects: str) -> hr.Agent:
 def cli_asking(run: Any = None) -> hr.Agent:
     """`asking`, counting into $TREE_EFFECTS (a factory the CLI calls with the run)."""
     return asking(os.environ["TREE_EFFECTS"])
+
+
+def worker_tree(run: Any = None) -> hr.Agent:
+    """`three_levels` counting into $TREE_EFFECTS, with its ref (for `handrail worker`)."""
+    return three_levels(os.environ["TREE_EFFECTS"], ref="trees:worker_tree")
