@@ -444,3 +444,28 @@ async def test_a_run_started_with_a_parent_run_id_is_not_a_sub_agents_run(
     done = await hr.resume_with_decision(store, paused.outcome.request_id,
                                          hr.Decision.approve(), agent=build())
     assert done.run_id == paused.run_id and done.output == "effect 7 done"
+
+
+async def test_the_trees_spent_budget_is_restored_when_it_resumes(tmp_path: Path) -> None:
+    effects = str(tmp_path / "effects")
+
+    def build() -> hr.Agent:
+        @hr.tool(server="world", name="look", mutates=False)
+        async def look() -> str:
+            """Look."""
+            return "seen"
+
+        child = hr.Agent(Scripted([call("world/look", {}), call("world/look", {}),
+                                   call("world/effect", {"n": 1}), echo]),
+                         [look, effect_tool(effects)], name="worker")
+        return hr.Agent(Scripted([call("agents/worker", {"task": "go"}), echo]),
+                        [child.as_tool()], name="root", policy=ROOT_POLICY, max_steps=4)
+
+    store = hr.Store.open(tmp_path / "runs.db")
+    paused = await build().run("go", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)  # 1 + 3 model turns spent
+    done = await hr.resume_with_decision(store, paused.outcome.request_id,
+                                         hr.Decision.approve(), agent=build())
+    assert isinstance(done.outcome, hr.Failed)
+    assert "tree's step budget of 4" in done.outcome.error
+    assert effects_of(effects) == ["effect 1"]  # the approved call ran, then the budget held
