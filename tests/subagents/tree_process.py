@@ -2,6 +2,9 @@
 
     python tree_process.py DB EFFECTS start
     python tree_process.py DB EFFECTS decide REQUEST_ID
+    python tree_process.py DB EFFECTS crash        (SIGKILLs itself in the child's call)
+    python tree_process.py DB EFFECTS resume RUN_ID
+    python tree_process.py DB EFFECTS recover CALL_ID
 
 `start` runs the planner; the tester (its grandchild) asks before its effect, the default
 approver defers, the whole tree pauses and this process exits. `decide` approves that request
@@ -16,7 +19,7 @@ import os
 import sys
 
 import anyio
-from trees import three_levels
+from trees import crashing, three_levels
 
 import handrail as hr
 
@@ -34,6 +37,16 @@ async def main(argv: list[str]) -> None:
             except hr.AlreadyDecided as exc:
                 print(json.dumps({"pid": os.getpid(), "error": f"already decided: {exc}"}))
                 return
+        elif mode == "crash":
+            result = await crashing(effects, die=True).run(
+                "go", store=store, approver=hr.ApproveAll())
+        elif mode == "resume":
+            result = await hr.resume(store, rest[0], agent=crashing(effects),
+                                     approver=hr.ApproveAll())
+        elif mode == "recover":
+            result = await hr.resume_with_recovery(store, rest[0],
+                                                   hr.Recovery.completed("it ran once"),
+                                                   agent=crashing(effects))
         else:
             raise SystemExit(f"unknown mode {mode}")
     outcome = result.outcome

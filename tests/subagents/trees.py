@@ -7,6 +7,7 @@ it. Every side effect appends a line to the EFFECTS file, so a test counts how o
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,3 +99,20 @@ def cli_asking(run: Any = None) -> hr.Agent:
 def worker_tree(run: Any = None) -> hr.Agent:
     """`three_levels` counting into $TREE_EFFECTS, with its ref (for `handrail worker`)."""
     return three_levels(os.environ["TREE_EFFECTS"], ref="trees:worker_tree")
+
+
+def crashing(effects: str, *, die: bool = False) -> hr.Agent:
+    """planner -> worker, whose `world/slow` counts its effect, then (with `die`) SIGKILLs
+    its own process: a crash in the middle of the child's call."""
+
+    @hr.tool(server="world", name="slow")
+    async def slow() -> str:
+        """Act, then take a long time."""
+        note(effects, "slow")
+        if die:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "slow done"
+
+    worker = hr.Agent(Scripted([call("world/slow", {}), echo]), [slow], name="worker")
+    return hr.Agent(Scripted([call("agents/worker", {"task": "go"}), echo]),
+                    [worker.as_tool()], name="planner", policy=ROOT_POLICY)
