@@ -469,3 +469,32 @@ async def test_the_trees_spent_budget_is_restored_when_it_resumes(tmp_path: Path
     assert isinstance(done.outcome, hr.Failed)
     assert "tree's step budget of 4" in done.outcome.error
     assert effects_of(effects) == ["effect 1"]  # the approved call ran, then the budget held
+
+
+async def test_a_typed_child_returns_its_output_as_json_and_a_denied_delegation_starts_none(
+        ) -> None:
+    class Verdict(pydantic.BaseModel):
+        ok: bool
+        note: str
+
+    judge = hr.Agent(Scripted([call("handrail/final_result", {"ok": True, "note": "fine"})]),
+                     [], name="judge", output_type=Verdict)
+    root = hr.Agent(Scripted([call("agents/judge", {"task": "judge it"}), echo]),
+                    [judge.as_tool()], name="root", policy=ROOT_POLICY)
+    store = hr.Store.memory()
+    result = await root.run("go", store=store)
+    (record,) = await store.calls(result.run_id)
+    assert record.result is not None and record.result["structured"] == {"ok": True,
+                                                                         "note": "fine"}
+
+    # A child that may change the world (a mutating tool): the default policy asks before
+    # delegating to it, and a person's deny means no child run at all.
+    writer = hr.Agent(Scripted([call("world/effect", {"n": 1}), echo]),
+                      [effect_tool("/nonexistent/never-written")], name="judge")
+    asking_root = hr.Agent(Scripted([call("agents/judge", {"task": "judge it"}), echo]),
+                           [writer.as_tool()], name="root")
+    store = hr.Store.memory()
+    denied = await asking_root.run("go", store=store, approver=hr.CallbackApprover(
+        lambda request: hr.Decision.deny("not now")))
+    assert "not now" in denied.output
+    assert [r.agent for r in await store.runs()] == ["root"]  # no child run was started

@@ -111,8 +111,9 @@ class SubAgentTool(SchemaTool):
             description = f"Delegate a task to the sub-agent {name!r}" + (
                 f": {about[0][:200]}" if about else ".")
         # A delegation mutates unless every tool the child (and its children) may call is a
-        # read: two delegations in one turn then keep the order of their effects.
-        mutates = any(s.mutates for s in _tree_specs(agent))
+        # read: two delegations in one turn then keep the order of their effects. A host's
+        # tools are known only at run time: a child with some may mutate.
+        mutates = agent.injected is not None or any(s.mutates for s in _tree_specs(agent))
         spec = ToolSpec(ToolId(server, name), description, schema, mutates=mutates,
                         idempotent=True)  # its re-run continues the child's run: see above
         super().__init__(spec, self._delegate, origin=f"sub-agent {name!r}")
