@@ -16,6 +16,7 @@ from trees import (
     effects_of,
     note,
     three_levels,
+    two_askers,
     two_children,
 )
 
@@ -498,3 +499,26 @@ async def test_a_typed_child_returns_its_output_as_json_and_a_denied_delegation_
         lambda request: hr.Decision.deny("not now")))
     assert "not now" in denied.output
     assert [r.agent for r in await store.runs()] == ["root"]  # no child run was started
+
+
+@pytest.mark.parametrize("first", ["wall", "door"])
+async def test_two_read_only_sub_agents_run_concurrently_both_ask_and_are_answered_in_any_order(
+        first: str, tmp_path: Path) -> None:
+    effects = str(tmp_path / "effects")
+    store = hr.Store.open(tmp_path / "runs.db")
+    tree = two_askers(effects)
+    assert [t.spec.mutates for t in tree.toolbox.impls()] == [False, False]
+    paused = await tree.run("paint", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingAnswer)
+    items = {i.payload["agent_path"][-1]: i for i in await store.pending(kind="question")}
+    assert sorted(items) == ["door", "wall"]
+    second = "door" if first == "wall" else "wall"
+    middle = await hr.resume_with_answer(store, items[first].id, "red",
+                                         agent=two_askers(effects))
+    assert isinstance(middle.outcome, hr.AwaitingAnswer)
+    assert middle.outcome.question_id == items[second].id
+    done = await hr.resume_with_answer(store, items[second].id, "blue",
+                                       agent=two_askers(effects))
+    colours = {first: "red", second: "blue"}
+    assert done.output == f"wall {colours['wall']} | door {colours['door']}"
+    assert sorted(effects_of(effects)) == sorted(f"{k} {v}" for k, v in colours.items())

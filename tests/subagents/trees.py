@@ -116,3 +116,22 @@ def crashing(effects: str, *, die: bool = False) -> hr.Agent:
     worker = hr.Agent(Scripted([call("world/slow", {}), echo]), [slow], name="worker")
     return hr.Agent(Scripted([call("agents/worker", {"task": "go"}), echo]),
                     [worker.as_tool()], name="planner", policy=ROOT_POLICY)
+
+
+def two_askers(effects: str) -> hr.Agent:
+    """Two read-only sub-agents in one turn (so they run concurrently); each one asks."""
+
+    def painter(name: str) -> hr.Agent:
+        @hr.tool(server="world", name="pick", interactions={"question"}, mutates=False)
+        async def pick(ctx: hr.CallContext) -> str:
+            """Ask which colour, then note it."""
+            colour = await ctx.ask(hr.Question(f"Which colour for {name}?"))
+            note(effects, f"{name} {colour}")
+            return f"{name} {colour}"
+
+        return hr.Agent(Scripted([call("world/pick", {}), echo]), [pick], name=name)
+
+    return hr.Agent(Scripted([calls([("agents/wall", {"task": "paint"}),
+                                     ("agents/door", {"task": "paint"})]), echo]),
+                    [painter("wall").as_tool(), painter("door").as_tool()], name="planner",
+                    policy=ROOT_POLICY)
