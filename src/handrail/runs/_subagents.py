@@ -44,6 +44,7 @@ from handrail.errors import NotFound, ResumeRefused, UserError
 from handrail.gate import CallInDoubt, DelegatedPause, PausedOnQuestion, PausedOnRequest
 from handrail.models import dump_messages
 from handrail.policy import Policy
+from handrail.runs._outcome import outcome_to_dict
 from handrail.store import Batch, CallRecord, CallStatus, RunRecord, RunStatus, Store
 from handrail.store.contract import new_owner
 from handrail.tools import CallContext, SchemaTool, ToolId, ToolResult, ToolSpec
@@ -263,12 +264,7 @@ def check_tree(agent: Agent, tool: SubAgentTool | None = None, *,
                     "are relative to that workspace)")
             walk(child.agent, here, (*seen, id(child.agent)))
 
-    root_name = agent.name or "agent"
-    if tool is not None:
-        walk_root: tuple[str, ...] = (tool.name,)
-        walk(agent, walk_root, (id(agent),))
-    else:
-        walk(agent, (root_name,), (id(agent),))
+    walk(agent, (tool.name if tool is not None else agent.name or "agent",), (id(agent),))
 
 
 def plant(runner: _Runner) -> None:
@@ -334,8 +330,7 @@ async def _start_child(tool: SubAgentTool, parent: Node, ctx: CallContext, task:
     attach(runner, Node(tree=parent.tree, path=(*parent.path, tool.name), depth=depth,
                          store=store, approver=parent.approver, responder=parent.responder,
                          ref=parent.ref))
-    result = await runner.drive(None)
-    return _outcome_dict(runner.run, result.outcome)
+    return outcome_to_dict((await runner.drive(None)).outcome)
 
 
 async def _continue_child(tool: SubAgentTool, parent: Node, ctx: CallContext,
@@ -355,13 +350,7 @@ async def _continue_child(tool: SubAgentTool, parent: Node, ctx: CallContext,
     result = await _resume(parent.store, run.id, agent=tool.agent, approver=parent.approver,
                            responder=parent.responder, allow_manifest_change=False,
                            on_event=None, cancel=None, node=node, bound=parent_policy)
-    return _outcome_dict(run, result.outcome)
-
-
-def _outcome_dict(run: RunRecord, outcome: Any) -> dict[str, Any]:
-    from handrail.runs._outcome import outcome_to_dict
-
-    return outcome_to_dict(outcome)
+    return outcome_to_dict(result.outcome)
 
 
 # --------------------------------------------------------------------- resuming
