@@ -350,10 +350,13 @@ async def test_cycles_and_depth_are_refused_when_the_tree_is_built() -> None:
         b.as_tool()
 
     level = hr.Agent(Scripted([reply("x")]), [], name="l0")
-    for i in range(1, 6):
+    for i in range(1, 6):  # as_tool never limits the depth: the root does, when it runs
         level = hr.Agent(Scripted([reply("x")]), [level.as_tool()], name=f"l{i}")
     with pytest.raises(hr.UserError, match="deeper than 4 levels"):
         await level.run("go", store=hr.Store.memory())
+    deeper = hr.Agent(Scripted([reply("x")]), [level.as_tool()], name="l6")
+    deeper.max_depth = 6
+    assert (await deeper.run("go", store=hr.Store.memory())).output == "x"
     level.max_depth = 5
     assert (await level.run("go", store=hr.Store.memory())).output == "x"
 
@@ -373,15 +376,29 @@ async def test_a_sub_agent_needs_a_name_and_a_typed_input_is_its_arguments() -> 
         title: str
         priority: int
 
+        @pydantic.field_validator("priority")
+        @classmethod
+        def positive(cls, value: int) -> int:
+            if value < 1:
+                raise ValueError("priority starts at 1")
+            return value
+
     child = hr.Agent(Scripted([lambda m, t: reply(m[-1].text)]), [], name="worker")
     tool = child.as_tool(input_type=Job, description="Do a job.")
     assert tool.spec.input_schema["required"] == ["title", "priority"]
     root = hr.Agent(Scripted([call("agents/worker", {"title": "t", "priority": "high"}),
+                              call("agents/worker", {"title": "t", "priority": 0}),
                               call("agents/worker", {"title": "t", "priority": 2}), echo]),
                     [tool], name="root", policy=ROOT_POLICY)
-    result = await root.run("go", store=hr.Store.memory())
-    assert "invalid" in result.output.lower()  # the first call's arguments were refused
+    store = hr.Store.memory()
+    result = await root.run("go", store=store)
+    first, second, third = await store.calls(result.run_id)
+    # The schema and the model's own validator both refuse at stage 3: nothing ran.
+    assert first.status is second.status is hr.CallStatus.REFUSED
+    assert second.result is not None and "priority starts at 1" in str(second.result)
+    assert third.status is hr.CallStatus.FINISHED
     assert '{"title":"t","priority":2}' in result.output
+    assert [r.agent for r in await store.runs()].count("worker") == 1
 
 
 async def test_a_cancel_mid_child_sends_its_call_to_recovery_never_re_running_it(

@@ -33,14 +33,14 @@ import hashlib
 import itertools
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pydantic
 
 from handrail.approval import Approver, Responder
-from handrail.errors import NotFound, ResumeRefused, UserError
+from handrail.errors import InvalidArguments, Issue, NotFound, ResumeRefused, UserError
 from handrail.gate import CallInDoubt, DelegatedPause, PausedOnQuestion, PausedOnRequest
 from handrail.models import dump_messages
 from handrail.policy import Policy
@@ -118,15 +118,28 @@ class SubAgentTool(SchemaTool):
         spec = ToolSpec(ToolId(server, name), description, schema, mutates=mutates,
                         idempotent=True)  # its re-run continues the child's run: see above
         super().__init__(spec, self._delegate, origin=f"sub-agent {name!r}")
-        check_tree(agent, self, max_depth=DEFAULT_MAX_DEPTH)
+        check_tree(agent, self, max_depth=None)  # the depth is the root's to limit, at run
+
+    def validate(self, arguments: Mapping[str, Any] | str | bytes) -> dict[str, Any]:
+        """The JSON Schema's check, then the input model's own (its validators): stage 3.
+
+        Raises:
+            InvalidArguments: naming each problem (the model may fix them; nothing ran).
+        """
+        checked = super().validate(arguments)
+        if self.input_type is not None:
+            try:
+                self.input_type.model_validate(checked)
+            except pydantic.ValidationError as exc:
+                raise InvalidArguments(str(self.spec.id), [
+                    Issue(path="$" + "".join(f".{p}" for p in e["loc"]), message=e["msg"])
+                    for e in exc.errors()]) from None
+        return checked
 
     def _task(self, arguments: dict[str, Any]) -> str:
         if self.input_type is None:
             return str(arguments["task"])
-        try:
-            return self.input_type.model_validate(arguments).model_dump_json()
-        except pydantic.ValidationError as exc:  # the schema passed, a validator refused
-            raise UserError(f"the input for sub-agent {self.name!r} is invalid: {exc}") from None
+        return self.input_type.model_validate(arguments).model_dump_json()
 
     async def _delegate(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
         node = None if ctx.run_id is None else _LIVE.get(ctx.run_id)
@@ -240,7 +253,7 @@ def sub_agents(agent: Agent) -> list[SubAgentTool]:
 
 
 def check_tree(agent: Agent, tool: SubAgentTool | None = None, *,
-               max_depth: int = DEFAULT_MAX_DEPTH) -> None:
+               max_depth: int | None = DEFAULT_MAX_DEPTH) -> None:
     """Refuse a tree with a cycle, deeper than `max_depth`, or spread over two workspaces.
 
     Raises:
@@ -253,7 +266,7 @@ def check_tree(agent: Agent, tool: SubAgentTool | None = None, *,
             if id(child.agent) in seen:
                 raise UserError(f"the sub-agents form a cycle: {' -> '.join(here)}; an agent "
                                 "cannot delegate to itself or to an agent above it")
-            if len(here) - 1 > max_depth:
+            if max_depth is not None and len(here) - 1 > max_depth:
                 raise UserError(f"the tree of sub-agents is deeper than {max_depth} levels "
                                 f"at {'/'.join(here)}; set the root's max_depth, or flatten it")
             if child.agent.workspace != node.workspace:
