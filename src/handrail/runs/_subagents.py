@@ -397,23 +397,26 @@ async def _refused(store: Store, root: RunRecord, reason: str) -> ResumeRefused:
     return ResumeRefused(reason)
 
 
-async def _survey(store: Store, run: RunRecord, agent: Agent, path: tuple[str, ...],
+async def _survey(store: Store, run: RunRecord, agent: Agent | None, path: tuple[str, ...],
                   root: RunRecord, totals: list[int]) -> None:
-    """Walk `run`'s children: check each open one against `agent`'s tools; count budgets."""
+    """Check each open child under `run` against `agent`'s tools; add up what the tree spent.
+
+    With `agent` None the subtree is only counted (every run's steps and tokens). One read
+    of the run's calls (when checking) and one per child: a run's delegations are found from
+    its `delegated` events, never by probing each of its calls.
+    """
     totals[0] += run.steps
     totals[1] += run.input_tokens + run.output_tokens
-    for call in await store.calls(run.id):
-        if call.status not in (*_OPEN_CALL, CallStatus.FINISHED):
-            continue
-        try:
-            child = await store.run(child_run_id(run.id, call.call_id))
-        except NotFound:
-            continue  # not a delegation, or one that never started
+    if len(path) > 64:
+        return
+    calls = await store.calls(run.id) if agent is not None else []
+    by_id = {c.call_id: c for c in calls}
+    for call_id, child in (await sub_runs(store, run, calls)).items():
         here = (*path, str(child.agent))
-        if child.status in (RunStatus.COMPLETED, RunStatus.FAILED) or \
-                call.status is CallStatus.FINISHED:
-            totals[0] += child.steps
-            totals[1] += child.input_tokens + child.output_tokens
+        call = by_id.get(call_id)
+        if agent is None or call is None or call.status not in _OPEN_CALL or \
+                child.status in (RunStatus.COMPLETED, RunStatus.FAILED):
+            await _survey(store, child, None, here, root, totals)  # settled: counted only
             continue
         tool = _child_tool(agent, call.model_name)
         if tool is None or tool.name != child.agent:
