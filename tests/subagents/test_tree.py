@@ -539,3 +539,21 @@ async def test_two_read_only_sub_agents_run_concurrently_both_ask_and_are_answer
     colours = {first: "red", second: "blue"}
     assert done.output == f"wall {colours['wall']} | door {colours['door']}"
     assert sorted(effects_of(effects)) == sorted(f"{k} {v}" for k, v in colours.items())
+
+
+async def test_the_roots_listener_hears_every_run_of_the_tree_and_one_end(
+        tmp_path: Path) -> None:
+    effects = str(tmp_path / "effects")
+    heard: list[tuple[str, str]] = []
+    store = hr.Store.memory()
+    result = await three_levels(effects).run(
+        "go", store=store, approver=hr.ApproveAll(),
+        on_event=lambda event: heard.append((event.run_id, event.kind)))
+    assert result.output == "effect 3 done"
+    runs = {r.agent: r.id for r in await store.runs()}
+    tester_calls = [kind for run, kind in heard if run == runs["tester"]]
+    assert "call_finished" in tester_calls and "model_turn" in tester_calls
+    assert [run for run, kind in heard if kind in ("paused", "finished")] == [result.run_id]
+    # The root's own events come in order around its children's.
+    root_kinds = [kind for run, kind in heard if run == result.run_id]
+    assert root_kinds[-1] == "finished" and "call_finished" in root_kinds

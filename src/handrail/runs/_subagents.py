@@ -236,6 +236,33 @@ class Node:
     """The one responder of the whole tree (the root's)."""
     ref: str | None
     """The root agent's ref: what rebuilds the tree in another process."""
+    on_event: Any = None
+    """The root's `on_event`: every run of the tree reports to it (see `_forward`)."""
+
+    def below(self, name: str, depth: int) -> Node:
+        """The node of a sub-agent `name` of this run, at `depth`."""
+        return Node(tree=self.tree, path=(*self.path, name), depth=depth, store=self.store,
+                    approver=self.approver, responder=self.responder, ref=self.ref,
+                    on_event=self.on_event)
+
+    def forward(self) -> Any:
+        """A sub-agent's `on_event`: its events go to the root's listener, with its run id.
+
+        Its `paused` and `finished` are not: the root reports how the tree paused or ended
+        (a listener such as `RunStream` or the terminal view reads those as the run's).
+        """
+        listener = self.on_event
+        if listener is None:
+            return None
+
+        async def forward(event: Any) -> None:
+            if event.kind in ("paused", "finished"):
+                return
+            out = listener(event)
+            if out is not None:
+                await out
+
+        return forward
 
 
 _LIVE: weakref.WeakValueDictionary[str, Node] = weakref.WeakValueDictionary()
@@ -292,7 +319,7 @@ def plant(runner: _Runner) -> None:
                 started=runner.started)
     node = Node(tree=tree, path=(agent.name or "agent",), depth=0, store=runner.store,
                 approver=runner.scope.approver, responder=runner.scope.responder,
-                ref=agent.ref)
+                ref=agent.ref, on_event=runner.on_event)
     attach(runner, node)
 
 
@@ -338,11 +365,10 @@ async def _start_child(tool: SubAgentTool, parent: Node, ctx: CallContext, task:
     # Kept in the parent's record (written with its turn): `handrail runs` counts a tree's
     # runs and `handrail show` draws it from these.
     await ctx.record_event("delegated", run=run_id, agent=tool.name, depth=depth)
+    node = parent.below(tool.name, depth)
     runner = _Runner(agent, store, run, policy, [], messages, parent.approver,
-                     parent.responder, None)
-    attach(runner, Node(tree=parent.tree, path=(*parent.path, tool.name), depth=depth,
-                         store=store, approver=parent.approver, responder=parent.responder,
-                         ref=parent.ref))
+                     parent.responder, node.forward())
+    attach(runner, node)
     return outcome_to_dict((await runner.drive(None)).outcome)
 
 
@@ -356,13 +382,12 @@ async def _continue_child(tool: SubAgentTool, parent: Node, ctx: CallContext,
                             f"{ctx.call_id}; refusing to continue it")
     if run.status in (RunStatus.COMPLETED, RunStatus.FAILED) and run.outcome is not None:
         return dict(run.outcome)  # it ended before the parent recorded it: reused, not re-run
-    node = Node(tree=parent.tree, path=(*parent.path, tool.name), depth=run.depth,
-                store=parent.store, approver=parent.approver, responder=parent.responder,
-                ref=parent.ref)
+    node = parent.below(tool.name, run.depth)
     parent_policy = ctx.policy if isinstance(ctx.policy, Policy) else Policy.default()
     result = await _resume(parent.store, run.id, agent=tool.agent, approver=parent.approver,
                            responder=parent.responder, allow_manifest_change=False,
-                           on_event=None, cancel=None, node=node, bound=parent_policy)
+                           on_event=node.forward(), cancel=None, node=node,
+                           bound=parent_policy)
     return outcome_to_dict(result.outcome)
 
 
