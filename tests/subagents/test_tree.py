@@ -557,3 +557,22 @@ async def test_the_roots_listener_hears_every_run_of_the_tree_and_one_end(
     # The root's own events come in order around its children's.
     root_kinds = [kind for run, kind in heard if run == result.run_id]
     assert root_kinds[-1] == "finished" and "call_finished" in root_kinds
+
+
+async def test_modified_arguments_of_a_sub_agents_call_are_checked_against_its_tool(
+        tmp_path: Path) -> None:
+    effects = str(tmp_path / "effects")
+    store = hr.Store.memory()
+    paused = await three_levels(effects).run("go", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    request_id = paused.outcome.request_id
+    with pytest.raises(hr.UserError, match="do not fit world/effect"):
+        await hr.resume_with_decision(store, request_id,
+                                      hr.Decision.approve(modified={"n": "five"}),
+                                      agent=three_levels(effects))
+    assert (await store.pending_item(request_id)).state == "open"
+    done = await hr.resume_with_decision(store, request_id,
+                                         hr.Decision.approve(modified={"n": 5}),
+                                         agent=three_levels(effects))
+    assert done.output == "effect 5 done"
+    assert effects_of(effects) == ["effect 5"]
