@@ -74,7 +74,15 @@ from handrail.runs._outcome import (
     pause_outcome,
 )
 from handrail.runs._output import Accept, judge_final, output_for
-from handrail.runs._subagents import DEFAULT_MAX_DEPTH, Node, adopt, attach, plant, prepare_resume
+from handrail.runs._subagents import (
+    DEFAULT_MAX_DEPTH,
+    Node,
+    SubAgentTool,
+    adopt,
+    attach,
+    plant,
+    prepare_resume,
+)
 from handrail.runs._verify import Verification, Verify, check_max_attempts
 from handrail.store import Batch, CallStatus, RunRecord, RunStatus, Store
 from handrail.store.contract import ACTIVE_OWNERS, new_owner
@@ -338,7 +346,7 @@ class Agent:
     a deeper tree is refused when its run starts."""
 
     def as_tool(self, name: str | None = None, description: str | None = None, *,
-                server: str = "agents", input_type: Any = None) -> ToolImpl:
+                server: str = "agents", input_type: Any = None) -> SubAgentTool:
         """This agent as a tool of another agent: a sub-agent (docs/subagents.md).
 
         ```python
@@ -361,10 +369,9 @@ class Agent:
 
         Raises:
             UserError: no name, an input type that is not a pydantic model, or a tree below
-                this agent with a cycle, too deep, or in another workspace.
+                this agent with a cycle or in another workspace (the root's `max_depth` is
+                checked when its run starts).
         """
-        from handrail.runs._subagents import SubAgentTool
-
         return SubAgentTool(self, name=name, description=description, server=server,
                             input_type=input_type)
 
