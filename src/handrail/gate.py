@@ -112,6 +112,7 @@ __all__ = [
     "NOT_GRANTED_MESSAGE",
     "RECORD_CONTENTS",
     "CallInDoubt",
+    "DelegatedPause",
     "Gate",
     "PausedOnQuestion",
     "PausedOnRequest",
@@ -164,6 +165,9 @@ class RunScope:
     """The tool control asked about every granted, valid call before the policy (4b)."""
     telemetry: Instrumentation | None = None
     """Where the run's spans and metrics go (`handrail.otel`); None: nowhere, at no cost."""
+    agent_path: tuple[str, ...] = ()
+    """Where this run's agent stands in a tree of agents, from the root (docs/subagents.md):
+    put on every `Request` and `Question` so a person sees who asks. Empty outside a tree."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -397,6 +401,20 @@ class CallInDoubt:
 
 TurnPause = PausedOnRequest | PausedOnQuestion | CallInDoubt
 """Why a turn stopped before every call had a result."""
+
+
+class DelegatedPause(Exception):
+    """Raised by a tool body that delegated to a durable run which now waits for a person.
+
+    The gate leaves the call STARTED and pauses the turn on `pause` (the delegate's item):
+    the tool must be `idempotent`, its re-run continuing the delegate rather than acting
+    again. Sub-agent tools (`Agent.as_tool`, docs/subagents.md) are the one user.
+    """
+
+    def __init__(self, pause: TurnPause) -> None:
+        super().__init__(pause.kind)
+        self.pause = pause
+        """The delegate's open item, which the turn (and its run) pauses on."""
 
 
 @dataclass
@@ -815,6 +833,7 @@ class Gate:
                             else f"held by the tool control: {state.held}"),
             taint=tuple(state.taint),
             held=state.held,
+            agent_path=scope.agent_path,
         )
 
     async def _decide(self, state: _Call, request: Request | None, decision: Decision, *,
@@ -879,6 +898,12 @@ class Gate:
                        if impl.needs_context else None)
                 try:
                     result = await impl.execute(bound, ctx)
+                except DelegatedPause as paused:
+                    # A sub-agent waits for a person: the call stays STARTED (its body, the
+                    # child's durable run, is continued when this run is resumed) and the
+                    # turn pauses on the child's item.
+                    state.outcome = paused.pause
+                    return
                 except BaseException as exc:
                     raise_body_error(spec, exc)
             else:
@@ -1008,11 +1033,14 @@ class Gate:
     async def _ask(self, interaction: Interaction) -> Any:
         request = interaction.request
         responder = self.scope.responder
+        path = self.scope.agent_path
         if isinstance(request, Question):
+            if path:
+                request = dataclasses.replace(request, agent_path=path)
             return await responder.answer(request)
         assert isinstance(request, Elicitation)
         question = Question(request.message, context="Answer with a JSON object matching: "
-                            + json.dumps(request.schema))
+                            + json.dumps(request.schema), agent_path=path)
         text = await responder.answer(question)
         return None if text is None else _form_answer(text)
 
@@ -1025,6 +1053,8 @@ class Gate:
                        "context": request.context, "choices": list(request.choices)}
         else:
             payload = {"kind": "form", "message": request.message, "schema": dict(request.schema)}
+        if self.scope.agent_path:
+            payload["agent_path"] = list(self.scope.agent_path)
         # The suspended coroutine is abandoned: the resumed call re-runs with its answers.
         try:
             await handler.step(Cancel("paused for an answer"))

@@ -81,6 +81,9 @@ class Request:
     None when only the policy asked. Such a request is decided by a person through the
     pending item (`handrail approve`, the inbox, `resume_with_decision`), never by the
     agent's approver."""
+    agent_path: tuple[str, ...] = ()
+    """Who asks, from the root of a tree of agents: `("planner", "coder")` for the sub-agent
+    `coder` of `planner` (docs/subagents.md). Empty for an agent that is not in a tree."""
     kind: Literal["request"] = field(default="request", init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -93,6 +96,7 @@ class Request:
         object.__setattr__(self, "arguments", dict(self.arguments))
         object.__setattr__(self, "actions", tuple(self.actions))
         object.__setattr__(self, "taint", tuple(self.taint))
+        object.__setattr__(self, "agent_path", tuple(self.agent_path))
 
     def describe(self) -> str:
         """`write src/app.py (tool local/write_file)`: one line for people."""
@@ -117,6 +121,7 @@ class Request:
             "taint": [t.to_dict() for t in self.taint],
             # Only when held: requests persisted before the tool control keep their form.
             **({"held": self.held} if self.held is not None else {}),
+            **({"agent_path": list(self.agent_path)} if self.agent_path else {}),
         }
 
     @classmethod
@@ -130,7 +135,7 @@ class Request:
         if data.pop("kind", "request") != "request":
             raise UserError(f"not a request: kind {data.get('kind')!r}")
         known = {"id", "act", "target", "content", "tool", "arguments", "call_id", "agent",
-                 "run_id", "workspace", "actions", "verdict_reason", "taint", "held"}
+                 "run_id", "workspace", "actions", "verdict_reason", "taint", "held", "agent_path"}
         unknown = set(data) - known
         if unknown:
             raise UserError(f"unknown request key(s): {sorted(unknown)}")
@@ -150,6 +155,7 @@ class Request:
                 verdict_reason=data.get("verdict_reason", ""),
                 taint=tuple(Taint.from_dict(t) for t in data.get("taint", ())),
                 held=data.get("held"),
+                agent_path=tuple(str(a) for a in data.get("agent_path", ())),
             )
         except KeyError as exc:
             raise UserError(f"a persisted request lacks the key {exc.args[0]!r}") from None

@@ -226,31 +226,56 @@ def _status_text(run: RunRecord) -> str:
 def _cmd_runs(args: argparse.Namespace) -> int:
     async def go(store: Store) -> int:
         status = RunStatus(args.status) if args.status else None
-        runs = await store.runs(limit=args.limit, status=status)
+        runs = await _roots(store, args.limit, status)
+        sizes = [await _tree_size(store, r) for r in runs]
         if args.json:
-            print(json.dumps([_run_json(r) for r in runs], indent=2))
+            print(json.dumps([{**_run_json(r), "sub_agent_runs": n}
+                              for r, n in zip(runs, sizes, strict=True)], indent=2))
             return 0
         from rich.table import Table
 
         table = Table()
         # Ids in full, never cut: they are what the other commands take.
         table.add_column("run", no_wrap=True, min_width=max((len(r.id) for r in runs), default=3))
-        for name in ("status", "agent", "task", "steps", "started"):
+        for name in ("status", "agent", "task", "steps", "sub-agents", "started"):
             table.add_column(name)
-        for r in runs:
+        for r, n in zip(runs, sizes, strict=True):
             table.add_row(_safe(r.id), _status_text(r), _safe(r.agent or "-"),
-                          _markup(_short(r.task, 50)), str(r.steps), _ago(r.created_at))
+                          _markup(_short(r.task, 50)), str(r.steps), str(n) if n else "-",
+                          _ago(r.created_at))
         _console().print(table if runs else "no runs in this store")
         return 0
 
     return _run_async(go, args)
 
 
+async def _roots(store: Store, limit: int, status: RunStatus | None) -> list[RunRecord]:
+    """The newest `limit` runs that are not a sub-agent's (a tree is listed by its root)."""
+    asked = limit
+    while True:
+        runs = await store.runs(limit=asked, status=status)
+        roots = [r for r in runs if r.parent_id is None or r.depth == 0]
+        if len(roots) >= limit or len(runs) < asked:
+            return roots[:limit]
+        asked *= 4
+
+
+async def _tree_size(store: Store, run: RunRecord, depth: int = 0) -> int:
+    """How many sub-agent runs the tree under `run` holds (bounded: a tree is shallow)."""
+    from handrail.runs import sub_runs
+
+    if depth > 16 or not any(e.get("kind") == "delegated" for e in run.events):
+        return 0
+    children = await sub_runs(store, run)
+    return sum([1 + await _tree_size(store, c, depth + 1) for c in children.values()])
+
+
 def _run_json(r: RunRecord) -> dict[str, Any]:
     return {"id": r.id, "status": r.status.value, "agent": r.agent, "task": r.task,
             "steps": r.steps, "created_at": r.created_at, "outcome": r.outcome,
             "manifest_digest": r.manifest_digest, "model": r.model,
-            "input_tokens": r.input_tokens, "output_tokens": r.output_tokens}
+            "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+            "parent_id": r.parent_id, "parent_call_id": r.parent_call_id, "depth": r.depth}
 
 
 def _short(text: object, width: int) -> str:
@@ -279,6 +304,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"run": _run_json(run), "messages": messages,
                               "calls": [_call_json(c) for c in calls],
+                              "sub_agents": await _sub_agents_json(store, run, calls),
                               "verifications": [e for e in run.events
                                                 if e.get("kind") == "verification"],
                               "conversation": [r.id for r in runs]}, indent=2))
@@ -300,6 +326,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
         by_turn: dict[int, list[Any]] = {}
         for c in calls:
             by_turn.setdefault(c.turn, []).append(c)
+        if run.parent_id is not None:
+            console.print(f"sub-agent of run {_safe(run.parent_id)} (call "
+                          f"{_safe(run.parent_call_id)}, depth {run.depth})")
+        children = await _children(store, run, calls)
         checks: dict[int, list[dict[str, Any]]] = {}
         for event in run.events:
             if event.get("kind") == "verify":
@@ -319,6 +349,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
                     console.print(f"\n[cyan]model[/] {_markup(_short(text, 200))}")
                 for c in by_turn.get(turn, []):
                     _print_call(console, c)
+                    child = children.get(c.call_id) if c.run_id == run.id else None
+                    if child is not None:
+                        await _print_sub_agent(store, console, child, "      ")
                     if records is not None:
                         from rich.markup import escape
 
@@ -371,21 +404,56 @@ def _target_text(target: Any) -> str:
     return argv_text(target) if isinstance(target, list | tuple) else printable(target)
 
 
-def _print_call(console: Any, c: Any) -> None:
+async def _children(store: Store, run: RunRecord, calls: list[Any]) -> dict[str, RunRecord]:
+    from handrail.runs import sub_runs
+
+    return await sub_runs(store, run, [c for c in calls if c.run_id == run.id])
+
+
+async def _print_sub_agent(store: Store, console: Any, run: RunRecord, indent: str,
+                           depth: int = 0) -> None:
+    """A sub-agent's run under the call that delegated to it: its calls, indented."""
+    console.print(f"{indent}[bold]sub-agent {_safe(run.agent or '-')}[/] — run {_safe(run.id)} "
+                  f"— {_status_text(run)} — {run.steps} steps")
+    calls = await store.calls(run.id)
+    children = await _children(store, run, calls) if depth < 16 else {}
+    for c in calls:
+        _print_call(console, c, indent)
+        if c.call_id in children:
+            await _print_sub_agent(store, console, children[c.call_id], indent + "      ",
+                                   depth + 1)
+    if run.outcome:
+        console.print(f"{indent}outcome: {_markup(printable_json(run.outcome))}")
+
+
+async def _sub_agents_json(store: Store, run: RunRecord, calls: list[Any],
+                           depth: int = 0) -> list[dict[str, Any]]:
+    children = await _children(store, run, calls) if depth < 16 else {}
+    out = []
+    for child in children.values():
+        child_calls = await store.calls(child.id)
+        out.append({"run": _run_json(child), "calls": [_call_json(c) for c in child_calls],
+                    "sub_agents": await _sub_agents_json(store, child, child_calls,
+                                                         depth + 1)})
+    return out
+
+
+def _print_call(console: Any, c: Any, indent: str = "") -> None:
     verdict = c.verdict or {}
     effect = str(verdict.get("effect", "-"))
     colour = {"allow": "green", "ask": "yellow", "deny": "red"}.get(effect, "white")
     actions = ", ".join(f"{printable(a['act'])} {_target_text(a['target'])}"
                         for a in c.actions) or "-"
-    console.print(f"  [bold]{_safe(c.tool or c.model_name)}[/] ({_safe(c.id)}) → "
+    console.print(f"{indent}  [bold]{_safe(c.tool or c.model_name)}[/] ({_safe(c.id)}) → "
                   f"{_markup(actions)}")
-    console.print(f"    verdict: [{colour}]{_safe(effect)}[/] — "
+    console.print(f"{indent}    verdict: [{colour}]{_safe(effect)}[/] — "
                   f"{_safe(verdict.get('reason', c.error or '-'))}")
     if c.decision:
-        console.print(f"    decision: {_safe(c.decision.get('kind'))} by {_safe(c.decided_by)}")
+        console.print(f"{indent}    decision: {_safe(c.decision.get('kind'))} by "
+                      f"{_safe(c.decided_by)}")
     result = c.result or {}
     texts = [i.get("text", "") for i in result.get("content", []) if i.get("kind") == "text"]
-    console.print(_markup(f"    status: {c.status.value}"
+    console.print(_markup(f"{indent}    status: {c.status.value}"
                           + (f" — result: {_short(' '.join(texts), 120)}" if texts else "")
                           + (f" ({printable(c.disposition)})" if c.disposition else "")))
 
@@ -407,6 +475,11 @@ def _cmd_pending(args: argparse.Namespace) -> int:
             console.print(f"[bold]{_safe(p.id)}[/] {_safe(p.kind)} — run {_safe(p.run_id)} — "
                           f"tool {_safe(p.tool)} — {_ago(p.created_at)}")
             payload = p.payload
+            path = payload.get("agent_path")
+            if isinstance(path, list) and path:
+                # Who asks, from the root of the tree (the root's agent decides it).
+                console.print("    agent: " + _markup(" / ".join(printable(str(a))
+                                                                 for a in path)))
             if p.kind == "approval":
                 actions = payload.get("actions") or [
                     {"act": payload.get("act"), "target": payload.get("target")}]
@@ -460,7 +533,7 @@ class _Lines:
 
 def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str, Any]) -> int:
     """Check, record, continue; whatever stops the run continuing is said, with the next step."""
-    from handrail.runs import check_resumable, record_decision, resume, wrong_kind
+    from handrail.runs import check_resumable, record_decision, resume, tree_of, wrong_kind
 
     decided_by = args.decided_by or _decider()
     state: dict[str, Any] = {}
@@ -480,14 +553,19 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
                                  "recorded")
         run = await store.run(item.run_id)
         state["run"] = run.id
+        owner = None
         try:
             agent = None if args.no_resume else _agent_for(args, run)
             if agent is not None:
+                # A sub-agent's item: its tree continues from the root, with the root's agent
+                # (a sub-agent's run records its root's ref); the item's agent checks it.
+                run, owner = await tree_of(store, run, agent)
+                state["run"] = run.id
                 check_resumable(run, agent, False)
         except HandrailError as exc:
             raise UserError(f"{exc} — nothing was recorded; fix the agent, or record the "
                             "decision alone with --no-resume") from exc
-        await record_decision(store, args.id, kind, decision, decided_by, agent=agent)
+        await record_decision(store, args.id, kind, decision, decided_by, agent=owner)
         state["recorded"] = True
         console = _console()
         if agent is None:

@@ -39,6 +39,7 @@ from handrail.runs._outcome import (
     outcome_to_dict,
 )
 from handrail.runs._printer import TerminalPrinter
+from handrail.runs._subagents import SubAgentTool, child_run_id, sub_runs, tree_of
 from handrail.runs._verify import (
     VERIFY_OUTPUT_CHARS,
     NotVerified,
@@ -68,12 +69,14 @@ __all__ = [
     "RunOutcome",
     "RunResult",
     "RunStream",
+    "SubAgentTool",
     "TerminalPrinter",
     "UsageDetail",
     "Verified",
     "Verify",
     "VerifyContext",
     "check_resumable",
+    "child_run_id",
     "conversation_of",
     "next_step",
     "outcome_from_dict",
@@ -87,6 +90,8 @@ __all__ = [
     "resume_with_decision_sync",
     "resume_with_recovery",
     "resume_with_recovery_sync",
+    "sub_runs",
     "thread",
+    "tree_of",
     "wrong_kind",
 ]

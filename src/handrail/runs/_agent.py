@@ -75,6 +75,15 @@ from handrail.runs._outcome import (
     pause_outcome,
 )
 from handrail.runs._output import Accept, judge_final, output_for
+from handrail.runs._subagents import (
+    DEFAULT_MAX_DEPTH,
+    Node,
+    SubAgentTool,
+    adopt,
+    attach,
+    plant,
+    prepare_resume,
+)
 from handrail.runs._verify import Verification, Verify, check_max_attempts
 from handrail.store import Batch, CallStatus, RunRecord, RunStatus, Store
 from handrail.store.contract import ACTIVE_OWNERS, new_owner
@@ -344,6 +353,39 @@ class Agent:
         self.telemetry: Telemetry | None = (Telemetry() if telemetry is None
                                             else telemetry or None)
 
+    max_depth: int = DEFAULT_MAX_DEPTH
+    """How many levels of sub-agents a tree rooted at this agent may have (docs/subagents.md);
+    a deeper tree is refused when its run starts."""
+
+    def as_tool(self, name: str | None = None, description: str | None = None, *,
+                server: str = "agents", input_type: Any = None) -> SubAgentTool:
+        """This agent as a tool of another agent: a sub-agent (docs/subagents.md).
+
+        ```python
+        coder = hr.Agent(model, [write_file], name="coder")
+        planner = hr.Agent(model, [coder.as_tool()], name="planner")
+        ```
+
+        The tool takes the task (`{"task": "..."}`, or the fields of `input_type`) and returns
+        this agent's final output. Calling it is a CALL action `<server>/<name>` the parent's
+        policy decides; the child runs in the parent's store under the parent's approver and
+        responder, within `parent_policy.contain(self.policy)`, and its run is durable: a
+        pause anywhere in the tree pauses the root, and resuming the root continues it.
+
+        Args:
+            name: The tool's (and the child's) name; default the agent's `name`.
+            description: What the parent's model is told; default from the instructions.
+            server: The tool's server part.
+            input_type: A pydantic model whose fields are the tool's arguments; the child's
+                task is their JSON. Default: one string argument, `task`.
+
+        Raises:
+            UserError: no name, an input type that is not a pydantic model, or a tree below
+                this agent with a cycle or in another workspace (the root's `max_depth` is
+                checked when its run starts).
+        """
+        return SubAgentTool(self, name=name, description=description, server=server,
+                            input_type=input_type)
 
     def _reviewed_tools(self, manifest: Any) -> Toolbox:
         """What the manifest is checked against at construction.
@@ -485,6 +527,7 @@ class Agent:
         await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
         runner = _Runner(self, store, run, start.policy, start.remembered, messages,
                          approver or DeferAll(), responder or ResponderNone(), on_event, verify)
+        plant(runner)  # a tree of sub-agents, when this agent delegates
         return await runner.drive(cancel)
 
     def run_sync(self, task: str, **kwargs: Any) -> RunResult:
@@ -538,6 +581,9 @@ def _control(value: object, manifest: Any, workspace: Path) -> Control | None:
 
 class _Runner:
     """Drives one run: turns through the gate, state into the store."""
+
+    node: Node | None = None
+    """Its place in a tree of sub-agents (shared budgets, agent path), else None."""
 
     def __init__(self, agent: Agent, store: Store, run: RunRecord, policy: Policy,
                  remembered: list[Rule], messages: list[Any], approver: Approver,
@@ -611,7 +657,8 @@ class _Runner:
                                      lease_until=0.0)
         await self.store.write(batch)
         self._ended = True
-        if status.value.startswith("awaiting") and not self.store.durable:
+        if status.value.startswith("awaiting") and not self.store.durable and \
+                (self.node is None or self.node.depth == 0):  # a tree warns once, at its root
             log.log_memory_pause(self.run.id, status.value, next_step(outcome, self.run.id))
         await self._emit("paused" if status.value.startswith("awaiting") else "finished",
                          outcome=outcome_to_dict(outcome))
@@ -789,6 +836,10 @@ class _Runner:
                 if ended is not None:
                     return ended
             # budgets
+            if self.node is not None:
+                spent = self.node.tree.exhausted()
+                if spent is not None:
+                    return await self._end(Failed(spent), RunStatus.FAILED)
             if self.run.steps >= agent.max_steps:
                 return await self._end(Failed(
                     f"the step budget of {agent.max_steps} model turns is exhausted; raise "
@@ -816,6 +867,8 @@ class _Runner:
                              input_tokens=self.run.input_tokens + usage.input_tokens,
                              output_tokens=self.run.output_tokens + usage.output_tokens,
                              model_requests=self.run.model_requests + usage.requests)
+            if self.node is not None:
+                self.node.tree.spend(self.node.path, 1, usage.input_tokens + usage.output_tokens)
             message = response.message
             seq = len(messages)
             messages.append(message)
@@ -1026,9 +1079,14 @@ async def _decide_and_resume(store: Store, item_id: str, kind: str, decision: di
     item = await store.pending_item(item_id)
     if item.kind != kind:
         raise wrong_kind(item, kind)
-    check_resumable(await store.run(item.run_id), agent, allow_manifest_change)
-    await record_decision(store, item_id, kind, decision, decided_by, agent=agent)
-    return await _resume(store, item.run_id, agent=agent, approver=approver,
+    run = await store.run(item.run_id)
+    owner = agent
+    tree = await prepare_resume(store, run, agent)
+    if tree is not None:  # an item of a sub-agent's run: checked, then the root continues
+        run, owner, _ = tree
+    check_resumable(run, agent, allow_manifest_change)
+    await record_decision(store, item_id, kind, decision, decided_by, agent=owner)
+    return await _resume(store, run.id, agent=agent, approver=approver,
                          responder=responder, allow_manifest_change=allow_manifest_change,
                          on_event=None, cancel=None)
 
@@ -1045,8 +1103,17 @@ def _contents_event(events: list[dict[str, Any]], mode: str, now: float
 
 async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver | None,
                   responder: Responder | None, allow_manifest_change: bool,
-                  on_event: EventCallback | None, cancel: anyio.Event | None) -> RunResult:
+                  on_event: EventCallback | None, cancel: anyio.Event | None,
+                  node: Node | None = None, bound: Policy | None = None) -> RunResult:
     run = await store.run(run_id)
+    totals = None
+    if node is None:
+        # A run in a tree of sub-agents is always continued from its root, with the root
+        # agent; every open child is checked against its tools first (refused if gone).
+        tree = await prepare_resume(store, run, agent)
+        if tree is not None:
+            run, _, totals = tree
+            run_id = run.id
     events = check_resumable(run, agent, allow_manifest_change)
     # The owner is alive in this process from before the claim: a second resume of the same
     # run here, between this claim and the runner starting, must find it driven, not orphaned
@@ -1060,11 +1127,17 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
         # The recorded policy stays the boundary; the agent's current policy can only add
         # denies and asks to it (a deny added while paused wins).
         policy = Policy.from_dict(run.policy or {}).contain(agent.policy)
+        if bound is not None:  # a sub-agent: its parent's denies and asks of now apply too
+            policy = policy.contain(bound)
         remembered = [Rule.from_dict(r) for r in run.remembered]
         messages = load_messages(await store.messages(run_id))
         runner = _Runner(agent, store, run, policy, remembered, messages,
                          approver or DeferAll(), responder or ResponderNone(), on_event)
         runner._resumed = True
+        if node is not None:
+            attach(runner, node)
+        elif totals is not None:
+            adopt(runner, totals)
         # The taint index as it stood: every output the run has seen, and every vouched
         # value. (Off the event loop: it is the whole history's text, indexed once.)
         await anyio.to_thread.run_sync(runner.gate.restore_provenance,

@@ -155,6 +155,9 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", _M0001),
     # Where a call's output stands for the taint check (CallRecord.provenance), as JSON.
     ("0002_call_provenance", "ALTER TABLE calls ADD COLUMN provenance TEXT"),
+    # A sub-agent's run names the call that delegated to it and its depth in the tree.
+    ("0003_run_tree", "ALTER TABLE runs ADD COLUMN parent_call_id TEXT; "
+                      "ALTER TABLE runs ADD COLUMN depth INTEGER NOT NULL DEFAULT 0"),
 ]
 """Ordered, named migrations (SQL); a database records which ran in `handrail_migrations`."""
 
@@ -177,7 +180,7 @@ def _dumps(value: Any) -> str | None:
 _RUN_COLUMNS = (
     "id, task, agent, status, parent_id, policy, manifest_digest, model, workspace, created_at, "
     "updated_at, outcome, input_tokens, output_tokens, model_requests, remembered, steps, owner, "
-    "lease_until, events, agent_ref"
+    "lease_until, events, agent_ref, parent_call_id, depth"
 )
 _CALL_COLUMNS = (
     "id, run_id, call_id, turn, idx, model_name, tool, arguments, arguments_digest, "
@@ -188,6 +191,8 @@ _PENDING_COLUMNS = (
     "id, kind, run_id, call_record, agent, tool, payload, created_at, state, decision, "
     "decided_by, decided_at"
 )
+_NOW_AT = len(_RUN_COLUMNS.split(", "))
+"""Where the database's clock sits in a row selected as `_RUN_COLUMNS, _NOW`."""
 _NOW = "extract(epoch from clock_timestamp())::double precision"
 """The database's clock, as Unix time (leases are measured on it)."""
 
@@ -197,7 +202,7 @@ _RUN_MUTABLE = ("status", "updated_at", "outcome", "input_tokens", "output_token
 # as given. A RUNNING run's lease is re-based on the database's clock (see the module doc).
 _RUN_UPSERT = (
     f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({', '.join(['%s'] * 18)}, "
-    f"COALESCE({_NOW} + %s, %s), %s, %s) ON CONFLICT (id) DO UPDATE SET "
+    f"COALESCE({_NOW} + %s, %s), %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _RUN_MUTABLE)
 )
 _MESSAGE_UPSERT = (
@@ -238,7 +243,7 @@ def _run_row(r: RunRecord, policy_json: str | None) -> tuple[Any, ...]:
             r.manifest_digest, r.model, r.workspace, r.created_at, r.updated_at,
             _dumps(r.outcome), r.input_tokens, r.output_tokens, r.model_requests,
             _dumps(r.remembered), r.steps, r.owner, left, r.lease_until, _dumps(r.events),
-            r.agent_ref)
+            r.agent_ref, r.parent_call_id, r.depth)
 
 
 def _call_row(c: CallRecord) -> tuple[Any, ...]:
@@ -712,7 +717,7 @@ class PostgresStore(Store):
             row = await cur.fetchone()
             if row is None:
                 raise NotFound(f"no run {run_id!r} in {where}")
-            check_claimable(_run_from(row), row[21])
+            check_claimable(_run_from(row), row[_NOW_AT])
             cur = await conn.execute(
                 f"UPDATE runs SET status = 'running', owner = %s, lease_until = {_NOW} + %s, "
                 f"updated_at = {_NOW}, outcome = NULL WHERE id = %s RETURNING {_RUN_COLUMNS}",
@@ -771,10 +776,10 @@ class PostgresStore(Store):
                 run = _run_from(row)
                 if run.status is RunStatus.RUNNING and run.owner is not None:
                     try:
-                        check_claimable(run, row[21])
+                        check_claimable(run, row[_NOW_AT])
                     except ResumeRefused:
                         continue
-                elif run.owner is not None and run.lease_until >= row[21] and \
+                elif run.owner is not None and run.lease_until >= row[_NOW_AT] and \
                         is_owner_alive(run.owner):
                     continue
                 taken.append(run.id)

@@ -141,6 +141,10 @@ class RunRecord:
     """Operator-relevant events (resumed, manifest change allowed, ...)."""
     agent_ref: str | None = None
     """`module:object` that rebuilds the agent in another process (the CLI's resume uses it)."""
+    parent_call_id: str | None = None
+    """The parent's call that delegated to this run (a sub-agent's run), else None."""
+    depth: int = 0
+    """How deep in its tree this run is: 0 for a root, 1 for its sub-agents, and so on."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -27,7 +27,7 @@ def run_from_row(row: tuple[Any, ...]) -> RunRecord:
         created_at=row[9], updated_at=row[10], outcome=loads(row[11]), input_tokens=row[12],
         output_tokens=row[13], model_requests=row[14], remembered=loads(row[15]),
         steps=row[16], owner=row[17], lease_until=row[18], events=loads(row[19]),
-        agent_ref=row[20],
+        agent_ref=row[20], parent_call_id=row[21], depth=row[22],
     )
 
 

@@ -242,11 +242,19 @@ def _m0004_call_provenance(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE log ADD COLUMN c22")
 
 
+def _m0005_run_tree(db: sqlite3.Connection) -> None:
+    # A sub-agent's run names the call that delegated to it and its depth in the tree
+    # (docs/subagents.md).
+    db.execute("ALTER TABLE runs ADD COLUMN parent_call_id TEXT")
+    db.execute("ALTER TABLE runs ADD COLUMN depth INTEGER NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_clustered_calls_and_messages", _m0002_clustered_calls_and_messages),
     ("0003_log", _m0003_log),
     ("0004_call_provenance", _m0004_call_provenance),
+    ("0005_run_tree", _m0005_run_tree),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`."""
 
@@ -266,7 +274,7 @@ def _dumps(value: Any) -> str | None:
 _RUN_COLUMNS = (
     "id, task, agent, status, parent_id, policy, manifest_digest, model, workspace, created_at, "
     "updated_at, outcome, input_tokens, output_tokens, model_requests, remembered, steps, owner, "
-    "lease_until, events, agent_ref"
+    "lease_until, events, agent_ref, parent_call_id, depth"
 )
 _CALL_COLUMNS = (
     "id, run_id, call_id, turn, idx, model_name, tool, arguments, arguments_digest, "
@@ -288,7 +296,7 @@ _RUN_UPDATE = "UPDATE runs SET " + ", ".join(f"{c} = ?" for c in _RUN_MUTABLE) +
 _RUN_MUTABLE_AT = tuple(_RUN_COLUMNS.split(", ").index(c) for c in _RUN_MUTABLE)
 """Where each `_RUN_MUTABLE` column sits in a `_run_row` tuple."""
 _RUN_UPSERT = (
-    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 21)}) ON CONFLICT(id) DO "
+    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 23)}) ON CONFLICT(id) DO "
     "UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _RUN_MUTABLE)
 )
 
@@ -339,7 +347,8 @@ def _run_row(r: RunRecord, policy_json: str | None = None) -> tuple[Any, ...]:
     return (r.id, r.task, r.agent, r.status.value, r.parent_id, policy,
             r.manifest_digest, r.model, r.workspace, r.created_at, r.updated_at,
             _dumps(r.outcome), r.input_tokens, r.output_tokens, r.model_requests,
-            _dumps(r.remembered), r.steps, r.owner, r.lease_until, _dumps(r.events), r.agent_ref)
+            _dumps(r.remembered), r.steps, r.owner, r.lease_until, _dumps(r.events), r.agent_ref,
+            r.parent_call_id, r.depth)
 
 
 def _call_row(c: CallRecord) -> tuple[Any, ...]:

@@ -29,11 +29,15 @@ class Question:
     choices: Sequence[str] = ()
     """Suggested answers; the answer may be anything."""
     kind: Literal["question"] = "question"
+    agent_path: Sequence[str] = ()
+    """Who asks, from the root of a tree of agents (`("planner", "coder")`); the gate fills it
+    in for a sub-agent's tool (docs/subagents.md). Empty outside a tree."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.question, str) or not self.question.strip():
             raise UserError("a Question needs non-empty question text")
         object.__setattr__(self, "choices", tuple(self.choices))
+        object.__setattr__(self, "agent_path", tuple(self.agent_path))
 
 
 @dataclass(frozen=True, slots=True)
