@@ -119,7 +119,7 @@ def inbox(tmp_path: Path) -> Iterator[Inbox]:
     workspace.mkdir()
     run_store(db, lambda store: store.runs())  # create the file
     store = hr.Store.open(db)
-    app = create_app(store, agent_for=inbox_agents.agent, login_tokens=(TOKEN,),
+    app = create_app(store, agent_for=inbox_agents.by_ref, login_tokens=(TOKEN,),
                      reusable_tokens=("team-token-0123456789abcdef",), default_user="alice")
     with TestClient(app, base_url="http://127.0.0.1:8765") as client:
         csrf = login(client)

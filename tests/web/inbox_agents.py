@@ -94,3 +94,33 @@ def start(store: hr.Store, workspace: str, tool: str, arguments: dict[str, Any],
     """Run the test agent on one call (synchronously) until it pauses or ends."""
     task = json.dumps({"tool": tool, "arguments": arguments})
     return agent(workspace=workspace).run_sync(task, store=store, **kwargs)
+
+
+def _delegate(messages: Sequence[Any], tools: Sequence[ToolSpec]) -> Turn:
+    first = next(m for m in messages if isinstance(m, UserMessage))
+    return call("agents/writer", {"task": first.text})
+
+
+def delegating(run: RunRecord | None = None, *, workspace: str | None = None) -> hr.Agent:
+    """A planner that hands its task to the test agent as the sub-agent `agents/writer`.
+
+    The writer's calls are the ones that pause, so the inbox decides a child's item (its
+    edited arguments checked by the writer's tool and the tree's contained policy).
+    """
+    root = workspace if workspace is not None else (run.workspace if run else None)
+    assert root is not None
+    writer = agent(workspace=root)
+    return hr.Agent(
+        Scripted([_delegate, _final], name="scripted-planner"),
+        [writer.as_tool(name="writer")],
+        policy=hr.Policy.default().layer("planner").allow(hr.Act.CALL, "agents/**"),
+        workspace=root,
+        name="planner",
+        ref="inbox_agents:delegating",
+    )
+
+
+def by_ref(run: RunRecord) -> hr.Agent:
+    """The agent a run's `ref` names (as `handrail inbox` rebuilds agents): the planner's tree
+    for its runs (a sub-agent's run records its root's ref), the test agent otherwise."""
+    return delegating(run) if run.agent_ref == "inbox_agents:delegating" else agent(run)

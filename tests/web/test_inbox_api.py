@@ -225,6 +225,41 @@ def test_edited_arguments_are_validated_then_checked_by_the_policy(inbox: Inbox)
     assert not (inbox.workspace.parent / "escape.txt").exists()
 
 
+def test_a_sub_agents_edited_arguments_are_checked_by_the_sub_agent(inbox: Inbox) -> None:
+    """The item is the writer's (a sub-agent): its tool and the tree's policy check the edit,
+    and approving it continues the tree from the root."""
+    import json
+
+    import inbox_agents
+
+    task = json.dumps({"tool": WRITE, "arguments": {"path": "a.txt", "content": "model's\n"}})
+    paused = run_store(inbox.db, lambda store: inbox_agents.delegating(
+        workspace=str(inbox.workspace)).run(task, store=store))
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    items = run_store(inbox.db, lambda store: store.pending())
+    (item,) = items
+    assert item.run_id != paused.run_id  # the writer's own run, a child of the planner's
+    page = inbox.client.get(f"/items/{item.id}")
+    assert page.status_code == 200
+    assert 'id="edited"' in page.text, re.findall(r'<p class="(?:note|error)">[^<]*', page.text)
+    url = f"/items/{item.id}/approve-edited"
+    wrong_type = inbox.post(url, {"arguments": '{"path": "a.txt", "content": 5}'})
+    assert wrong_type.status_code == 422 and "schema" in wrong_type.text
+    secret = inbox.post(url, {"arguments": '{"path": ".env", "content": "X=1"}'})
+    assert secret.status_code == 422 and "policy denies" in secret.text
+    preview = inbox.post(url, {"arguments": '{"path": "b.txt", "content": "edited\\n"}'})
+    assert preview.status_code == 200, preview.text
+    previewed = re.search(r'name="previewed" value="([0-9a-f]{64})"', preview.text)
+    assert previewed
+    ok = inbox.post(url, {"confirm": "1", "previewed": previewed.group(1),
+                          "arguments": '{"path": "b.txt", "content": "edited\\n"}'})
+    assert ok.status_code == 303
+    root = inbox.finished(paused.run_id)
+    assert root.status is hr.RunStatus.COMPLETED
+    assert (inbox.workspace / "b.txt").read_text() == "edited\n"
+    assert not (inbox.workspace / "a.txt").exists()
+
+
 def test_deny_needs_a_reason_and_the_model_reads_it(inbox: Inbox) -> None:
     paused = inbox.pause(WRITE, {"path": "a.txt", "content": "private bytes\n"})
     item = inbox.item_for(paused.run_id)

@@ -48,6 +48,7 @@ from handrail.runs import (
     resume_with_answer,
     resume_with_decision,
     resume_with_recovery,
+    tree_of,
 )
 from handrail.store import PendingItem, RunRecord, Store
 from handrail.tools import Act, ToolImpl
@@ -239,6 +240,22 @@ class Inbox:
         self._agents[run.id] = (agent, problem)
         return agent, problem
 
+    async def _item_agent(self, run: RunRecord, agent: Agent | None) -> Agent | None:
+        """The agent whose tool made the run's items.
+
+        The run's own agent or, for a sub-agent's run, that sub-agent rebuilt from the root's
+        agent (the run's `agent_ref` names the root's), as `handrail approve` finds it
+        (docs/subagents.md).
+
+        Raises:
+            ResumeRefused: the tree no longer matches the root agent (a child renamed, its
+                manifest changed).
+        """
+        if agent is None or not run.depth:
+            return agent
+        _, owner = await tree_of(self.store, run, agent)
+        return owner
+
     async def view(self, item_id: str) -> ItemView:
         """One item with its context (diff, schema, run).
 
@@ -251,8 +268,14 @@ class Inbox:
         except NotFound:
             run = None
         agent, problem = (await self.agent(run)) if run is not None else (None, "the run is gone")
+        owner = agent
+        if run is not None:
+            try:
+                owner = await self._item_agent(run, agent)
+            except HandrailError as exc:
+                owner, problem = None, f"the sub-agent that asks could not be rebuilt: {exc}"
         schema: dict[str, Any] | None = None
-        impl = _impl(agent, item.tool)
+        impl = _impl(owner, item.tool)
         if impl is not None:
             schema = dict(impl.spec.input_schema)
         actions: list[ActionView] = []
@@ -270,7 +293,7 @@ class Inbox:
         return ItemView(
             item=item, run=run, actions=actions,
             arguments_json=json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True),
-            schema=schema, schema_json=json.dumps(schema or {}), can_resume=agent is not None,
+            schema=schema, schema_json=json.dumps(schema or {}), can_resume=owner is not None,
             agent_problem=problem)
 
     async def run_view(self, run_id: str) -> tuple[RunRecord, list[dict[str, Any]]]:
@@ -394,7 +417,15 @@ class Inbox:
 
     async def _check_modified(self, item: PendingItem, run: RunRecord, agent: Agent | None,
                               text: str) -> EditCheck:
-        """Edited arguments: parsed, validated by the tool, checked by the run's policy."""
+        """Edited arguments: parsed, validated by the tool, checked by the run's policy.
+
+        A sub-agent's item is checked by the sub-agent (its tool, its contained policy), which
+        is rebuilt from the root's agent the run's `ref` names, as `handrail approve` does.
+        """
+        try:
+            agent = await self._item_agent(run, agent)
+        except HandrailError as exc:
+            raise Refused(422, f"the arguments cannot be edited here: {exc}") from None
         impl = _impl(agent, item.tool)
         if agent is None or impl is None:
             raise Refused(422, "the arguments cannot be edited here: the tool that checks them "
