@@ -591,10 +591,16 @@ class Gate:
         impl = scope.toolbox.by_model_name(call.name)
         if impl is None:
             names = sorted(s.id.model_name for s in self.offered())
+            available = f"Available tools: {', '.join(names) or 'none'}."
+            # A tool offered earlier and withdrawn since (its MCP server removed it...).
+            withdrawn = scope.toolbox.withdrawn(call.name)
             state.finish(
-                ToolResult.error(f"There is no tool named {call.name!r}. Available tools: "
-                                 f"{', '.join(names) or 'none'}."),
-                CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value, error="unknown tool",
+                ToolResult.error(f"{scrub_host_paths(withdrawn, scope.workspace).rstrip('.')}. "
+                                 f"{available}"
+                                 if withdrawn else
+                                 f"There is no tool named {call.name!r}. {available}"),
+                CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
+                error=withdrawn or "unknown tool",
             )
             return
         state.impl = impl
