@@ -190,3 +190,98 @@ async def test_the_agents_manifest_checks_the_tools_that_appear(
     box, change = await box.refreshed(manifest)
     assert change is not None and change["added"] == ["fx/gone"]  # granted: offered again
     assert "fx/sneaky" not in box  # still refused
+
+
+SERVE_MANIFEST = """
+[[tools]]
+ref = "fx/echo"
+description = "Echo the text."
+
+[[tools]]
+ref = "fx/gone"
+description = "A tool that will be removed."
+
+[[tools]]
+ref = "fx/change_tools"
+description = "Change the tool list."
+
+[[tools]]
+ref = "fx/restore_gone"
+description = "Put gone back."
+
+[policy]
+extends = "default"
+
+[[policy.layers]]
+name = "servers"
+allow = ["exec:{python} {server}", "call:fx/*"]
+
+[[servers]]
+name = "fx"
+command = "{python}"
+args = ["{server}"]
+"""
+
+
+async def test_handrail_serve_follows_its_upstream_and_tells_its_clients(
+        tmp_path: Path) -> None:
+    import os
+
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp_servers import text
+
+    (tmp_path / "handrail.toml").write_text(
+        SERVE_MANIFEST.format(python=sys.executable, server=CHANGING_SERVER))
+    told: list[anyio.Event] = [anyio.Event()]
+
+    async def on_message(message: Any) -> None:
+        import mcp_types as t
+
+        if isinstance(message, t.ToolListChangedNotification):
+            told[-1].set()
+
+    params = StdioServerParameters(
+        command=sys.executable, cwd=str(tmp_path), env=dict(os.environ),
+        args=["-m", "handrail.cli", "serve", "--stdio", "--store", str(tmp_path / "runs.db")])
+
+    async def listed(session: ClientSession) -> set[str]:
+        return {tool.name for tool in (await session.list_tools()).tools}
+
+    with open(tmp_path / "serve.stderr", "w") as errlog:  # noqa: ASYNC230
+        async with stdio_client(params, errlog=errlog) as (read, write), \
+                ClientSession(read, write, message_handler=on_message) as session:
+            init = await session.initialize()
+            assert init.capabilities.tools is not None and init.capabilities.tools.list_changed
+            assert await listed(session) == {"fx--echo", "fx--gone", "fx--change_tools",
+                                             "fx--restore_gone"}
+            assert text(await session.call_tool("fx--change_tools", {})) == "changed"
+            with anyio.fail_after(20):
+                await told[-1].wait()
+            # Not the removed one, not the redefined one, not the ones nobody granted.
+            assert await listed(session) == {"fx--change_tools", "fx--restore_gone"}
+            gone = await session.call_tool("fx--gone", {})
+            assert gone.is_error and "no longer offers 'gone'" in text(gone)
+            echo = await session.call_tool("fx--echo", {"text": "a"})
+            assert echo.is_error and "changed the definition of 'echo'" in text(echo)
+            sneaky = await session.call_tool("fx--sneaky", {})
+            assert sneaky.is_error and "does not grant" in text(sneaky)
+
+            told.append(anyio.Event())
+            assert text(await session.call_tool("fx--restore_gone", {})) == "restored"
+            with anyio.fail_after(20):
+                await told[-1].wait()
+            assert "fx--gone" in await listed(session)
+            assert text(await session.call_tool("fx--gone", {})) == "back again"
+
+    store = hr.Store.open(str(tmp_path / "runs.db"))
+    try:
+        [run] = await store.runs()
+        changes = [e for e in run.events if e["kind"] == "tools_changed"]
+        assert [c["removed"] for c in changes] == [["fx/echo", "fx/gone"], []]
+        assert changes[1]["added"] == ["fx/gone"]
+        records = {r.call_id: r for r in await store.calls(run.id)}
+        refused = [r for r in records.values() if r.model_name == "fx--gone"
+                   and r.status is hr.CallStatus.REFUSED]
+        assert refused and refused[0].disposition == "not_sent"
+    finally:
+        await store.close()

@@ -89,11 +89,18 @@ class GatewaySession:
         """The run this session's calls are recorded in."""
         return self.run.id
 
+    def use_tools(self, toolbox: Toolbox, change: dict[str, Any]) -> None:
+        """From the next call on, resolve against `toolbox`; the change joins the run's events."""
+        self.gate.use_toolbox(toolbox)
+        self.run.events.append({"kind": "tools_changed", "at": time.time(), **change})
+
     async def call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
         """Pass one client call through the gate; see the module docstring.
 
-        `name` is the name the client was shown (the tool's model-facing name).
+        `name` is the name the client was shown (the tool's model-facing name). Each call is
+        a turn: an upstream server's changed tool list is read again first.
         """
+        await self.gateway.refresh_tools()
         arguments = arguments if arguments is not None else {}
         try:
             text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
@@ -233,6 +240,41 @@ class Gateway:
         self.name = name or "mcp-gateway"
         self.deps = deps
         self.sessions: list[GatewaySession] = []
+        self._clients: dict[int, Any] = {}  # connection id -> what notifications go through
+        self._watch(toolbox)
+
+    def _watch(self, toolbox: Toolbox) -> None:
+        """Be told when an upstream MCP server announces `tools/list_changed`."""
+        for member in toolbox.changing():
+            watch = getattr(member, "watch", None)
+            if callable(watch):
+                watch(self._upstream_changed)
+
+    async def _upstream_changed(self) -> None:
+        await self.refresh_tools()
+
+    async def refresh_tools(self) -> dict[str, Any] | None:
+        """Read upstream servers' changed tool lists again; tell sessions and clients.
+
+        A tool that appeared is listed and callable only if the manifest admits it (the
+        check the gateway ran at start, `Toolbox.refreshed`); a removed or redefined one is
+        no longer listed, and a call to it is refused with the reason. Every session's run
+        records the change, and every connected client gets `notifications/tools/list_changed`.
+        Returns the change, or None when nothing changed.
+        """
+        current = self.toolbox
+        box, change = await current.refreshed(self.manifest)
+        if change is None or self.toolbox is not current:
+            return None  # nothing new, or another call applied this change first
+        self.toolbox = box
+        for session in self.sessions:
+            session.use_tools(box, change)
+        for key, client in list(self._clients.items()):
+            try:
+                await client.send_tool_list_changed()
+            except Exception:  # boundary: a client gone meanwhile is not told
+                self._clients.pop(key, None)
+        return change
 
     def offered(self) -> list[ToolSpec]:
         """What clients are shown: the granted tools, with the manifest's descriptions."""
@@ -290,11 +332,18 @@ class Gateway:
 
         sessions: dict[int, tuple[Any, GatewaySession]] = {}
 
-        async def session_for(ctx: Any) -> GatewaySession:
+        def remember(ctx: Any) -> tuple[int, Any]:
             # The SDK builds a ServerSession per request around one connection object: the
-            # connection is what a client's session is.
+            # connection is what a client's session is, and what notifications go through.
             connection = getattr(ctx.session, "_connection", ctx.session)
             key = id(connection)
+            if key not in self._clients and callable(
+                    getattr(connection, "send_tool_list_changed", None)):
+                self._clients[key] = connection
+            return key, connection
+
+        async def session_for(ctx: Any) -> GatewaySession:
+            key, connection = remember(ctx)
             found = sessions.get(key)
             if found is None or found[0] is not connection:
                 params = getattr(ctx.session, "client_params", None)
@@ -307,6 +356,8 @@ class Gateway:
             return found[1]
 
         async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
+            remember(ctx)
+            await self.refresh_tools()
             return t.ListToolsResult(tools=self.tool_list())
 
         async def call_tool(ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
@@ -317,6 +368,13 @@ class Gateway:
         return Server(self.name, version="handrail", on_list_tools=list_tools,
                       on_call_tool=call_tool)
 
+    def initialization_options(self, server: Server[Any]) -> Any:
+        """The server's capabilities: its tool list may change (`tools.listChanged`)."""
+        from mcp.server.lowlevel import NotificationOptions
+
+        return server.create_initialization_options(
+            notification_options=NotificationOptions(tools_changed=True))
+
     async def serve_stdio(self) -> None:
         """Serve MCP over this process's stdin/stdout until the client closes it."""
         from mcp.server.stdio import stdio_server
@@ -324,7 +382,7 @@ class Gateway:
         server = self.server()
         try:
             async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+                await server.run(read, write, self.initialization_options(server))
         finally:
             with anyio.CancelScope(shield=True):
                 await self.close()

@@ -251,6 +251,10 @@ class Toolbox:
             return
         self._add(as_impl(item))
 
+    def changing(self) -> list[Any]:
+        """The registered toolsets whose tools can change (read again by `refreshed`)."""
+        return [entry[0] for entry in self._items if isinstance(entry, tuple)]
+
     def withdraw(self, tool_id: ToolId | str, reason: str) -> None:
         """Say why `tool_id` is not offered: a call to it is refused with `reason`.
 
