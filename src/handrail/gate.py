@@ -161,6 +161,11 @@ class RunScope:
     docs/sandbox.md); reaches the tool as `ctx.sandbox`, with `ctx.policy`."""
     control: Control | None = None
     """The tool control asked about every granted, valid call before the policy (4b)."""
+    mark_reads: bool = True
+    """Commit a STARTED mark before a call that changes nothing runs. False (`handrail
+    serve`): a turn whose calls all change nothing commits once, with its results; a read
+    cut off by a crash is not in doubt (nothing can be repeated blindly), so no mark is owed
+    before it. A call that mutates or asks is marked first either way."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -436,6 +441,7 @@ class Gate:
         the run's update). Results come back in call order.
         """
         scope = self.scope
+        self._unwritten = None
         states: list[_Call] = []
         for index, call in enumerate(calls):
             record = existing.get(call.id)
@@ -471,7 +477,14 @@ class Gate:
         first_write.pending.extend(p for s in states for p in s.pending)
         for s in states:
             s.pending = []
-        await scope.store.write(first_write)
+        if scope.mark_reads or existing or first_write.pending or any(
+                s.result is None and s.outcome is None and (
+                    s.record.status is not CallStatus.STARTED or s.impl is None
+                    or self._mutates(s.impl)) for s in states):
+            await scope.store.write(first_write)
+        else:
+            # Only reads are about to run: this batch is committed with their results.
+            self._unwritten = first_write
 
         async def act(state: _Call) -> None:
             if state.result is not None or state.outcome is not None:
@@ -566,6 +579,9 @@ class Gate:
                 for i in range(len(states)):
                     tg.start_soon(in_order, i)
 
+    _unwritten: Batch | None = None
+    """A turn's first batch left for its final one (`RunScope.mark_reads`)."""
+
     def _turn_result(self, states: list[_Call]) -> TurnResult:
         scope = self.scope
         pause = next((s.outcome for s in states if s.outcome is not None), None)
@@ -573,6 +589,10 @@ class Gate:
                    for s in states if s.result is not None]
         final = Batch(calls=[s.record for s in states],
                       pending=[p for s in states for p in s.pending])
+        unwritten, self._unwritten = self._unwritten, None
+        if unwritten is not None:
+            final.messages.extend(unwritten.messages)
+            final.run = unwritten.run
         shown: dict[str, str] = {}
         if scope.record_contents != "full":
             for s in states:

@@ -83,6 +83,8 @@ class GatewaySession:
         self._turn = 0
         self._seq = 0  # the next message's position in the run's transcript
         self._parked: dict[tuple[str, str], _Parked] = {}
+        self._run_written_at = time.monotonic()  # `open_session` wrote the run just now
+        self._events_written = len(run.events)
 
     @property
     def run_id(self) -> str:
@@ -104,11 +106,12 @@ class GatewaySession:
         arguments = arguments if arguments is not None else {}
         try:
             text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
-            key = (name, argument_digest(arguments))
+            # The digest only matters when a call waits for a person (most sessions never).
+            key = (name, argument_digest(arguments)) if self._parked else None
         except (TypeError, ValueError, RecursionError):
             return ToolResult.error("The arguments are not JSON (or are nested too deeply).")
-        parked = self._parked.get(key)
-        if parked is not None:
+        parked = self._parked.get(key) if key is not None else None
+        if key is not None and parked is not None:
             async with parked.lock:
                 if self._parked.get(key) is parked:  # else a twin retry finished it first
                     return await self._wait(key, parked)
@@ -118,7 +121,7 @@ class GatewaySession:
         call = ToolCall(id=f"call-{turn + 1}", name=name, arguments=text)
         return await self._drive(key, turn, call, {})
 
-    async def _drive(self, key: tuple[str, str], turn: int, call: ToolCall,
+    async def _drive(self, key: tuple[str, str] | None, turn: int, call: ToolCall,
                      existing: dict[str, CallRecord]) -> ToolResult:
         store = self.gateway.store
         first = Batch()
@@ -126,16 +129,20 @@ class GatewaySession:
             # The transcript `handrail show` reads: each call is a turn of the client's.
             first.messages.extend(self._transcript([AssistantMessage([call])]))
         outcome = await self.gate.drive_turn(turn, [call], existing, first)
-        outcome.final.run = self._update()
+        if self._run_due():
+            outcome.final.run = self._update()
         outcome.final.messages.extend(self._transcript(outcome.results))
         pause = outcome.pause
-        # As in the agent loop, a result need not be durable before the client reads it (the
-        # STARTED mark was, before the tool ran; the next write waits behind this one). A
-        # pause must be: another process decides it.
-        await store.write(outcome.final, wait=pause is not None)
+        # Committed before the client is shown the result (or told the call waits: another
+        # process decides it). A call that changes nothing was not marked STARTED first
+        # (`RunScope.mark_reads`), so this is its one commit.
+        await store.write(outcome.final)
         if pause is None:
-            self._parked.pop(key, None)
+            if key is not None:
+                self._parked.pop(key, None)
             return outcome.results[0].result
+        if key is None:
+            key = (call.name, argument_digest(json.loads(call.arguments)))
         if isinstance(pause, PausedOnRequest | PausedOnQuestion):
             request_id = (pause.request_id if isinstance(pause, PausedOnRequest)
                           else pause.question_id)
@@ -180,8 +187,20 @@ class GatewaySession:
         self._seq += len(entries)
         return entries
 
+    def _run_due(self) -> bool:
+        """Whether this turn writes the run's row: its lease is a third spent, or it changed.
+
+        The row's step count and times trail by at most a third of the lease (10 s by
+        default); one UPDATE less per call. `close` writes it last.
+        """
+        return (time.monotonic() >= self._run_written_at + self.gateway.store.lease_seconds / 3
+                or len(self.run.events) != self._events_written
+                or len(self.gate.scope.remembered) != len(self.run.remembered))
+
     def _update(self) -> RunRecord:
         run = self.run
+        self._run_written_at = time.monotonic()
+        self._events_written = len(run.events)
         now = time.time()
         run.updated_at = now
         run.lease_until = now + self.gateway.store.lease_seconds
@@ -296,7 +315,7 @@ class Gateway:
         scope = RunScope(run_id=run.id, agent=self.name, toolbox=self.toolbox,
                          policy=self.policy, store=self.store, approver=DeferAll(),
                          responder=self.responder or ResponderNone(), workspace=self.workspace,
-                         manifest=self.manifest, deps=self.deps)
+                         manifest=self.manifest, deps=self.deps, mark_reads=False)
         session = GatewaySession(self, run, scope)
         scope.events = session.call_event
         self.sessions.append(session)
