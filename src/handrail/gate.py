@@ -423,7 +423,9 @@ class Gate:
         # untyped tools, the stricter mutates/idempotent) is what the gate enforces.
         self._offered: dict[ToolId, ToolSpec] = {s.id: s for s in self.offered()}
         self._schema_checks: dict[ToolId, Any] = {}
-        self._indexing = anyio.Lock()  # one writer of the taint index at a time
+        # One writer of the taint index at a time; taken without a trip through the event
+        # loop when nobody holds it (the common case: one call per turn).
+        self._indexing = anyio.Lock(fast_acquire=True)
 
     # ---------------------------------------------------------------- a turn
 

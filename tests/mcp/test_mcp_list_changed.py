@@ -6,6 +6,7 @@ run; the next model request is offered the new tools the manifest admits, and no
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,10 +14,11 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp_servers import CHANGING_SERVER
+from mcp_servers import CHANGING_SERVER, text
 
 import handrail as hr
 from handrail.models import Scripted, call, calls, reply
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 pytestmark = pytest.mark.anyio
 
@@ -225,11 +227,6 @@ args = ["{server}"]
 
 async def test_handrail_serve_follows_its_upstream_and_tells_its_clients(
         tmp_path: Path) -> None:
-    import os
-
-    from mcp import ClientSession, StdioServerParameters, stdio_client
-    from mcp_servers import text
-
     (tmp_path / "handrail.toml").write_text(
         SERVE_MANIFEST.format(python=sys.executable, server=CHANGING_SERVER))
     told: list[anyio.Event] = [anyio.Event()]
