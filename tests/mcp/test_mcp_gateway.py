@@ -3,6 +3,7 @@ and cannot do, and hostile arguments."""
 
 from __future__ import annotations
 
+import anyio
 import mcp_types as t
 import pytest
 
@@ -121,3 +122,65 @@ async def test_a_mark_before_each_effect_and_every_result_before_the_client_sees
     assert [r.status.value for r in await inner.calls(run.id)] == ["finished", "finished"]
     assert len(await inner.messages(run.id)) == 4  # the transcript: each call and result
     await inner.close()
+
+
+began = anyio.Event()
+
+
+@hr.tool(mutates=False)
+async def hang() -> str:
+    """Wait until cancelled."""
+    began.set()
+    await anyio.sleep_forever()
+    return "never"
+
+
+async def test_a_call_the_client_cancels_is_recorded_in_doubt_not_left_started() -> None:
+    global began
+    began = anyio.Event()
+    inner = hr.Store.memory()
+    settled = anyio.Event()
+
+    class Watched(_Recording):
+        async def write(self, batch: object, *, wait: bool = True) -> None:
+            await super().write(batch, wait=wait)
+            if any(c.status is not hr.CallStatus.STARTED
+                   for c in batch.calls):  # type: ignore[attr-defined]
+                settled.set()
+
+    manifest = MANIFEST + '[[tools]]\nref = "local/hang"\ndescription = "Hang."\nmutates = false\n'
+    gateway = Gateway(hr.Toolbox([echo, hang]), store=Watched(inner, []),  # type: ignore[arg-type]
+                      manifest=hr.Manifest.from_toml(manifest))
+    async with Client(gateway.server(single_client=True)) as client:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                scope = anyio.CancelScope()
+
+                async def call() -> None:
+                    with scope:
+                        await client.call_tool("hang", {})
+
+                tg.start_soon(call)
+                await began.wait()
+                scope.cancel()  # the SDK tells the server: notifications/cancelled
+            await settled.wait()  # the server records the call as it unwinds
+        after = await client.call_tool("echo", {"text": "after"})
+        assert after.content[0].text == "after"  # type: ignore[union-attr]
+    [run] = await inner.runs()
+    [record, _] = await inner.calls(run.id)
+    assert record.tool == "local/hang"
+    assert record.status is hr.CallStatus.IN_DOUBT and record.disposition == "in_doubt"
+    # The call and its (interrupted) result: the transcript holds no call without a result.
+    assert len(await inner.messages(run.id)) == 4
+
+
+async def test_one_client_of_the_stateless_protocol_era_is_one_run() -> None:
+    # The SDK's `Client` speaks 2026-07-28: every request on a connection of its own.
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([echo]), store=store,
+                      manifest=hr.Manifest.from_toml(MANIFEST))
+    async with Client(gateway.server(single_client=True)) as client:
+        for text in ("a", "b", "c"):
+            await client.call_tool("echo", {"text": text})
+    [run] = await store.runs()
+    assert len(await store.calls(run.id)) == 3

@@ -128,7 +128,11 @@ class GatewaySession:
         if not existing:
             # The transcript `handrail show` reads: each call is a turn of the client's.
             first.messages.extend(self._transcript([AssistantMessage([call])]))
-        outcome = await self.gate.drive_turn(turn, [call], existing, first)
+        try:
+            outcome = await self.gate.drive_turn(turn, [call], existing, first)
+        except BaseException:
+            await self._record_interrupted()
+            raise
         if self._run_due():
             outcome.final.run = self._update()
         outcome.final.messages.extend(self._transcript(outcome.results))
@@ -157,6 +161,23 @@ class GatewaySession:
                 return await self._wait(key, parked)
         return ToolResult.error(f"the call is paused ({pause.kind}); see `handrail show "
                                 f"{self.run_id}`")
+
+    async def _record_interrupted(self) -> None:
+        """Record a call the client cancelled (or the server's shutdown cut off), settled.
+
+        Shielded and bounded: it runs while the cancellation unwinds. A call cut off while
+        its body ran is IN_DOUBT in the record (not silently STARTED forever, nor missing);
+        one stopped before it ran is NOT_SENT.
+        """
+        settled = self.gate.take_interrupted()
+        if settled is None:
+            return
+        with anyio.move_on_after(10, shield=True):
+            batch = settled.final
+            if settled.pause is None:
+                batch.messages.extend(self._transcript(settled.results))
+            batch.run = self._update()
+            await self.gateway.store.write(batch)
 
     async def _wait(self, key: tuple[str, str], parked: _Parked) -> ToolResult:
         """Wait for the parked call's decision; then re-enter it through the gate, once."""
@@ -339,8 +360,15 @@ class Gateway:
                                               idempotent_hint=spec.idempotent)))
         return tools
 
-    def server(self) -> Server[Any]:
-        """The low-level MCP server whose handlers pass every call through this gateway."""
+    def server(self, *, single_client: bool = False) -> Server[Any]:
+        """The low-level MCP server whose handlers pass every call through this gateway.
+
+        A client's session is its connection. A client of the stateless protocol era
+        (2026-07-28) makes each request on a connection of its own: with `single_client`
+        (`serve_stdio`: one process, one client) every request is the one client's and its
+        calls share one run; without it (HTTP) such requests are each a run of their own,
+        while a client of the session era (an `initialize` handshake) keeps one run.
+        """
         from handrail.mcp._errors import require_sdk
 
         require_sdk()
@@ -351,10 +379,16 @@ class Gateway:
 
         sessions: dict[int, tuple[Any, GatewaySession]] = {}
 
+        one_client: list[Any] = []  # with single_client: the connection that came first
+
         def remember(ctx: Any) -> tuple[int, Any]:
             # The SDK builds a ServerSession per request around one connection object: the
             # connection is what a client's session is, and what notifications go through.
             connection = getattr(ctx.session, "_connection", ctx.session)
+            if single_client:
+                if not one_client:
+                    one_client.append(connection)
+                connection = one_client[0]
             key = id(connection)
             if key not in self._clients and callable(
                     getattr(connection, "send_tool_list_changed", None)):
@@ -398,7 +432,7 @@ class Gateway:
         """Serve MCP over this process's stdin/stdout until the client closes it."""
         from mcp.server.stdio import stdio_server
 
-        server = self.server()
+        server = self.server(single_client=True)
         try:
             async with stdio_server() as (read, write):
                 await server.run(read, write, self.initialization_options(server))
