@@ -6,6 +6,7 @@ run; the next model request is offered the new tools the manifest admits, and no
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -173,12 +174,12 @@ async def test_a_removed_tool_that_comes_back_unchanged_is_offered_again(
 async def test_the_agents_manifest_checks_the_tools_that_appear(
         changing: hr.mcp.MCPToolset) -> None:
     granted = MANIFEST.split("[[tools]]\nref = \"fx/extra\"")[0]  # no extra, no pinned
-    manifest = hr.Manifest.from_toml(granted)
+    check = functools.partial(hr.manifest.refusals, manifest=hr.Manifest.from_toml(granted))
     box = hr.Toolbox([changing])
     assert (await box.call("fx/change_tools", {})).render_text() == "changed"
     with anyio.fail_after(10):
         await changing.list_changed.wait()
-    box, change = await box.refreshed(manifest)
+    box, change = await box.refreshed(check)
     assert change is not None
     assert change["added"] == []
     assert {"fx/extra", "fx/sneaky", "fx/pinned"} <= set(change["refused"])
@@ -189,9 +190,41 @@ async def test_the_agents_manifest_checks_the_tools_that_appear(
     assert (await box.call("fx/restore_gone", {})).render_text() == "restored"
     with anyio.fail_after(10):
         await changing.list_changed.wait()
-    box, change = await box.refreshed(manifest)
+    box, change = await box.refreshed(check)
     assert change is not None and change["added"] == ["fx/gone"]  # granted: offered again
     assert "fx/sneaky" not in box  # still refused
+
+
+
+async def test_an_agents_manifest_refuses_what_appears_unreviewed_in_the_run(
+        changing: hr.mcp.MCPToolset) -> None:
+    granted = MANIFEST.split("[[tools]]\nref = \"fx/extra\"")[0]
+    offered: list[set[str]] = []
+
+    def look(turn: Any) -> Any:
+        def source(messages: Any, tools: Any) -> Any:
+            offered.append(names(tools))
+            return turn
+        return source
+
+    async def on_event(event: hr.RunEvent) -> None:
+        if event.kind == "call_finished" and event.detail.get("tool") == "fx/change_tools":
+            with anyio.fail_after(10):
+                await changing.list_changed.wait()
+
+    agent = hr.Agent(Scripted([look(call("fx/change_tools", {})),
+                               look(calls([("fx/sneaky", {}), ("fx/extra", {})])),
+                               reply("done")]),
+                     [changing], policy=policy(), manifest=hr.Manifest.from_toml(granted))
+    store = hr.Store.memory()
+    result = await agent.run("go", store=store, on_event=on_event)
+    assert isinstance(result.outcome, hr.Completed), result.outcome
+    assert offered[1] == {"fx--change_tools", "fx--restore_gone"}
+    records = {r.model_name: r for r in await store.calls(result.run_id)}
+    for name in ("fx--sneaky", "fx--extra"):
+        assert records[name].disposition == "not_sent"
+        text = hr.ToolResult.from_dict(records[name].result).render_text()
+        assert "appeared after the manifest check" in text and "not granted" in text
 
 
 SERVE_MANIFEST = """

@@ -528,15 +528,9 @@ class MCPToolset:
         """The toolset's manifest check of a tool that appeared: the first error, or None."""
         if self.manifest is None:
             return None
-        from handrail.manifest import review
-        from handrail.tools import Toolbox
+        from handrail.manifest import refusals
 
-        ref = str(impl.spec.id)
-        for problem in review(Toolbox([impl]), self.manifest):
-            if problem.severity == "error" and problem.ref == ref:
-                return (f"MCP server '{self.name}' added '{impl.remote_name}' after the "
-                        f"manifest check, and it is refused: {problem.message}")
-        return None
+        return refusals([impl], self.manifest).get(str(impl.spec.id))
 
     async def _list(self, session: ClientSession) -> list[mcp_types.Tool]:
         import mcp_types as t

@@ -14,6 +14,7 @@ resume path (`drive_turn` with its record), so once approved it is performed exa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -30,7 +31,7 @@ import anyio
 from handrail.approval import ResponderNone
 from handrail.errors import NotFound, UserError
 from handrail.gate import Gate, PausedOnQuestion, PausedOnRequest, RunScope
-from handrail.manifest import check_against
+from handrail.manifest import check_against, refusals
 from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.policy import Policy
 from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
@@ -281,6 +282,8 @@ class Gateway:
         self.deps = deps
         self.sessions: list[GatewaySession] = []
         self._clients: dict[int, Any] = {}  # connection id -> what notifications go through
+        self._check = (None if manifest is None else
+                       functools.partial(refusals, manifest=manifest))
         self._watch(toolbox)
 
     def _watch(self, toolbox: Toolbox) -> None:
@@ -303,7 +306,7 @@ class Gateway:
         Returns the change, or None when nothing changed.
         """
         current = self.toolbox
-        box, change = await current.refreshed(self.manifest)
+        box, change = await current.refreshed(self._check)
         if change is None or self.toolbox is not current:
             return None  # nothing new, or another call applied this change first
         self.toolbox = box

@@ -14,7 +14,7 @@ import functools
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -554,6 +554,11 @@ class _Runner:
         self.gate = Gate(self.scope)
         self.toolbox = agent.toolbox
         """This run's tools (a toolset's list may change between turns: `_refresh_tools`)."""
+        self._check: Callable[[list[Any]], Mapping[str, str]] | None = None
+        if agent.manifest is not None:  # tools that appear later meet the same check
+            from handrail.manifest import refusals
+
+            self._check = functools.partial(refusals, manifest=agent.manifest)
         self.offered = self.gate.offered()
         if agent.output is not None:
             self.offered.append(agent.output.spec)
@@ -706,7 +711,7 @@ class _Runner:
         offered, and a call to it is refused with the reason. The change is a `tools_changed`
         event of the run.
         """
-        box, change = await self.toolbox.refreshed(self.agent.manifest)
+        box, change = await self.toolbox.refreshed(self._check)
         if change is not None:
             self.toolbox = box
             await self._call_event("tools_changed", True, **change)

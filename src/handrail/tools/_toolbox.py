@@ -224,6 +224,7 @@ class Toolbox:
         # (kept whole, so `refreshed` can read them again), with the version last read.
         self._items: list[ToolImpl | tuple[Any, int]] = []
         self._withdrawn: dict[str, str] = {}  # model-facing name -> why it is not offered
+        self._changing = 0  # how many of `_items` are toolsets whose tools can change
         for item in tools:
             self.add(item)
 
@@ -243,6 +244,7 @@ class Toolbox:
                 isinstance(getattr(item, "version", None), int)
             if changing:
                 self._items.append((item, item.version))  # type: ignore[attr-defined]
+                self._changing += 1
                 withdrawn = getattr(item, "withdrawn", None)
                 for tool_id, why in (withdrawn() if callable(withdrawn) else {}).items():
                     self.withdraw(tool_id, why)
@@ -277,18 +279,22 @@ class Toolbox:
         """Why the tool the model calls `model_name` is no longer offered, or None."""
         return self._withdrawn.get(model_name)
 
-    async def refreshed(self, manifest: Any = None) -> tuple[Toolbox, dict[str, Any] | None]:
+    async def refreshed(
+        self, check: Callable[[list[ToolImpl]], Mapping[str, str]] | None = None,
+    ) -> tuple[Toolbox, dict[str, Any] | None]:
         """This toolbox with the tools of now of its members that can change.
 
         Each such member (an `MCPToolset`) is asked to `refresh()`; when none changed, returns
         `(self, None)`. Otherwise a new Toolbox with their tools of now, and what changed:
         `{"added": [...], "removed": [...], "refused": {id: reason}}` (removed: no longer
-        offered; refused: newly withdrawn, each with what a call to it is told). A tool that
-        appeared is checked against `manifest` as the tools were at construction
-        (`manifest.review`): one with a problem (not granted, a schema other than the pinned
-        one...) is refused, not offered, and a call to it gets that reason; so is a tool the
-        member withdrew.
+        offered; refused: newly withdrawn, each with what a call to it is told). The tools
+        that appeared are put to `check` (`functools.partial(hr.manifest.refusals,
+        manifest=...)`: the manifest check the toolbox passed at construction): each one it
+        names (not granted, a schema other than the pinned one...) is refused, not offered,
+        and a call to it gets that reason; so is a tool the member withdrew.
         """
+        if not self._changing:
+            return self, None
         stale = False
         for entry in self._items:
             if not isinstance(entry, ToolImpl):
@@ -306,6 +312,7 @@ class Toolbox:
                 continue
             member = entry[0]
             box._items.append((member, member.version))
+            box._changing += 1
             withdrawn = getattr(member, "withdrawn", None)
             for tool_id, why in (withdrawn() if callable(withdrawn) else {}).items():
                 if ToolId.of(tool_id).model_name not in box._withdrawn:
@@ -318,15 +325,10 @@ class Toolbox:
                     refused[str(impl.spec.id)] = str(exc)
                     box._withdrawn[impl.spec.id.model_name] = str(exc)
         added = [impl for key, impl in box._impls.items() if self._impls.get(key) is not impl]
-        if manifest is not None and added:
-            from handrail.manifest import review
-
-            ids = {str(impl.spec.id) for impl in added}
-            for problem in review(Toolbox(added), manifest):
-                if problem.severity == "error" and problem.ref in ids:
-                    refused.setdefault(problem.ref, problem.message)
-                    box.withdraw(problem.ref, f"The tool '{problem.ref}' appeared after the "
-                                 f"manifest check and is refused: {problem.message}")
+        if check is not None and added:
+            for tool_id, why in check(added).items():
+                refused.setdefault(tool_id, why)
+                box.withdraw(tool_id, why)
         for key in box._impls:  # offered now: no longer withdrawn
             box._withdrawn.pop(box._impls[key].spec.id.model_name, None)
         removed = sorted(k for k in self._impls if k not in box._impls)
