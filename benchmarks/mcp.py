@@ -13,7 +13,11 @@ Client (an agent calling an MCP tool), the SDK server of (a) as the upstream:
 
 Each variant: N calls after a warm-up, repeated; median µs per call. Target: (b) <= 1.15 x (a).
 
-    .venv/bin/python benchmarks/mcp.py [--calls 300] [--reps 5]
+`--baseline DIR` adds (b) and (b') served by the handrail source tree in DIR (its `src`, e.g.
+`git archive main src | tar -x -C DIR`), measured interleaved with this tree's: old against
+new in the same run. `--gateway-only` leaves out (c) and (e).
+
+    .venv/bin/python benchmarks/mcp.py [--calls 300] [--reps 5] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -184,15 +188,17 @@ class _AgentPath:
         return elapsed / calls * 1e6
 
 
-def _serve_params(root: Path, target: str | None, store: str) -> StdioServerParameters:
+def _serve_params(root: Path, target: str | None, store: str,
+                  source: str | None = None) -> StdioServerParameters:
     args = ["-m", "handrail.cli", "serve", *([target] if target else []), "--stdio",
             "--store", store]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root),
-                                                         os.environ.get("PYTHONPATH", "")])}
+    # `source` (another tree's src) comes first on the path: it shadows the installed one.
+    paths = [*([source] if source else []), str(root), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     return StdioServerParameters(command=sys.executable, args=args, cwd=str(root), env=env)
 
 
-async def main(calls: int, reps: int) -> None:
+async def main(calls: int, reps: int, baseline: str | None, gateway_only: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         server = root / "sdk_server.py"
@@ -214,10 +220,25 @@ async def main(calls: int, reps: int) -> None:
                 _serve_params(local, "bench_tools:box", str(local / "runs.db")), "add")),
             ("(b') SDK client -> handrail serve (memory store)", _Session(
                 _serve_params(local, "bench_tools:box", "memory"), "add")),
-            ("(c) SDK client -> handrail serve -> SDK server", _Session(
-                _serve_params(upstream, None, str(upstream / "runs.db")), "up--add")),
-            ("(e) hr.Agent -> MCPToolset -> SDK server", _AgentPath(server)),
         ]
+        if not gateway_only:
+            variants += [
+                ("(c) SDK client -> handrail serve -> SDK server", _Session(
+                    _serve_params(upstream, None, str(upstream / "runs.db")), "up--add")),
+                ("(e) hr.Agent -> MCPToolset -> SDK server", _AgentPath(server)),
+            ]
+        if baseline is not None:
+            source = baseline
+            old = root / "old"
+            old.mkdir()
+            (old / "handrail.toml").write_text(MANIFEST_LOCAL)
+            (old / "bench_tools.py").write_text(HR_TOOLS)
+            variants += [
+                ("(b) baseline tree: SDK client -> handrail serve (SQLite file store)", _Session(
+                    _serve_params(old, "bench_tools:box", str(old / "runs.db"), source), "add")),
+                ("(b') baseline tree: SDK client -> handrail serve (memory store)", _Session(
+                    _serve_params(old, "bench_tools:box", "memory", source), "add")),
+            ]
         samples: dict[str, list[float]] = {label: [] for label, _ in variants}
         async with contextlib.AsyncExitStack() as stack:
             opened = [(label, await stack.enter_async_context(v)) for label, v in variants]
@@ -242,12 +263,24 @@ async def main(calls: int, reps: int) -> None:
         added = cpu[variants[1][0]] - cpu[variants[0][0]]
         print(f"server CPU the gateway adds per call (b - a): {added:+,.0f} µs "
               f"({added / direct:+.1%} of the direct call's wall time)")
-        print(f"client path overhead (e vs a, the SDK alone): "
-              f"{medians[variants[4][0]] / direct - 1:+.1%}")
+        labels = [label for label, _ in variants]
+        client = next((label for label in labels if label.startswith("(e)")), None)
+        if client is not None:
+            print(f"client path overhead (e vs a, the SDK alone): "
+                  f"{medians[client] / direct - 1:+.1%}")
+        old_b = next((label for label in labels if label.startswith("(b) baseline")), None)
+        if old_b is not None:
+            print(f"baseline tree's gateway overhead (b vs a), wall: "
+                  f"{medians[old_b] / direct - 1:+.1%}; server CPU it adds per call: "
+                  f"{cpu[old_b] - cpu[variants[0][0]]:+,.0f} µs")
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also serve (b) and (b') from the handrail tree in DIR")
+    parser.add_argument("--gateway-only", action="store_true", help="leave out (c) and (e)")
     options = parser.parse_args()
-    anyio.run(main, options.calls, options.reps)
+    source = str(Path(options.baseline).resolve() / "src") if options.baseline else None
+    anyio.run(main, options.calls, options.reps, source, options.gateway_only)

@@ -168,6 +168,11 @@ class RunScope:
     agent_path: tuple[str, ...] = ()
     """Where this run's agent stands in a tree of agents, from the root (docs/subagents.md):
     put on every `Request` and `Question` so a person sees who asks. Empty outside a tree."""
+    mark_reads: bool = True
+    """Commit a STARTED mark before a call that changes nothing runs. False (`handrail
+    serve`): a turn whose calls all change nothing commits once, with its results; a read
+    cut off by a crash is not in doubt (nothing can be repeated blindly), so no mark is owed
+    before it. A call that mutates or asks is marked first either way."""
 
     def remember(self, rules: Sequence[Rule]) -> None:
         """Install run-scoped rules on top; deny-first means they never beat a deny."""
@@ -441,7 +446,9 @@ class Gate:
         # untyped tools, the stricter mutates/idempotent) is what the gate enforces.
         self._offered: dict[ToolId, ToolSpec] = {s.id: s for s in self.offered()}
         self._schema_checks: dict[ToolId, Any] = {}
-        self._indexing = anyio.Lock()  # one writer of the taint index at a time
+        # One writer of the taint index at a time; taken without a trip through the event
+        # loop when nobody holds it (the common case: one call per turn).
+        self._indexing = anyio.Lock(fast_acquire=True)
 
     # ---------------------------------------------------------------- a turn
 
@@ -459,6 +466,7 @@ class Gate:
         the run's update). Results come back in call order.
         """
         scope = self.scope
+        self._unwritten = None
         states: list[_Call] = []
         for index, call in enumerate(calls):
             record = existing.get(call.id)
@@ -496,7 +504,14 @@ class Gate:
         first_write.pending.extend(p for s in states for p in s.pending)
         for s in states:
             s.pending = []
-        await scope.store.write(first_write)
+        if scope.mark_reads or existing or first_write.pending or any(
+                s.result is None and s.outcome is None and (
+                    s.record.status is not CallStatus.STARTED or s.impl is None
+                    or self._mutates(s.impl)) for s in states):
+            await scope.store.write(first_write)
+        else:
+            # Only reads are about to run: this batch is committed with their results.
+            self._unwritten = first_write
 
         async def act(state: _Call) -> None:
             if state.result is not None or state.outcome is not None:
@@ -596,6 +611,9 @@ class Gate:
                 for i in range(len(states)):
                     tg.start_soon(in_order, i)
 
+    _unwritten: Batch | None = None
+    """A turn's first batch left for its final one (`RunScope.mark_reads`)."""
+
     def _turn_result(self, states: list[_Call]) -> TurnResult:
         scope = self.scope
         pause = next((s.outcome for s in states if s.outcome is not None), None)
@@ -603,6 +621,10 @@ class Gate:
                    for s in states if s.result is not None]
         final = Batch(calls=[s.record for s in states],
                       pending=[p for s in states for p in s.pending])
+        unwritten, self._unwritten = self._unwritten, None
+        if unwritten is not None:
+            final.messages.extend(unwritten.messages)
+            final.run = unwritten.run
         shown: dict[str, str] = {}
         if scope.record_contents != "full":
             for s in states:
@@ -621,10 +643,16 @@ class Gate:
         impl = scope.toolbox.by_model_name(call.name)
         if impl is None:
             names = sorted(s.id.model_name for s in self.offered())
+            available = f"Available tools: {', '.join(names) or 'none'}."
+            # A tool offered earlier and withdrawn since (its MCP server removed it...).
+            withdrawn = scope.toolbox.withdrawn(call.name)
             state.finish(
-                ToolResult.error(f"There is no tool named {call.name!r}. Available tools: "
-                                 f"{', '.join(names) or 'none'}."),
-                CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value, error="unknown tool",
+                ToolResult.error(f"{scrub_host_paths(withdrawn, scope.workspace).rstrip('.')}. "
+                                 f"{available}"
+                                 if withdrawn else
+                                 f"There is no tool named {call.name!r}. {available}"),
+                CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
+                error=withdrawn or "unknown tool",
             )
             return
         state.impl = impl

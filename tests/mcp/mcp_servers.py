@@ -29,6 +29,7 @@ NPM_PACKAGES = ("@modelcontextprotocol/server-filesystem",
                 "@modelcontextprotocol/inspector")
 BIN = Path(sys.executable).parent
 FIXTURE_SERVER = Path(__file__).with_name("fixture_server.py")
+CHANGING_SERVER = Path(__file__).with_name("changing_server.py")
 HERE = Path(__file__).parent
 
 

@@ -261,7 +261,7 @@ async def test_an_unconnected_toolset_says_so() -> None:
         hr.Toolbox([tools])
 
 
-async def test_tools_list_changed_refuses_redefined_tools_and_offers_no_new_ones(
+async def test_tools_list_changed_refuses_redefined_tools_and_offers_new_ones_next_turn(
         tmp_path: Path) -> None:
     argv = (sys.executable, str(FIXTURE_SERVER), str(tmp_path / "calls.log"))
     async with hr.mcp.MCPToolset.stdio(argv[0], argv[1:], name="fx",
@@ -273,11 +273,14 @@ async def test_tools_list_changed_refuses_redefined_tools_and_offers_no_new_ones
         with pytest.raises(hr.NotGranted, match="changed the definition of 'echo'") as info:
             await box.call("fx/echo", {"text": "a"})
         assert info.value.disposition is hr.Disposition.NOT_SENT
-        assert "fx/extra" not in box
+        assert "fx/extra" not in box  # this turn's list stays as it was offered
         assert (await box.call("fx/hyphen-ated.tool", {})).render_text() == "ok"
         [event] = tools.events
         assert event["kind"] == "mcp_tools_changed"
         assert event["changed"] == ["echo"] and event["added"] == ["extra"]
+        box, change = await box.refreshed()  # what the next turn does
+        assert change is not None and change["added"] == ["fx/extra"]
+        assert "fx/extra" in box and "fx/echo" not in box
 
 
 async def test_progress_notifications_reach_on_event(fixture_tools: hr.mcp.MCPToolset) -> None:

@@ -3,6 +3,7 @@ and cannot do, and hostile arguments."""
 
 from __future__ import annotations
 
+import anyio
 import mcp_types as t
 import pytest
 
@@ -49,3 +50,137 @@ async def test_arguments_that_are_not_json_or_nest_too_deep_are_refused() -> Non
     assert nan.is_error
     big = await session.call("echo", {"text": "x" * (2 << 20)})
     assert big.is_error and "over the limit" in big.render_text()
+
+
+# -- what is committed when ---------------------------------------------------------------
+
+
+class _Recording:
+    """A real SQLite store that logs each write (its call statuses, waited or not) and when
+    it committed, beside what the tools and the client saw."""
+
+    def __init__(self, inner: hr.Store, log: list[str]) -> None:
+        self.inner = inner
+        self.log = log
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def write(self, batch: object, *, wait: bool = True) -> None:
+        calls = ",".join(f"{c.tool}:{c.status.value}" for c in batch.calls)  # type: ignore[attr-defined]
+        await self.inner.write(batch, wait=wait)  # type: ignore[arg-type]
+        if calls:
+            self.log.append(f"committed {calls}" if wait else f"queued {calls}")
+
+
+@hr.tool()
+async def mutate(text: str) -> str:
+    """Change something."""
+    order.append("mutate ran")
+    return text
+
+
+@hr.tool(mutates=False)
+async def look(text: str) -> str:
+    """Change nothing."""
+    order.append("look ran")
+    return text
+
+
+order: list[str] = []
+
+DURABLE = (MANIFEST + '[[tools]]\nref = "local/mutate"\ndescription = "Change."\n'
+           '[[tools]]\nref = "local/look"\ndescription = "Look."\nmutates = false\n'
+           '[policy]\nextends = "default"\n[[policy.layers]]\nname = "t"\n'
+           'allow = ["call:local/mutate"]\n')
+
+
+async def test_a_mark_before_each_effect_and_every_result_before_the_client_sees_it(
+        tmp_path: object) -> None:
+    from pathlib import Path
+
+    inner = hr.Store.open(str(Path(str(tmp_path)) / "runs.db"))
+    order.clear()
+    store = _Recording(inner, order)
+    gateway = Gateway(hr.Toolbox([echo, mutate, look]), store=store,  # type: ignore[arg-type]
+                      manifest=hr.Manifest.from_toml(DURABLE))
+    session = await gateway.open_session("test")
+    assert (await session.call("mutate", {"text": "m"})).render_text() == "m"
+    order.append("client saw mutate")
+    assert (await session.call("look", {"text": "l"})).render_text() == "l"
+    order.append("client saw look")
+    assert order == [
+        # A mutating call: its STARTED mark is committed before it runs...
+        "committed local/mutate:started", "mutate ran",
+        # ...and its result before the client is shown it.
+        "committed local/mutate:finished", "client saw mutate",
+        # A call that changes nothing owes no mark: one commit, before the client sees it.
+        "look ran", "committed local/look:finished", "client saw look",
+    ]
+    await gateway.close()
+    [run] = await inner.runs()
+    assert [r.status.value for r in await inner.calls(run.id)] == ["finished", "finished"]
+    assert len(await inner.messages(run.id)) == 4  # the transcript: each call and result
+    await inner.close()
+
+
+began = anyio.Event()
+
+
+@hr.tool(mutates=False)
+async def hang() -> str:
+    """Wait until cancelled."""
+    began.set()
+    await anyio.sleep_forever()
+    return "never"
+
+
+async def test_a_call_the_client_cancels_is_recorded_in_doubt_not_left_started() -> None:
+    global began
+    began = anyio.Event()
+    inner = hr.Store.memory()
+    settled = anyio.Event()
+
+    class Watched(_Recording):
+        async def write(self, batch: object, *, wait: bool = True) -> None:
+            await super().write(batch, wait=wait)
+            if any(c.status is not hr.CallStatus.STARTED
+                   for c in batch.calls):  # type: ignore[attr-defined]
+                settled.set()
+
+    manifest = MANIFEST + '[[tools]]\nref = "local/hang"\ndescription = "Hang."\nmutates = false\n'
+    gateway = Gateway(hr.Toolbox([echo, hang]), store=Watched(inner, []),  # type: ignore[arg-type]
+                      manifest=hr.Manifest.from_toml(manifest))
+    async with Client(gateway.server(single_client=True)) as client:
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                scope = anyio.CancelScope()
+
+                async def call() -> None:
+                    with scope:
+                        await client.call_tool("hang", {})
+
+                tg.start_soon(call)
+                await began.wait()
+                scope.cancel()  # the SDK tells the server: notifications/cancelled
+            await settled.wait()  # the server records the call as it unwinds
+        after = await client.call_tool("echo", {"text": "after"})
+        assert after.content[0].text == "after"  # type: ignore[union-attr]
+    [run] = await inner.runs()
+    [record, _] = await inner.calls(run.id)
+    assert record.tool == "local/hang"
+    assert record.status is hr.CallStatus.IN_DOUBT and record.disposition == "in_doubt"
+    # The call and its (interrupted) result: the transcript holds no call without a result.
+    assert len(await inner.messages(run.id)) == 4
+
+
+async def test_one_client_of_the_stateless_protocol_era_is_one_run() -> None:
+    # The SDK's `Client` speaks 2026-07-28: every request on a connection of its own.
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([echo]), store=store,
+                      manifest=hr.Manifest.from_toml(MANIFEST))
+    async with Client(gateway.server(single_client=True)) as client:
+        for text in ("a", "b", "c"):
+            await client.call_tool("echo", {"text": text})
+    [run] = await store.runs()
+    assert len(await store.calls(run.id)) == 3

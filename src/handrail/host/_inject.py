@@ -403,11 +403,14 @@ def _registered(box: Toolbox, tool_id: str) -> ToolImpl | None:
         return None
 
 
-def merged_toolbox(injected: InjectionToolset) -> Toolbox:
-    """This turn's toolbox: the injected tools, and every registered tool they do not shadow."""
+def merged_toolbox(injected: InjectionToolset, registered: Toolbox | None = None) -> Toolbox:
+    """This turn's toolbox: the injected tools, and every registered tool they do not shadow.
+
+    `registered` replaces the agent's toolbox when its tools changed (`Toolbox.refreshed`).
+    """
     mine = injected.impls()
     ids = {str(i.spec.id) for i in mine}
-    registered = injected.registered
+    registered = registered if registered is not None else injected.registered
     kept = [i for i in registered.impls() if str(i.spec.id) not in ids]
     return Toolbox([*mine, *kept], max_argument_bytes=registered.max_argument_bytes)
 

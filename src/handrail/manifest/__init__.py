@@ -12,6 +12,7 @@ from handrail.manifest._check import (
     agent_problems,
     check_against,
     problems,
+    refusals,
     review,
     schema_changes,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "canonical_json",
     "check_against",
     "problems",
+    "refusals",
     "review",
     "schema_changes",
     "update",

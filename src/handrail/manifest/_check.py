@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from handrail.errors import ManifestDrift
 from handrail.manifest._manifest import Grant, Manifest, canonical_json, open_schema, plain
 from handrail.manifest._toolsets import Implemented, SpecSource, tools_of
-from handrail.tools import Toolset
+from handrail.tools import ToolImpl, Toolset
 
 __all__ = ["Problem", "Severity", "agent_problems", "check_against", "problems", "review",
            "schema_changes"]
@@ -349,6 +349,33 @@ def problems(toolset: Toolset | SpecSource, manifest: Manifest) -> list[str]:
     severity.
     """
     return [p.message for p in review(toolset, manifest) if p.severity == "error"]
+
+
+class _Listed:
+    """Some tools as a Toolset (no registry: nothing to clash with)."""
+
+    def __init__(self, tools: list[ToolImpl]) -> None:
+        self._tools = tools
+
+    def impls(self) -> list[ToolImpl]:
+        return self._tools
+
+
+def refusals(tools: Iterable[ToolImpl], manifest: Manifest) -> dict[str, str]:
+    """Why each of `tools` fails the manifest check, by tool id; empty when every one passes.
+
+    The check a toolbox's construction runs (`review`'s errors), for tools that appeared
+    later (an MCP server's `tools/list_changed`): `Toolbox.refreshed(check=...)` refuses
+    each one listed here, with its first problem as the reason.
+    """
+    listed = list(tools)
+    ids = {str(tool.spec.id) for tool in listed}
+    found: dict[str, str] = {}
+    for problem in review(_Listed(listed), manifest):
+        if problem.severity == "error" and problem.ref in ids:
+            found.setdefault(problem.ref, f"The tool '{problem.ref}' appeared after the "
+                             f"manifest check and is refused: {problem.message}")
+    return found
 
 
 def check_against(toolset: Toolset | SpecSource, manifest: Manifest, *,

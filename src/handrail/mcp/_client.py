@@ -12,7 +12,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -27,6 +27,7 @@ from handrail.errors import (
     ToolError,
     ToolTimeout,
     TransportError,
+    UnknownTool,
     UserError,
 )
 from handrail.manifest import ArgumentAction, ServerDecl
@@ -201,12 +202,18 @@ class MCPToolset:
         self._in_flight: list[_InFlight] = []
         self._definitions: dict[str, bytes] = {}
         self._drifted: set[str] = set()
+        self._removed: set[str] = set()
+        self._rejected: dict[str, str] = {}  # a tool that appeared and failed the check
+        self._watchers: list[Callable[[], Awaitable[None]]] = []
         self.server_info: Any = None
         """What the server says about itself (recorded, never used as its name)."""
         self.tools_changed = False
-        """True once the server announced `tools/list_changed`, until the next call re-lists."""
+        """True once the server announced `tools/list_changed`, until the list is re-read."""
         self.list_changed = anyio.Event()
         """Set when the server first announces `tools/list_changed`."""
+        self.version = 0
+        """Grows each time `impls()` changes (a re-read list that differs): a `Toolbox`
+        holding this toolset rebuilds itself when it sees a new version (`Toolbox.refreshed`)."""
 
     # -- constructors ---------------------------------------------------------------------
 
@@ -245,6 +252,58 @@ class MCPToolset:
             raise UserError(f"MCP server '{self.name}' is not connected: enter "
                             "`async with toolset:` before handing it to an Agent or Toolbox")
         return list(self._impls)
+
+    def withdrawn(self) -> dict[str, str]:
+        """Tools no longer offered, by id, with the reason a call to one is refused.
+
+        A tool the server removed, one it redefined after the manifest check, and one it added
+        that the toolset's manifest does not grant (the Toolset protocol's optional part: a
+        `Toolbox` tells the model this reason instead of "there is no tool named ...").
+        """
+        out: dict[str, str] = {}
+        for remote in sorted(self._removed):
+            out[f"{self.name}/{remote}"] = (
+                f"MCP server '{self.name}' no longer offers '{remote}' (it changed its tool "
+                "list); the call was not sent")
+        for remote in sorted(self._drifted):
+            out[f"{self.name}/{remote}"] = (
+                f"MCP server '{self.name}' changed the definition of '{remote}' after it was "
+                "checked against the manifest; it is refused until the toolset is entered "
+                "again (and checked)")
+        for remote, why in sorted(self._rejected.items()):
+            out.setdefault(f"{self.name}/{remote}", why)
+        for remote in self.ungranted:
+            out.setdefault(f"{self.name}/{remote}", (
+                f"MCP server '{self.name}' offers '{remote}', which the manifest does not "
+                "grant; it is refused (grant it in handrail.toml to offer it)"))
+        return out
+
+    async def refresh(self) -> None:
+        """Re-read the server's tools if it announced `tools/list_changed`; else nothing.
+
+        Run before each model turn by the agent loop (through `Toolbox.refreshed`) and before
+        each call: a new tool joins `impls()` (the manifest, when the toolset has one, must
+        grant it), a removed one leaves it, and one whose definition (schemas, description)
+        changed since it was checked leaves it too and is refused. `version` grows when
+        `impls()` changed; the change is an `mcp_tools_changed` event in `events`.
+        """
+        session = self._session
+        if not self.tools_changed or session is None or _closed(session):
+            return
+        try:
+            with anyio.fail_after(self.connect_timeout):
+                await self._refresh(session)
+        except Exception as exc:  # boundary: the list stays as it was, the next turn retries
+            self.events.append({"kind": "mcp_tools_refresh_failed", "server": self.name,
+                                "error": f"{type(exc).__name__}: {exc}"[:1000],
+                                "at": time.time()})
+
+    def watch(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Call `callback()` (in the toolset's task group) at each `tools/list_changed`.
+
+        `handrail serve` uses it to refresh its list and tell its own clients.
+        """
+        self._watchers.append(callback)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -354,6 +413,8 @@ class MCPToolset:
                         started = True
                         task_status.started()
                     else:
+                        # A restarted server may list other tools: compared at the next turn.
+                        self.tools_changed = True
                         self._restart_error = None
                         self._reconnected.set()
                     await self._stop.wait()
@@ -398,28 +459,78 @@ class MCPToolset:
         if isinstance(message, t.ToolListChangedNotification):
             self.tools_changed = True
             self.list_changed.set()
+            if self._tg is not None:
+                for callback in self._watchers:
+                    self._tg.start_soon(callback)
 
     async def _refresh(self, session: ClientSession) -> None:
-        """After `tools/list_changed`: list again and hold the server to what was checked.
+        """After `tools/list_changed`: list again, and hold the server to what was checked.
 
-        A tool whose definition (schemas, description) changed since the toolset was entered
-        is refused from then on: the manifest check ran against the old one. A new tool is
-        not offered (the Toolbox was built and checked before it existed). Both are recorded
-        as an event; re-entering the toolset checks the new list.
+        A tool whose definition changed since it was listed (and checked) is withdrawn and
+        refused from then on: the manifest check ran against the old one. A new tool is built
+        like those listed at connection (the toolset's manifest, when given, must grant it);
+        an agent's Toolbox then checks it against the agent's manifest before offering it.
+        A removed tool is withdrawn; a call to it is refused, not sent.
         """
         async with self._restart_lock:
             if not self.tools_changed:
                 return
             self.tools_changed = False
-            listed = {tool.name: tool for tool in await self._list(session)}
-            changed = sorted(name for name, tool in listed.items()
-                             if name in self._definitions
+            try:
+                listed = await self._list(session)
+            except BaseException:
+                self.tools_changed = True  # the next turn (or call) tries again
+                raise
+            seen: dict[str, mcp_types.Tool] = {}
+            for tool in listed:
+                seen.setdefault(tool.name, tool)
+            changed = sorted(name for name, tool in seen.items()
+                             if name in self._definitions and name not in self._drifted
                              and _definition(tool) != self._definitions[name])
-            added = sorted(set(listed) - set(self._definitions))
-            removed = sorted(set(self._definitions) - set(listed))
+            known = {impl.remote_name: impl for impl in self._impls}
+            added = sorted(name for name in seen if name not in self._definitions)
+            back = {name for name in seen if name in self._removed and name not in changed}
+            removed = sorted(name for name in known if name not in seen)
             self._drifted.update(changed)
+            self._removed.update(removed)
+            self._removed.difference_update(seen)
+            if not (changed or added or removed or back):
+                return
+            impls: list[MCPTool] = []
+            refused_before, ungranted_before = len(self.refused_tools), len(self.ungranted)
+            for tool in listed:
+                name = tool.name
+                if name in self._drifted:
+                    continue
+                if name in known:
+                    impls.append(known.pop(name))
+                    continue
+                if name in self._definitions and name not in back:
+                    continue  # listed twice, or not granted / refused when first listed
+                self._definitions.setdefault(name, _definition(tool))
+                back.discard(name)
+                impl = self._build_one(tool, set())
+                problem = None if impl is None else self._problem(impl)
+                if problem is not None:
+                    self._rejected[name] = problem
+                elif impl is not None:
+                    self._rejected.pop(name, None)
+                    impls.append(impl)
+            self._impls = impls
+            self.version += 1
             self.events.append({"kind": "mcp_tools_changed", "server": self.name,
-                                "changed": changed, "added": added, "removed": removed})
+                                "changed": changed, "added": added, "removed": removed,
+                                "refused": self.refused_tools[refused_before:],
+                                "ungranted": self.ungranted[ungranted_before:],
+                                "at": time.time()})
+
+    def _problem(self, impl: MCPTool) -> str | None:
+        """The toolset's manifest check of a tool that appeared: the first error, or None."""
+        if self.manifest is None:
+            return None
+        from handrail.manifest import refusals
+
+        return refusals([impl], self.manifest).get(str(impl.spec.id))
 
     async def _list(self, session: ClientSession) -> list[mcp_types.Tool]:
         import mcp_types as t
@@ -437,53 +548,53 @@ class MCPToolset:
 
     def _build(self, listed: Sequence[mcp_types.Tool]) -> list[MCPTool]:
         self._definitions = {tool.name: _definition(tool) for tool in listed}
-        impls: list[MCPTool] = []
         self.refused_tools = []
         self.ungranted = []
         seen: set[str] = set()
-        for tool in listed:
-            if tool.name in seen:
-                self.refused_tools.append(f"{tool.name!r}: listed twice")
-                continue
-            seen.add(tool.name)
-            try:
-                tool_id = ToolId(self.name, tool.name)
-            except UserError as exc:
-                self.refused_tools.append(f"{tool.name!r}: {exc}")
-                continue
-            annotations = (tool.annotations.model_dump(mode="json", by_alias=True,
-                                                       exclude_none=True)
-                           if tool.annotations is not None else {})
-            if tool.title:
-                annotations.setdefault("title", tool.title)
-            grant = self.manifest.grant(tool_id) if self.manifest is not None else None
-            if self.manifest is not None and grant is None:
-                # What a server offers is not ours to admit: a tool the manifest does not
-                # grant is left out (never offered, never callable), not reported as drift.
-                self.ungranted.append(tool.name)
-                continue
-            try:
-                spec = ToolSpec(
-                    tool_id,
-                    (tool.description or "")[:MAX_DESCRIPTION],
-                    dict(tool.input_schema),
-                    dict(tool.output_schema) if tool.output_schema is not None else None,
-                    annotations=annotations,
-                    # Hints are recorded, never trusted: only a grant makes a tool read-only.
-                    mutates=grant.mutates if grant is not None else True,
-                    idempotent=False,
-                    # A server may elicit during any call: the gate drives every MCP call as
-                    # a handler, so the form reaches the run's Responder (or pauses the run).
-                    interactions=frozenset({"form"}),
-                    timeout=None,
-                )
-                impl = MCPTool(self, tool.name, spec,
-                               self.argument_actions.get(tool.name, ()))
-            except UserError as exc:
-                self.refused_tools.append(f"{tool.name!r}: {exc}")
-                continue
-            impls.append(impl)
+        impls = [impl for tool in listed if (impl := self._build_one(tool, seen)) is not None]
         return impls
+
+    def _build_one(self, tool: mcp_types.Tool, seen: set[str]) -> MCPTool | None:
+        """One listed tool as an `MCPTool`, or None (refused or not granted: noted)."""
+        if tool.name in seen:
+            self.refused_tools.append(f"{tool.name!r}: listed twice")
+            return None
+        seen.add(tool.name)
+        try:
+            tool_id = ToolId(self.name, tool.name)
+        except UserError as exc:
+            self.refused_tools.append(f"{tool.name!r}: {exc}")
+            return None
+        annotations = (tool.annotations.model_dump(mode="json", by_alias=True,
+                                                   exclude_none=True)
+                       if tool.annotations is not None else {})
+        if tool.title:
+            annotations.setdefault("title", tool.title)
+        grant = self.manifest.grant(tool_id) if self.manifest is not None else None
+        if self.manifest is not None and grant is None:
+            # What a server offers is not ours to admit: a tool the manifest does not
+            # grant is left out (never offered, never callable), and `withdrawn()` says so.
+            self.ungranted.append(tool.name)
+            return None
+        try:
+            spec = ToolSpec(
+                tool_id,
+                (tool.description or "")[:MAX_DESCRIPTION],
+                dict(tool.input_schema),
+                dict(tool.output_schema) if tool.output_schema is not None else None,
+                annotations=annotations,
+                # Hints are recorded, never trusted: only a grant makes a tool read-only.
+                mutates=grant.mutates if grant is not None else True,
+                idempotent=False,
+                # A server may elicit during any call: the gate drives every MCP call as
+                # a handler, so the form reaches the run's Responder (or pauses the run).
+                interactions=frozenset({"form"}),
+                timeout=None,
+            )
+            return MCPTool(self, tool.name, spec, self.argument_actions.get(tool.name, ()))
+        except UserError as exc:
+            self.refused_tools.append(f"{tool.name!r}: {exc}")
+            return None
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -542,11 +653,14 @@ class MCPToolset:
                 await self._refresh(session)
             except Exception as exc:  # boundary: a failed re-list is a failed call
                 raise map_mcp_error(exc, tool=tool_id, server=self.name, sent=False) from exc
-        if tool.remote_name in self._drifted:
-            raise NotGranted(
-                f"MCP server '{self.name}' changed the definition of '{tool.remote_name}' "
-                "after it was checked against the manifest; it is refused until the toolset "
-                "is entered again (and checked)")
+        withdrawn = self.withdrawn().get(tool_id) \
+            if tool.remote_name in self._drifted or tool.remote_name in self._removed else None
+        if withdrawn is not None:
+            # A call made with a list from before the change (this turn's, or a Toolbox
+            # built earlier): refused here, never sent under a name the server reassigned.
+            if tool.remote_name in self._drifted:
+                raise NotGranted(withdrawn)
+            raise UnknownTool(withdrawn)
         timeout = self.timeout
         scope = anyio.CancelScope(deadline=anyio.current_time() + timeout
                                   if timeout is not None else float("inf"))

@@ -14,6 +14,7 @@ resume path (`drive_turn` with its record), so once approved it is performed exa
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -30,7 +31,7 @@ import anyio
 from handrail.approval import ResponderNone
 from handrail.errors import NotFound, UserError
 from handrail.gate import Gate, PausedOnQuestion, PausedOnRequest, RunScope
-from handrail.manifest import check_against
+from handrail.manifest import check_against, refusals
 from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.policy import Policy
 from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
@@ -83,25 +84,35 @@ class GatewaySession:
         self._turn = 0
         self._seq = 0  # the next message's position in the run's transcript
         self._parked: dict[tuple[str, str], _Parked] = {}
+        self._run_written_at = time.monotonic()  # `open_session` wrote the run just now
+        self._events_written = len(run.events)
 
     @property
     def run_id(self) -> str:
         """The run this session's calls are recorded in."""
         return self.run.id
 
+    def use_tools(self, toolbox: Toolbox, change: dict[str, Any]) -> None:
+        """From the next call on, resolve against `toolbox`; the change joins the run's events."""
+        self.gate.use_toolbox(toolbox)
+        self.run.events.append({"kind": "tools_changed", "at": time.time(), **change})
+
     async def call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
         """Pass one client call through the gate; see the module docstring.
 
-        `name` is the name the client was shown (the tool's model-facing name).
+        `name` is the name the client was shown (the tool's model-facing name). Each call is
+        a turn: an upstream server's changed tool list is read again first.
         """
+        await self.gateway.refresh_tools()
         arguments = arguments if arguments is not None else {}
         try:
             text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
-            key = (name, argument_digest(arguments))
+            # The digest only matters when a call waits for a person (most sessions never).
+            key = (name, argument_digest(arguments)) if self._parked else None
         except (TypeError, ValueError, RecursionError):
             return ToolResult.error("The arguments are not JSON (or are nested too deeply).")
-        parked = self._parked.get(key)
-        if parked is not None:
+        parked = self._parked.get(key) if key is not None else None
+        if key is not None and parked is not None:
             async with parked.lock:
                 if self._parked.get(key) is parked:  # else a twin retry finished it first
                     return await self._wait(key, parked)
@@ -111,24 +122,32 @@ class GatewaySession:
         call = ToolCall(id=f"call-{turn + 1}", name=name, arguments=text)
         return await self._drive(key, turn, call, {})
 
-    async def _drive(self, key: tuple[str, str], turn: int, call: ToolCall,
+    async def _drive(self, key: tuple[str, str] | None, turn: int, call: ToolCall,
                      existing: dict[str, CallRecord]) -> ToolResult:
         store = self.gateway.store
         first = Batch()
         if not existing:
             # The transcript `handrail show` reads: each call is a turn of the client's.
             first.messages.extend(self._transcript([AssistantMessage([call])]))
-        outcome = await self.gate.drive_turn(turn, [call], existing, first)
-        outcome.final.run = self._update()
+        try:
+            outcome = await self.gate.drive_turn(turn, [call], existing, first)
+        except BaseException:
+            await self._record_interrupted()
+            raise
+        if self._run_due():
+            outcome.final.run = self._update()
         outcome.final.messages.extend(self._transcript(outcome.results))
         pause = outcome.pause
-        # As in the agent loop, a result need not be durable before the client reads it (the
-        # STARTED mark was, before the tool ran; the next write waits behind this one). A
-        # pause must be: another process decides it.
-        await store.write(outcome.final, wait=pause is not None)
+        # Committed before the client is shown the result (or told the call waits: another
+        # process decides it). A call that changes nothing was not marked STARTED first
+        # (`RunScope.mark_reads`), so this is its one commit.
+        await store.write(outcome.final)
         if pause is None:
-            self._parked.pop(key, None)
+            if key is not None:
+                self._parked.pop(key, None)
             return outcome.results[0].result
+        if key is None:
+            key = (call.name, argument_digest(json.loads(call.arguments)))
         if isinstance(pause, PausedOnRequest | PausedOnQuestion):
             request_id = (pause.request_id if isinstance(pause, PausedOnRequest)
                           else pause.question_id)
@@ -143,6 +162,23 @@ class GatewaySession:
                 return await self._wait(key, parked)
         return ToolResult.error(f"the call is paused ({pause.kind}); see `handrail show "
                                 f"{self.run_id}`")
+
+    async def _record_interrupted(self) -> None:
+        """Record a call the client cancelled (or the server's shutdown cut off), settled.
+
+        Shielded and bounded: it runs while the cancellation unwinds. A call cut off while
+        its body ran is IN_DOUBT in the record (not silently STARTED forever, nor missing);
+        one stopped before it ran is NOT_SENT.
+        """
+        settled = self.gate.take_interrupted()
+        if settled is None:
+            return
+        with anyio.move_on_after(10, shield=True):
+            batch = settled.final
+            if settled.pause is None:
+                batch.messages.extend(self._transcript(settled.results))
+            batch.run = self._update()
+            await self.gateway.store.write(batch)
 
     async def _wait(self, key: tuple[str, str], parked: _Parked) -> ToolResult:
         """Wait for the parked call's decision; then re-enter it through the gate, once."""
@@ -173,8 +209,20 @@ class GatewaySession:
         self._seq += len(entries)
         return entries
 
+    def _run_due(self) -> bool:
+        """Whether this turn writes the run's row: its lease is a third spent, or it changed.
+
+        The row's step count and times trail by at most a third of the lease (10 s by
+        default); one UPDATE less per call. `close` writes it last.
+        """
+        return (time.monotonic() >= self._run_written_at + self.gateway.store.lease_seconds / 3
+                or len(self.run.events) != self._events_written
+                or len(self.gate.scope.remembered) != len(self.run.remembered))
+
     def _update(self) -> RunRecord:
         run = self.run
+        self._run_written_at = time.monotonic()
+        self._events_written = len(run.events)
         now = time.time()
         run.updated_at = now
         run.lease_until = now + self.gateway.store.lease_seconds
@@ -233,6 +281,43 @@ class Gateway:
         self.name = name or "mcp-gateway"
         self.deps = deps
         self.sessions: list[GatewaySession] = []
+        self._clients: dict[int, Any] = {}  # connection id -> what notifications go through
+        self._check = (None if manifest is None else
+                       functools.partial(refusals, manifest=manifest))
+        self._watch(toolbox)
+
+    def _watch(self, toolbox: Toolbox) -> None:
+        """Be told when an upstream MCP server announces `tools/list_changed`."""
+        for member in toolbox.changing():
+            watch = getattr(member, "watch", None)
+            if callable(watch):
+                watch(self._upstream_changed)
+
+    async def _upstream_changed(self) -> None:
+        await self.refresh_tools()
+
+    async def refresh_tools(self) -> dict[str, Any] | None:
+        """Read upstream servers' changed tool lists again; tell sessions and clients.
+
+        A tool that appeared is listed and callable only if the manifest admits it (the
+        check the gateway ran at start, `Toolbox.refreshed`); a removed or redefined one is
+        no longer listed, and a call to it is refused with the reason. Every session's run
+        records the change, and every connected client gets `notifications/tools/list_changed`.
+        Returns the change, or None when nothing changed.
+        """
+        current = self.toolbox
+        box, change = await current.refreshed(self._check)
+        if change is None or self.toolbox is not current:
+            return None  # nothing new, or another call applied this change first
+        self.toolbox = box
+        for session in self.sessions:
+            session.use_tools(box, change)
+        for key, client in list(self._clients.items()):
+            try:
+                await client.send_tool_list_changed()
+            except Exception:  # boundary: a client gone meanwhile is not told
+                self._clients.pop(key, None)
+        return change
 
     def offered(self) -> list[ToolSpec]:
         """What clients are shown: the granted tools, with the manifest's descriptions."""
@@ -254,7 +339,7 @@ class Gateway:
         scope = RunScope(run_id=run.id, agent=self.name, toolbox=self.toolbox,
                          policy=self.policy, store=self.store, approver=DeferAll(),
                          responder=self.responder or ResponderNone(), workspace=self.workspace,
-                         manifest=self.manifest, deps=self.deps)
+                         manifest=self.manifest, deps=self.deps, mark_reads=False)
         session = GatewaySession(self, run, scope)
         scope.events = session.call_event
         self.sessions.append(session)
@@ -278,8 +363,15 @@ class Gateway:
                                               idempotent_hint=spec.idempotent)))
         return tools
 
-    def server(self) -> Server[Any]:
-        """The low-level MCP server whose handlers pass every call through this gateway."""
+    def server(self, *, single_client: bool = False) -> Server[Any]:
+        """The low-level MCP server whose handlers pass every call through this gateway.
+
+        A client's session is its connection. A client of the stateless protocol era
+        (2026-07-28) makes each request on a connection of its own: with `single_client`
+        (`serve_stdio`: one process, one client) every request is the one client's and its
+        calls share one run; without it (HTTP) such requests are each a run of their own,
+        while a client of the session era (an `initialize` handshake) keeps one run.
+        """
         from handrail.mcp._errors import require_sdk
 
         require_sdk()
@@ -290,11 +382,24 @@ class Gateway:
 
         sessions: dict[int, tuple[Any, GatewaySession]] = {}
 
-        async def session_for(ctx: Any) -> GatewaySession:
+        one_client: list[Any] = []  # with single_client: the connection that came first
+
+        def remember(ctx: Any) -> tuple[int, Any]:
             # The SDK builds a ServerSession per request around one connection object: the
-            # connection is what a client's session is.
+            # connection is what a client's session is, and what notifications go through.
             connection = getattr(ctx.session, "_connection", ctx.session)
+            if single_client:
+                if not one_client:
+                    one_client.append(connection)
+                connection = one_client[0]
             key = id(connection)
+            if key not in self._clients and callable(
+                    getattr(connection, "send_tool_list_changed", None)):
+                self._clients[key] = connection
+            return key, connection
+
+        async def session_for(ctx: Any) -> GatewaySession:
+            key, connection = remember(ctx)
             found = sessions.get(key)
             if found is None or found[0] is not connection:
                 params = getattr(ctx.session, "client_params", None)
@@ -307,6 +412,8 @@ class Gateway:
             return found[1]
 
         async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
+            remember(ctx)
+            await self.refresh_tools()
             return t.ListToolsResult(tools=self.tool_list())
 
         async def call_tool(ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
@@ -317,14 +424,21 @@ class Gateway:
         return Server(self.name, version="handrail", on_list_tools=list_tools,
                       on_call_tool=call_tool)
 
+    def initialization_options(self, server: Server[Any]) -> Any:
+        """The server's capabilities: its tool list may change (`tools.listChanged`)."""
+        from mcp.server.lowlevel import NotificationOptions
+
+        return server.create_initialization_options(
+            notification_options=NotificationOptions(tools_changed=True))
+
     async def serve_stdio(self) -> None:
         """Serve MCP over this process's stdin/stdout until the client closes it."""
         from mcp.server.stdio import stdio_server
 
-        server = self.server()
+        server = self.server(single_client=True)
         try:
             async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+                await server.run(read, write, self.initialization_options(server))
         finally:
             with anyio.CancelScope(shield=True):
                 await self.close()

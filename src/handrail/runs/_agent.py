@@ -14,7 +14,7 @@ import functools
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -611,6 +611,13 @@ class _Runner:
             self.records = CallRecords(agent.records_dir, projection=agent.projection)
             self.scope.before_execute = self.records.before_execute
         self.gate = Gate(self.scope)
+        self.toolbox = agent.toolbox
+        """This run's tools (a toolset's list may change between turns: `_refresh_tools`)."""
+        self._check: Callable[[list[Any]], Mapping[str, str]] | None = None
+        if agent.manifest is not None:  # tools that appear later meet the same check
+            from handrail.manifest import refusals
+
+            self._check = functools.partial(refusals, manifest=agent.manifest)
         self.offered = self.gate.offered()
         if agent.output is not None:
             self.offered.append(agent.output.spec)
@@ -762,11 +769,28 @@ class _Runner:
             return await self._end(Cancelled("cancelled by the caller"), RunStatus.CANCELLED)
         raise AssertionError("unreachable: the shielded block returns")
 
-    def _refresh_tools(self) -> None:
-        """Read the host's `tools()`: this turn's offer, and what the gate resolves against."""
+    async def _refresh_tools(self) -> None:
+        """This turn's tools: what the gate resolves against, and what the model is offered.
+
+        The host's `tools()`, and the tools of now of toolsets that can change (an MCP
+        server that announced `tools/list_changed`): a tool that appeared is offered from
+        this turn if the manifest admits it, else refused; one that went away is no longer
+        offered, and a call to it is refused with the reason. The change is a `tools_changed`
+        event of the run.
+        """
+        box, change = await self.toolbox.refreshed(self._check)
+        if change is not None:
+            self.toolbox = box
+            await self._call_event("tools_changed", True, **change)
         injected = self.agent.injected
         if injected is not None:
-            self.offered = self.gate.use_toolbox(merged_toolbox(injected))
+            self.offered = self.gate.use_toolbox(merged_toolbox(injected, self.toolbox))
+        elif change is not None:
+            self.offered = self.gate.use_toolbox(box)
+        else:
+            return
+        if self.agent.output is not None:
+            self.offered.append(self.agent.output.spec)
 
     async def _loop(self) -> RunResult:
         agent = self.agent
@@ -775,7 +799,7 @@ class _Runner:
             await self._reopen_interrupted()
         last = messages[-1]
         if isinstance(last, AssistantMessage) and last.tool_calls:
-            self._refresh_tools()  # a resumed turn: its calls meet the host's tools of now
+            await self._refresh_tools()  # a resumed turn: its calls meet the tools of now
         while True:
             last = messages[-1]
             calls = last.tool_calls if isinstance(last, AssistantMessage) else None
@@ -854,7 +878,7 @@ class _Runner:
                 return await self._end(Failed(
                     f"the wall-clock budget of {agent.max_wall_seconds}s is exhausted"),
                     RunStatus.FAILED)
-            self._refresh_tools()
+            await self._refresh_tools()
             try:
                 telemetry = self.scope.telemetry
                 response = await (self._request(messages) if telemetry is None else

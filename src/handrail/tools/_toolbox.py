@@ -35,7 +35,13 @@ __all__ = ["SchemaTool", "Toolbox", "Toolset", "as_impl"]
 
 @runtime_checkable
 class Toolset(Protocol):
-    """Anything that offers tools: a Toolbox, an MCP server's tools, injected host tools."""
+    """Anything that offers tools: a Toolbox, an MCP server's tools, injected host tools.
+
+    A toolset whose tools can change while it is in use (an MCP server that announces
+    `tools/list_changed`) also has `version` (an int that grows when `impls()` changed),
+    `async refresh()` (bring `impls()` up to date) and `withdrawn()` (tool id -> why a tool
+    is no longer offered); a `Toolbox` holding it re-reads it in `refreshed()`.
+    """
 
     def impls(self) -> Iterable[ToolImpl]:
         """Every tool this set offers."""
@@ -214,18 +220,125 @@ class Toolbox:
         # the bare name: one dict lookup on the hot path.
         self._lookup: dict[str, ToolImpl] = {}
         self._by_model_name: dict[str, ToolImpl] = {}
+        # What was registered, in order: tools, and the toolsets whose tools can change
+        # (kept whole, so `refreshed` can read them again), with the version last read.
+        self._items: list[ToolImpl | tuple[Any, int]] = []
+        self._withdrawn: dict[str, str] = {}  # model-facing name -> why it is not offered
+        self._changing = 0  # how many of `_items` are toolsets whose tools can change
         for item in tools:
             self.add(item)
 
     def add(self, item: object) -> None:
         """Register one tool, or every tool of a Toolset."""
+        if isinstance(item, Toolbox):
+            for entry in item._items:
+                if isinstance(entry, ToolImpl):
+                    self._add(entry)
+                else:
+                    self.add(entry[0])
+            for name, why in item._withdrawn.items():
+                self._withdrawn.setdefault(name, why)
+            return
         if isinstance(item, Toolset) and not isinstance(item, ToolImpl):
+            changing = callable(getattr(item, "refresh", None)) and \
+                isinstance(getattr(item, "version", None), int)
+            if changing:
+                self._items.append((item, item.version))  # type: ignore[attr-defined]
+                self._changing += 1
+                withdrawn = getattr(item, "withdrawn", None)
+                for tool_id, why in (withdrawn() if callable(withdrawn) else {}).items():
+                    self.withdraw(tool_id, why)
             for impl in item.impls():
-                self._add(impl)
+                self._add(impl, keep=not changing)
             return
         self._add(as_impl(item))
 
-    def _add(self, impl: ToolImpl) -> None:
+    def changing(self) -> list[Any]:
+        """The registered toolsets whose tools can change (read again by `refreshed`)."""
+        return [entry[0] for entry in self._items if isinstance(entry, tuple)]
+
+    def withdraw(self, tool_id: ToolId | str, reason: str) -> None:
+        """Say why `tool_id` is not offered: a call to it is refused with `reason`.
+
+        For a tool that was offered and no longer is (its MCP server removed or redefined
+        it, the manifest refused a tool that appeared later); a registered tool of that id
+        is taken out.
+        """
+        ref = ToolId.of(tool_id)
+        key = str(ref)
+        impl = self._impls.pop(key, None)
+        if impl is not None:
+            self._lookup.pop(key, None)
+            if ref.server == DEFAULT_SERVER:
+                self._lookup.pop(ref.name, None)
+            self._by_model_name.pop(ref.model_name, None)
+            self._items = [e for e in self._items if e is not impl]
+        self._withdrawn[ref.model_name] = reason
+
+    def withdrawn(self, model_name: str) -> str | None:
+        """Why the tool the model calls `model_name` is no longer offered, or None."""
+        return self._withdrawn.get(model_name)
+
+    async def refreshed(
+        self, check: Callable[[list[ToolImpl]], Mapping[str, str]] | None = None,
+    ) -> tuple[Toolbox, dict[str, Any] | None]:
+        """This toolbox with the tools of now of its members that can change.
+
+        Each such member (an `MCPToolset`) is asked to `refresh()`; when none changed, returns
+        `(self, None)`. Otherwise a new Toolbox with their tools of now, and what changed:
+        `{"added": [...], "removed": [...], "refused": {id: reason}}` (removed: no longer
+        offered; refused: newly withdrawn, each with what a call to it is told). The tools
+        that appeared are put to `check` (`functools.partial(hr.manifest.refusals,
+        manifest=...)`: the manifest check the toolbox passed at construction): each one it
+        names (not granted, a schema other than the pinned one...) is refused, not offered,
+        and a call to it gets that reason; so is a tool the member withdrew.
+        """
+        if not self._changing:
+            return self, None
+        stale = False
+        for entry in self._items:
+            if not isinstance(entry, ToolImpl):
+                member, seen = entry
+                await member.refresh()
+                stale = stale or member.version != seen
+        if not stale:
+            return self, None
+        box = Toolbox(max_argument_bytes=self.max_argument_bytes)
+        box._withdrawn = dict(self._withdrawn)
+        refused: dict[str, str] = {}
+        for entry in self._items:
+            if isinstance(entry, ToolImpl):
+                box._add(entry)
+                continue
+            member = entry[0]
+            box._items.append((member, member.version))
+            box._changing += 1
+            withdrawn = getattr(member, "withdrawn", None)
+            for tool_id, why in (withdrawn() if callable(withdrawn) else {}).items():
+                if ToolId.of(tool_id).model_name not in box._withdrawn:
+                    refused[str(tool_id)] = why
+                box.withdraw(tool_id, why)
+            for impl in member.impls():
+                try:
+                    box._add(impl, keep=False)
+                except UserError as exc:  # a name taken by another tool: refused, not offered
+                    refused[str(impl.spec.id)] = str(exc)
+                    box._withdrawn[impl.spec.id.model_name] = str(exc)
+        added = [impl for key, impl in box._impls.items() if self._impls.get(key) is not impl]
+        if check is not None and added:
+            for tool_id, why in check(added).items():
+                refused.setdefault(tool_id, why)
+                box.withdraw(tool_id, why)
+        for key in box._impls:  # offered now: no longer withdrawn
+            box._withdrawn.pop(box._impls[key].spec.id.model_name, None)
+        removed = sorted(k for k in self._impls if k not in box._impls)
+        change = {"added": sorted(str(i.spec.id) for i in added
+                                  if str(i.spec.id) in box._impls),
+                  "removed": removed,
+                  "refused": dict(sorted(refused.items()))}
+        return box, change
+
+    def _add(self, impl: ToolImpl, *, keep: bool = True) -> None:
         key = str(impl.spec.id)
         model_name = impl.spec.id.model_name
         if len(model_name) > MAX_MODEL_NAME:
@@ -241,6 +354,8 @@ class Toolbox:
                 "of them another name= or server="
             )
         self._impls[key] = impl
+        if keep:
+            self._items.append(impl)
         self._lookup[key] = impl
         if impl.spec.id.server == DEFAULT_SERVER:
             self._lookup[impl.spec.id.name] = impl
