@@ -526,3 +526,57 @@ def test_the_global_provider_is_looked_up_when_each_run_starts() -> None:
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "['chat scripted', 'invoke_agent late']"
+
+
+# ------------------------------------------------------------------ handrail serve
+
+
+@hr.tool(mutates=False)
+async def echo(text: str) -> str:
+    """Echo."""
+    return text
+
+
+async def test_a_gateway_call_reports_an_execute_tool_span_with_the_gates_word(
+        tmp_path: Path) -> None:
+    from handrail.mcp import Gateway
+
+    reporting = _Reporting()
+    store = hr.Store.open(tmp_path / "runs.db")
+    try:
+        policy = hr.Policy.default().layer("serve").deny(hr.Act.CALL, "local/echo")
+        refused = Gateway(hr.Toolbox([echo]), store=store, policy=policy,
+                          telemetry=reporting.telemetry)
+        session = await (refused.open_session("client"))
+        assert (await session.call("echo", {"text": "no"})).is_error
+        gateway = Gateway(hr.Toolbox([echo]), store=store, workspace=tmp_path,
+                          telemetry=reporting.telemetry)
+        session = await gateway.open_session("client")
+        assert (await session.call("echo", {"text": "hi"})).render_text() == "hi"
+        off = Gateway(hr.Toolbox([echo]), store=store, telemetry=False)
+        assert (await (await off.open_session("client")).call("echo", {"text": "x"})
+                ).render_text() == "x"
+    finally:
+        await store.close()
+    spans = [s for s in reporting.spans() if s.name == "execute_tool local/echo"]
+    assert len(spans) == 2, [s.name for s in reporting.spans()]
+    denied, allowed = (dict(s.attributes or {}) for s in spans)
+    assert denied["handrail.verdict"] == "deny" and denied["handrail.layer"] == "serve"
+    assert denied["handrail.run_id"] == (await _first_run_id(tmp_path))
+    assert allowed["handrail.verdict"] == "allow" and allowed["gen_ai.tool.name"] == "local/echo"
+    assert allowed["handrail.call.status"] == "finished", allowed
+    assert "hi" not in json.dumps([dict(s.attributes or {}) for s in spans])
+    counted = reporting.points("handrail.calls")
+    assert sum(p.value for p in counted) == 2
+    with pytest.raises(hr.UserError, match="telemetry="):
+        Gateway(hr.Toolbox([echo]), store=hr.Store.memory(),
+                telemetry="yes")  # type: ignore[arg-type]
+
+
+async def _first_run_id(tmp_path: Path) -> str:
+    store = hr.Store.open(tmp_path / "runs.db")
+    try:
+        runs = await store.runs()
+        return min(runs, key=lambda r: r.created_at).id
+    finally:
+        await store.close()

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
@@ -33,6 +33,7 @@ from handrail.errors import NotFound, UserError
 from handrail.gate import Gate, PausedOnQuestion, PausedOnRequest, RunScope
 from handrail.manifest import check_against, refusals
 from handrail.models import AssistantMessage, ToolCall, dump_messages
+from handrail.otel import Telemetry
 from handrail.policy import Policy
 from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
 from handrail.store.contract import new_owner
@@ -257,15 +258,24 @@ class Gateway:
         approval_timeout: Seconds a call waits for a decision before the client is told.
         responder: Answers tools' questions; default nobody (the call pauses).
         name: The agent name runs are recorded under.
+        telemetry: Where each call reports an `execute_tool` span and the call metrics
+            (docs/observability.md): None (default) follows the global OpenTelemetry providers,
+            looked up when a client's session starts; a `hr.Telemetry` names them; False never.
     """
 
     def __init__(self, toolbox: Toolbox, *, store: Store, manifest: Manifest | None = None,
                  policy: Policy | None = None, workspace: str | os.PathLike[str] = ".",
                  approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
                  responder: Responder | None = None, name: str | None = None,
-                 deps: Any = None) -> None:
+                 deps: Any = None, telemetry: Telemetry | Literal[False] | None = None) -> None:
         if not approval_timeout >= 0:
             raise UserError("approval_timeout must be a non-negative number of seconds")
+        if telemetry is not None and telemetry is not False and \
+                not isinstance(telemetry, Telemetry):
+            raise UserError(f"telemetry= takes hr.Telemetry(...), None or False, not "
+                            f"{type(telemetry).__name__}")
+        self.telemetry: Telemetry | None = (Telemetry() if telemetry is None
+                                            else telemetry or None)
         self.toolbox = toolbox
         self.store = store
         self.manifest = manifest
@@ -339,7 +349,8 @@ class Gateway:
         scope = RunScope(run_id=run.id, agent=self.name, toolbox=self.toolbox,
                          policy=self.policy, store=self.store, approver=DeferAll(),
                          responder=self.responder or ResponderNone(), workspace=self.workspace,
-                         manifest=self.manifest, deps=self.deps, mark_reads=False)
+                         manifest=self.manifest, deps=self.deps, mark_reads=False,
+                         telemetry=None if self.telemetry is None else self.telemetry.start())
         session = GatewaySession(self, run, scope)
         scope.events = session.call_event
         self.sessions.append(session)
