@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,3 +321,69 @@ def test_a_run_the_worker_cannot_rebuild_is_logged_released_and_left_ready(
 
     anyio.run(check)
     assert not effects.exists()
+
+
+def _other_machine() -> list[str] | None:
+    """A command prefix running a process under another host name (a UTS namespace), or None."""
+    prefix = ["unshare", "--uts", "sh", "-c", 'hostname machine-a && exec "$0" "$@"']
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run([*prefix, "hostname"], capture_output=True, text=True, timeout=30)
+    return prefix if probe.stdout.strip() == "machine-a" else None
+
+
+def test_a_stalled_worker_on_another_machine_loses_its_run_and_changes_nothing(
+        tmp_path: Path, pg_url: str) -> None:
+    """Worker A (another host name) stalls mid-call past its lease; B takes the run over and
+    finds the call in doubt. When A wakes, its tool finishes (it had started: one effect) but
+    A writes nothing more: the run stays as B left it, the call for an operator to settle."""
+    other = _other_machine()
+    if other is None:
+        pytest.skip("needs `unshare --uts` (root) to run a worker under another host name")
+    effects, go = tmp_path / "effects", tmp_path / "go"
+    runs = anyio.run(_start_runs, pg_url, ["slow:s1"])
+    (run_id,) = runs
+    anyio.run(_decide_all_pending, pg_url, runs)
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    with open(log_a, "wb") as out:
+        a = subprocess.Popen(
+            [*other, *HANDRAIL, "worker", "--store", pg_url, "--poll", "1", "--lease", "1"],
+            cwd=HERE, env={**_env(effects), "GO": str(go)}, stdout=out,
+            stderr=subprocess.STDOUT)
+    b: subprocess.Popen[bytes] | None = None
+    try:
+        _wait_for(effects, "slow-start s1")  # A is inside the call
+        a.send_signal(signal.SIGSTOP)  # stalled: no heartbeat, the lease lapses
+
+        async def lapsed() -> None:
+            async with Store.open(pg_url) as store:
+                with anyio.fail_after(60):
+                    while await store.ready_count() == 0:  # type: ignore[attr-defined]
+                        await anyio.sleep(0.05)
+
+        anyio.run(lapsed)
+        b = _start_worker(pg_url, effects, log_b, env={"GO": str(go)})
+        _wait_for(log_b, "awaiting_recovery")  # B took it over: the call is in doubt
+        go.touch()
+        a.send_signal(signal.SIGCONT)
+        _wait_for(log_a, "run_resumed")
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=60)
+    assert _effects(effects) == Counter({"slow-start s1": 1, "slow s1": 1})
+    (line,) = [e for e in _log_lines(log_a) if e["event"] == "run_resumed"]
+    assert line["outcome"] == "refused" and "taken over" in line["error"], line
+
+    async def check() -> None:
+        async with Store.open(pg_url) as store:
+            run = await store.run(run_id)
+            assert run.status is RunStatus.AWAITING_RECOVERY, run
+            (call,) = await store.calls(run_id)
+            assert call.status.value == "in_doubt"
+            (item,) = await store.pending()
+            assert item.kind == "recovery"
+
+    anyio.run(check)

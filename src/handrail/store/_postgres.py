@@ -151,12 +151,38 @@ CREATE INDEX pending_open ON pending (state, created_at);
 CREATE INDEX pending_run ON pending (run_id, state)
 """
 
-MIGRATIONS: list[tuple[str, str]] = [
+FENCE_SQLSTATE = "HR409"
+"""The SQLSTATE `handrail_fence` raises: the run is held by another owner now."""
+
+# The fence every write of a driven run goes through (see `PostgresStore.write`): the run's
+# row is locked, and unless the writer's owner still holds it the transaction fails. One
+# statement sent in the pipeline (no reply awaited): a lost fence fails the commit.
+_M0005_FENCE = f"""
+CREATE FUNCTION handrail_fence(fenced_id TEXT, expected TEXT) RETURNS void
+LANGUAGE plpgsql AS $fence$
+DECLARE
+    holder TEXT;
+BEGIN
+    SELECT owner INTO holder FROM runs WHERE id = fenced_id FOR UPDATE;
+    IF FOUND AND holder IS DISTINCT FROM expected THEN
+        RAISE EXCEPTION 'run % is held by %, not by %', fenced_id,
+            coalesce(holder, 'nobody'), expected USING ERRCODE = '{FENCE_SQLSTATE}';
+    END IF;
+END
+$fence$
+"""
+
+MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     ("0001_initial", _M0001),
     # Where a call's output stands for the taint check (CallRecord.provenance), as JSON.
     ("0002_call_provenance", "ALTER TABLE calls ADD COLUMN provenance TEXT"),
+    # Writes of a driven run are fenced by its owner (a plpgsql body: one statement, unsplit).
+    ("0005_owner_fence", (_M0005_FENCE,)),
 ]
-"""Ordered, named migrations (SQL); a database records which ran in `handrail_migrations`."""
+"""Ordered, named migrations; a database records which ran in `handrail_migrations`.
+
+Each is SQL split on `;`, or a tuple of statements taken whole (a function body).
+"""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this handrail writes."""
@@ -281,6 +307,12 @@ def map_psycopg_error(url: str, exc: BaseException) -> BaseException:
     becomes a `StoreError` naming the store; anything else is returned unchanged.
     """
     driver, psycopg_pool = _import_driver()
+    if isinstance(exc, driver.Error) and exc.sqlstate == FENCE_SQLSTATE:
+        # The run was taken over (its lease lapsed, another worker holds it now): this
+        # writer no longer drives it, and nothing of its write was committed.
+        detail = exc.diag.message_primary or str(exc)
+        return ResumeRefused(f"{detail}: taken over by another process (a lapsed lease); "
+                             "this process no longer drives it and wrote nothing")
     if isinstance(exc, psycopg_pool.PoolTimeout):
         return StoreError(f"no connection to the PostgreSQL store {url} in time: {exc}")
     if isinstance(exc, driver.OperationalError):
@@ -354,6 +386,10 @@ class PostgresStore(Store):
         self._drainer: asyncio.Task[None] | None = None
         self._background_error: BaseException | None = None
         self._closed = False
+        self._driving: dict[str, str] = {}
+        """Run id -> the owner this store's writes of it are fenced by (see `write`)."""
+        self._holds: dict[str, str] = {}
+        """Run id -> the worker that holds it (`claim_ready`) and must be the one to claim."""
 
     # ------------------------------------------------------------ opening
 
@@ -430,7 +466,8 @@ class PostgresStore(Store):
             for number, (name, sql) in enumerate(MIGRATIONS, start=1):
                 if name in done:
                     continue
-                for statement in sql.split(";"):
+                statements = sql.split(";") if isinstance(sql, str) else sql
+                for statement in statements:
                     if statement.strip():
                         await conn.execute(statement.encode())
                 await conn.execute(
@@ -526,8 +563,10 @@ class PostgresStore(Store):
         else:
             if not op.future.get_loop().is_closed() and isinstance(value, BaseException):
                 op.future.set_exception(value)
-            if not op.waited:
+            if not op.waited and not isinstance(value, ResumeRefused):
                 # Nobody waits for this write: its failure is raised by the next operation.
+                # Not a lost fence (a heartbeat of a run taken over): that run's driver
+                # meets it at its next write, and other runs' operations are not its concern.
                 self._background_error = value
 
     async def _barrier(self) -> None:
@@ -573,9 +612,25 @@ class PostgresStore(Store):
         messages = [(r, s, _ENCODE(m)) for r, s, m in batch.messages]
         calls = [_call_row(c) for c in batch.calls]
         pending = [_pending_row(p) for p in batch.pending]
+        # Fenced: a run this store drives (it claimed it, or wrote it RUNNING under an owner)
+        # is written only while that owner still holds it. Another machine takes a run over
+        # once its lease lapses (a stalled process, a starved heartbeat); the stalled writer
+        # must then change nothing — above all not mark a call STARTED and run its tool
+        # after the new driver found the call not started and ran it. The fence locks the
+        # row and fails the transaction otherwise (`ResumeRefused`).
+        driving = self._driving
+        fences = []
+        if driving:
+            touched = {c.run_id for c in batch.calls} | {p.run_id for p in batch.pending} | {
+                r for r, _, _ in batch.messages}
+            if batch.run is not None:
+                touched.add(batch.run.id)
+            fences = [(run_id, driving[run_id]) for run_id in touched if run_id in driving]
 
         async def apply(conn: psycopg.AsyncConnection[Any]) -> None:
             cur = conn.cursor()
+            for fence in fences:
+                await cur.execute("SELECT handrail_fence(%s, %s)", fence)
             if run_row is not None:
                 await cur.execute(_RUN_UPSERT, run_row)
             if messages:
@@ -586,6 +641,13 @@ class PostgresStore(Store):
                 await cur.executemany(_PENDING_UPSERT, pending)
 
         await self._enqueue(apply, wait=wait)
+        run = batch.run
+        if run is not None:
+            # Committed (or queued, with wait=False; a write after it is fenced the same).
+            if run.status is RunStatus.RUNNING and run.owner:
+                driving[run.id] = run.owner
+            else:
+                driving.pop(run.id, None)
 
     async def flush(self) -> None:
         if self._pool is not None:
@@ -705,6 +767,7 @@ class PostgresStore(Store):
     async def claim(self, run_id: str, owner: str) -> RunRecord:
         lease = self.lease_seconds
         where = self._where
+        held_by = self._holds.pop(run_id, None)
 
         async def cas(conn: psycopg.AsyncConnection[Any]) -> RunRecord:
             cur = await conn.execute(
@@ -712,6 +775,11 @@ class PostgresStore(Store):
             row = await cur.fetchone()
             if row is None:
                 raise NotFound(f"no run {run_id!r} in {where}")
+            if held_by is not None and row[17] != held_by:
+                # This worker's hold lapsed and another took the run (maybe drove it on to
+                # a pause or an end already): it is theirs.
+                raise ResumeRefused(f"run {run_id} was taken by {row[17] or 'another worker'} "
+                                    f"after {held_by} held it (its hold lapsed)")
             check_claimable(_run_from(row), row[21])
             cur = await conn.execute(
                 f"UPDATE runs SET status = 'running', owner = %s, lease_until = {_NOW} + %s, "
@@ -724,6 +792,7 @@ class PostgresStore(Store):
 
         result = await self._enqueue(cas, cas=True)
         assert result is not None
+        self._driving[run_id] = owner
         return result
 
     # ------------------------------------------------------------ for workers
@@ -789,8 +858,10 @@ class PostgresStore(Store):
             )
             return [_run_from(r) for r in await cur.fetchall()]
 
-        result = await self._enqueue(take, cas=True)
-        return result or []
+        result = await self._enqueue(take, cas=True) or []
+        for run in result:
+            self._holds[run.id] = owner
+        return result
 
     async def ready_count(self) -> int:
         """How many runs are ready to continue now (see `claim_ready`)."""
@@ -799,6 +870,8 @@ class PostgresStore(Store):
 
     async def release(self, run_id: str, owner: str) -> bool:
         """Give a held run back (no owner, no lease) if `owner` still holds it."""
+        if self._holds.get(run_id) == owner:
+            del self._holds[run_id]
 
         async def give(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(
