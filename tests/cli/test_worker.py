@@ -114,7 +114,7 @@ async def _settle(url: str, effects: Path, task_of: dict[str, str], deadline: fl
             await anyio.sleep(0.2)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1500)
 def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
         tmp_path: Path, pg_url: str) -> None:
     started_at = time.monotonic()
@@ -141,8 +141,10 @@ def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
                 await _decide_items(store, items, task_of)
 
         anyio.run(decide)
-        assert workers[0].wait(timeout=60) == -signal.SIGKILL, logs[0].read_text()[-2000:]
-        settle = float(os.environ.get("HANDRAIL_WORKER_TEST_SETTLE", "240"))
+        # Generous waits: under heavy load (other suites on the 2 cores) this test has taken
+        # several times its quiet 25-55 s; a slow machine is not what it checks.
+        assert workers[0].wait(timeout=300) == -signal.SIGKILL, logs[0].read_text()[-2000:]
+        settle = float(os.environ.get("HANDRAIL_WORKER_TEST_SETTLE", "600"))
         recovered = anyio.run(_settle, pg_url, effects, task_of, time.monotonic() + settle)
     finally:
         if workers[0].poll() is None:  # the test failed before it died: leave nothing behind
@@ -151,7 +153,7 @@ def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
         for w in workers[1:]:
             if w.poll() is None:
                 w.send_signal(signal.SIGTERM)
-        codes = [w.wait(timeout=60) for w in workers[1:]]
+        codes = [w.wait(timeout=300) for w in workers[1:]]
     assert codes == [0, 0, 0], [log.read_text()[-2000:] for log in logs[1:]]
 
     seen = _effects(effects)
@@ -168,14 +170,24 @@ def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
         f"unexpected: {[k for k in seen if k not in expected][:10]}")
     resumed = [e for log in logs[1:] for e in _log_lines(log) if e["event"] == "run_resumed"]
     assert all({"run_id", "outcome", "duration_ms"} <= e.keys() for e in resumed)
-    assert {e["run_id"] for e in resumed if e["outcome"] == "completed"} | {
-        e["run_id"] for e in _log_lines(logs[0])
-        if e["event"] == "run_resumed" and e["outcome"] == "completed"} == set(runs)
+    lines0 = _log_lines(logs[0])
+    logged = {e["run_id"] for e in resumed if e["outcome"] == "completed"} | {
+        e["run_id"] for e in lines0
+        if e["event"] == "run_resumed" and e["outcome"] == "completed"}
+    # Every completion is in a log, except where the SIGKILL cut worker 0 off between a
+    # run's final commit and its log line (other tasks of that process were scheduled after
+    # the killing call's): such a run was claimed by worker 0 and by nobody after it.
+    claimed0 = {e["run_id"] for e in lines0 if e["event"] == "run_claimed"}
+    claimed_by_others = {e["run_id"] for log in logs[1:] for e in _log_lines(log)
+                         if e["event"] == "run_claimed"}
+    unlogged = set(runs) - logged
+    assert unlogged <= claimed0 - claimed_by_others, sorted(unlogged)[:5]
     for log in logs[1:]:
         assert _log_lines(log)[-1]["event"] == "worker_stopped"
     # The call cut off by the kill came back in doubt and an operator settled it (landed).
     assert "completed" in recovered.values(), recovered
-    print(f"{RUNS} runs, 4 workers (one SIGKILLed), {len(recovered)} recoveries: "
+    print(f"{RUNS} runs, 4 workers (one SIGKILLed), {len(recovered)} recoveries, "
+          f"{len(unlogged)} completions the kill kept from the log: "
           f"{time.monotonic() - started_at:.1f} s")
 
 
@@ -358,7 +370,8 @@ def test_a_stalled_worker_on_another_machine_loses_its_run_and_changes_nothing(
         async def lapsed() -> None:
             async with Store.open(pg_url) as store:
                 with anyio.fail_after(60):
-                    while await store.ready_count() == 0:  # type: ignore[attr-defined]
+                    # The database's clock decides (no event crosses machines): polled.
+                    while await store.ready_count() == 0:  # type: ignore[attr-defined]  # noqa: ASYNC110
                         await anyio.sleep(0.05)
 
         anyio.run(lapsed)
