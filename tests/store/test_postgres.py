@@ -307,3 +307,43 @@ async def test_a_worker_whose_hold_lapsed_cannot_claim_the_run_another_took(
         with pytest.raises(ResumeRefused, match="hold lapsed"):
             await a.claim("r1", "machine-a:1:x")
         assert (await b.claim("r1", "machine-b:2:y")).owner == "machine-b:2:y"
+
+
+# ---------------------------------------------------------------- a resume's round trips
+
+
+async def test_a_write_is_all_or_nothing_without_an_explicit_transaction(pg_url: str) -> None:
+    """Write-only groups commit as the pipeline's implicit transaction: a failing statement
+    (here the batch's last) takes every statement of its write with it."""
+    async with Store.open(pg_url) as store:
+        await store.write(Batch(run=RunRecord(id="r1", task="t", created_at=0)))
+        half = Batch(run=RunRecord(id="r1", task="t", created_at=0, steps=7),
+                     messages=[("r1", 0, {"kind": "user"}), ("no-such-run", 0, {"k": 1})])
+        with pytest.raises(StoreError):
+            await store.write(half)
+        assert (await store.run("r1")).steps == 0
+        assert await store.messages("r1") == []
+
+
+async def test_what_a_claim_read_ahead_is_never_served_past_a_write(pg_url: str) -> None:
+    """A worker's claim reads the run's messages, calls and settled items in its
+    transaction; a resume reads them from there, until this store writes the run again."""
+    async with Store.open(pg_url) as store, Store.open(pg_url) as other:
+        assert isinstance(store, PostgresStore)
+        await store.write(Batch(run=_paused("r1"), pending=[_item("p1", "r1")],
+                                messages=[("r1", 0, {"kind": "user", "text": "hi"})]))
+        (held,) = await store.claim_ready("worker")
+        assert (await store.run("r1")).status is RunStatus.AWAITING_APPROVAL  # as held
+        claimed = await store.claim("r1", "vm-test:1:x")
+        assert (claimed.status, claimed.owner) == (RunStatus.RUNNING, "vm-test:1:x")
+        assert await store.messages("r1") == [{"kind": "user", "text": "hi"}]
+        assert (await store.pending_item("p1")).state == "decided"
+        # Another process cannot change them (the fence), but this store's writes do.
+        await store.write(Batch(messages=[("r1", 1, {"kind": "assistant"})],
+                                calls=[_started("r1")],
+                                pending=[dataclasses.replace(_item("p1", "r1"),
+                                                             state="spent")]))
+        assert [m["kind"] for m in await store.messages("r1")] == ["user", "assistant"]
+        assert [c.status for c in await store.calls("r1")] == [CallStatus.STARTED]
+        assert (await store.pending_item("p1")).state == "spent"
+        assert await other.messages("r1") == await store.messages("r1")
