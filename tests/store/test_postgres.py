@@ -347,3 +347,19 @@ async def test_what_a_claim_read_ahead_is_never_served_past_a_write(pg_url: str)
         assert [c.status for c in await store.calls("r1")] == [CallStatus.STARTED]
         assert (await store.pending_item("p1")).state == "spent"
         assert await other.messages("r1") == await store.messages("r1")
+
+
+async def test_a_claim_never_reads_what_an_earlier_claim_read_ahead(pg_url: str) -> None:
+    """A run read ahead at one claim, then driven elsewhere (this store never wrote it:
+    its resume failed early), is read afresh at its next claim, whichever way it comes."""
+    async with Store.open(pg_url) as store, Store.open(pg_url) as other:
+        assert isinstance(store, PostgresStore)
+        await store.write(Batch(run=_paused("r1"), pending=[_item("p1", "r1")]))
+        await store.claim_ready("worker")
+        store.lease_seconds = 0  # then this machine stalls: its lease lapses
+        await store.claim("r1", "machine-a:1:x")
+        assert await store.messages("r1") == []
+        await other.claim("r1", "machine-b:2:y")  # taken over, driven on, released
+        await other.write(Batch(run=_paused("r1"), messages=[("r1", 0, {"kind": "user"})]))
+        await store.claim("r1", "machine-a:1:z")  # not held: claimed the slow way
+        assert await store.messages("r1") == [{"kind": "user"}]

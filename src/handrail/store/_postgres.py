@@ -828,6 +828,9 @@ class PostgresStore(Store):
         where = self._where
         held_by = self._holds.pop(run_id, None)
         self._held_rows.pop(run_id, None)
+        # Whatever was read ahead for an earlier claim is not this one's: another process
+        # may have driven the run since.
+        self._forget(run_id)
         if held_by is not None:
             return await self._claim_held(run_id, owner, held_by)
 
@@ -1019,6 +1022,8 @@ class PostgresStore(Store):
         """Give a held run back (no owner, no lease) if `owner` still holds it."""
         if self._holds.get(run_id) == owner:
             del self._holds[run_id]
+        self._held_rows.pop(run_id, None)
+        self._forget(run_id)
 
         async def give(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(
