@@ -400,3 +400,56 @@ def test_a_stalled_worker_on_another_machine_loses_its_run_and_changes_nothing(
             assert item.kind == "recovery"
 
     anyio.run(check)
+
+
+def test_a_store_error_is_retried_after_a_poll_and_a_refusal_is_not(
+        tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resume that met the database failing (overloaded, a dropped connection) is given
+    back and taken again after a poll; a run this worker cannot resume is left to others."""
+    import handrail.runs
+    from handrail.cli._worker import Worker, _Agents
+    from handrail.errors import StoreError, UserError
+
+    monkeypatch.setenv("EFFECTS", str(tmp_path / "effects"))
+    runs = anyio.run(_start_runs, pg_url, ["approve:a", "approve:b"])
+    by_task = {task: run_id for run_id, task in runs.items()}
+    anyio.run(_decide_all_pending, pg_url, runs)
+    real = handrail.runs.resume
+    failures = {by_task["approve:a"]: [StoreError("the database is overloaded")],
+                by_task["approve:b"]: [UserError("no agent here"), UserError("again")]}
+    attempts: Counter[str] = Counter()
+
+    async def flaky(store: Any, run_id: str, **kw: Any) -> Any:
+        attempts[run_id] += 1
+        if failures[run_id]:
+            raise failures[run_id].pop(0)
+        return await real(store, run_id, **kw)
+
+    monkeypatch.setattr(handrail.runs, "resume", flaky)
+
+    async def main() -> None:
+        async with Store.open(pg_url) as store:
+            worker = Worker(store, _Agents(["worker_agents:AGENT"]), concurrency=2, poll=0.2,
+                            grace=5)
+
+            async def until_done() -> None:
+                with anyio.fail_after(60):
+                    # The store is the only witness (the worker signals nothing): polled.
+                    while (await store.run(by_task["approve:a"])).status \
+                            is not RunStatus.COMPLETED or attempts[by_task["approve:b"]] < 1:  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+                    # Several polls more: the refused run is not taken again.
+                    for _ in range(5):
+                        worker.wake.set()
+                        await anyio.sleep(0.2)
+                worker.stopping.set()
+                worker.wake.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(until_done)
+                await worker.serve()
+            assert (await store.run(by_task["approve:b"])).status is RunStatus.READY
+
+    anyio.run(main)
+    assert attempts == Counter({by_task["approve:a"]: 2, by_task["approve:b"]: 1})
+    assert _effects(tmp_path / "effects") == Counter({"act a": 1})
