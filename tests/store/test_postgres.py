@@ -332,7 +332,7 @@ async def test_what_a_claim_read_ahead_is_never_served_past_a_write(pg_url: str)
         assert isinstance(store, PostgresStore)
         await store.write(Batch(run=_paused("r1"), pending=[_item("p1", "r1")],
                                 messages=[("r1", 0, {"kind": "user", "text": "hi"})]))
-        (held,) = await store.claim_ready("worker")
+        assert [r.id for r in await store.claim_ready("worker")] == ["r1"]
         assert (await store.run("r1")).status is RunStatus.AWAITING_APPROVAL  # as held
         claimed = await store.claim("r1", "vm-test:1:x")
         assert (claimed.status, claimed.owner) == (RunStatus.RUNNING, "vm-test:1:x")
