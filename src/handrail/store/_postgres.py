@@ -840,11 +840,6 @@ class PostgresStore(Store):
             row = await cur.fetchone()
             if row is None:
                 raise NotFound(f"no run {run_id!r} in {where}")
-            if held_by is not None and row[17] != held_by:
-                # This worker's hold lapsed and another took the run (maybe drove it on to
-                # a pause or an end already): it is theirs.
-                raise ResumeRefused(f"run {run_id} was taken by {row[17] or 'another worker'} "
-                                    f"after {held_by} held it (its hold lapsed)")
             check_claimable(_run_from(row), row[21])
             cur = await conn.execute(
                 f"UPDATE runs SET status = 'running', owner = %s, lease_until = {_NOW} + %s, "
@@ -864,8 +859,10 @@ class PostgresStore(Store):
 
         Held (`claim_ready`), the run is claimable exactly when `held_by` still holds it and
         it is not finished: a condition the database decides alone, so the claim waits for
-        no reply before its commit. The run's messages and calls are read in the same
-        transaction, for the resume that follows (`_snapshots`).
+        no reply before its commit. A hold that lapsed and was taken by another worker (who
+        may have driven the run on already) is not claimed: `ResumeRefused`. The run's
+        messages, calls and settled items are read in the same transaction, for the resume
+        that follows (`_snapshots`).
         """
         lease = self.lease_seconds
 
