@@ -11,9 +11,17 @@ stamps the time it performed). PostgreSQL: W `handrail worker` processes (W = 1,
 resuming one run at a time (`--concurrency 1`; `--worker-concurrency` changes it). Memory and
 SQLite have no worker (one process owns them): W resumer tasks in the deciding process.
 
-Figures are medians over `--reps` repeats.
+Figures are medians over `--reps` repeats. For PostgreSQL it also reports the CPU each
+resume costs, measured from /proc over the resume phase (first decision to last action):
+the workers' CPU, the database server's (every backend, reaped ones included) and the deciding
+process's, per run resumed. On a machine with C cores the runs resumed per second can never
+exceed C / (total CPU per resume): the ceiling the 4-worker figure is held against.
 
     .venv/bin/python benchmarks/store.py [--reps 3] [--runs 1,10,100] [--resume-runs 200]
+        [--stores memory,sqlite,postgresql] [--no-calls] [--action-ms 0,20]
+
+Another tree's code (the workers and this process's handrail): run it with
+`PYTHONPATH=OTHER/src`; the workers inherit it.
 """
 
 from __future__ import annotations
@@ -163,17 +171,59 @@ async def _resume_in_process(url: str, count: int, resumers: int, effects: Path
     return _summary(decided, tasks, effects)
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(pid: int, *, reaped: bool = False) -> float:
+    """Seconds of CPU `pid` has used (with `reaped`: plus its reaped children's)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / _TICK
+
+
+def _server_cpu(server: Any) -> float:
+    """CPU seconds of a PostgreSQL server: the postmaster, its live and its reaped backends."""
+    postmaster = int((server.root / "data" / "postmaster.pid").read_text().split()[0])
+    total = _cpu(postmaster, reaped=True)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rpartition(")")[2].split()[1])
+            except OSError:
+                continue
+            if ppid == postmaster:
+                total += _cpu(int(entry))
+    return total
+
+
+CPU: dict[str, float] = {}
+"""The last PostgreSQL resume's CPU per run resumed, in seconds: workers, server, decider."""
+
+
 def _resume_with_workers(url: str, count: int, workers: int, concurrency: int,
-                         effects: Path) -> tuple[float, float, float]:
+                         effects: Path, server: Any) -> tuple[float, float, float]:
     async def prepare() -> tuple[list[str], dict[str, str]]:
         async with hr.Store.open(url) as store:
             items = await _pause_runs(store, count)
             return items, {r.id: r.task for r in await store.runs(limit=count + 10)}
 
     items, tasks = anyio.run(prepare)
-    env = {**os.environ, "BENCH_EFFECTS": str(effects), "PYTHONPATH": str(HERE)}
+    # PYTHONPATH kept after ours: `PYTHONPATH=OTHER/src` runs the workers on that code.
+    env = {**os.environ, "BENCH_EFFECTS": str(effects),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE),
+                                                       os.environ.get("PYTHONPATH")]))}
+    # `--agents`: the agent is built before the worker says it started, as a long-running
+    # worker's would have been long before; its import is not a resume's cost.
     procs = [subprocess.Popen([sys.executable, "-m", "handrail.cli", "worker", "--store", url,
-                               "--concurrency", str(concurrency), "--poll", "1"],
+                               "--concurrency", str(concurrency), "--poll", "1",
+                               "--agents", "store:AGENT"],
                               cwd=HERE, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
              for _ in range(workers)]
@@ -186,12 +236,17 @@ def _resume_with_workers(url: str, count: int, workers: int, concurrency: int,
             async with hr.Store.open(url) as store:
                 return await _decide(store, items)
 
+        cpu_workers = sum(_cpu(p.pid) for p in procs)
+        cpu_server, cpu_me = _server_cpu(server), time.process_time()
         decided = anyio.run(decide)
+        cpu_me = time.process_time() - cpu_me
         deadline = time.monotonic() + 300
         while len(_effects(effects)) < count:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"only {len(_effects(effects))} of {count} resumed")
             time.sleep(0.05)
+        CPU.update(workers=(sum(_cpu(p.pid) for p in procs) - cpu_workers) / count,
+                   server=(_server_cpu(server) - cpu_server) / count, decider=cpu_me / count)
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -212,6 +267,9 @@ def main() -> None:
     parser.add_argument("--action-ms", default="0,20",
                         help="how long each resumed action waits (I/O), comma-separated")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--stores", default="memory,sqlite,postgresql",
+                        help="which stores, comma-separated")
+    parser.add_argument("--no-calls", action="store_true", help="skip part 1 (calls/s)")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent / "tests"))
     import pgserver
@@ -229,12 +287,17 @@ def main() -> None:
             assert server is not None
             return server.create_database()
 
-        kinds = ["memory", "sqlite"] + (["postgresql"] if server else [])
-        print(f"calls recorded per second ({CALLS_PER_RUN} calls per run, median of "
-              f"{args.reps})\n")
-        print("| concurrent runs | " + " | ".join(kinds) + " |")
-        print("|---|" + "---|" * len(kinds))
-        for runs in [int(r) for r in args.runs.split(",")]:
+        wanted = args.stores.split(",")
+        kinds = [k for k in ["memory", "sqlite"] if k in wanted] + (
+            ["postgresql"] if server and "postgresql" in wanted else [])
+        print(f"load average at start: {os.getloadavg()[0]:.1f}; "
+              f"{os.cpu_count()} cores; handrail from {hr.__file__}\n")
+        if not args.no_calls:
+            print(f"calls recorded per second ({CALLS_PER_RUN} calls per run, median of "
+                  f"{args.reps})\n")
+            print("| concurrent runs | " + " | ".join(kinds) + " |")
+            print("|---|" + "---|" * len(kinds))
+        for runs in ([] if args.no_calls else [int(r) for r in args.runs.split(",")]):
             cells = []
             for kind in kinds:
                 rates = [anyio.run(_calls_per_second, url(kind), runs) for _ in range(args.reps)]
@@ -244,20 +307,25 @@ def main() -> None:
         print(f"\nresume: {args.resume_runs} paused runs decided at once (median of "
               f"{args.reps})\n")
         print("| store | action waits | workers | runs resumed/s | decision -> action p50 ms "
-              "| p99 ms |")
-        print("|---|---|---|---|---|---|")
+              "| p99 ms | CPU µs per resume: workers + server + decider = total | ceiling "
+              "runs/s on these cores | load |")
+        print("|---|---|---|---|---|---|---|---|---|")
         rates: dict[tuple[str, str, int], float] = {}
         for action_ms in args.action_ms.split(","):
             os.environ["BENCH_ACTION_MS"] = action_ms
             for kind in kinds:
                 for workers in (1, 4):
                     results = []
+                    cpus: list[dict[str, float]] = []
+                    loads = []
                     for _ in range(args.reps):
                         effects = tmp / f"effects-{time.perf_counter_ns()}"
+                        loads.append(os.getloadavg()[0])
                         if kind == "postgresql":
                             results.append(_resume_with_workers(
                                 url(kind), args.resume_runs, workers,
-                                args.worker_concurrency, effects))
+                                args.worker_concurrency, effects, server))
+                            cpus.append(dict(CPU))
                         else:
                             results.append(anyio.run(_resume_in_process, url(kind),
                                                      args.resume_runs, workers, effects))
@@ -268,8 +336,17 @@ def main() -> None:
                     label = (f"{workers} process{'es' if workers > 1 else ''}"
                              if kind == "postgresql"
                              else f"{workers} task{'s' if workers > 1 else ''}")
+                    cpu_cell = ceiling = "-"
+                    if cpus:
+                        part = {k: statistics.median(c[k] for c in cpus) * 1e6
+                                for k in ("workers", "server", "decider")}
+                        total = sum(part.values())
+                        cpu_cell = (f"{part['workers']:,.0f} + {part['server']:,.0f} + "
+                                    f"{part['decider']:,.0f} = {total:,.0f}")
+                        ceiling = f"{(os.cpu_count() or 1) / total * 1e6:,.0f}"
                     print(f"| {kind} | {action_ms} ms | {label} | {rate:,.0f} | {p50:,.1f} | "
-                          f"{p99:,.1f} |", flush=True)
+                          f"{p99:,.1f} | {cpu_cell} | {ceiling} | "
+                          f"{statistics.median(loads):.1f} |", flush=True)
         print()
         for (kind, action_ms, workers), rate in rates.items():
             if workers == 4:

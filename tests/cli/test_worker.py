@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,7 +114,7 @@ async def _settle(url: str, effects: Path, task_of: dict[str, str], deadline: fl
             await anyio.sleep(0.2)
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1500)
 def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
         tmp_path: Path, pg_url: str) -> None:
     started_at = time.monotonic()
@@ -140,8 +141,10 @@ def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
                 await _decide_items(store, items, task_of)
 
         anyio.run(decide)
-        assert workers[0].wait(timeout=60) == -signal.SIGKILL, logs[0].read_text()[-2000:]
-        settle = float(os.environ.get("HANDRAIL_WORKER_TEST_SETTLE", "240"))
+        # Generous waits: under heavy load (other suites on the 2 cores) this test has taken
+        # several times its quiet 25-55 s; a slow machine is not what it checks.
+        assert workers[0].wait(timeout=300) == -signal.SIGKILL, logs[0].read_text()[-2000:]
+        settle = float(os.environ.get("HANDRAIL_WORKER_TEST_SETTLE", "600"))
         recovered = anyio.run(_settle, pg_url, effects, task_of, time.monotonic() + settle)
     finally:
         if workers[0].poll() is None:  # the test failed before it died: leave nothing behind
@@ -150,7 +153,7 @@ def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
         for w in workers[1:]:
             if w.poll() is None:
                 w.send_signal(signal.SIGTERM)
-        codes = [w.wait(timeout=60) for w in workers[1:]]
+        codes = [w.wait(timeout=300) for w in workers[1:]]
     assert codes == [0, 0, 0], [log.read_text()[-2000:] for log in logs[1:]]
 
     seen = _effects(effects)
@@ -167,14 +170,24 @@ def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
         f"unexpected: {[k for k in seen if k not in expected][:10]}")
     resumed = [e for log in logs[1:] for e in _log_lines(log) if e["event"] == "run_resumed"]
     assert all({"run_id", "outcome", "duration_ms"} <= e.keys() for e in resumed)
-    assert {e["run_id"] for e in resumed if e["outcome"] == "completed"} | {
-        e["run_id"] for e in _log_lines(logs[0])
-        if e["event"] == "run_resumed" and e["outcome"] == "completed"} == set(runs)
+    lines0 = _log_lines(logs[0])
+    logged = {e["run_id"] for e in resumed if e["outcome"] == "completed"} | {
+        e["run_id"] for e in lines0
+        if e["event"] == "run_resumed" and e["outcome"] == "completed"}
+    # Every completion is in a log, except where the SIGKILL cut worker 0 off between a
+    # run's final commit and its log line (other tasks of that process were scheduled after
+    # the killing call's): such a run was claimed by worker 0 and by nobody after it.
+    claimed0 = {e["run_id"] for e in lines0 if e["event"] == "run_claimed"}
+    claimed_by_others = {e["run_id"] for log in logs[1:] for e in _log_lines(log)
+                         if e["event"] == "run_claimed"}
+    unlogged = set(runs) - logged
+    assert unlogged <= claimed0 - claimed_by_others, sorted(unlogged)[:5]
     for log in logs[1:]:
         assert _log_lines(log)[-1]["event"] == "worker_stopped"
     # The call cut off by the kill came back in doubt and an operator settled it (landed).
     assert "completed" in recovered.values(), recovered
-    print(f"{RUNS} runs, 4 workers (one SIGKILLed), {len(recovered)} recoveries: "
+    print(f"{RUNS} runs, 4 workers (one SIGKILLed), {len(recovered)} recoveries, "
+          f"{len(unlogged)} completions the kill kept from the log: "
           f"{time.monotonic() - started_at:.1f} s")
 
 
@@ -320,3 +333,123 @@ def test_a_run_the_worker_cannot_rebuild_is_logged_released_and_left_ready(
 
     anyio.run(check)
     assert not effects.exists()
+
+
+def _other_machine() -> list[str] | None:
+    """A command prefix running a process under another host name (a UTS namespace), or None."""
+    prefix = ["unshare", "--uts", "sh", "-c", 'hostname machine-a && exec "$0" "$@"']
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run([*prefix, "hostname"], capture_output=True, text=True, timeout=30)
+    return prefix if probe.stdout.strip() == "machine-a" else None
+
+
+def test_a_stalled_worker_on_another_machine_loses_its_run_and_changes_nothing(
+        tmp_path: Path, pg_url: str) -> None:
+    """Worker A (another host name) stalls mid-call past its lease; B takes the run over and
+    finds the call in doubt. When A wakes, its tool finishes (it had started: one effect) but
+    A writes nothing more: the run stays as B left it, the call for an operator to settle."""
+    other = _other_machine()
+    if other is None:
+        pytest.skip("needs `unshare --uts` (root) to run a worker under another host name")
+    effects, go = tmp_path / "effects", tmp_path / "go"
+    runs = anyio.run(_start_runs, pg_url, ["slow:s1"])
+    (run_id,) = runs
+    anyio.run(_decide_all_pending, pg_url, runs)
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    with open(log_a, "wb") as out:
+        a = subprocess.Popen(
+            [*other, *HANDRAIL, "worker", "--store", pg_url, "--poll", "1", "--lease", "1"],
+            cwd=HERE, env={**_env(effects), "GO": str(go)}, stdout=out,
+            stderr=subprocess.STDOUT)
+    b: subprocess.Popen[bytes] | None = None
+    try:
+        _wait_for(effects, "slow-start s1")  # A is inside the call
+        a.send_signal(signal.SIGSTOP)  # stalled: no heartbeat, the lease lapses
+
+        async def lapsed() -> None:
+            async with Store.open(pg_url) as store:
+                with anyio.fail_after(60):
+                    # The database's clock decides (no event crosses machines): polled.
+                    while await store.ready_count() == 0:  # type: ignore[attr-defined]  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+
+        anyio.run(lapsed)
+        b = _start_worker(pg_url, effects, log_b, env={"GO": str(go)})
+        _wait_for(log_b, "awaiting_recovery")  # B took it over: the call is in doubt
+        go.touch()
+        a.send_signal(signal.SIGCONT)
+        _wait_for(log_a, "run_resumed")
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=60)
+    assert _effects(effects) == Counter({"slow-start s1": 1, "slow s1": 1})
+    (line,) = [e for e in _log_lines(log_a) if e["event"] == "run_resumed"]
+    assert line["outcome"] == "refused" and "taken over" in line["error"], line
+
+    async def check() -> None:
+        async with Store.open(pg_url) as store:
+            run = await store.run(run_id)
+            assert run.status is RunStatus.AWAITING_RECOVERY, run
+            (call,) = await store.calls(run_id)
+            assert call.status.value == "in_doubt"
+            (item,) = await store.pending()
+            assert item.kind == "recovery"
+
+    anyio.run(check)
+
+
+def test_a_store_error_is_retried_after_a_poll_and_a_refusal_is_not(
+        tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resume that met the database failing (overloaded, a dropped connection) is given
+    back and taken again after a poll; a run this worker cannot resume is left to others."""
+    import handrail.runs
+    from handrail.cli._worker import Worker, _Agents
+    from handrail.errors import StoreError, UserError
+
+    monkeypatch.setenv("EFFECTS", str(tmp_path / "effects"))
+    runs = anyio.run(_start_runs, pg_url, ["approve:a", "approve:b"])
+    by_task = {task: run_id for run_id, task in runs.items()}
+    anyio.run(_decide_all_pending, pg_url, runs)
+    real = handrail.runs.resume
+    failures = {by_task["approve:a"]: [StoreError("the database is overloaded")],
+                by_task["approve:b"]: [UserError("no agent here"), UserError("again")]}
+    attempts: Counter[str] = Counter()
+
+    async def flaky(store: Any, run_id: str, **kw: Any) -> Any:
+        attempts[run_id] += 1
+        if failures[run_id]:
+            raise failures[run_id].pop(0)
+        return await real(store, run_id, **kw)
+
+    monkeypatch.setattr(handrail.runs, "resume", flaky)
+
+    async def main() -> None:
+        async with Store.open(pg_url) as store:
+            worker = Worker(store, _Agents(["worker_agents:AGENT"]), concurrency=2, poll=0.2,
+                            grace=5)
+
+            async def until_done() -> None:
+                with anyio.fail_after(60):
+                    # The store is the only witness (the worker signals nothing): polled.
+                    while (await store.run(by_task["approve:a"])).status \
+                            is not RunStatus.COMPLETED or attempts[by_task["approve:b"]] < 1:  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+                    # Several polls more: the refused run is not taken again.
+                    for _ in range(5):
+                        worker.wake.set()
+                        await anyio.sleep(0.2)
+                worker.stopping.set()
+                worker.wake.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(until_done)
+                await worker.serve()
+            assert (await store.run(by_task["approve:b"])).status is RunStatus.READY
+
+    anyio.run(main)
+    assert attempts == Counter({by_task["approve:a"]: 2, by_task["approve:b"]: 1})
+    assert _effects(tmp_path / "effects") == Counter({"act a": 1})

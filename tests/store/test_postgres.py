@@ -3,6 +3,7 @@ ready runs taken with SKIP LOCKED, NOTIFY on decisions, and the psycopg error ma
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,17 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from handrail.errors import SchemaTooNew, StoreError
-from handrail.store import Batch, PendingItem, RunRecord, RunStatus, Store, _postgres
+from handrail.errors import ResumeRefused, SchemaTooNew, StoreError
+from handrail.store import (
+    Batch,
+    CallRecord,
+    CallStatus,
+    PendingItem,
+    RunRecord,
+    RunStatus,
+    Store,
+    _postgres,
+)
 from handrail.store._postgres import SCHEMA_VERSION, PostgresStore, map_psycopg_error
 
 pytestmark = pytest.mark.anyio
@@ -237,3 +247,119 @@ async def test_a_failing_write_fails_alone_and_is_reported_once(pg_url: str) -> 
         with pytest.raises(StoreError, match="earlier write"):
             await store.runs()
         assert [r.id for r in await store.runs()] == ["r1"]
+
+
+# ---------------------------------------------------------------- the owner fence
+#
+# Another machine takes a RUNNING run over once its lease lapses (a stalled process, a
+# heartbeat starved under load). The stalled driver is still alive: when it wakes it must
+# change nothing, above all not mark a call STARTED and run its tool after the new driver
+# found that call not started and ran it (the action performed twice). Two stores on one
+# database are the two machines; owners name other hosts, so only leases decide.
+
+
+def _started(run_id: str) -> CallRecord:
+    return CallRecord(id=f"{run_id}:c1", run_id=run_id, call_id="c1", turn=0, index=0,
+                      model_name="world/act", tool="world/act", arguments="{}",
+                      status=CallStatus.STARTED, started_at=time.time())
+
+
+async def test_a_driver_whose_run_was_taken_over_writes_nothing_more(pg_url: str) -> None:
+    async with Store.open(pg_url) as a, Store.open(pg_url) as b:
+        await a.write(Batch(run=RunRecord(id="r1", task="t", created_at=0,
+                                          status=RunStatus.READY)))
+        await a.write(Batch(run=RunRecord(id="other", task="t", created_at=0,
+                                          status=RunStatus.READY)))
+        a.lease_seconds = 0  # A's lease lapses at once: as if A stalled past it
+        held = await a.claim("r1", "machine-a:1:x")
+        assert held.owner == "machine-a:1:x"
+        taken = await b.claim("r1", "machine-b:2:y")  # B: lapsed, so the run is B's now
+        assert taken.owner == "machine-b:2:y"
+
+        with pytest.raises(ResumeRefused, match="taken over"):
+            await a.write(Batch(calls=[_started("r1")]))  # the STARTED mark before the tool
+        finished = dataclasses.replace(held, status=RunStatus.COMPLETED, owner=None,
+                                       outcome={"kind": "completed", "output": "x"})
+        with pytest.raises(ResumeRefused, match="held by machine-b:2:y"):
+            await a.write(Batch(run=finished, messages=[("r1", 0, {"kind": "user"})]))
+        # A heartbeat nobody waits for is dropped alone: A's other operations go on.
+        await a.write(Batch(run=held), wait=False)
+        await a.flush()
+        await a.claim("other", "machine-a:1:z")
+
+        assert await b.calls("r1") == [] and await b.messages("r1") == []
+        run = await b.run("r1")
+        assert (run.status, run.owner) == (RunStatus.RUNNING, "machine-b:2:y")
+        await b.write(Batch(calls=[_started("r1")]))  # the new driver writes as usual
+        assert [c.status for c in await b.calls("r1")] == [CallStatus.STARTED]
+
+
+async def test_a_worker_whose_hold_lapsed_cannot_claim_the_run_another_took(
+        pg_url: str) -> None:
+    async with Store.open(pg_url) as a, Store.open(pg_url) as b:
+        assert isinstance(a, PostgresStore) and isinstance(b, PostgresStore)
+        await a.write(Batch(run=_paused("r1"), pending=[_item("p1", "r1")]))
+        a.lease_seconds = 0
+        assert [r.id for r in await a.claim_ready("worker-a")] == ["r1"]
+        assert [r.id for r in await b.claim_ready("worker-b")] == ["r1"]  # A's hold lapsed
+        # B holds it now (and may have driven it on to a pause): a paused run is
+        # claimable, but not by A any more.
+        with pytest.raises(ResumeRefused, match="hold lapsed"):
+            await a.claim("r1", "machine-a:1:x")
+        assert (await b.claim("r1", "machine-b:2:y")).owner == "machine-b:2:y"
+
+
+# ---------------------------------------------------------------- a resume's round trips
+
+
+async def test_a_write_is_all_or_nothing_without_an_explicit_transaction(pg_url: str) -> None:
+    """Write-only groups commit as the pipeline's implicit transaction: a failing statement
+    (here the batch's last) takes every statement of its write with it."""
+    async with Store.open(pg_url) as store:
+        await store.write(Batch(run=RunRecord(id="r1", task="t", created_at=0)))
+        half = Batch(run=RunRecord(id="r1", task="t", created_at=0, steps=7),
+                     messages=[("r1", 0, {"kind": "user"}), ("no-such-run", 0, {"k": 1})])
+        with pytest.raises(StoreError):
+            await store.write(half)
+        assert (await store.run("r1")).steps == 0
+        assert await store.messages("r1") == []
+
+
+async def test_what_a_claim_read_ahead_is_never_served_past_a_write(pg_url: str) -> None:
+    """A worker's claim reads the run's messages, calls and settled items in its
+    transaction; a resume reads them from there, until this store writes the run again."""
+    async with Store.open(pg_url) as store, Store.open(pg_url) as other:
+        assert isinstance(store, PostgresStore)
+        await store.write(Batch(run=_paused("r1"), pending=[_item("p1", "r1")],
+                                messages=[("r1", 0, {"kind": "user", "text": "hi"})]))
+        assert [r.id for r in await store.claim_ready("worker")] == ["r1"]
+        assert (await store.run("r1")).status is RunStatus.AWAITING_APPROVAL  # as held
+        claimed = await store.claim("r1", "vm-test:1:x")
+        assert (claimed.status, claimed.owner) == (RunStatus.RUNNING, "vm-test:1:x")
+        assert await store.messages("r1") == [{"kind": "user", "text": "hi"}]
+        assert (await store.pending_item("p1")).state == "decided"
+        # Another process cannot change them (the fence), but this store's writes do.
+        await store.write(Batch(messages=[("r1", 1, {"kind": "assistant"})],
+                                calls=[_started("r1")],
+                                pending=[dataclasses.replace(_item("p1", "r1"),
+                                                             state="spent")]))
+        assert [m["kind"] for m in await store.messages("r1")] == ["user", "assistant"]
+        assert [c.status for c in await store.calls("r1")] == [CallStatus.STARTED]
+        assert (await store.pending_item("p1")).state == "spent"
+        assert await other.messages("r1") == await store.messages("r1")
+
+
+async def test_a_claim_never_reads_what_an_earlier_claim_read_ahead(pg_url: str) -> None:
+    """A run read ahead at one claim, then driven elsewhere (this store never wrote it:
+    its resume failed early), is read afresh at its next claim, whichever way it comes."""
+    async with Store.open(pg_url) as store, Store.open(pg_url) as other:
+        assert isinstance(store, PostgresStore)
+        await store.write(Batch(run=_paused("r1"), pending=[_item("p1", "r1")]))
+        await store.claim_ready("worker")
+        store.lease_seconds = 0  # then this machine stalls: its lease lapses
+        await store.claim("r1", "machine-a:1:x")
+        assert await store.messages("r1") == []
+        await other.claim("r1", "machine-b:2:y")  # taken over, driven on, released
+        await other.write(Batch(run=_paused("r1"), messages=[("r1", 0, {"kind": "user"})]))
+        await store.claim("r1", "machine-a:1:z")  # not held: claimed the slow way
+        assert await store.messages("r1") == [{"kind": "user"}]

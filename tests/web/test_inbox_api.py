@@ -450,3 +450,87 @@ def test_an_agent_that_cannot_be_rebuilt_is_explained_not_a_crash(tmp_path: Path
         page = client.get(f"/items/{item.id}")
         assert page.status_code == 200
         assert "could not be rebuilt: RuntimeError: the module moved" in page.text
+
+
+# ------------------------------------------------------- a store workers serve
+
+
+def _paused_on_postgres(pg_url: str, workspace: Path, name: str) -> hr.RunResult:
+    from conftest import _start
+
+    return run_store(pg_url,  # type: ignore[no-any-return]
+                     lambda s: _start(s, workspace, WRITE, {"path": name, "content": "x\n"}))
+
+
+def test_on_a_postgresql_store_a_decision_is_left_to_the_workers(
+        tmp_path: Path, pg_url: str) -> None:
+    """Workers (`handrail worker`) continue a PostgreSQL store's runs, on whichever machine
+    is free: the inbox records the decision as `approve --no-resume` does, resumes nothing."""
+    import inbox_agents
+
+    from handrail.web import create_app
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    approved = _paused_on_postgres(pg_url, workspace, "a.txt")
+    denied = _paused_on_postgres(pg_url, workspace, "b.txt")
+    app = create_app(hr.Store.open(pg_url), agent_for=inbox_agents.agent,
+                     login_tokens=(TOKEN,))
+    with TestClient(app, base_url="http://127.0.0.1:8765") as client:
+        csrf = login(client)
+        items = {p.run_id: p for p in run_store(pg_url, lambda s: s.pending())}
+        a, d = items[approved.run_id], items[denied.run_id]
+        assert client.post(f"/items/{a.id}/approve", data={"csrf": csrf},
+                           follow_redirects=False).status_code == 303
+        assert "A worker (`handrail worker`) continues the run" in client.get(
+            f"/items/{a.id}").text
+        assert client.post(f"/items/{d.id}/deny", data={"csrf": csrf, "reason": "no"},
+                           follow_redirects=False).status_code == 303
+        again = client.post(f"/items/{a.id}/approve", data={"csrf": csrf},
+                            follow_redirects=False)
+        assert again.status_code == 409 and "already decided by alice" in again.text
+        assert app.state.inbox.jobs == {}  # no resume started here, not even in the background
+    for run_id in (approved.run_id, denied.run_id):
+        run = run_store(pg_url, lambda s, run_id=run_id: s.run(run_id))
+        assert (run.status, run.owner) == (hr.RunStatus.READY, None)  # ready for a worker
+    assert run_store(pg_url, lambda s: s.pending_item(a.id)).decided_by == "alice"
+    # A denial is kept without the contents it would have written, as everywhere.
+    assert "redacted" in str(run_store(pg_url, lambda s: s.pending_item(d.id)).payload)
+    assert not (workspace / "a.txt").exists()
+    assert run_store(pg_url, lambda s: s.ready_count()) == 2
+
+
+def test_resume_runs_makes_the_inbox_continue_a_postgresql_run_itself(
+        tmp_path: Path, pg_url: str) -> None:
+    import inbox_agents
+
+    from handrail.web import create_app
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    paused = _paused_on_postgres(pg_url, workspace, "a.txt")
+    app = create_app(hr.Store.open(pg_url), agent_for=inbox_agents.agent,
+                     login_tokens=(TOKEN,), resume_runs=True)
+    with TestClient(app, base_url="http://127.0.0.1:8765") as client:
+        csrf = login(client)
+        (item,) = run_store(pg_url, lambda s: s.pending())
+        assert client.post(f"/items/{item.id}/approve", data={"csrf": csrf},
+                           follow_redirects=False).status_code == 303
+        assert "The run continues" in client.get(f"/items/{item.id}").text
+        wait_until(lambda: run_store(pg_url, lambda s: s.run(paused.run_id)).status
+                   is hr.RunStatus.COMPLETED, "the run to complete")
+    assert (workspace / "a.txt").read_text() == "x\n"
+
+
+def test_a_sqlite_inbox_still_continues_runs_and_the_cli_flag_chooses() -> None:
+    from handrail.cli import _inbox
+    from handrail.web._inbox import served_by_workers
+
+    assert not served_by_workers(hr.Store.open("memory://"))
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    _inbox.register(parser.add_subparsers())
+    assert parser.parse_args(["inbox"]).resume is None
+    assert parser.parse_args(["inbox", "--resume"]).resume is True
+    assert parser.parse_args(["inbox", "--no-resume"]).resume is False

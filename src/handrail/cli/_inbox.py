@@ -88,11 +88,15 @@ def _cmd_inbox(args: argparse.Namespace) -> int:
         store = Store.open(url_store)
         try:
             app = create_app(store, agent_for=agent_for, login_tokens=(one_time,),
-                             reusable_tokens=reusable, default_user=user)
+                             reusable_tokens=reusable, default_user=user,
+                             resume_runs=args.resume)
             sock = _bind(host, args.port)
             port = sock.getsockname()[1]
             shown = f"[{host}]" if ":" in host else host
             print(f"handrail inbox for {url_store}", flush=True)
+            if not app.state.inbox.resume_runs:
+                print("decided runs are left to `handrail worker` (--resume: continue them "
+                      "here)", flush=True)
             print(f"open http://{shown}:{port}/login?token={one_time}", flush=True)
             if reusable:
                 print("or sign in with the token from the token file", flush=True)
@@ -134,6 +138,9 @@ def register(sub: Any) -> None:
                    help="listen on a non-loopback --host without a token file")
     p.add_argument("--agent", metavar="MODULE:OBJECT",
                    help="the agent that continues runs (default: the one each run recorded)")
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
+                   help="continue a run in this process once it is decided (default: yes, "
+                        "except on a PostgreSQL store, whose `handrail worker`s continue it)")
     p.add_argument("--log-level", default="warning",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="the web server's log level (default: warning)")

@@ -32,7 +32,7 @@ from typing import Any
 
 import anyio
 
-from handrail.errors import HandrailError, ResumeRefused, UserError
+from handrail.errors import HandrailError, ResumeRefused, StoreError, UserError
 from handrail.store import RunRecord, Store
 
 __all__ = ["register"]
@@ -98,6 +98,8 @@ class Worker:
         self.owner = new_owner()
         self.active: set[str] = set()
         self.refused: set[str] = set()
+        self.retry_at: dict[str, float] = {}
+        """Runs whose resume met a store error: not taken again before then (monotonic)."""
         self.stopping = anyio.Event()
         self.wake = anyio.Event()
         self.idle = anyio.Event()
@@ -136,13 +138,20 @@ class Worker:
                     scan = time.monotonic() >= self.next_orphan_scan
                     if scan:
                         self.next_orphan_scan = time.monotonic() + self.poll
-                    taken = await self.store.claim_ready(self.owner, free,
-                                                         frozenset(self.refused | self.active),
-                                                         orphans=scan)
+                    now = time.monotonic()
+                    for run_id in [r for r, at in self.retry_at.items() if at <= now]:
+                        del self.retry_at[run_id]
+                    taken = await self.store.claim_ready(
+                        self.owner, free,
+                        frozenset(self.refused | self.active | self.retry_at.keys()),
+                        orphans=scan)
                 except HandrailError as exc:
                     _log("claim_failed", worker=self.owner, error=str(exc))
             for run in taken:
                 self.active.add(run.id)
+                # Said before resuming: a worker killed mid-resume leaves a trace of what it
+                # held, though its run_resumed line never comes.
+                _log("run_claimed", worker=self.owner, run_id=run.id)
                 runs.start_soon(self._resume, run)
             if taken and len(taken) == free:
                 continue  # maybe more ready: ask again once a slot frees (or at once)
@@ -187,9 +196,13 @@ class Worker:
             fields["outcome"] = result.outcome.kind
         except Exception as exc:  # top-level boundary: one run's failure must not stop the worker
             # Refused (finished or taken meanwhile, a manifest change) or not resumable here (no
-            # agent, a store error): give it back (a no-op when someone else holds it now) for
-            # a worker or an operator who can, and do not take it again in this process.
-            self.refused.add(run.id)
+            # agent): give it back (a no-op when someone else holds it now) for a worker or an
+            # operator who can, and do not take it again in this process. A store error (the
+            # database overloaded, a connection lost) passes: taken again after a poll.
+            if isinstance(exc, StoreError):
+                self.retry_at[run.id] = time.monotonic() + self.poll
+            else:
+                self.refused.add(run.id)
             refused = isinstance(exc, ResumeRefused)
             fields.update(outcome="refused" if refused else "error",
                           error=f"{type(exc).__name__}: {exc}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 import time
 import uuid
@@ -1125,6 +1126,29 @@ def _contents_event(events: list[dict[str, Any]], mode: str, now: float
     return events
 
 
+_CONTAINED: dict[str, tuple[Policy, Policy]] = {}
+"""Recorded policy (canonical JSON) -> (the agent policy it was contained by, the result)."""
+_CONTAINED_MAX = 64
+
+
+def _contained_policy(recorded: dict[str, Any], current: Policy) -> Policy:
+    """`Policy.from_dict(recorded).contain(current)`, built once per recorded policy.
+
+    A worker resumes many runs recorded under the same policy; building and compiling it
+    (its patterns) was the largest CPU cost of a resume. Policies are immutable, so the
+    result is shared; it is rebuilt when the agent's policy object changes.
+    """
+    key = json.dumps(recorded, sort_keys=True, separators=(",", ":"))
+    cached = _CONTAINED.get(key)
+    if cached is not None and cached[0] is current:
+        return cached[1]
+    policy = Policy.from_dict(recorded).contain(current)
+    if len(_CONTAINED) >= _CONTAINED_MAX:
+        _CONTAINED.pop(next(iter(_CONTAINED)))
+    _CONTAINED[key] = (current, policy)
+    return policy
+
+
 async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver | None,
                   responder: Responder | None, allow_manifest_change: bool,
                   on_event: EventCallback | None, cancel: anyio.Event | None,
@@ -1150,7 +1174,7 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
         run.events = _contents_event(events, agent.record_contents, time.time())
         # The recorded policy stays the boundary; the agent's current policy can only add
         # denies and asks to it (a deny added while paused wins).
-        policy = Policy.from_dict(run.policy or {}).contain(agent.policy)
+        policy = _contained_policy(run.policy or {}, agent.policy)
         if bound is not None:  # a sub-agent: its parent's denies and asks of now apply too
             policy = policy.contain(bound)
         remembered = [Rule.from_dict(r) for r in run.remembered]
@@ -1163,9 +1187,14 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
         elif totals is not None:
             adopt(runner, totals)
         # The taint index as it stood: every output the run has seen, and every vouched
-        # value. (Off the event loop: it is the whole history's text, indexed once.)
-        await anyio.to_thread.run_sync(runner.gate.restore_provenance,
-                                       await store.calls(run_id))
+        # value. (Off the event loop: it is the whole history's text, indexed once; inline
+        # when there is nothing to index, as for a run paused at its first call: the
+        # thread hand-off would cost more than the work.)
+        records = await store.calls(run_id)
+        if any(r.answers or r.status is CallStatus.FINISHED for r in records):
+            await anyio.to_thread.run_sync(runner.gate.restore_provenance, records)
+        else:
+            runner.gate.restore_provenance(records)
     except BaseException:
         ACTIVE_OWNERS.discard(owner)
         raise

@@ -37,7 +37,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from handrail.errors import (
     AlreadyDecided,
@@ -70,8 +70,6 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 __all__ = ["MIGRATIONS", "NOTIFY_CHANNEL", "PostgresStore"]
-
-T = TypeVar("T")
 
 NOTIFY_CHANNEL = "handrail_ready"
 """The channel a decision is announced on (payload: the run id); workers LISTEN to it."""
@@ -151,15 +149,41 @@ CREATE INDEX pending_open ON pending (state, created_at);
 CREATE INDEX pending_run ON pending (run_id, state)
 """
 
-MIGRATIONS: list[tuple[str, str]] = [
+FENCE_SQLSTATE = "HR409"
+"""The SQLSTATE `handrail_fence` raises: the run is held by another owner now."""
+
+# The fence every write of a driven run goes through (see `PostgresStore.write`): the run's
+# row is locked, and unless the writer's owner still holds it the transaction fails. One
+# statement sent in the pipeline (no reply awaited): a lost fence fails the commit.
+_M0005_FENCE = f"""
+CREATE FUNCTION handrail_fence(fenced_id TEXT, expected TEXT) RETURNS void
+LANGUAGE plpgsql AS $fence$
+DECLARE
+    holder TEXT;
+BEGIN
+    SELECT owner INTO holder FROM runs WHERE id = fenced_id FOR UPDATE;
+    IF FOUND AND holder IS DISTINCT FROM expected THEN
+        RAISE EXCEPTION 'run % is held by %, not by %', fenced_id,
+            coalesce(holder, 'nobody'), expected USING ERRCODE = '{FENCE_SQLSTATE}';
+    END IF;
+END
+$fence$
+"""
+
+MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     ("0001_initial", _M0001),
     # Where a call's output stands for the taint check (CallRecord.provenance), as JSON.
     ("0002_call_provenance", "ALTER TABLE calls ADD COLUMN provenance TEXT"),
     # A sub-agent's run names the call that delegated to it and its depth in the tree.
     ("0003_run_tree", "ALTER TABLE runs ADD COLUMN parent_call_id TEXT; "
                       "ALTER TABLE runs ADD COLUMN depth INTEGER NOT NULL DEFAULT 0"),
+    # Writes of a driven run are fenced by its owner (a plpgsql body: one statement, unsplit).
+    ("0005_owner_fence", (_M0005_FENCE,)),
 ]
-"""Ordered, named migrations (SQL); a database records which ran in `handrail_migrations`."""
+"""Ordered, named migrations; a database records which ran in `handrail_migrations`.
+
+Each is SQL split on `;`, or a tuple of statements taken whole (a function body).
+"""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this handrail writes."""
@@ -235,6 +259,15 @@ READY_WHERE = (
 )
 """Which runs a worker may take: `r` is the runs table."""
 
+PAUSED_READY_WHERE = (
+    f"(r.owner IS NULL OR r.lease_until < {_NOW}) AND ("
+    "  (r.status IN ('awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
+    "   AND EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'decided') "
+    "   AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'open')) "
+    "  OR r.status = 'ready')"
+)
+"""The ready runs nobody drives (READY_WHERE without RUNNING ones): taken in one statement."""
+
 
 def _run_row(r: RunRecord, policy_json: str | None) -> tuple[Any, ...]:
     rebase = r.status is RunStatus.RUNNING and r.owner is not None and r.lease_until > 0
@@ -286,6 +319,12 @@ def map_psycopg_error(url: str, exc: BaseException) -> BaseException:
     becomes a `StoreError` naming the store; anything else is returned unchanged.
     """
     driver, psycopg_pool = _import_driver()
+    if isinstance(exc, driver.Error) and exc.sqlstate == FENCE_SQLSTATE:
+        # The run was taken over (its lease lapsed, another worker holds it now): this
+        # writer no longer drives it, and nothing of its write was committed.
+        detail = exc.diag.message_primary or str(exc)
+        return ResumeRefused(f"{detail}: taken over by another process (a lapsed lease); "
+                             "this process no longer drives it and wrote nothing")
     if isinstance(exc, psycopg_pool.PoolTimeout):
         return StoreError(f"no connection to the PostgreSQL store {url} in time: {exc}")
     if isinstance(exc, driver.OperationalError):
@@ -310,16 +349,19 @@ _CAS_ERRORS = (AlreadyDecided, NotFound, ResumeRefused)
 class _Op:
     """One queued write: a coroutine function of a connection, and who waits for it."""
 
-    __slots__ = ("cas", "fn", "future", "waited")
+    __slots__ = ("cas", "deferred", "fn", "future", "waited")
 
     def __init__(self, fn: Callable[[Any], Awaitable[Any]], future: asyncio.Future[Any],
-                 cas: bool, waited: bool) -> None:
+                 cas: bool, waited: bool, deferred: bool = False) -> None:
         self.fn = fn
         self.future = future
         self.cas = cas
         """A compare-and-swap (decide, claim): runs in a savepoint, may fail alone."""
         self.waited = waited
         """Someone awaits its outcome (False: `write(wait=False)`, reported to the next op)."""
+        self.deferred = deferred
+        """A conditional write decided wholly in SQL: `fn` sends its statements and returns a
+        reader, called once the group has committed (no reply awaited before the commit)."""
 
 
 GROUP_LIMIT = 64
@@ -359,6 +401,23 @@ class PostgresStore(Store):
         self._drainer: asyncio.Task[None] | None = None
         self._background_error: BaseException | None = None
         self._closed = False
+        self._driving: dict[str, str] = {}
+        """Run id -> the owner this store's writes of it are fenced by (see `write`)."""
+        self._holds: dict[str, str] = {}
+        """Run id -> the worker that holds it (`claim_ready`) and must be the one to claim."""
+        self._held_rows: dict[str, tuple[Any, ...]] = {}
+        """Run id -> its row as `claim_ready` held it: `run()` before the claim reads it."""
+        self._snapshots: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
+        """Run id -> its message, call and pending rows, read in the transaction that claimed
+        it.
+
+        A run this store drives is written by nobody else (the fence), so until this store
+        writes it again, `messages()` and `calls()` read these instead of the database (a
+        resume reads both, twice, before its first write), and `pending_item()` its items
+        that are no longer open (a decision never changes again; an open item may be
+        decided elsewhere at any moment, so it is read from the database)."""
+        self._settled_items: dict[str, tuple[Any, ...]] = {}
+        """Item id -> the row of a decided item of a snapshot (see `_snapshots`)."""
 
     # ------------------------------------------------------------ opening
 
@@ -435,7 +494,8 @@ class PostgresStore(Store):
             for number, (name, sql) in enumerate(MIGRATIONS, start=1):
                 if name in done:
                     continue
-                for statement in sql.split(";"):
+                statements = sql.split(";") if isinstance(sql, str) else sql
+                for statement in statements:
                     if statement.strip():
                         await conn.execute(statement.encode())
                 await conn.execute(
@@ -459,8 +519,8 @@ class PostgresStore(Store):
             self._background_error = None
             raise StoreError(f"an earlier write to {self._where} failed: {error}") from error
 
-    async def _enqueue(self, fn: Callable[[Any], Awaitable[T]], *, cas: bool = False,
-                       wait: bool = True) -> T | None:
+    async def _enqueue(self, fn: Callable[[Any], Awaitable[Any]], *, cas: bool = False,
+                       wait: bool = True, deferred: bool = False) -> Any:
         self._check_open()
         await self._ensure_open()
         loop = asyncio.get_running_loop()
@@ -468,15 +528,14 @@ class PostgresStore(Store):
         # Mark every outcome retrieved: a waiter cancelled while its write commits must not
         # leave "exception never retrieved" behind.
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._ops.append(_Op(fn, future, cas, wait))
+        self._ops.append(_Op(fn, future, cas, wait, deferred))
         if not self._draining:
             self._draining = True
             self._drainer = loop.create_task(self._drain())
         if not wait:
             return None
         # The write commits whether or not this waiter stays (it is in the queue already).
-        result: T = await asyncio.shield(future)
-        return result
+        return await asyncio.shield(future)
 
     async def _drain(self) -> None:
         """Commit queued writes group by group until the queue is empty."""
@@ -511,16 +570,34 @@ class PostgresStore(Store):
         outcomes: list[tuple[bool, Any]] = []
         # Pipeline mode: the group's statements go out without waiting for each reply (one
         # round trip per group, not per statement); a compare-and-swap reads its own reply.
-        async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-            for op in ops:
-                if not op.cas:
-                    outcomes.append((True, await op.fn(conn)))
-                    continue
-                try:
-                    async with conn.transaction():  # a savepoint: a lost CAS fails alone
+        # A deferred op (a conditional UPDATE ... RETURNING) is read after the commit: its
+        # condition is the database's, nothing to undo when it matched no row.
+        async with pool.connection() as conn:
+            if all(not op.cas or op.deferred for op in ops):
+                # Nothing to read before the commit: no BEGIN, no COMMIT. Everything up to
+                # the pipeline's Sync is one implicit transaction, committed at the Sync and
+                # rolled back whole if any statement fails (the protocol's rule): half the
+                # client CPU and wall time of an explicit transaction for a runner's write.
+                async with conn.pipeline():
+                    for op in ops:
                         outcomes.append((True, await op.fn(conn)))
-                except _CAS_ERRORS as exc:
-                    outcomes.append((False, exc))
+            else:
+                async with conn.pipeline(), conn.transaction():
+                    for op in ops:
+                        if not op.cas or op.deferred:
+                            outcomes.append((True, await op.fn(conn)))
+                            continue
+                        try:
+                            async with conn.transaction():  # a savepoint: a lost CAS fails alone
+                                outcomes.append((True, await op.fn(conn)))
+                        except _CAS_ERRORS as exc:
+                            outcomes.append((False, exc))
+            for i, op in enumerate(ops):
+                if op.deferred:
+                    try:
+                        outcomes[i] = (True, await outcomes[i][1]())
+                    except _CAS_ERRORS as exc:
+                        outcomes[i] = (False, exc)
         return outcomes
 
     def _settle(self, op: _Op, ok: bool, value: Any) -> None:
@@ -531,8 +608,10 @@ class PostgresStore(Store):
         else:
             if not op.future.get_loop().is_closed() and isinstance(value, BaseException):
                 op.future.set_exception(value)
-            if not op.waited:
+            if not op.waited and not isinstance(value, ResumeRefused):
                 # Nobody waits for this write: its failure is raised by the next operation.
+                # Not a lost fence (a heartbeat of a run taken over): that run's driver
+                # meets it at its next write, and other runs' operations are not its concern.
                 self._background_error = value
 
     async def _barrier(self) -> None:
@@ -578,9 +657,28 @@ class PostgresStore(Store):
         messages = [(r, s, _ENCODE(m)) for r, s, m in batch.messages]
         calls = [_call_row(c) for c in batch.calls]
         pending = [_pending_row(p) for p in batch.pending]
+        # Fenced: a run this store drives (it claimed it, or wrote it RUNNING under an owner)
+        # is written only while that owner still holds it. Another machine takes a run over
+        # once its lease lapses (a stalled process, a starved heartbeat); the stalled writer
+        # must then change nothing — above all not mark a call STARTED and run its tool
+        # after the new driver found the call not started and ran it. The fence locks the
+        # row and fails the transaction otherwise (`ResumeRefused`).
+        driving = self._driving
+        fences = []
+        if driving or self._snapshots or self._held_rows:
+            touched = {c.run_id for c in batch.calls} | {p.run_id for p in batch.pending} | {
+                r for r, _, _ in batch.messages}
+            if batch.run is not None:
+                touched.add(batch.run.id)
+            fences = [(run_id, driving[run_id]) for run_id in touched if run_id in driving]
+            for run_id in touched:  # read from the database again, after this write
+                self._forget(run_id)
+                self._held_rows.pop(run_id, None)
 
         async def apply(conn: psycopg.AsyncConnection[Any]) -> None:
             cur = conn.cursor()
+            for fence in fences:
+                await cur.execute("SELECT handrail_fence(%s, %s)", fence)
             if run_row is not None:
                 await cur.execute(_RUN_UPSERT, run_row)
             if messages:
@@ -591,6 +689,13 @@ class PostgresStore(Store):
                 await cur.executemany(_PENDING_UPSERT, pending)
 
         await self._enqueue(apply, wait=wait)
+        run = batch.run
+        if run is not None:
+            # Committed (or queued, with wait=False; a write after it is fenced the same).
+            if run.status is RunStatus.RUNNING and run.owner:
+                driving[run.id] = run.owner
+            else:
+                driving.pop(run.id, None)
 
     async def flush(self) -> None:
         if self._pool is not None:
@@ -598,6 +703,10 @@ class PostgresStore(Store):
         self._check_open()
 
     async def run(self, run_id: str) -> RunRecord:
+        held = self._held_rows.get(run_id)
+        if held is not None:
+            self._check_open()
+            return _run_from(held)
         row = await self._read_one(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s", (run_id,))
         if row is None:
             raise NotFound(f"no run {run_id!r} in {self._where}")
@@ -614,11 +723,19 @@ class PostgresStore(Store):
         return [_run_from(r) for r in rows]
 
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
+        snapshot = self._snapshots.get(run_id)
+        if snapshot is not None:
+            self._check_open()
+            return [json.loads(r[0]) for r in snapshot[0]]
         rows = await self._read("SELECT data FROM messages WHERE run_id = %s ORDER BY seq",
                                 (run_id,))
         return [json.loads(r[0]) for r in rows]
 
     async def calls(self, run_id: str) -> list[CallRecord]:
+        snapshot = self._snapshots.get(run_id)
+        if snapshot is not None:
+            self._check_open()
+            return [_call_from(r) for r in snapshot[1]]
         rows = await self._read(
             f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = %s ORDER BY turn, idx", (run_id,))
         return [_call_from(r) for r in rows]
@@ -653,6 +770,10 @@ class PostgresStore(Store):
         return [_pending_from(r) for r in rows]
 
     async def pending_item(self, item_id: str) -> PendingItem:
+        settled = self._settled_items.get(item_id)
+        if settled is not None:
+            self._check_open()
+            return _pending_from(settled)
         row = await self._read_one(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = %s",
                                    (item_id,))
         if row is None:
@@ -703,13 +824,20 @@ class PostgresStore(Store):
             item = _pending_from(found)
             raise AlreadyDecided(f"{item.kind} {item_id} was already decided by {item.decided_by}")
 
-        result = await self._enqueue(cas, cas=True)
-        assert result is not None
+        result: PendingItem = await self._enqueue(cas, cas=True)
+        self._held_rows.pop(result.run_id, None)  # its status may have moved
         return result
 
     async def claim(self, run_id: str, owner: str) -> RunRecord:
         lease = self.lease_seconds
         where = self._where
+        held_by = self._holds.pop(run_id, None)
+        self._held_rows.pop(run_id, None)
+        # Whatever was read ahead for an earlier claim is not this one's: another process
+        # may have driven the run since.
+        self._forget(run_id)
+        if held_by is not None:
+            return await self._claim_held(run_id, owner, held_by)
 
         async def cas(conn: psycopg.AsyncConnection[Any]) -> RunRecord:
             cur = await conn.execute(
@@ -727,9 +855,67 @@ class PostgresStore(Store):
             assert updated is not None
             return _run_from(updated)
 
-        result = await self._enqueue(cas, cas=True)
-        assert result is not None
+        result: RunRecord = await self._enqueue(cas, cas=True)
+        self._driving[run_id] = owner
         return result
+
+    async def _claim_held(self, run_id: str, owner: str, held_by: str) -> RunRecord:
+        """Claim a run this store's worker holds: one conditional UPDATE, read after commit.
+
+        Held (`claim_ready`), the run is claimable exactly when `held_by` still holds it and
+        it is not finished: a condition the database decides alone, so the claim waits for
+        no reply before its commit. A hold that lapsed and was taken by another worker (who
+        may have driven the run on already) is not claimed: `ResumeRefused`. The run's
+        messages, calls and settled items are read in the same transaction, for the resume
+        that follows (`_snapshots`).
+        """
+        lease = self.lease_seconds
+
+        async def send(conn: psycopg.AsyncConnection[Any]
+                       ) -> Callable[[], Awaitable[tuple[Any, list[Any], list[Any], list[Any]]]]:
+            run_cur, message_cur, call_cur, pending_cur = (
+                conn.cursor(), conn.cursor(), conn.cursor(), conn.cursor())
+            await run_cur.execute(
+                f"UPDATE runs SET status = 'running', owner = %s, lease_until = {_NOW} + %s, "
+                f"updated_at = {_NOW}, outcome = NULL WHERE id = %s AND owner = %s AND "
+                f"status NOT IN ('completed', 'failed') RETURNING {_RUN_COLUMNS}",
+                (owner, lease, run_id, held_by))
+            await message_cur.execute(
+                "SELECT data FROM messages WHERE run_id = %s ORDER BY seq", (run_id,))
+            await call_cur.execute(
+                f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = %s ORDER BY turn, idx",
+                (run_id,))
+            await pending_cur.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = %s AND state <> 'open'",
+                (run_id,))
+
+            async def read() -> tuple[Any, list[Any], list[Any], list[Any]]:
+                row = await run_cur.fetchone()
+                if row is None:
+                    raise ResumeRefused(
+                        f"run {run_id} was finished, or taken by another worker, after "
+                        f"{held_by} held it (its hold lapsed)")
+                return (row, await message_cur.fetchall(), await call_cur.fetchall(),
+                        await pending_cur.fetchall())
+
+            return read
+
+        row, message_rows, call_rows, item_rows = await self._enqueue(send, cas=True,
+                                                                      deferred=True)
+        self._driving[run_id] = owner
+        if len(self._snapshots) >= 4096:  # runs left without a write (a lost worker's)
+            self._forget(next(iter(self._snapshots)))
+        self._snapshots[run_id] = (message_rows, call_rows, item_rows)
+        for item in item_rows:
+            self._settled_items[item[0]] = item
+        return _run_from(row)
+
+    def _forget(self, run_id: str) -> None:
+        """Drop a run's snapshot: its next reads go to the database."""
+        snapshot = self._snapshots.pop(run_id, None)
+        if snapshot is not None:
+            for item in snapshot[2]:
+                self._settled_items.pop(item[0], None)
 
     # ------------------------------------------------------------ for workers
 
@@ -746,13 +932,23 @@ class PostgresStore(Store):
         which keeps every other worker off it until `owner` resumes it (`claim`, then the
         runner's heartbeat renews the lease) or releases it (`release`).
 
-        With `orphans=False` the look for runs of dead processes of this machine (one more
-        query) is skipped: their leases still lapse.
+        With `orphans=False` only runs nobody drives are looked at (paused with everything
+        decided, or READY), in one statement whose reply is read after its commit; RUNNING
+        runs whose driver is gone (a dead process of this machine, a lapsed lease elsewhere)
+        are looked for with `orphans=True` (a worker does so once per poll interval).
         """
         lease = self.lease_seconds
+        if not orphans:
+            taken = await self._enqueue(
+                lambda conn: self._take_paused(conn, owner, limit, exclude),
+                cas=True, deferred=True) or []
+            for row in taken:
+                self._holds[row[0]] = owner
+                self._held_rows[row[0]] = row
+            return [_run_from(row) for row in taken]
         # Runs held by a process of this machine that is gone (a SIGKILLed worker): known dead
         # now, no need to wait for the lease.
-        local = [] if not orphans else await self._read(
+        local = await self._read(
             "SELECT id, owner FROM runs WHERE owner LIKE %s AND status NOT IN "
             "('completed', 'failed')",
             (socket.gethostname().replace("%", r"\%").replace("_", r"\_") + ":%",))
@@ -794,8 +990,30 @@ class PostgresStore(Store):
             )
             return [_run_from(r) for r in await cur.fetchall()]
 
-        result = await self._enqueue(take, cas=True)
-        return result or []
+        result = await self._enqueue(take, cas=True) or []
+        for run in result:
+            self._holds[run.id] = owner
+        return result
+
+    async def _take_paused(self, conn: psycopg.AsyncConnection[Any], owner: str, limit: int,
+                           exclude: frozenset[str]) -> Callable[[], Awaitable[list[Any]]]:
+        """Hold runs paused with everything decided, or READY: one UPDATE, read after commit.
+
+        Nobody drives such a run, so whether it may be taken is the database's to decide
+        alone (no owner, or a lapsed lease): the claim waits for no reply before its commit.
+        """
+        cur = conn.cursor()
+        await cur.execute(
+            f"UPDATE runs SET owner = %s, lease_until = {_NOW} + %s WHERE id IN ("
+            f"SELECT r.id FROM runs r WHERE {PAUSED_READY_WHERE} AND NOT (r.id = ANY(%s)) "
+            f"ORDER BY r.updated_at LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {_RUN_COLUMNS}",
+            (owner, self.lease_seconds, list(exclude), limit))
+
+        async def read() -> list[Any]:
+            rows: list[Any] = await cur.fetchall()
+            return rows
+
+        return read
 
     async def ready_count(self) -> int:
         """How many runs are ready to continue now (see `claim_ready`)."""
@@ -804,6 +1022,10 @@ class PostgresStore(Store):
 
     async def release(self, run_id: str, owner: str) -> bool:
         """Give a held run back (no owner, no lease) if `owner` still holds it."""
+        if self._holds.get(run_id) == owner:
+            del self._holds[run_id]
+        self._held_rows.pop(run_id, None)
+        self._forget(run_id)
 
         async def give(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(

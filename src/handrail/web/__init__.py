@@ -25,7 +25,7 @@ __all__ = ["InboxApprover", "create_app"]
 def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
                login_tokens: tuple[str, ...] = (),
                reusable_tokens: tuple[str, ...] = (), default_user: str | None = None,
-               poll_seconds: float = 1.5) -> Starlette:
+               poll_seconds: float = 1.5, resume_runs: bool | None = None) -> Starlette:
     """The inbox as an ASGI application (needs `handrail[web]`).
 
     Args:
@@ -35,6 +35,9 @@ def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
         reusable_tokens: Tokens that keep working (a team's shared `--token-file`).
         default_user: The name the login form proposes.
         poll_seconds: How often the page looks for changes.
+        resume_runs: Whether a decision continues its run in this process. None (the
+            default): yes, unless `handrail worker` processes serve the store (PostgreSQL):
+            then the decision is recorded and a worker continues the run.
 
     Raises:
         UserError: the web extra is not installed.
@@ -49,4 +52,4 @@ def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
                         ) from exc
     sessions = Sessions(one_time=set(login_tokens), reusable=set(reusable_tokens))
     return build(store, sessions=sessions, agent_for=agent_for, default_user=default_user,
-                 poll_seconds=poll_seconds)
+                 poll_seconds=poll_seconds, resume_runs=resume_runs)

@@ -109,7 +109,8 @@ def _templates() -> Environment:
 
 
 def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
-               default_user: str | None = None, poll_seconds: float = 1.5) -> Starlette:
+               default_user: str | None = None, poll_seconds: float = 1.5,
+               resume_runs: bool | None = None) -> Starlette:
     """The inbox as an ASGI application.
 
     Args:
@@ -118,8 +119,10 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
         agent_for: Rebuilds a run's agent (to continue it), or returns None.
         default_user: The name the login form proposes (`--user`).
         poll_seconds: How often the page looks for changes.
+        resume_runs: Whether a decision continues its run in this process; None: unless
+            `handrail worker` processes serve the store (PostgreSQL).
     """
-    inbox = Inbox(store, agent_for)
+    inbox = Inbox(store, agent_for, resume_runs=resume_runs)
     env = _templates()
     flashes: dict[str, tuple[str, str]] = {}
 

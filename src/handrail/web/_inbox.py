@@ -6,6 +6,11 @@ continue the run), started in the background. The request that decided waits onl
 compare-and-swap, so it can say at once whether this decision won; the run then continues on
 its own. Without an agent to continue the run with (it recorded no `ref`), the decision is
 recorded and the run waits for `handrail resume`.
+
+A store that `handrail worker` processes serve (PostgreSQL) is different: there the workers
+continue runs, on whichever machine is free, so by default the inbox only records the decision
+(as `handrail approve --no-resume` does) and a worker, woken by the decision's notification,
+continues the run. `resume_runs=True` makes the inbox continue them itself anyway.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from handrail.errors import (
     NotFound,
     PolicyError,
     ResumeRefused,
+    UserError,
 )
 from handrail.policy import (
     Effect,
@@ -45,6 +51,7 @@ from handrail.policy import (
 from handrail.runs import (
     Agent,
     Recovery,
+    record_decision,
     resume_with_answer,
     resume_with_decision,
     resume_with_recovery,
@@ -192,11 +199,17 @@ class Inbox:
     Args:
         store: The run store (SQLite; the memory store lives in another process).
         agent_for: Rebuilds a run's agent, or returns None when it cannot.
+        resume_runs: Whether a decision continues its run here. None (the default): unless
+            the store is one `handrail worker` processes serve (PostgreSQL), whose workers
+            continue it.
     """
 
-    def __init__(self, store: Store, agent_for: AgentFor) -> None:
+    def __init__(self, store: Store, agent_for: AgentFor, *,
+                 resume_runs: bool | None = None) -> None:
         self.store = store
         self.agent_for = agent_for
+        self.resume_runs = (not served_by_workers(store)) if resume_runs is None \
+            else resume_runs
         self.jobs: dict[str, Job] = {}
         self.task_group: TaskGroup | None = None
         self._agents: dict[str, tuple[Agent | None, str | None]] = {}
@@ -293,7 +306,8 @@ class Inbox:
         return ItemView(
             item=item, run=run, actions=actions,
             arguments_json=json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True),
-            schema=schema, schema_json=json.dumps(schema or {}), can_resume=owner is not None,
+            schema=schema, schema_json=json.dumps(schema or {}),
+            can_resume=owner is not None and self.resume_runs,
             agent_problem=problem)
 
     async def run_view(self, run_id: str) -> tuple[RunRecord, list[dict[str, Any]]]:
@@ -480,6 +494,17 @@ class Inbox:
                       resume: Callable[[Store, Agent], Awaitable[Any]], *,
                       redact: bool = False) -> str:
         """Record the decision (compare-and-swap) and continue the run in the background."""
+        if agent is not None and not self.resume_runs:
+            # Left to the workers: recorded as `handrail approve --no-resume` records it
+            # (checked against the item and the rebuilt agent; a denial without contents).
+            try:
+                await record_decision(self.store, item.id, item.kind, decision, user,
+                                      agent=agent)
+            except AlreadyDecided:
+                raise Refused(409, _already(await self.store.pending_item(item.id))) from None
+            except UserError as exc:
+                raise Refused(422, f"not decided: {exc}") from None
+            return "Recorded. A worker (`handrail worker`) continues the run."
         if agent is None:
             payload = _without_contents(item.payload) if redact else None
             try:
@@ -528,6 +553,11 @@ class Inbox:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def served_by_workers(store: Store) -> bool:
+    """Whether `handrail worker` processes continue this store's runs (PostgreSQL)."""
+    return callable(getattr(store, "claim_ready", None))
 
 
 def _impl(agent: Agent | None, tool: str | None) -> ToolImpl | None:
