@@ -41,6 +41,16 @@ def test_the_policy_the_store_and_the_cli_readers_never_load_pydantic(code: str)
     assert not loaded["rich"], loaded
 
 
+def test_the_agent_core_imports_without_pydantic() -> None:
+    # Issue 11: importing the core names (and the markers a typed tool's signature uses) costs
+    # no pydantic (~50 ms) and no pydantic_core (~20 ms); defining a typed tool loads them.
+    loaded = _loaded("from handrail import Agent, tool, Toolbox, Store, Policy\n"
+                     "from handrail import ReadPath, WritePath, ExecArgv, Url, ToolResult\n"
+                     "import handrail.models")
+    assert not loaded["pydantic"] and not loaded["pydantic_core"], loaded
+    assert not loaded["rich"], loaded
+
+
 def test_a_typed_tool_still_loads_pydantic_when_it_is_defined() -> None:
     loaded = _loaded("import handrail as hr\n"
                      "@hr.tool\ndef add(a: int, b: int) -> int:\n    return a + b\n")

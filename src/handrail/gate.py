@@ -51,7 +51,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-import pydantic_core
 
 from handrail.approval import (
     Approve,
@@ -913,7 +912,10 @@ class Gate:
         publishes an output's text before the postings that point into it.
         """
         # The size of its compact JSON (pydantic_core: ~1 µs against ~9 for json.dumps, on
-        # every call); a measure of the work, not a limit.
+        # every call); a measure of the work, not a limit. Imported here: the gate imports
+        # without pydantic_core (issue 11).
+        import pydantic_core
+
         size = len(pydantic_core.to_json(record.result)) if record.result is not None else 0
         async with self._indexing:
             if size <= INDEX_INLINE_CHARS:
