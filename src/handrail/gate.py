@@ -917,6 +917,11 @@ class Gate:
         import pydantic_core
 
         size = len(pydantic_core.to_json(record.result)) if record.result is not None else 0
+        if size <= INDEX_INLINE_CHARS and not self._indexing.locked():
+            # No writer and nobody queued (a released lock with waiters stays locked, handed
+            # to the next one): index now, without the lock's round trip through the loop.
+            self._index_now(record, provenance)
+            return
         async with self._indexing:
             if size <= INDEX_INLINE_CHARS:
                 self._index_now(record, provenance)
