@@ -172,11 +172,36 @@ class RunScope:
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _canonical_c() -> Callable[[Any], str] | None:
+    """`_CANONICAL.encode` without its Python layers, when the json C accelerator exists.
+
+    `JSONEncoder.encode` with `ensure_ascii=False` builds a C encoder and a float formatter
+    per call (~3 µs of a 4 µs digest); this builds the same C encoder once, with the same
+    options, and so the same text. A fresh `markers` dict per call keeps the check for
+    circular values, and makes it safe from any thread.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    enc = _CANONICAL
+    strings = json.encoder.encode_basestring  # ensure_ascii=False
+
+    def encode(value: Any) -> str:
+        if type(value) is str:  # what JSONEncoder.encode does for a bare string
+            return strings(value)
+        return "".join(make({}, enc.default, strings, None, ":", ",", True, False, True)(
+            value, 0))
+
+    return encode
+
+
+_ENCODE = _canonical_c() or _CANONICAL.encode
+
+
 def _digest(arguments: Any) -> str:
     # Sorted keys at every depth: the same arguments always give the same digest, whatever
-    # order the model wrote them in. One shared encoder: building one per call costs more
-    # than the encoding.
-    return "sha256:" + hashlib.sha256(_CANONICAL.encode(arguments).encode()).hexdigest()
+    # order the model wrote them in.
+    return "sha256:" + hashlib.sha256(_ENCODE(arguments).encode()).hexdigest()
 
 
 def content_marker(content: bytes) -> dict[str, Any]:

@@ -33,6 +33,12 @@ from urllib.parse import urlsplit
 
 from handrail.errors import Disposition, ToolError, UserError
 from handrail.tools._actions import Act, Action
+from handrail.tools._workspace import (
+    OutsideWorkspace,
+    UncanonicalPath,
+    canonical_path,
+    workspace_root,
+)
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, GetCoreSchemaHandler
@@ -294,13 +300,6 @@ def bind_arguments(
             workspace (not sent).
         UserError: the call has marked paths but no workspace.
     """
-    from handrail.tools._workspace import (
-        OutsideWorkspace,
-        UncanonicalPath,
-        canonical_path,
-        workspace_root,
-    )
-
     root: str | None = None
 
     def bind(act: Act, leaf: Any) -> Any:
@@ -335,8 +334,6 @@ def bind_arguments(
 def decided_paths(actions: list[Action], workspace: str | os.PathLike[str] | None,
                   ) -> dict[str, str]:
     """Each READ/WRITE target as given -> its canonical form now (unusable ones left out)."""
-    from handrail.tools._workspace import canonical_path, workspace_root
-
     out: dict[str, str] = {}
     root: str | None = None  # resolved only for a call that touches paths: a syscall
     for action in actions:
