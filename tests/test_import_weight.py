@@ -20,7 +20,7 @@ import handrail.tools
 def _loaded(code: str) -> dict[str, bool]:
     probe = (f"{code}\nimport json, sys\n"
              "print(json.dumps({m: m in sys.modules for m in ('pydantic', 'pydantic_core', "
-             "'rich')}))")
+             "'rich', 'importlib.metadata')}))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120, check=True)
     loaded: dict[str, bool] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -49,6 +49,15 @@ def test_the_agent_core_imports_without_pydantic() -> None:
                      "import handrail.models")
     assert not loaded["pydantic"] and not loaded["pydantic_core"], loaded
     assert not loaded["rich"], loaded
+
+
+def test_the_cli_parser_does_not_look_up_the_version_until_asked() -> None:
+    # Every command builds the whole parser; `--version`'s lookup (importlib.metadata and
+    # email, ~15 ms) belongs to `--version` alone (issue 11).
+    loaded = _loaded("from handrail.cli import build_parser\n"
+                     "build_parser().parse_args(['runs', '--json'])")
+    assert not loaded["importlib.metadata"], loaded
+    assert not loaded["pydantic"] and not loaded["rich"], loaded
 
 
 def test_a_typed_tool_still_loads_pydantic_when_it_is_defined() -> None:
