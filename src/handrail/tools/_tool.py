@@ -178,6 +178,10 @@ def _not_sent_from_body(spec: ToolSpec, exc: ToolError) -> ToolFailed:
 class FunctionTool(ToolImpl, Generic[P, R]):
     """A tool made from a function by `@hr.tool`; still callable as the plain function."""
 
+    typed = True
+    """Its input schema comes from a Python type (what the manifest reads: a grant must not
+    repeat its arguments)."""
+
     def __init__(
         self,
         fn: Callable[P, R],
@@ -456,6 +460,9 @@ class Tool(BaseModel):
 
 
 class _ClassTool(ToolImpl):
+    typed = True
+    """Its input schema comes from the class's fields (see FunctionTool.typed)."""
+
     def __init__(
         self,
         cls: type[Tool],
