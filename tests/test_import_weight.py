@@ -46,6 +46,7 @@ def test_the_agent_core_imports_without_pydantic() -> None:
     # no pydantic (~50 ms) and no pydantic_core (~20 ms); defining a typed tool loads them.
     loaded = _loaded("from handrail import Agent, tool, Toolbox, Store, Policy\n"
                      "from handrail import ReadPath, WritePath, ExecArgv, Url, ToolResult\n"
+                     "from handrail import Manifest\n"
                      "import handrail.models")
     assert not loaded["pydantic"] and not loaded["pydantic_core"], loaded
     assert not loaded["rich"], loaded
