@@ -295,6 +295,15 @@ IMPORTS = {
 WARMUP = 5
 
 
+BEFORE = " (before)"
+"""The suffix of a variant run from the `--against` build."""
+
+
+def _label(name: str) -> str:
+    base = name.removesuffix(BEFORE)
+    return VARIANTS[base][0] + (BEFORE if name != base else "")
+
+
 def child(variant: str, n: int) -> None:
     """One variant x one N in this process: build, then time one whole run."""
     loop = asyncio.new_event_loop()
@@ -329,13 +338,20 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--ns", default="100,1000")
     parser.add_argument("--only", default="", help="comma-separated variant names")
+    parser.add_argument("--against", default="",
+                        help="a src folder of another build (say main's): each handrail "
+                             "variant also runs from it, interleaved process by process, "
+                             "as '<variant> (before)'")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]))
+        child(args.child[0].removesuffix(BEFORE), int(args.child[1]))
         return
     ns = [int(x) for x in args.ns.split(",")]
     names = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
+    if args.against:
+        names = [n for v in names for n in ((v + BEFORE, v) if v.startswith("handrail") else (v,))]
+    env_before = {**os.environ, "PYTHONPATH": os.path.abspath(args.against)}
     times: dict[tuple[str, int], list[float]] = {}
     # CPU time (all threads, kernel included): steadier than wall time on a shared machine.
     cpus: dict[tuple[str, int], list[float]] = {}
@@ -346,7 +362,8 @@ def main() -> None:
                 if name in missing:
                     continue
                 proc = subprocess.run([sys.executable, __file__, "--child", name, str(n)],
-                                      capture_output=True, text=True)
+                                      capture_output=True, text=True,
+                                      env=env_before if name.endswith(BEFORE) else None)
                 if proc.returncode:
                     missing[name] = proc.stderr.strip().splitlines()[-1] if proc.stderr else "?"
                     continue
@@ -363,7 +380,7 @@ def main() -> None:
     print("|---" * (len(ns) + 2) + "|")
     base = times.get(("handrail_memory", ns[-1]))
     for name in names:
-        label = VARIANTS[name][0]
+        label = _label(name)
         if name in missing:
             print(f"| {label} | " + " | ".join("missing" for _ in ns) + f" | ({missing[name]}) |")
             continue
@@ -376,7 +393,7 @@ def main() -> None:
     print("|---" * (len(ns) + 1) + "|")
     for name in names:
         if name not in missing:
-            print(f"| {VARIANTS[name][0]} | "
+            print(f"| {_label(name)} | "
                   + " | ".join(f"{statistics.median(cpus[(name, n)]):,.1f}" for n in ns) + " |")
     if len(ns) >= 2:
         print("\nGrowth (per-call cost at the largest N / at the smallest):")
@@ -384,7 +401,7 @@ def main() -> None:
             if name not in missing:
                 lo = statistics.median(times[(name, ns[0])])
                 hi = statistics.median(times[(name, ns[-1])])
-                print(f"- {VARIANTS[name][0]}: {hi / lo:.2f}x")
+                print(f"- {_label(name)}: {hi / lo:.2f}x")
     print("\n## import time (ms, net of a bare interpreter; median)\n")
     for label, statement in IMPORTS.items():
         ms = _import_ms(statement, args.reps)
