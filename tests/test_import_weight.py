@@ -75,3 +75,26 @@ def test_every_public_name_of_handrail_tools_resolves_from_its_module() -> None:
         assert getattr(sys.modules[module], name) is value, name
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         handrail.tools.Nope  # noqa: B018
+
+
+def test_every_public_name_of_handrail_runs_resolves_from_its_module() -> None:
+    import handrail.runs
+
+    lazy = handrail.runs._LAZY
+    assert set(lazy) == set(handrail.runs.__all__)
+    for name, module in lazy.items():
+        value = getattr(handrail.runs, name)
+        assert getattr(sys.modules[module], name) is value, name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        handrail.runs.Nope  # noqa: B018
+
+
+def test_handrail_show_takes_a_conversation_without_the_agent_loop() -> None:
+    # `handrail show` lists a run's conversation (`thread`): the loop, the host and its
+    # process machinery are not needed for that (issue 11).
+    probe = ("from handrail.runs import thread\nimport json, sys\n"
+             "print(json.dumps([m in sys.modules for m in ('handrail.runs._agent', "
+             "'handrail.host')]))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, False]
