@@ -90,11 +90,11 @@ def test_every_public_name_of_handrail_runs_resolves_from_its_module() -> None:
 
 
 def test_handrail_show_takes_a_conversation_without_the_agent_loop() -> None:
-    # `handrail show` lists a run's conversation (`thread`): the loop, the host and its
-    # process machinery are not needed for that (issue 11).
+    # `handrail show` lists a run's conversation (`thread`): the loop, the gate, the host and
+    # the approval machinery are not needed for that (issue 11).
     probe = ("from handrail.runs import thread\nimport json, sys\n"
              "print(json.dumps([m in sys.modules for m in ('handrail.runs._agent', "
-             "'handrail.host')]))")
+             "'handrail.host', 'handrail.gate', 'handrail.approval')]))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120, check=True)
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, False]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, False, False, False]
