@@ -12,12 +12,14 @@ Variants whose framework is not installed are reported as missing, not silently 
 
 Tracing (issue 20): `handrail_memory_otel` is handrail with OpenTelemetry on (the SDK's tracer
 and meter providers, spans to an exporter that drops them); `handrail_memory` has no provider
-configured, so tracing is off. `--baseline SRC` adds `handrail_memory@base`: the same variant
-with `SRC` (another checkout's `src/`) first on the path, run interleaved with the others.
+configured, so tracing is off.
+
+Before/after: `--against SRC` (alias `--baseline`) also runs every handrail variant from `SRC`
+(another checkout's `src/`), interleaved process by process, as '<variant> (before)':
 
     git archive <commit> src | tar -x -C /tmp/base
     .venv/bin/python benchmarks/agent_loop.py --only handrail_memory,handrail_memory_otel \
-        --baseline /tmp/base/src --reps 11
+        --against /tmp/base/src --reps 11
 """
 
 # No `from __future__ import annotations`: LangGraph reads the State TypedDict's annotations
@@ -329,6 +331,15 @@ IMPORTS = {
 WARMUP = 5
 
 
+BEFORE = " (before)"
+"""The suffix of a variant run from the `--against` build."""
+
+
+def _label(name: str) -> str:
+    base = name.removesuffix(BEFORE)
+    return VARIANTS[base][0] + (BEFORE if name != base else "")
+
+
 def child(variant: str, n: int) -> None:
     """One variant x one N in this process: build, then time one whole run."""
     loop = asyncio.new_event_loop()
@@ -363,19 +374,20 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--ns", default="100,1000")
     parser.add_argument("--only", default="", help="comma-separated variant names")
-    parser.add_argument("--baseline", default="",
-                        help="another checkout's src/: adds handrail_memory@base")
+    parser.add_argument("--against", "--baseline", dest="against", default="",
+                        help="a src folder of another build (say main's): each handrail "
+                             "variant also runs from it, interleaved process by process, "
+                             "as '<variant> (before)'")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]))
+        child(args.child[0].removesuffix(BEFORE), int(args.child[1]))
         return
     ns = [int(x) for x in args.ns.split(",")]
     names = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
-    if args.baseline:
-        VARIANTS["handrail_memory@base"] = (f"handrail, memory store, {args.baseline}",
-                                            VARIANTS["handrail_memory"][1])
-        names.insert(0, "handrail_memory@base")
+    if args.against:
+        names = [n for v in names for n in ((v + BEFORE, v) if v.startswith("handrail") else (v,))]
+    env_before = {**os.environ, "PYTHONPATH": os.path.abspath(args.against)}
     times: dict[tuple[str, int], list[float]] = {}
     # CPU time (all threads, kernel included): steadier than wall time on a shared machine.
     cpus: dict[tuple[str, int], list[float]] = {}
@@ -385,12 +397,9 @@ def main() -> None:
             for name in names:
                 if name in missing:
                     continue
-                env = dict(os.environ)
-                if name.endswith("@base"):
-                    env["PYTHONPATH"] = args.baseline
-                proc = subprocess.run([sys.executable, __file__, "--child",
-                                       name.removesuffix("@base"), str(n)],
-                                      capture_output=True, text=True, env=env)
+                proc = subprocess.run([sys.executable, __file__, "--child", name, str(n)],
+                                      capture_output=True, text=True,
+                                      env=env_before if name.endswith(BEFORE) else None)
                 if proc.returncode:
                     missing[name] = proc.stderr.strip().splitlines()[-1] if proc.stderr else "?"
                     continue
@@ -408,7 +417,7 @@ def main() -> None:
     print("|---" * (len(ns) + 2) + "|")
     base = times.get(("handrail_memory", ns[-1]))
     for name in names:
-        label = VARIANTS[name][0]
+        label = _label(name)
         if name in missing:
             print(f"| {label} | " + " | ".join("missing" for _ in ns) + f" | ({missing[name]}) |")
             continue
@@ -421,7 +430,7 @@ def main() -> None:
     print("|---" * (len(ns) + 1) + "|")
     for name in names:
         if name not in missing:
-            print(f"| {VARIANTS[name][0]} | "
+            print(f"| {_label(name)} | "
                   + " | ".join(f"{statistics.median(cpus[(name, n)]):,.1f}" for n in ns) + " |")
     if len(ns) >= 2:
         print("\nGrowth (per-call cost at the largest N / at the smallest):")
@@ -429,7 +438,7 @@ def main() -> None:
             if name not in missing:
                 lo = statistics.median(times[(name, ns[0])])
                 hi = statistics.median(times[(name, ns[-1])])
-                print(f"- {VARIANTS[name][0]}: {hi / lo:.2f}x")
+                print(f"- {_label(name)}: {hi / lo:.2f}x")
     print("\n## import time (ms, net of a bare interpreter; median)\n")
     for label, statement in IMPORTS.items():
         ms = _import_ms(statement, args.reps)

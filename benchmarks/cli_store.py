@@ -3,7 +3,9 @@
 Builds (once, cached in a temporary folder per run of this script) a SQLite store of R runs,
 each with four messages and two calls, one run in ten paused on an approval; then times each
 command as a user runs it (a fresh process: interpreter, imports, open, query, print),
-median over the repeats, next to `python -c pass` (the interpreter alone).
+median over the repeats, next to `python -c pass` (the interpreter alone), wall and CPU time
+(the child's user + system time: steadier on a shared machine). `--against DIR` runs every
+command from another build too, interleaved (`PYTHONPATH=DIR`).
 
     .venv/bin/python benchmarks/cli_store.py [--runs 10000] [--reps 5]
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -101,25 +104,39 @@ def args_runs(path: Path) -> int:
         db.close()
 
 
-def timed(argv: list[str], reps: int) -> float:
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        subprocess.run(argv, check=True, capture_output=True)
-        samples.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(samples)
+def timed_once(argv: list[str], env: dict[str, str] | None) -> tuple[float, float]:
+    """One command: (wall ms, CPU ms of the child process, user + system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return 1e3 * wall, 1e3 * cpu
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--db", default="",
+                        help="the store to use; built there (R runs) when it does not exist")
+    parser.add_argument("--against", default="",
+                        help="a src folder of another build (say main's): each command also "
+                             "runs from it, interleaved, in a 'before' column")
     args = parser.parse_args()
-    path = Path(tempfile.mkdtemp()) / "runs.db"
-    t0 = time.perf_counter()
-    last = asyncio.run(build(path, args.runs))
-    print(f"built {args.runs:,} runs in {time.perf_counter() - t0:.1f} s "
-          f"({os.path.getsize(path) / 1e6:.1f} MB)", file=sys.stderr)
+    path = Path(args.db) if args.db else Path(tempfile.mkdtemp()) / "runs.db"
+    if path.exists():
+        last = f"run-{args.runs - 1:06d}"
+    else:
+        t0 = time.perf_counter()
+        last = asyncio.run(build(path, args.runs))
+        print(f"built {args.runs:,} runs in {time.perf_counter() - t0:.1f} s "
+              f"({os.path.getsize(path) / 1e6:.1f} MB)", file=sys.stderr)
+    envs: dict[str, dict[str, str] | None] = {"": None}
+    if args.against:
+        envs = {"before": {**os.environ, "PYTHONPATH": os.path.abspath(args.against)},
+                "after": None}
     cli = [sys.executable, "-m", "handrail.cli"]
     rows = [
         ("python -c pass (the interpreter alone)", [sys.executable, "-c", "pass"]),
@@ -129,11 +146,21 @@ def main() -> None:
         (f"handrail show {last}", [*cli, "show", last, "--store", str(path)]),
     ]
     print(f"\n## CLI on a store of {args.runs:,} runs: median ms over {args.reps} "
-          f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs)\n")
-    print("| command | ms |")
-    print("|---|---|")
+          f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+          + (f"; before = {args.against}, interleaved" if args.against else "") + ")\n")
+    names = [k or "" for k in envs]
+    print("| command | " + " | ".join(f"wall ms {k}".strip() for k in names) + " | "
+          + " | ".join(f"CPU ms {k}".strip() for k in names) + " |")
+    print("|---" * (1 + 2 * len(envs)) + "|")
     for label, argv in rows:
-        print(f"| `{label}` | {timed(argv, args.reps):,.0f} |")
+        samples: dict[str, list[tuple[float, float]]] = {k: [] for k in envs}
+        for _ in range(args.reps):
+            for k, env in envs.items():
+                samples[k].append(timed_once(argv, env))
+        walls = [statistics.median(w for w, _ in samples[k]) for k in envs]
+        cpus = [statistics.median(c for _, c in samples[k]) for k in envs]
+        print(f"| `{label}` | " + " | ".join(f"{w:,.0f}" for w in walls) + " | "
+              + " | ".join(f"{c:,.0f}" for c in cpus) + " |", flush=True)
     print("\nThe store's share, in-process (median ms):\n")
     print("| operation | ms |")
     print("|---|---|")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -107,12 +108,23 @@ async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
             "gap_p50_ms": 1e3 * _quantile(gaps, 0.5), "gap_p99_ms": 1e3 * _quantile(gaps, 0.99)}
 
 
+BEFORE = " (before)"
+"""The suffix of a row run from the `--against` build."""
+FROZEN = " + gc.freeze()"
+"""The suffix of a row whose process froze its heap after the warm-up (`--gc-freeze`)."""
+
+
 def child(store_kind: str, runs: int) -> None:
     """One store x one concurrency in this process: warm up, then measure one session."""
     tmp = tempfile.mkdtemp()
     loop = asyncio.new_event_loop()
-    loop.run_until_complete(_session(store_kind, 2, tmp))
-    print(json.dumps(loop.run_until_complete(_session(store_kind, runs, tmp))))
+    kind = store_kind.removesuffix(FROZEN).removesuffix(BEFORE)
+    loop.run_until_complete(_session(kind, 2, tmp))
+    if store_kind.endswith(FROZEN):
+        # A host's choice, not the library's (it is process-wide): everything allocated so
+        # far (imports, the agent) leaves the collector's generations for good.
+        gc.freeze()
+    print(json.dumps(loop.run_until_complete(_session(kind, runs, tmp))))
 
 
 def main() -> None:
@@ -120,6 +132,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--runs", default="1,10,100,1000")
     parser.add_argument("--stores", default=",".join(STORES))
+    parser.add_argument("--against", default="",
+                        help="a src folder of another build (say main's): every row also "
+                             "runs from it, interleaved process by process, as '(before)'")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="also run every row with gc.freeze() after the warm-up")
     parser.add_argument("--child", nargs=2, metavar=("STORE", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -127,17 +144,23 @@ def main() -> None:
         return
     levels = [int(x) for x in args.runs.split(",")]
     stores = args.stores.split(",")
+    if args.against:
+        stores = [k for s in stores for k in (s + BEFORE, s)]
+    if args.gc_freeze:
+        stores = [k for s in stores for k in (s, s + FROZEN)]
+    env_before = {**os.environ, "PYTHONPATH": os.path.abspath(args.against)}
     rows: dict[tuple[str, int], list[dict[str, float]]] = {}
     for rep in range(args.reps):
         for runs in levels:
             for kind in stores:
                 proc = subprocess.run([sys.executable, __file__, "--child", kind, str(runs)],
-                                      capture_output=True, text=True, check=False)
+                                      capture_output=True, text=True, check=False,
+                                      env=env_before if BEFORE in kind else None)
                 if proc.returncode:
                     raise SystemExit(f"{kind} x {runs} failed:\n{proc.stderr}")
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
                 rows.setdefault((kind, runs), []).append(row)
-                print(f"rep {rep} {kind:13s} runs={runs:5d} {row['calls_per_s']:9,.0f} calls/s "
+                print(f"rep {rep} {kind:30s} runs={runs:5d} {row['calls_per_s']:9,.0f} calls/s "
                       f"lag p99 {row['lag_p99_ms']:6.2f} ms", file=sys.stderr, flush=True)
 
     def med(kind: str, runs: int, key: str) -> float:
@@ -151,11 +174,13 @@ def main() -> None:
     for kind in stores:
         for runs in levels:
             cps = med(kind, runs, "calls_per_s")
-            vs_memory = (f"{cps / med('memory', runs, 'calls_per_s'):.2f}"
-                         if ("memory", runs) in rows else "-")
+            suffix = kind.removeprefix(kind.split(" ")[0])
+            vs_memory = (f"{cps / med('memory' + suffix, runs, 'calls_per_s'):.2f}"
+                         if ("memory" + suffix, runs) in rows else "-")
             vs_one = (f"{cps / med(kind, levels[0], 'calls_per_s'):.2f}"
                       if levels[0] == 1 else "-")
-            print(f"| {LABELS.get(kind, kind)} | {runs:,} | {cps:,.0f} | {vs_memory} | {vs_one} | "
+            label = LABELS.get(kind.split(" ")[0], kind) + suffix
+            print(f"| {label} | {runs:,} | {cps:,.0f} | {vs_memory} | {vs_one} | "
                   f"{med(kind, runs, 'cpu_us_per_call'):.0f} | "
                   f"{med(kind, runs, 'lag_p50_ms'):.2f} / {med(kind, runs, 'lag_p99_ms'):.2f} | "
                   f"{med(kind, runs, 'gap_p50_ms'):.2f} / {med(kind, runs, 'gap_p99_ms'):.2f} |")

@@ -9,7 +9,9 @@ rich: the policy, the store and the CLI's reading commands must need neither.
     benchmarks/.peers-venv/bin/python benchmarks/import_time.py    # with the peers
 
 `--src DIR` puts DIR (a `src` folder of another checkout, say the commit before a change)
-first on the path, to measure before and after with the same interpreter.
+first on the path, to measure before and after with the same interpreter; `--against DIR`
+measures DIR and this checkout interleaved, repeat by repeat (on a shared machine the load
+moves between two separate runs). CPU ms (process time) moves less with the load than wall.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import sys
 
 STATEMENTS = {
     "import handrail": "import handrail",
-    "agent core (Agent, tool, Toolbox, Store, Policy, Manifest)":
+    "agent core (Agent, tool, Toolbox, Store, Policy)":
+        "from handrail import Agent, tool, Toolbox, Store, Policy",
+    "agent core + Manifest":
         "from handrail import Agent, tool, Toolbox, Store, Policy, Manifest",
     "hr.Policy": "from handrail import Policy",
     "hr.Store": "from handrail import Store",
@@ -36,10 +40,10 @@ STATEMENTS = {
 
 _CHILD = """
 import sys, time, json
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 {statement}
-ms = 1e3 * (time.perf_counter() - t0)
-print(json.dumps({{"ms": ms, "pydantic": "pydantic" in sys.modules,
+ms, cpu = 1e3 * (time.perf_counter() - t0), 1e3 * (time.process_time() - c0)
+print(json.dumps({{"ms": ms, "cpu": cpu, "pydantic": "pydantic" in sys.modules,
                   "rich": "rich" in sys.modules}}))
 """
 
@@ -53,10 +57,18 @@ def _once(statement: str, env: dict[str, str]) -> dict[str, object] | None:
     return row
 
 
+def _median(rows: list[dict[str, object]], key: str) -> float:
+    return statistics.median(float(r[key]) for r in rows)  # type: ignore[arg-type]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reps", type=int, default=11)
     parser.add_argument("--src", default="", help="a src folder to import handrail from")
+    parser.add_argument("--against", default="",
+                        help="another src folder (say main's): each repeat runs it and then "
+                             "--src (or the installed handrail), interleaved, and the table "
+                             "shows both")
     args = parser.parse_args()
     env = dict(os.environ)
     # Bytecode present, as an installed package has it: the first run of each statement
@@ -65,20 +77,41 @@ def main() -> None:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if args.src:
         env["PYTHONPATH"] = os.path.abspath(args.src)
+    envs = {"": env}
+    if args.against:
+        envs = {"before": {**env, "PYTHONPATH": os.path.abspath(args.against)}, "after": env}
     print(f"## import time: median ms over {args.reps} fresh processes, bytecode present "
           f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
-          + (f", handrail from {args.src}" if args.src else "") + ")\n")
-    print("| statement | ms | loads pydantic | loads rich |")
-    print("|---|---|---|---|")
+          + (f", handrail from {args.src}" if args.src else "")
+          + (f", before = {args.against}, interleaved" if args.against else "") + ")\n")
+    if args.against:
+        print("| statement | ms before | ms after | CPU ms before | CPU ms after "
+              "| loads pydantic (before / after) |")
+        print("|---|---|---|---|---|---|")
+    else:
+        print("| statement | ms | CPU ms | loads pydantic | loads rich |")
+        print("|---|---|---|---|---|")
     for label, statement in STATEMENTS.items():
-        first = _once(statement, env)  # also writes any missing bytecode
-        if first is None:
-            print(f"| {label} | not installed | | |")
+        firsts = {k: _once(statement, e) for k, e in envs.items()}  # also writes bytecode
+        if any(f is None for f in firsts.values()):
+            print(f"| {label} | not installed |" + " |" * (4 if args.against else 3))
             continue
-        rows = [r for r in (_once(statement, env) for _ in range(args.reps)) if r is not None]
-        ms = statistics.median(float(r["ms"]) for r in rows)  # type: ignore[arg-type]
-        print(f"| {label} | {ms:,.0f} | {'yes' if first['pydantic'] else 'no'} | "
-              f"{'yes' if first['rich'] else 'no'} |", flush=True)
+        rows: dict[str, list[dict[str, object]]] = {k: [] for k in envs}
+        for _ in range(args.reps):
+            for k, e in envs.items():
+                row = _once(statement, e)
+                if row is not None:
+                    rows[k].append(row)
+        loads = " / ".join("yes" if f and f["pydantic"] else "no" for f in firsts.values())
+        if args.against:
+            b, a = rows["before"], rows["after"]
+            print(f"| {label} | {_median(b, 'ms'):,.0f} | {_median(a, 'ms'):,.0f} | "
+                  f"{_median(b, 'cpu'):,.0f} | {_median(a, 'cpu'):,.0f} | {loads} |", flush=True)
+        else:
+            first = firsts[""]
+            assert first is not None
+            print(f"| {label} | {_median(rows[''], 'ms'):,.0f} | {_median(rows[''], 'cpu'):,.0f} "
+                  f"| {loads} | {'yes' if first['rich'] else 'no'} |", flush=True)
 
 
 if __name__ == "__main__":

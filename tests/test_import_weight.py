@@ -20,7 +20,7 @@ import handrail.tools
 def _loaded(code: str) -> dict[str, bool]:
     probe = (f"{code}\nimport json, sys\n"
              "print(json.dumps({m: m in sys.modules for m in ('pydantic', 'pydantic_core', "
-             "'rich')}))")
+             "'rich', 'importlib.metadata')}))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120, check=True)
     loaded: dict[str, bool] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -41,6 +41,26 @@ def test_the_policy_the_store_and_the_cli_readers_never_load_pydantic(code: str)
     assert not loaded["rich"], loaded
 
 
+def test_the_agent_core_imports_without_pydantic() -> None:
+    # Issue 11: importing the core names (and the markers a typed tool's signature uses) costs
+    # no pydantic (~50 ms) and no pydantic_core (~20 ms); defining a typed tool loads them.
+    loaded = _loaded("from handrail import Agent, tool, Toolbox, Store, Policy\n"
+                     "from handrail import ReadPath, WritePath, ExecArgv, Url, ToolResult\n"
+                     "from handrail import Manifest\n"
+                     "import handrail.models")
+    assert not loaded["pydantic"] and not loaded["pydantic_core"], loaded
+    assert not loaded["rich"], loaded
+
+
+def test_the_cli_parser_does_not_look_up_the_version_until_asked() -> None:
+    # Every command builds the whole parser; `--version`'s lookup (importlib.metadata and
+    # email, ~15 ms) belongs to `--version` alone (issue 11).
+    loaded = _loaded("from handrail.cli import build_parser\n"
+                     "build_parser().parse_args(['runs', '--json'])")
+    assert not loaded["importlib.metadata"], loaded
+    assert not loaded["pydantic"] and not loaded["rich"], loaded
+
+
 def test_a_typed_tool_still_loads_pydantic_when_it_is_defined() -> None:
     loaded = _loaded("import handrail as hr\n"
                      "@hr.tool\ndef add(a: int, b: int) -> int:\n    return a + b\n")
@@ -55,3 +75,26 @@ def test_every_public_name_of_handrail_tools_resolves_from_its_module() -> None:
         assert getattr(sys.modules[module], name) is value, name
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         handrail.tools.Nope  # noqa: B018
+
+
+def test_every_public_name_of_handrail_runs_resolves_from_its_module() -> None:
+    import handrail.runs
+
+    lazy = handrail.runs._LAZY
+    assert set(lazy) == set(handrail.runs.__all__)
+    for name, module in lazy.items():
+        value = getattr(handrail.runs, name)
+        assert getattr(sys.modules[module], name) is value, name
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        handrail.runs.Nope  # noqa: B018
+
+
+def test_handrail_show_takes_a_conversation_without_the_agent_loop() -> None:
+    # `handrail show` lists a run's conversation (`thread`): the loop, the gate, the host and
+    # the approval machinery are not needed for that (issue 11).
+    probe = ("from handrail.runs import thread\nimport json, sys\n"
+             "print(json.dumps([m in sys.modules for m in ('handrail.runs._agent', "
+             "'handrail.host', 'handrail.gate', 'handrail.approval')]))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, False, False, False]

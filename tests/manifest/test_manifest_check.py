@@ -9,6 +9,7 @@ from manifest_tools import GOOD_TOML, SHELL_SCHEMA, Transfer, make_box, read, sh
 
 import handrail as hr
 from handrail.manifest import Grant, Manifest, check_against, problems
+from handrail.manifest._toolsets import tools_of
 
 
 def _manifest(*grants: str) -> Manifest:
@@ -204,3 +205,11 @@ def test_from_toolbox_grants_everything_as_declared() -> None:
     assert by_ref["ledger/transfer"].output is None
     assert m.agent.name == "bot"
     assert Manifest.from_toml(m.to_toml()) == m
+
+
+def test_function_and_class_tools_count_as_typed_and_a_schema_tool_does_not() -> None:
+    # Read from a marker on the impl's class, so the manifest never imports the typed tool
+    # core (and pydantic) to ask (issue 11).
+    found = {str(t.spec.id): t.typed for t in tools_of(hr.Toolbox([read, Transfer,
+                                                                  shell_tool(SHELL_SCHEMA)]))}
+    assert found == {"ledger/read": True, "ledger/transfer": True, "shell/run": False}

@@ -181,3 +181,35 @@ async def test_stream_false_never_asks_the_server_to_stream(provider: str) -> No
                 [UserMessage("hi")], [], ModelSettings(stream=False))]
     assert "stream" not in server.requests[0].json()
     assert events[0] == TextDelta("hi") and isinstance(events[-1], ResponseDone)
+
+
+@pytest.mark.parametrize("counts", [(2**53 + 1, 1, 1), (1, -1, 1), (1, 1, 0.5), (True, 1, 1),
+                                    (1, 1, 2**60)])
+async def test_every_count_of_a_usage_is_checked_at_its_bounds(counts: tuple[Any, ...]) -> None:
+    # The loop's fast path for a well-formed Usage (issue 11) must refuse what provider_int
+    # refuses: past 2**53, negative, fractional, a bool.
+    class Liar:
+        name = "liar"
+
+        async def request(self, messages: Any, tools: Any, settings: Any = None
+                          ) -> hr.models.ModelResponse:
+            return hr.models.ModelResponse(
+                hr.models.AssistantMessage((hr.models.TextPart("hi"),)),
+                hr.models.Usage(*counts))
+
+    result = await hr.Agent(Liar(), []).run("hi")  # type: ignore[arg-type]
+    assert isinstance(result.outcome, hr.Failed) and "usage" in result.outcome.error
+
+
+async def test_a_usage_at_the_largest_count_is_kept() -> None:
+    class Big:
+        name = "big"
+
+        async def request(self, messages: Any, tools: Any, settings: Any = None
+                          ) -> hr.models.ModelResponse:
+            return hr.models.ModelResponse(
+                hr.models.AssistantMessage((hr.models.TextPart("hi"),)),
+                hr.models.Usage(2**53, 0, 1))
+
+    result = await hr.Agent(Big(), []).run("hi")  # type: ignore[arg-type]
+    assert result.output == "hi" and result.usage.input_tokens == 2**53

@@ -211,3 +211,23 @@ async def test_record_contents_full_keeps_the_bytes_and_says_so(tmp_path: Path,
     assert [e["mode"] for e in run.events if e["kind"] == "record_contents"] == ["full"]
     with pytest.raises(hr.UserError, match="record_contents"):
         build(ws, record_contents="bytes")  # type: ignore[arg-type]
+
+
+async def test_the_arguments_digest_is_sha256_of_the_canonical_json() -> None:
+    # Keys sorted at every depth, compact separators, non-ASCII kept as is: the same
+    # arguments give the same digest whatever order the model wrote them in (issue 11 made
+    # the encoding faster; these bytes are what it must keep producing).
+    box = hr.Toolbox([hr.SchemaTool(
+        hr.ToolSpec(hr.ToolId("local", "note"), "Note.", {"type": "object"}, mutates=False),
+        lambda args: hr.ToolResult.text("ok"))])
+    given = ['{"z": {"b": [1, 2.5, {"y": null, "x": "é\\u2028"}], "a": true}, "a": 1e300}',
+             '{"a": 1e300, "z": {"a": true, "b": [1, 2.5, {"x": "é\\u2028", "y": null}]}}']
+    agent = hr.Agent(Scripted([Turn(tool_calls=(("note", given[0]), ("note", given[1]))),
+                               reply("done")]), box, policy=hr.Policy.default())
+    store = hr.Store.memory()
+    result = await agent.run("go", store=store)
+    records = await store.calls(result.run_id)
+    canonical = json.dumps(json.loads(given[0]), sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    expected = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    assert [r.arguments_digest for r in records] == [expected, expected]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import handrail as hr
@@ -386,3 +387,63 @@ def test_the_workspace_tools_declare_what_they_protect() -> None:
     assert specs["workspace/exec"].protected == ("/argv",)
     assert specs["workspace/fetch"].protected == ("/url",)
     assert not specs["workspace/read_file"].trusted_output
+
+
+async def test_a_small_output_waits_for_a_large_one_being_indexed_in_a_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # One writer of the taint index at a time: a large output is indexed in a worker thread,
+    # and a small one that finishes meanwhile must wait for it, not index on the loop at the
+    # same time (the small one's fast path, issue 11, is taken only when no writer is active).
+    import asyncio
+    import threading
+
+    from handrail.tools._taint import Provenance
+
+    small_done = threading.Event()
+    big_started = asyncio.Event()
+    loops: list[asyncio.AbstractEventLoop] = []
+    lock = threading.Lock()
+    active: list[str] = []
+    overlaps: list[list[str]] = []
+    original = Provenance.add_output
+
+    def add_output(self: Provenance, source: tuple[str, str], result: Any, *,
+                   trusted: bool) -> None:
+        with lock:
+            active.append(source[1])
+            if len(active) > 1:
+                overlaps.append(list(active))
+        try:
+            if source[1] == "local/big":
+                # Tells the small call to finish, and holds the thread until it has and its
+                # task has yielded: by then it has either indexed (the bug) or queued on the
+                # lock behind this writer.
+                loops[0].call_soon_threadsafe(big_started.set)
+                small_done.wait(timeout=30)
+            original(self, source, result, trusted=trusted)
+        finally:
+            with lock:
+                active.remove(source[1])
+
+    monkeypatch.setattr(Provenance, "add_output", add_output)
+
+    @hr.tool(mutates=False)
+    async def big() -> str:
+        loops.append(asyncio.get_running_loop())
+        return "word " * 1000
+
+    @hr.tool(mutates=False)
+    async def small() -> str:
+        await big_started.wait()
+        asyncio.get_running_loop().call_soon(small_done.set)
+        return "tiny"
+
+    from handrail.models import calls
+
+    agent = hr.Agent(Scripted([calls([("big", {}), ("small", {})]), reply("done")]),
+                     [big, small], policy=hr.Policy.default())
+    with anyio.fail_after(30):
+        result = await agent.run("go")
+    assert result.output == "done"
+    assert small_done.is_set()
+    assert overlaps == []

@@ -18,6 +18,28 @@ __all__ = ["main"]
 _COMMAND_MODULES = ("_run", "_runs", "_manifest", "_inbox", "_serve", "_worker")
 
 
+class _Version(argparse.Action):
+    """`--version`: the installed distribution's version, looked up only when asked.
+
+    `importlib.metadata` (with `email`) costs ~15 ms of import: every other command would pay
+    it for nothing (issue 11).
+    """
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from importlib.metadata import version
+
+        # The installed distribution's version (the facade `handrail` is above every layer).
+        # Printed to stdout and exit 0, as argparse's own version action does.
+        print(f"handrail {version('handrail')}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every registered command group)."""
     parser = argparse.ArgumentParser(
@@ -27,11 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--store", default=None,
                         help="the run store, for the run commands (also accepted after the "
                              "command; default: $HANDRAIL_STORE or ./.handrail/runs.db)")
-    from importlib.metadata import version
-
-    # The installed distribution's version (the facade `handrail` is above every layer).
-    parser.add_argument("--version", action="version", version=f"handrail {version('handrail')}",
-                        help="print the version and exit")
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:

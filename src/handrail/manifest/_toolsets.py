@@ -6,14 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from handrail.errors import UserError
-from handrail.tools import (
-    FunctionTool,
-    Tool,
-    ToolImpl,
-    Toolset,
-    ToolSpec,
-    unguarded_path_arguments,
-)
+from handrail.tools import ToolImpl, Toolset, ToolSpec, unguarded_path_arguments
 
 __all__ = ["Implemented", "SpecSource", "is_typed", "tools_of"]
 
@@ -33,16 +26,11 @@ def is_typed(impl: ToolImpl) -> bool:
     A typed tool must not have `arguments` repeated in its grant; an untyped one (subprocess,
     MCP, injected) may state them there.
     """
+    # The class says so: `@hr.tool` functions and `hr.Tool` subclasses are marked typed,
+    # MCP tools untyped; any other impl is untyped. Read from the class, never the
+    # instance, and without importing the typed tool core (which loads pydantic) to ask.
     marker = getattr(type(impl), "typed", None)
-    if isinstance(marker, bool):  # an explicit marker, when ToolImpl grows one, wins
-        return marker
-    if isinstance(impl, FunctionTool):
-        return True
-    # The impl behind an `hr.Tool` subclass keeps the class as `cls` and is its
-    # `__handrail_tool__`; checking both keeps a look-alike attribute from counting.
-    cls = getattr(impl, "cls", None)
-    return (isinstance(cls, type) and issubclass(cls, Tool)
-            and cls.__dict__.get("__handrail_tool__") is impl)
+    return marker if isinstance(marker, bool) else False
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter
+from handrail.tools import TaggedUnion, ToolResult
 
-from handrail.tools import ToolResult
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 __all__ = [
     "MAX_COUNT",
@@ -97,7 +98,7 @@ class ThinkingPart:
     kind: Literal["thinking"] = "thinking"
 
 
-Part = Annotated[TextPart | ToolCall | ThinkingPart, Field(discriminator="kind")]
+Part = Annotated[TextPart | ToolCall | ThinkingPart, TaggedUnion("kind")]
 """One part of an assistant message, in the order the model produced them."""
 
 
@@ -139,7 +140,7 @@ class ToolResultMessage:
 
 Message = Annotated[
     SystemMessage | UserMessage | AssistantMessage | ToolResultMessage,
-    Field(discriminator="kind"),
+    TaggedUnion("kind"),
 ]
 """Any message of a conversation."""
 
@@ -249,6 +250,9 @@ StreamEvent = TextDelta | ThinkingDelta | ToolCallStart | ToolCallDelta | Respon
 
 @functools.cache
 def _adapter() -> TypeAdapter[list[Any]]:
+    # pydantic is imported on first use, not with the module (issue 11).
+    from pydantic import TypeAdapter
+
     return TypeAdapter(list[Message])
 
 

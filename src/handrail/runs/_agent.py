@@ -57,6 +57,7 @@ from handrail.models import (
     Usage,
     dump_messages,
     load_messages,
+    provider_int,
 )
 from handrail.otel import Telemetry
 from handrail.policy import Policy, Rule
@@ -1052,14 +1053,20 @@ class _Runner:
     _resumed = False
 
 
+_MAX_COUNT = 2**53  # the models' MAX_COUNT: what provider_int accepts
+
+
 def _checked_usage(usage: Any) -> Usage:
     """A model's reported usage, refused unless every count is a whole number in 0..2**53.
 
     Any `Model` reports usage, not only the HTTP adapters: a count like 1e300 would otherwise
     reach the store and fail there, leaving the run without a truthful status.
     """
-    from handrail.models import provider_int
-
+    if type(usage) is Usage:
+        # The common case, checked without a call per count: exact ints in range are kept.
+        counts = (usage.input_tokens, usage.output_tokens, usage.requests)
+        if all(type(c) is int and 0 <= c <= _MAX_COUNT for c in counts):
+            return usage
     try:
         return Usage(provider_int(usage.input_tokens, "input_tokens"),
                      provider_int(usage.output_tokens, "output_tokens"),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, assert_never
+from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from handrail.errors import RunNotCompleted, UserError, VerificationFailed
-from handrail.gate import CallInDoubt, PausedOnQuestion, PausedOnRequest, TurnPause
 from handrail.models import Usage
+
+if TYPE_CHECKING:
+    from handrail.gate import TurnPause
 
 __all__ = [
     "AwaitingAnswer",
@@ -95,6 +97,9 @@ _BY_KIND: dict[str, type[Any]] = {
 
 def pause_outcome(pause: TurnPause) -> AwaitingApproval | AwaitingAnswer | AwaitingRecovery:
     """The run outcome for a turn the gate paused (the gate knows turns, not runs)."""
+    # Imported here: reading outcomes (`handrail show`) does not need the gate (issue 11).
+    from handrail.gate import CallInDoubt, PausedOnQuestion, PausedOnRequest
+
     if isinstance(pause, PausedOnRequest):
         return AwaitingApproval(pause.request_id)
     if isinstance(pause, PausedOnQuestion):

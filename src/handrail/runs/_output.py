@@ -14,13 +14,14 @@ validated one, stored in its JSON form.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import pydantic
+from typing import TYPE_CHECKING, Any
 
 from handrail.errors import UserError
 from handrail.models import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from handrail.tools import ToolId, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    import pydantic
 
 __all__ = ["Accept", "OutputType", "Retry", "judge_final", "output_for"]
 
@@ -54,6 +55,9 @@ class OutputType:
     """The type a run's final output must have, and how to read it from a model's turn."""
 
     def __init__(self, output_type: Any, max_bytes: int) -> None:
+        # Imported here: an agent without output_type never needs pydantic (issue 11).
+        import pydantic
+
         try:
             adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(output_type)
             schema = adapter.json_schema()
@@ -87,6 +91,8 @@ class OutputType:
     def _parse(self, adapter: pydantic.TypeAdapter[Any], text: str) -> Any:
         if len(text.encode()) > self.max_bytes:
             raise ValueError(f"the output is larger than {self.max_bytes} bytes")
+        import pydantic  # loaded already: this instance's __init__ imported it
+
         try:
             return adapter.validate_json(text)
         except pydantic.ValidationError as exc:

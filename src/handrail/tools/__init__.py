@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         ToolResult,
     )
     from handrail.tools._context import CallContext, Elicitation, Question
+    from handrail.tools._decorator import tool
     from handrail.tools._handler import (
         DEFAULT_MAX_ARGUMENT_BYTES,
         HandlerState,
@@ -58,13 +59,14 @@ if TYPE_CHECKING:
         Respond,
         Submit,
     )
+    from handrail.tools._tagged import TaggedUnion
     from handrail.tools._taint import (
         MIN_SUBSTRING,
         Provenance,
         Taint,
         pointer_values,
     )
-    from handrail.tools._tool import FunctionTool, Tool, tool
+    from handrail.tools._tool import FunctionTool, Tool
     from handrail.tools._toolbox import SchemaTool, Toolbox, Toolset, as_impl
     from handrail.tools._workspace import (
         PATH_MAX,
@@ -110,6 +112,7 @@ _LAZY: dict[str, str] = {
     "Respond": "handrail.tools._steps",
     "SchemaTool": "handrail.tools._toolbox",
     "Submit": "handrail.tools._steps",
+    "TaggedUnion": "handrail.tools._tagged",
     "Taint": "handrail.tools._taint",
     "Text": "handrail.tools._content",
     "Tool": "handrail.tools._tool",
@@ -137,7 +140,7 @@ _LAZY: dict[str, str] = {
     "raise_body_error": "handrail.tools._handler",
     "resolve_in_workspace": "handrail.tools._workspace",
     "scrub_host_paths": "handrail.tools._paths",
-    "tool": "handrail.tools._tool",
+    "tool": "handrail.tools._decorator",
     "unguarded_path_arguments": "handrail.tools._paths",
     "unguarded_problems": "handrail.tools._paths",
     "workspace_root": "handrail.tools._workspace",
@@ -177,6 +180,7 @@ __all__ = [
     "Respond",
     "SchemaTool",
     "Submit",
+    "TaggedUnion",
     "Taint",
     "Text",
     "Tool",

@@ -12,10 +12,12 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import pydantic_core
-from pydantic import Field, TypeAdapter
+from handrail.tools._tagged import TaggedUnion
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 __all__ = [
     "Audio",
@@ -132,7 +134,7 @@ class EmbeddedResource:
 
 
 Content = Annotated[
-    Text | Json | Image | Audio | ResourceLink | EmbeddedResource, Field(discriminator="kind")
+    Text | Json | Image | Audio | ResourceLink | EmbeddedResource, TaggedUnion("kind")
 ]
 """Any content item, discriminated by `kind`."""
 
@@ -194,6 +196,8 @@ class ToolResult:
         Raises:
             TypeError: `value` cannot be represented as JSON.
         """
+        import pydantic_core  # not at import: pydantic_core alone costs ~20 ms (issue 11)
+
         try:
             plain = pydantic_core.to_jsonable_python(value)
         except pydantic_core.PydanticSerializationError as exc:
@@ -260,6 +264,8 @@ def text_result(text: str, structured: Any) -> ToolResult:
 @functools.cache
 def _content_adapter() -> TypeAdapter[list[Content]]:
     # Built on first use: storing results is off the hot path of a call.
+    from pydantic import TypeAdapter
+
     return TypeAdapter(list[Content])
 
 
@@ -268,6 +274,8 @@ def render_item(item: Text | Json | Image | Audio | ResourceLink | EmbeddedResou
     if isinstance(item, Text):
         return item.text
     if isinstance(item, Json):
+        import pydantic_core
+
         return pydantic_core.to_json(item.value).decode()
     if isinstance(item, Image | Audio):
         size = len(item.data) * 3 // 4 - item.data[-2:].count("=")

@@ -19,11 +19,9 @@ import enum
 import inspect
 import json
 from collections.abc import Coroutine, Generator, Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
-import pydantic_core
-from pydantic import ValidationError
 
 from handrail.errors import (
     CallCancelled,
@@ -51,6 +49,9 @@ from handrail.tools._steps import (
     Respond,
     Submit,
 )
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = [
     "DEFAULT_MAX_ARGUMENT_BYTES",
@@ -176,6 +177,10 @@ def check_argument_payload(
     """
     kind = type(arguments)
     if kind is dict or (kind is not str and isinstance(arguments, Mapping)):
+        # Imported here, not with the module: the tool core imports without pydantic_core
+        # (issue 11); once loaded this is a dictionary lookup.
+        import pydantic_core
+
         try:
             size = len(pydantic_core.to_json(arguments, fallback=repr))
         except pydantic_core.PydanticSerializationError:

@@ -16,12 +16,13 @@ string, or None. No case folding, no trimming, no nearest match.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
-
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from handrail.errors import UserError
+
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import CoreSchema
 
 __all__ = ["DEFAULT_SERVER", "ToolId", "ToolName"]
 
@@ -55,7 +56,10 @@ class ToolName(str):
     @classmethod
     def __get_pydantic_core_schema__(
         cls, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
+    ) -> CoreSchema:
+        # Imported here: only a typed tool's schema needs pydantic (issue 11).
+        from pydantic_core import core_schema
+
         return core_schema.no_info_after_validator_function(
             cls, core_schema.str_schema(pattern=_NAME_ANCHORED)
         )

@@ -22,18 +22,27 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import types
 import typing
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
-
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, WithJsonSchema
 
 from handrail.errors import Disposition, ToolError, UserError
 from handrail.tools._actions import Act, Action
+from handrail.tools._workspace import (
+    OutsideWorkspace,
+    UncanonicalPath,
+    canonical_path,
+    workspace_root,
+)
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, GetCoreSchemaHandler
+    from pydantic_core import CoreSchema
 
 __all__ = [
     "OUTSIDE_PLACEHOLDER",
@@ -60,10 +69,30 @@ PATH_LIKE_NAMES = frozenset({"path", "file", "filename", "dir", "directory", "sr
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ArgumentKind:
-    """The marker inside `ReadPath` & co.: which action an argument is."""
+    """The marker inside `ReadPath` & co.: which action an argument is.
+
+    It also carries the argument's validation, which pydantic asks for only when a tool's
+    schema is built: the markers are defined without importing pydantic (issue 11).
+    """
 
     act: Act
     """READ or WRITE (a path), EXEC (an argv) or NET (a URL)."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler,
+                                     ) -> CoreSchema:
+        # The marker is always the first metadata of its Annotated (ReadPath & co. are built
+        # on the bare type), so nothing sits between `source` and what is added here.
+        from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
+
+        extra: tuple[Any, ...]
+        if self.act in (Act.READ, Act.WRITE):
+            # The model is told a plain string: `format: path` would say nothing it can use.
+            extra = (BeforeValidator(_path_text), WithJsonSchema({"type": "string"}))
+        elif self.act is Act.EXEC:
+            extra = (Field(min_length=1), AfterValidator(_argv))
+        else:
+            extra = (AfterValidator(_url),)
+        return handler.generate_schema(Annotated[(source, *extra)])
 
 
 def _path_text(value: Any) -> Any:
@@ -103,16 +132,14 @@ def _url(value: str) -> str:
     return value
 
 
-# The model is told a plain string: `format: path` would say nothing it can use.
-_STRING = WithJsonSchema({"type": "string"})
-ReadPath = Annotated[Path, BeforeValidator(_path_text), _STRING, ArgumentKind(Act.READ)]
+# Validation and schema come from the marker (ArgumentKind.__get_pydantic_core_schema__).
+ReadPath = Annotated[Path, ArgumentKind(Act.READ)]
 """A file or directory the call reads. The body receives its canonical path in the workspace."""
-WritePath = Annotated[Path, BeforeValidator(_path_text), _STRING, ArgumentKind(Act.WRITE)]
+WritePath = Annotated[Path, ArgumentKind(Act.WRITE)]
 """A file the call creates or changes. The body receives its canonical path in the workspace."""
-ExecArgv = Annotated[tuple[str, ...], Field(min_length=1), AfterValidator(_argv),
-                     ArgumentKind(Act.EXEC)]
+ExecArgv = Annotated[tuple[str, ...], ArgumentKind(Act.EXEC)]
 """A program and its arguments (never a shell string): the call runs it."""
-Url = Annotated[str, AfterValidator(_url), ArgumentKind(Act.NET)]
+Url = Annotated[str, ArgumentKind(Act.NET)]
 """A URL the call reaches: the policy sees its `host:port`."""
 
 
@@ -152,9 +179,18 @@ def _marked(annotation: Any, seen: frozenset[int] = frozenset()) -> bool:
     origin = typing.get_origin(annotation)
     if origin is Annotated:
         return _marked(typing.get_args(annotation)[0], seen)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if _is_model_type(annotation):
         return any(_marked(_field_annotation(f), seen) for f in annotation.model_fields.values())
     return any(_marked(a, seen) for a in typing.get_args(annotation) if a is not Ellipsis)
+
+
+def _is_model_type(annotation: Any) -> bool:
+    """Whether `annotation` is a pydantic model class (pydantic imported only if loaded)."""
+    if not isinstance(annotation, type):
+        return False
+    pydantic = sys.modules.get("pydantic")
+    # No pydantic loaded means no model class exists yet.
+    return pydantic is not None and issubclass(annotation, pydantic.BaseModel)
 
 
 def _field_annotation(field: Any) -> Any:
@@ -175,8 +211,7 @@ def _walk(annotation: Any, value: Any, fn: Callable[[Act, Any], Any]) -> Any:
     args = typing.get_args(annotation)
     if origin is Annotated:
         return _walk(args[0], value, fn)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        assert isinstance(value, BaseModel)
+    if _is_model_type(annotation):
         return _walk_model(value, fn)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
@@ -265,13 +300,6 @@ def bind_arguments(
             workspace (not sent).
         UserError: the call has marked paths but no workspace.
     """
-    from handrail.tools._workspace import (
-        OutsideWorkspace,
-        UncanonicalPath,
-        canonical_path,
-        workspace_root,
-    )
-
     root: str | None = None
 
     def bind(act: Act, leaf: Any) -> Any:
@@ -306,8 +334,6 @@ def bind_arguments(
 def decided_paths(actions: list[Action], workspace: str | os.PathLike[str] | None,
                   ) -> dict[str, str]:
     """Each READ/WRITE target as given -> its canonical form now (unusable ones left out)."""
-    from handrail.tools._workspace import canonical_path, workspace_root
-
     out: dict[str, str] = {}
     root: str | None = None  # resolved only for a call that touches paths: a syscall
     for action in actions:

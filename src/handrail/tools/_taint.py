@@ -210,7 +210,22 @@ def result_strings(result: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
     stack: list[Any] = [result.get("content"), result.get("structured")]
     while stack:
         value = stack.pop()
-        if isinstance(value, str):
+        # Exact types first: a stored result is plain JSON, and an ABC check costs more
+        # than the rest of this loop for a small result (issue 11).
+        kind = type(value)
+        if kind is str:
+            strings.append(value)
+        elif kind is dict:
+            for k, v in value.items():
+                if k not in _SKIPPED_KEYS:
+                    stack.append(v)
+        elif kind is list:
+            stack.extend(value)
+        elif kind is int or kind is float:
+            numbers.append(value)
+        elif value is None or kind is bool:
+            continue
+        elif isinstance(value, str):
             strings.append(value)
         elif isinstance(value, Mapping):
             stack.extend(v for k, v in value.items() if k not in _SKIPPED_KEYS)

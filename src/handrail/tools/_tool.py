@@ -13,7 +13,7 @@ import math
 import re
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Annotated, Any, ClassVar, Generic, ParamSpec, TypeVar, overload
+from typing import Annotated, Any, ClassVar, Generic, ParamSpec, TypeVar
 
 import anyio.to_thread
 import pydantic_core
@@ -33,6 +33,7 @@ from handrail.errors import (
 from handrail.tools._actions import Action
 from handrail.tools._content import ToolResult, text_result
 from handrail.tools._context import CallContext
+from handrail.tools._decorator import tool
 from handrail.tools._handler import ToolImpl, issues_from_validation_error
 from handrail.tools._names import DEFAULT_SERVER, ToolId
 from handrail.tools._paths import (
@@ -176,6 +177,10 @@ def _not_sent_from_body(spec: ToolSpec, exc: ToolError) -> ToolFailed:
 
 class FunctionTool(ToolImpl, Generic[P, R]):
     """A tool made from a function by `@hr.tool`; still callable as the plain function."""
+
+    typed = True
+    """Its input schema comes from a Python type (what the manifest reads: a grant must not
+    repeat its arguments)."""
 
     def __init__(
         self,
@@ -376,82 +381,6 @@ def _kinds(tool_id: ToolId, interactions: Iterable[str]) -> frozenset[str]:
     return frozenset(interactions)
 
 
-@overload
-def tool(fn: Callable[P, R], /) -> FunctionTool[P, R]: ...
-
-
-@overload
-def tool(
-    *,
-    server: str | None = None,
-    name: str | None = None,
-    description: str | None = None,
-    mutates: bool = True,
-    idempotent: bool = False,
-    timeout: float | None = None,
-    interactions: Iterable[str] = (),
-    actions: Callable[..., Sequence[Action]] | None = None,
-    protected: Iterable[str] = (),
-    trusted_output: bool = False,
-    sanitizes: Iterable[str] = (),
-) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
-
-
-def tool(
-    fn: Callable[P, R] | None = None,
-    /,
-    *,
-    server: str | None = None,
-    name: str | None = None,
-    description: str | None = None,
-    mutates: bool = True,
-    idempotent: bool = False,
-    timeout: float | None = None,
-    interactions: Iterable[str] = (),
-    actions: Callable[..., Sequence[Action]] | None = None,
-    protected: Iterable[str] = (),
-    trusted_output: bool = False,
-    sanitizes: Iterable[str] = (),
-) -> FunctionTool[P, R] | Callable[[Callable[P, R]], FunctionTool[P, R]]:
-    """Declare a tool from a sync or async function.
-
-    ```python
-    @hr.tool(server="ledger", mutates=False)
-    async def read(account: str) -> int:
-        \"\"\"Read a ledger account's balance (`account`: the account's id).\"\"\"
-        return balances[account]
-    ```
-
-    Args:
-        fn: The function (when used without parentheses).
-        server: The server (namespace) of the tool; default `local`.
-        name: The tool's name; default the function's name.
-        description: What the model is told; default the docstring's text before its sections.
-        mutates: Whether a call may change the world; default True (the cautious direction).
-        idempotent: Whether repeating a call is harmless.
-        timeout: Per-call deadline in seconds.
-        interactions: Interaction kinds the tool may use: `"question"`, `"form"`.
-        actions: A function of the arguments returning the `Action`s a call touches; default
-            `CALL server/name`.
-        protected: JSON Pointers of the arguments that must not come from untrusted tool
-            output without a person (`["/to", "/amount"]`); see docs/taint.md.
-        trusted_output: Whether this tool's output is trusted data (default False: every
-            tool result is untrusted).
-        sanitizes: JSON Pointers into the structured output whose values the tool has
-            validated; they become trusted for the rest of the run.
-    """
-    def wrap(f: Callable[P, R]) -> FunctionTool[P, R]:
-        return FunctionTool(
-            f, server=server, name=name, description=description, mutates=mutates,
-            idempotent=idempotent, timeout=timeout, interactions=interactions, actions=actions,
-            protected=protected, trusted_output=trusted_output, sanitizes=sanitizes,
-        )
-
-    if fn is not None:
-        return wrap(fn)
-    return wrap
-
-
 def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])|(?<=[A-Z])([A-Z])(?=[a-z])", r"_\1\2", name).lower()
 
@@ -531,6 +460,9 @@ class Tool(BaseModel):
 
 
 class _ClassTool(ToolImpl):
+    typed = True
+    """Its input schema comes from the class's fields (see FunctionTool.typed)."""
+
     def __init__(
         self,
         cls: type[Tool],

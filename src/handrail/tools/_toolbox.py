@@ -6,8 +6,6 @@ import itertools
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-import pydantic_core
-
 from handrail.errors import (
     CallCancelled,
     HandlerStateError,
@@ -111,6 +109,8 @@ class SchemaTool(ToolImpl):
         """Validate raw arguments against the input schema; returns them as a dict."""
         tool = str(self.spec.id)
         if isinstance(arguments, str | bytes | bytearray):
+            import pydantic_core  # not with the module: the core imports without it (issue 11)
+
             try:
                 # Strict JSON: no NaN or Infinity (Python's json module would take them).
                 arguments = pydantic_core.from_json(arguments, allow_inf_nan=False)
