@@ -37,8 +37,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pydantic
-
 from handrail.approval import Approver, Responder
 from handrail.errors import InvalidArguments, Issue, NotFound, ResumeRefused, UserError
 from handrail.gate import CallInDoubt, DelegatedPause, PausedOnQuestion, PausedOnRequest
@@ -50,6 +48,8 @@ from handrail.store.contract import new_owner
 from handrail.tools import CallContext, SchemaTool, ToolId, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
+    import pydantic
+
     from handrail.runs._agent import Agent, _Runner
 
 __all__ = [
@@ -80,6 +80,13 @@ def child_run_id(parent_run_id: str, call_id: str) -> str:
     return hashlib.sha256(f"{parent_run_id}\0{call_id}".encode()).hexdigest()[:16]
 
 
+def _is_model_class(value: object) -> bool:
+    # pydantic is imported only for a typed input: the agent core loads without it (issue 11).
+    import pydantic
+
+    return isinstance(value, type) and issubclass(value, pydantic.BaseModel)
+
+
 class SubAgentTool(SchemaTool):
     """An agent offered to another agent as a tool (`Agent.as_tool`); see the module doc."""
 
@@ -89,8 +96,7 @@ class SubAgentTool(SchemaTool):
         if not name:
             raise UserError("a sub-agent needs a name: Agent(..., name=\"coder\") or "
                             "agent.as_tool(name=\"coder\")")
-        if input_type is not None and not (isinstance(input_type, type)
-                                           and issubclass(input_type, pydantic.BaseModel)):
+        if input_type is not None and not _is_model_class(input_type):
             raise UserError("as_tool(input_type=...) takes a pydantic model class")
         self.agent = agent
         """The child agent."""
@@ -128,6 +134,8 @@ class SubAgentTool(SchemaTool):
         """
         checked = super().validate(arguments)
         if self.input_type is not None:
+            import pydantic  # loaded already: the input model is one
+
             try:
                 self.input_type.model_validate(checked)
             except pydantic.ValidationError as exc:
