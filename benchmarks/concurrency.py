@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -156,11 +157,16 @@ async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
             "iter_cpu_max_ms": 1e3 * max(stretches, default=float("nan"))}
 
 
-def child(store_kind: str, runs: int) -> None:
+def child(store_kind: str, runs: int, gc_freeze: bool = False) -> None:
     """One store x one concurrency in this process: warm up, then measure one session."""
     tmp = tempfile.mkdtemp()
     loop = asyncio.new_event_loop()
     loop.run_until_complete(_session(store_kind, 2, tmp))
+    if gc_freeze:
+        # A host's choice, not the library's (it is process-wide): what was built so far
+        # (imports, the agent) leaves the collector's full passes, which otherwise walk it
+        # every time (20-40 ms each at 100 runs: the loop's worst lag).
+        gc.freeze()
     print(json.dumps(loop.run_until_complete(_session(store_kind, runs, tmp))))
 
 
@@ -169,10 +175,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--runs", default="1,10,100,1000")
     parser.add_argument("--stores", default=",".join(STORES))
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() after the warm-up, in every measured process")
     parser.add_argument("--child", nargs=2, metavar=("STORE", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]))
+        child(args.child[0], int(args.child[1]), args.gc_freeze)
         return
     levels = [int(x) for x in args.runs.split(",")]
     stores = args.stores.split(",")
@@ -180,7 +188,8 @@ def main() -> None:
     for rep in range(args.reps):
         for runs in levels:
             for kind in stores:
-                proc = subprocess.run([sys.executable, __file__, "--child", kind, str(runs)],
+                proc = subprocess.run([sys.executable, __file__, "--child", kind, str(runs),
+                                       *(["--gc-freeze"] if args.gc_freeze else [])],
                                       capture_output=True, text=True, check=False)
                 if proc.returncode:
                     raise SystemExit(f"{kind} x {runs} failed:\n{proc.stderr}")
@@ -195,8 +204,9 @@ def main() -> None:
     print(f"\n## {CALLS_PER_RUN} calls per run, one event loop: medians over {args.reps} "
           f"repeats (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)\n")
     print("| store | runs | calls/s | × memory | × own 1-run | CPU µs/call | "
-          "loop lag p50 / p99 ms | turn gap p50 / p99 ms |")
-    print("|---|---|---|---|---|---|---|---|")
+          "loop lag p50 / p99 ms | steady lag p50 / p99 ms | iteration CPU p99 ms | "
+          "turn gap p50 / p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for kind in stores:
         for runs in levels:
             cps = med(kind, runs, "calls_per_s")
@@ -207,6 +217,9 @@ def main() -> None:
             print(f"| {LABELS.get(kind, kind)} | {runs:,} | {cps:,.0f} | {vs_memory} | {vs_one} | "
                   f"{med(kind, runs, 'cpu_us_per_call'):.0f} | "
                   f"{med(kind, runs, 'lag_p50_ms'):.2f} / {med(kind, runs, 'lag_p99_ms'):.2f} | "
+                  f"{med(kind, runs, 'steady_lag_p50_ms'):.2f} / "
+                  f"{med(kind, runs, 'steady_lag_p99_ms'):.2f} | "
+                  f"{med(kind, runs, 'iter_cpu_p99_ms'):.2f} | "
                   f"{med(kind, runs, 'gap_p50_ms'):.2f} / {med(kind, runs, 'gap_p99_ms'):.2f} |")
 
 

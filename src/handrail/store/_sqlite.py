@@ -21,6 +21,11 @@ commit on the thread, and concurrent runs share each fsync.
 `BEGIN IMMEDIATE` serialises writers across processes, which is what makes `decide` and
 `claim` compare-and-swap.
 
+Releasing: a group's waiters resume at most `RELEASE_PER_ITERATION` per loop iteration (each
+does a turn of work in that iteration; released at once, 100 runs' would hold the loop for
+one long iteration), and what they write meanwhile joins the next group, committed once they
+all have resumed.
+
 Reads run on the store's thread on a second connection (a read's size is not bounded: a run
 with 10,000 calls), after every write issued before them has committed.
 
