@@ -257,8 +257,34 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
 """Ordered, named migrations; a database records which ran in `_migrations`."""
 
 
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+_JSON_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 """One shared encoder: `json.dumps` with options builds a new encoder per call."""
+
+
+def _first_encode(value: Any) -> str:
+    """Load the fast encoder, then encode `value` with it (the first write only).
+
+    Not at import: the CLI's reading commands never write, and never load pydantic_core.
+    """
+    global _ENCODE
+    from pydantic_core import PydanticSerializationError, to_json
+
+    def encode(value: Any) -> str:
+        # pydantic_core's encoder is 3-5x faster than json's for a record's small dicts and
+        # writes the same JSON for JSON values (NaN and Infinity as json writes them). What
+        # it refuses (a lone surrogate, an object it does not know) goes to json, which
+        # writes it or raises as it always did.
+        try:
+            return to_json(value, inf_nan_mode="constants").decode()
+        except PydanticSerializationError:
+            return _JSON_ENCODE(value)
+
+    _ENCODE = encode
+    return encode(value)
+
+
+_ENCODE: Callable[[Any], str] = _first_encode
+"""Compact JSON of a value to store."""
 
 
 def _dumps(value: Any) -> str | None:
