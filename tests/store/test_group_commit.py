@@ -103,6 +103,21 @@ async def test_a_failing_write_in_a_group_fails_alone(tmp_path: Path) -> None:
         assert ids == {f"w{i}" for i in range(5)}
 
 
+
+async def test_a_run_whose_first_write_failed_is_stored_whole_by_the_next(tmp_path: Path
+                                                                          ) -> None:
+    # After its first write a run is only UPDATEd (its policy text and task are not built
+    # again); a first write that was rolled back must not leave it UPDATEing nothing.
+    async with Store.open(tmp_path / "runs.db") as store:
+        bad = Batch(run=_run("r1", policy={"layers": []}),
+                    messages=[("no-such-run", 0, {"k": 1})])
+        with pytest.raises(StoreError, match="FOREIGN KEY"):
+            await store.write(bad)
+        await store.write(Batch(run=_run("r1", policy={"layers": []}, steps=2)))
+        run = await store.run("r1")
+        assert (run.task, run.policy, run.steps) == ("t", {"layers": []}, 2)
+
+
 class _CommitFails:
     """A connection whose COMMIT fails, as on a full disk."""
 

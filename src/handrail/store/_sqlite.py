@@ -317,19 +317,37 @@ _RUN_MUTABLE = ("status", "updated_at", "outcome", "input_tokens", "output_token
 # A run's row is updated in place on every turn; the full upsert (which builds the whole row,
 # policy text included, before it finds the conflict) only when the row is not there yet.
 _RUN_UPDATE = "UPDATE runs SET " + ", ".join(f"{c} = ?" for c in _RUN_MUTABLE) + " WHERE id = ?"
-_RUN_MUTABLE_AT = tuple(_RUN_COLUMNS.split(", ").index(c) for c in _RUN_MUTABLE)
-"""Where each `_RUN_MUTABLE` column sits in a `_run_row` tuple."""
 _RUN_UPSERT = (
     f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 21)}) ON CONFLICT(id) DO "
     "UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _RUN_MUTABLE)
 )
 
 
-_LOG_MESSAGE = "INSERT INTO log (kind, run_id, c0, c1) VALUES (0, ?, ?, ?)"
-_LOG_CALL = (
-    f"INSERT INTO log (kind, run_id, {', '.join(f'c{i}' for i in range(23))}) "
-    f"VALUES (1, ?, {','.join('?' * 23)})"
-)
+_LOG_ROWS_PER_INSERT = 100
+"""Log rows per INSERT statement (25 parameters a call row: far below SQLite's limit)."""
+
+_LOG_VALUES = {0: "(?,?,?,?)", 1: f"({','.join('?' * 25)})"}
+"""The VALUES of one log row: a message (kind, run_id, c0 = seq, c1 = data), a call record
+(kind, run_id, c0..c22 = its columns)."""
+
+_LOG_INSERTS: dict[tuple[int, ...], str] = {}
+
+
+def _log_insert(rows: list[tuple[Any, ...]]) -> str:
+    """One INSERT for a write's log rows (one statement instead of one per row or kind)."""
+    kinds = tuple(row[0] for row in rows)
+    sql = _LOG_INSERTS.get(kinds)
+    if sql is None:
+        if len(_LOG_INSERTS) > 256:
+            _LOG_INSERTS.clear()  # bounded: the shapes of real turns are few
+        # A message row leaves c2..c22 out: SQL NULLs padded in the text, not bound.
+        pad = ",NULL" * 21
+        values = ",".join(_LOG_VALUES[1] if k else _LOG_VALUES[0][:-1] + pad + ")"
+                          for k in kinds)
+        sql = _LOG_INSERTS[kinds] = (
+            f"INSERT INTO log (kind, run_id, {', '.join(f'c{i}' for i in range(23))}) "
+            f"VALUES {values}")
+    return sql
 _FOLD = (
     # In log order: a later record of the same message or call replaces an earlier one.
     "INSERT OR REPLACE INTO messages (run_id, seq, data) "
@@ -587,7 +605,7 @@ class SQLiteStore(Store):
         self._commits = 0
         self._checkpointing = False
         self._background_error: BaseException | None = None
-        self._policy_json: dict[str, tuple[Any, str | None]] = {}
+        self._runs_written: set[str] = set()
         # Committed writes whose waiters have not resumed yet (`_release`), oldest first.
         self._to_release: collections.deque[tuple[asyncio.Future[Any], bool, Any]] = (
             collections.deque())
@@ -802,9 +820,19 @@ class SQLiteStore(Store):
                 future.set_result(value)
             else:
                 future.set_exception(_mapped(self.path, value))
-        if self._to_release and not self._releasing:
-            self._releasing = True
-            self._release()
+        pending = self._to_release
+        if pending and not self._releasing:
+            if len(pending) <= RELEASE_PER_ITERATION:
+                # The common case (one run, or a few): resume them now, nothing to pace.
+                while pending:
+                    future, ok, value = pending.popleft()
+                    if ok:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(_mapped(self.path, value))
+            else:
+                self._releasing = True
+                self._release()
 
     def _release(self) -> None:
         """Resume the next waiters of committed writes (at most one call per loop iteration).
@@ -898,32 +926,33 @@ class SQLiteStore(Store):
     async def write(self, batch: Batch, *, wait: bool = True) -> None:
         # Rows are built here, on the caller's side: the caller may change its records as
         # soon as this returns (at once, with wait=False).
+        run = batch.run
         run_row: tuple[Any, ...] | None = None
-        run_update: tuple[Any, ...] = ()
-        if batch.run is not None:
-            check_run_record(batch.run)
-            # A run's policy does not change: serialise it once per run, not once per turn.
-            cached = self._policy_json.get(batch.run.id)
-            if cached is None or cached[0] is not batch.run.policy:
-                cached = (batch.run.policy, _dumps(batch.run.policy))
-                self._policy_json[batch.run.id] = cached
-            run_row = _run_row(batch.run, cached[1])
-            run_update = (*(run_row[i] for i in _RUN_MUTABLE_AT), run_row[0])
-        messages = [(r, s, _ENCODE(m)) for r, s, m in batch.messages]
-        calls = [(c.run_id, *_call_row(c)) for c in batch.calls]
+        run_update: tuple[Any, ...] | None = None
+        if run is not None:
+            check_run_record(run)
+            run_update = (run.status.value, run.updated_at, _dumps(run.outcome),
+                          run.input_tokens, run.output_tokens, run.model_requests,
+                          _dumps(run.remembered), run.steps, run.owner, run.lease_until,
+                          _dumps(run.events), run.id)
+            if run.id not in self._runs_written:
+                # The whole row (policy text included) only for a run this store has not
+                # written yet; every later write of it is the UPDATE of what may change.
+                self._runs_written.add(run.id)
+                run_row = _run_row(run)
+        log = [(0, r, s, _ENCODE(m)) for r, s, m in batch.messages]
+        log += [(1, c.run_id, *_call_row(c)) for c in batch.calls]
         pending = [_pending_row(p) for p in batch.pending]
 
         def apply(db: sqlite3.Connection) -> None:
-            if run_row is not None and db.execute(_RUN_UPDATE, run_update).rowcount != 1:
-                db.execute(_RUN_UPSERT, run_row)
-            if len(messages) == 1:
-                db.execute(_LOG_MESSAGE, messages[0])
-            elif messages:
-                db.executemany(_LOG_MESSAGE, messages)
-            if len(calls) == 1:
-                db.execute(_LOG_CALL, calls[0])
-            elif calls:
-                db.executemany(_LOG_CALL, calls)
+            if run is not None and run_update is not None and \
+                    db.execute(_RUN_UPDATE, run_update).rowcount != 1:
+                # A new run, or (exceptionally) one whose first write was rolled back: the
+                # record as it is now, which is this write's or newer.
+                db.execute(_RUN_UPSERT, run_row if run_row is not None else _run_row(run))
+            for start in range(0, len(log), _LOG_ROWS_PER_INSERT):
+                rows = log[start:start + _LOG_ROWS_PER_INSERT]
+                db.execute(_log_insert(rows), [v for row in rows for v in row])
             if pending:
                 db.executemany(_PENDING_REPLACE, pending)
 
