@@ -10,11 +10,16 @@ Reported per row:
 - CPU µs/call: the process's CPU time (all threads, kernel included) per call: steadier than
   wall time on a shared machine, where other processes take the CPU;
 - loop lag p50/p99: how late a 5 ms timer fires while the runs go (what any other task on the
-  loop, a web request say, would wait);
+  loop, a web request say, would wait); "steady" counts only the samples taken once every run
+  has made a call and before the first one ends (not the launch, where `gather` starts every
+  run in one iteration);
+- iteration CPU p99: the loop iteration a timer falls into at p99 (iterations weighted by
+  their length), in CPU time of the loop's thread: the lag without the other processes of a
+  shared machine, which stretch wall-clock lag 2-5x under load;
 - turn gap p50/p99: from a tool's return to the next model request of the same run (the
   gate's record stage, the store's commit, the scheduling of the next turn).
 
-    .venv/bin/python benchmarks/concurrency.py [--reps 3] [--runs 1,10,100,1000]
+    .venv/bin/python benchmarks/concurrency.py [--reps 3] [--runs 1,10,100,1000] [--gc-freeze]
 """
 
 from __future__ import annotations
