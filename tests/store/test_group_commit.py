@@ -177,6 +177,25 @@ async def test_another_connections_lock_is_waited_for_off_the_loop(tmp_path: Pat
         assert {r.id for r in await store.runs()} == {"r0", "r1", "r2"}
 
 
+async def test_a_new_file_is_created_without_waiting_for_the_disk_then_commits_normal(
+        tmp_path: Path) -> None:
+    # A new, empty file is created (WAL switch, schema) with synchronous=OFF: nothing in it
+    # yet to lose. Every commit after that runs with the durability asked for.
+    for durability, expected in (("process", 1), ("fsync", 2)):
+        path = tmp_path / f"{durability}.db"
+        store = Store.open(path, durability=durability)
+        assert isinstance(store, SQLiteStore)
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == expected
+        assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        await store.write(Batch(run=_run("r1")))
+        await store.close()
+        again = Store.open(path, durability=durability)
+        assert isinstance(again, SQLiteStore)
+        assert again._db.execute("PRAGMA synchronous").fetchone()[0] == expected
+        assert [r.id for r in await again.runs()] == ["r1"]
+        await again.close()
+
+
 async def test_opening_a_current_store_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     Store.open(path)
