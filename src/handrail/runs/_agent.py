@@ -737,8 +737,10 @@ class _Runner:
                 # a second one kills them all at once (`second_interrupt_kills`).
                 with second_interrupt_kills():
                     try:
-                        result = await self.gate.drive_turn(turn, calls, existing, first,
-                                                            defer_reads=True)
+                        # A turn of reads commits once on a durable store; the memory
+                        # store keeps its write (and its yield) per step of the turn.
+                        result = await self.gate.drive_turn(
+                            turn, calls, existing, first, defer_reads=self.store.durable)
                     except BaseException:
                         await self._record_interrupted(len(messages) - 1)
                         raise
