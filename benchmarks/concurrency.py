@@ -10,11 +10,16 @@ Reported per row:
 - CPU µs/call: the process's CPU time (all threads, kernel included) per call: steadier than
   wall time on a shared machine, where other processes take the CPU;
 - loop lag p50/p99: how late a 5 ms timer fires while the runs go (what any other task on the
-  loop, a web request say, would wait);
+  loop, a web request say, would wait); "steady" counts only the samples taken once every run
+  has made a call and before the first one ends (not the launch, where `gather` starts every
+  run in one iteration);
+- iteration CPU p99: the loop iteration a timer falls into at p99 (iterations weighted by
+  their length), in CPU time of the loop's thread: the lag without the other processes of a
+  shared machine, which stretch wall-clock lag 2-5x under load;
 - turn gap p50/p99: from a tool's return to the next model request of the same run (the
   gate's record stage, the store's commit, the scheduling of the next turn).
 
-    .venv/bin/python benchmarks/concurrency.py [--reps 3] [--runs 1,10,100,1000]
+    .venv/bin/python benchmarks/concurrency.py [--reps 3] [--runs 1,10,100,1000] [--gc-freeze]
 """
 
 from __future__ import annotations
@@ -44,6 +49,18 @@ def _quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _weighted_p99(stretches: Sequence[float]) -> float:
+    """The iteration a timer falls into at p99: iterations weighted by their length."""
+    ordered = sorted(stretches)
+    total = sum(ordered)
+    seen = 0.0
+    for value in ordered:
+        seen += value
+        if seen >= 0.99 * total:
+            return value
+    return float("nan")
+
+
 async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
     import handrail as hr
     from handrail.models import Scripted, Turn, UserMessage, call, reply
@@ -51,12 +68,21 @@ async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
     returned: dict[int, float] = {}
     gaps: list[float] = []
     calls = 0
+    # The steady state: from the moment every run has made a call to the first run's end.
+    # Before it, the launch: `gather` starts every run in one loop iteration (each run's set-up
+    # before its first write, ~0.3-0.5 ms, times R), a burst a server spreads over time.
+    called: set[int] = set()
+    steady: list[float] = []
 
     @hr.tool(mutates=False)
     async def add(run: int, a: int) -> int:
         nonlocal calls
         calls += 1
         returned[run] = time.perf_counter()
+        if not steady:
+            called.add(run)
+            if len(called) == runs:
+                steady.append(time.perf_counter())
         return a + 1
 
     def turn(n: int) -> Any:
@@ -82,6 +108,7 @@ async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
         return hr.Store.open(path, **options)
 
     lags: list[float] = []
+    steady_lags: list[float] = []
     stop = asyncio.Event()
 
     async def probe() -> None:
@@ -90,12 +117,35 @@ async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
             t0 = time.perf_counter()
             await asyncio.sleep(period)
             lags.append(time.perf_counter() - t0 - period)
+            if len(steady) == 1:
+                steady_lags.append(lags[-1])
+
+    # The loop's busy stretches in CPU time of its thread: what a timer waits for, without
+    # the other processes of a shared machine (which stretch wall-clock lag 2-5x under load).
+    loop = asyncio.get_running_loop()
+    stretches: list[float] = []
+    run_once = loop._run_once  # type: ignore[attr-defined]
+
+    def timed_run_once() -> None:
+        c0 = time.thread_time()
+        run_once()
+        if len(steady) == 1:
+            stretches.append(time.thread_time() - c0)
+
+    async def one(k: int) -> Any:
+        result = await agent.run(f"add things, run {k}", store=store)
+        if len(steady) == 1:
+            steady.append(time.perf_counter())  # the first run's end closes the window
+        return result
 
     store = open_store()
     probe_task = asyncio.create_task(probe())
+    loop._run_once = timed_run_once  # type: ignore[attr-defined]
     t0, cpu0 = time.perf_counter(), time.process_time()
-    results = await asyncio.gather(*(agent.run(f"add things, run {k}", store=store)
-                                     for k in range(runs)))
+    try:
+        results = await asyncio.gather(*(one(k) for k in range(runs)))
+    finally:
+        del loop._run_once  # type: ignore[attr-defined]
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     stop.set()
@@ -105,7 +155,11 @@ async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
     assert calls == runs * CALLS_PER_RUN, calls
     return {"calls_per_s": calls / elapsed, "cpu_us_per_call": 1e6 * cpu / calls,
             "lag_p50_ms": 1e3 * _quantile(lags, 0.5), "lag_p99_ms": 1e3 * _quantile(lags, 0.99),
-            "gap_p50_ms": 1e3 * _quantile(gaps, 0.5), "gap_p99_ms": 1e3 * _quantile(gaps, 0.99)}
+            "gap_p50_ms": 1e3 * _quantile(gaps, 0.5), "gap_p99_ms": 1e3 * _quantile(gaps, 0.99),
+            "steady_lag_p50_ms": 1e3 * _quantile(steady_lags, 0.5),
+            "steady_lag_p99_ms": 1e3 * _quantile(steady_lags, 0.99),
+            "iter_cpu_p99_ms": 1e3 * _weighted_p99(stretches),
+            "iter_cpu_max_ms": 1e3 * max(stretches, default=float("nan"))}
 
 
 BEFORE = " (before)"
@@ -169,8 +223,9 @@ def main() -> None:
     print(f"\n## {CALLS_PER_RUN} calls per run, one event loop: medians over {args.reps} "
           f"repeats (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)\n")
     print("| store | runs | calls/s | × memory | × own 1-run | CPU µs/call | "
-          "loop lag p50 / p99 ms | turn gap p50 / p99 ms |")
-    print("|---|---|---|---|---|---|---|---|")
+          "loop lag p50 / p99 ms | steady lag p50 / p99 ms | iteration CPU p99 ms | "
+          "turn gap p50 / p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for kind in stores:
         for runs in levels:
             cps = med(kind, runs, "calls_per_s")
@@ -183,6 +238,9 @@ def main() -> None:
             print(f"| {label} | {runs:,} | {cps:,.0f} | {vs_memory} | {vs_one} | "
                   f"{med(kind, runs, 'cpu_us_per_call'):.0f} | "
                   f"{med(kind, runs, 'lag_p50_ms'):.2f} / {med(kind, runs, 'lag_p99_ms'):.2f} | "
+                  f"{med(kind, runs, 'steady_lag_p50_ms'):.2f} / "
+                  f"{med(kind, runs, 'steady_lag_p99_ms'):.2f} | "
+                  f"{med(kind, runs, 'iter_cpu_p99_ms'):.2f} | "
                   f"{med(kind, runs, 'gap_p50_ms'):.2f} / {med(kind, runs, 'gap_p99_ms'):.2f} |")
 
 

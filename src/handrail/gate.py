@@ -482,15 +482,25 @@ class Gate:
         calls: Sequence[ToolCall],
         existing: dict[str, CallRecord],
         first_write: Batch,
+        *,
+        defer_reads: bool = False,
     ) -> TurnResult:
         """Plan, record, approve, execute and record every call of one turn.
 
         `existing` holds records from an earlier attempt at this turn (a resume); `first_write`
         carries what must be committed with the turn's first records (the assistant message,
         the run's update). Results come back in call order.
+
+        With `defer_reads` (or `RunScope.mark_reads` false), a new turn whose every call either was
+        refused or runs a tool that changes nothing (`mutates=False`), with nothing pending, is not
+        committed before its calls run: `first_write` joins the turn's `final` batch instead, which
+        the caller commits before anyone sees a result (one commit per turn instead of two). A
+        STARTED mark and a decision are committed before the side effect they allow; such a turn has
+        none, and a crash before its commit leaves the run at the previous turn's end, as if the
+        model had not answered yet.
         """
         scope = self.scope
-        self._unwritten = None
+        self._deferred = None
         states: list[_Call] = []
         for index, call in enumerate(calls):
             record = existing.get(call.id)
@@ -528,14 +538,12 @@ class Gate:
         first_write.pending.extend(p for s in states for p in s.pending)
         for s in states:
             s.pending = []
-        if scope.mark_reads or existing or first_write.pending or any(
-                s.result is None and s.outcome is None and (
-                    s.record.status is not CallStatus.STARTED or s.impl is None
-                    or self._mutates(s.impl)) for s in states):
-            await scope.store.write(first_write)
+        if (defer_reads or not scope.mark_reads) and not existing and \
+                not first_write.pending and \
+                all(self._acts_on_nothing(s) for s in states):
+            self._deferred = first_write
         else:
-            # Only reads are about to run: this batch is committed with their results.
-            self._unwritten = first_write
+            await scope.store.write(first_write)
 
         async def act(state: _Call) -> None:
             if state.result is not None or state.outcome is not None:
@@ -594,6 +602,18 @@ class Gate:
                 scope.telemetry.calls_ended(states)
         return self._turn_result(states)
 
+    _deferred: Batch | None = None
+    """The turn's first write when `defer_reads` let it join the turn's final batch."""
+
+    def _acts_on_nothing(self, state: _Call) -> bool:
+        """Whether a planned call changes nothing: refused, or a read about to run."""
+        if state.outcome is not None:
+            return False  # waits for a person: its pause is committed as it always was
+        if state.result is not None:
+            return True  # refused before acting
+        return (state.record.status is CallStatus.STARTED and state.impl is not None
+                and not self._mutates(state.impl))
+
     interrupted: TurnResult | None = None
     """The turn an interruption cut short, its calls settled; `take_interrupted` hands it to
     the caller, which records it (shielded) before the interruption propagates."""
@@ -635,8 +655,6 @@ class Gate:
                 for i in range(len(states)):
                     tg.start_soon(in_order, i)
 
-    _unwritten: Batch | None = None
-    """A turn's first batch left for its final one (`RunScope.mark_reads`)."""
 
     def _turn_result(self, states: list[_Call]) -> TurnResult:
         scope = self.scope
@@ -645,10 +663,12 @@ class Gate:
                    for s in states if s.result is not None]
         final = Batch(calls=[s.record for s in states],
                       pending=[p for s in states for p in s.pending])
-        unwritten, self._unwritten = self._unwritten, None
-        if unwritten is not None:
-            final.messages.extend(unwritten.messages)
-            final.run = unwritten.run
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            # Its records are the states' own (in `final` already, as they are now).
+            final.run = deferred.run
+            final.messages[:0] = deferred.messages
+            final.pending[:0] = deferred.pending
         shown: dict[str, str] = {}
         if scope.record_contents != "full":
             for s in states:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -129,3 +130,30 @@ def test_two_processes_released_together_never_both_decide_one_item(
                     assert (await again.pending_item(f"p{i}")).decided_by == name
 
     anyio.run(check)
+
+
+def test_stored_values_read_back_as_json_wrote_them(tmp_path: Path) -> None:
+    # The store encodes with pydantic_core (faster) and falls back to json for what it
+    # refuses: a value must read back exactly as a json round trip gives it, lone surrogates
+    # (model output decoded from "\ud800"), NaN and Infinity included.
+    import math
+
+    from handrail.store import CallRecord
+
+    odd = {"text": "é ü \u2028 \ud800 end", "nan": math.nan, "inf": -math.inf,
+           "big": 2**100, "nested": [{"a": (1, 2)}, None, True, 0.1, -0.0]}
+    call = CallRecord(id="r1:c1", run_id="r1", call_id="c1", turn=0, index=0,
+                      model_name="m", arguments="{}", result=odd, actions=[odd])
+
+    async def main() -> tuple[Any, Any, Any]:
+        async with Store.open(tmp_path / "runs.db") as store:
+            await store.write(Batch(run=RunRecord(id="r1", task="t", created_at=time.time(),
+                                                  events=[odd]),
+                                    messages=[("r1", 0, odd)], calls=[call]))
+            stored = await store.call("r1:c1")
+            return ((await store.messages("r1"))[0], stored.result,
+                    (await store.run("r1")).events[0])
+
+    expected = json.loads(json.dumps(odd))
+    for got in anyio.run(main):
+        assert json.dumps(got) == json.dumps(expected)  # NaN != NaN: compare the texts

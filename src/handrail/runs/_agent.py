@@ -636,7 +636,21 @@ class _Runner:
             run.remembered = [r.to_dict() for r in self.scope.remembered]
         for name, value in changes.items():
             setattr(run, name, value)
+        self._run_mark = self._mark()
         return run
+
+    _run_mark: tuple[Any, ...] | None = None
+
+    def _mark(self) -> tuple[Any, ...]:
+        # What a turn's calls can change of the run: the events its tools record (appended
+        # in place), the rules an approval remembers, its status and owner.
+        run = self.run
+        return (id(run), id(run.events), len(run.events), len(self.scope.remembered),
+                run.status, run.owner)
+
+    def _run_changed(self) -> bool:
+        """Whether the run changed since it was last updated for a write (beyond its times)."""
+        return self._mark() != self._run_mark
 
     async def _call_event(self, kind: str, record: bool, **detail: Any) -> None:
         """A tool's event (`ctx.report_progress`, `ctx.record_event`): kept if asked, told."""
@@ -816,7 +830,10 @@ class _Runner:
                 # a second one kills them all at once (`second_interrupt_kills`).
                 with second_interrupt_kills():
                     try:
-                        result = await self.gate.drive_turn(turn, calls, existing, first)
+                        # A turn of reads commits once on a durable store; the memory
+                        # store keeps its write (and its yield) per step of the turn.
+                        result = await self.gate.drive_turn(
+                            turn, calls, existing, first, defer_reads=self.store.durable)
                     except BaseException:
                         await self._record_interrupted(len(messages) - 1)
                         raise
@@ -852,7 +869,10 @@ class _Runner:
                 result.final.messages.extend(
                     (self.run.id, start + i, m)
                     for i, m in enumerate(dump_messages(result.results)))
-                result.final.run = self._run_update()
+                if result.final.run is not None or self._run_changed():
+                    # Else the turn changed nothing of the run but the times: its lease is the
+                    # heartbeat's, its updated_at the next turn's (one row less to commit).
+                    result.final.run = self._run_update()
                 # Committed before the model (or anyone) is shown these results: a run never
                 # reports what a crash could take back. A commit on the loop costs tens of µs.
                 await self.store.write(result.final)
