@@ -78,3 +78,33 @@ def test_it_prints_a_one_time_login_link_and_guards_everything_else(db: Path) ->
         proc.wait(timeout=15)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_it_never_prints_the_stores_password(pg_url: str) -> None:
+    # The test server trusts local connections, so a password in the URL is accepted unused.
+    url = pg_url.replace("postgresql://postgres@", "postgresql://postgres:s3cret-pw@", 1)
+    assert "s3cret-pw" in url
+    env = {**os.environ}
+    env.pop("HANDRAIL_STORE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "handrail.cli", "inbox", "--store", url,
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    printed: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            printed.append(line)
+            if "/login?token=" in line:
+                break
+        watchdog.cancel()
+        assert any("/login?token=" in line for line in printed), printed
+        assert any("postgres:***@" in line for line in printed), printed
+        assert not any("s3cret-pw" in line for line in printed), printed
+    finally:
+        watchdog.cancel()
+        proc.terminate()
+        proc.wait(timeout=15)
+        if proc.stdout is not None:
+            proc.stdout.close()

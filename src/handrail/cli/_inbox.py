@@ -22,6 +22,7 @@ import anyio
 from handrail.cli._runs import _agent_for, _store_path
 from handrail.errors import UserError
 from handrail.store import RunRecord, Store
+from handrail.store.contract import redacted_url
 
 __all__ = ["register"]
 
@@ -93,7 +94,7 @@ def _cmd_inbox(args: argparse.Namespace) -> int:
             sock = _bind(host, args.port)
             port = sock.getsockname()[1]
             shown = f"[{host}]" if ":" in host else host
-            print(f"handrail inbox for {url_store}", flush=True)
+            print(f"handrail inbox for {redacted_url(url_store)}", flush=True)
             if not app.state.inbox.resume_runs:
                 print("decided runs are left to `handrail worker` (--resume: continue them "
                       "here)", flush=True)

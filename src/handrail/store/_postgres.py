@@ -62,6 +62,7 @@ from handrail.store.contract import (
     check_run_record,
     cutoff,
     is_owner_alive,
+    redacted_url,
     status_after_decision,
 )
 
@@ -334,15 +335,6 @@ def map_psycopg_error(url: str, exc: BaseException) -> BaseException:
     return exc
 
 
-def _redacted(url: str) -> str:
-    """The URL without its password (for messages)."""
-    scheme, sep, rest = url.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if not at or ":" not in creds:
-        return url
-    return f"{scheme}{sep}{creds.partition(':')[0]}:***@{host}"
-
-
 _CAS_ERRORS = (AlreadyDecided, NotFound, ResumeRefused)
 
 
@@ -391,7 +383,7 @@ class PostgresStore(Store):
         _import_driver()
         self.url = url
         self.durability = durability
-        self._where = _redacted(url)
+        self._where = redacted_url(url)
         self._max = max(2, max_connections)
         self._pool: AsyncConnectionPool[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

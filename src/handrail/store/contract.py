@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 import os
+import re
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -59,6 +60,7 @@ __all__ = [
     "is_owner_alive",
     "new_owner",
     "owner_is_on_this_host",
+    "redacted_url",
     "register_backend",
     "registered_schemes",
     "status_after_decision",
@@ -96,6 +98,27 @@ def register_backend(scheme: str, factory: StoreFactory) -> None:
 def registered_schemes() -> list[str]:
     """The URL schemes `Store.open` knows, sorted."""
     return sorted(_BACKENDS)
+
+
+_QUERY_SECRET = re.compile(r"(?i)((?:^|[?&;])(?:password|passwd|sslpassword)=)[^&;]*")
+
+
+def redacted_url(url: str) -> str:
+    """`url` as it may be shown or logged, its password replaced by `***`.
+
+    Both places libpq takes one: `user:secret@host` and a `password=` query parameter. A file
+    path is returned unchanged.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    where, q, query = rest.partition("?")
+    creds, at, host = where.rpartition("@")
+    if at and ":" in creds:
+        where = f"{creds.partition(':')[0]}:***@{host}"
+    if q:
+        query = _QUERY_SECRET.sub(lambda m: m.group(1) + "***", query)
+    return f"{scheme}{sep}{where}{q}{query}"
 
 
 class Store(abc.ABC):

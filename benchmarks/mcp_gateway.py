@@ -17,7 +17,7 @@ Each variant: N calls after a warm-up, repeated; median µs per call. Target: (b
 `git archive main src | tar -x -C DIR`), measured interleaved with this tree's: old against
 new in the same run. `--gateway-only` leaves out (c) and (e).
 
-    .venv/bin/python benchmarks/mcp.py [--calls 300] [--reps 5] [--baseline DIR]
+    .venv/bin/python benchmarks/mcp_gateway.py [--calls 300] [--reps 5] [--baseline DIR]
 """
 
 from __future__ import annotations
