@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-# This script is named after the package it measures: run as a script, its own folder is
-# sys.path[0] and `import mcp` would import this file. Drop that entry first.
+# Run as a script, this folder is sys.path[0]: nothing here may shadow a package it imports
+# (this file was once `mcp.py`, which `import mcp` found first). Drop that entry first.
 if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
 
