@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import anyio
 import pytest
 
 import handrail.tools
@@ -98,3 +100,32 @@ def test_handrail_show_takes_a_conversation_without_the_agent_loop() -> None:
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120, check=True)
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, False, False, False]
+
+
+@pytest.mark.parametrize("command", [["runs"], ["runs", "--json"], ["show", "RUN"], ["pending"]])
+def test_the_cli_reading_commands_never_load_the_agent_loop(tmp_path: Path,
+                                                            command: list[str]) -> None:
+    # What `handrail runs/show/pending` pay (issue 11: < 200 ms on 10,000 runs) is mostly
+    # imports: counting and drawing a tree of sub-agents needs the store, not the loop.
+    import handrail as hr
+
+    db = tmp_path / "runs.db"
+
+    async def one_paused_tree() -> str:
+        store = hr.Store.open(db)
+        try:
+            parent = hr.RunRecord(id="root", task="t", agent="a", status=hr.RunStatus.RUNNING)
+            await store.write(hr.store.Batch(run=parent))
+            return parent.id
+        finally:
+            await store.close()
+
+    run_id = anyio.run(one_paused_tree)
+    argv = [a.replace("RUN", run_id) for a in command]
+    probe = ("import json, sys\nfrom handrail.cli import main\n"
+             f"code = main({[*argv, '--store', str(db)]!r})\n"
+             "print(json.dumps([code] + [m in sys.modules for m in ('handrail.runs._agent', "
+             "'handrail.gate', 'handrail.approval', 'handrail.host')]), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120)
+    assert json.loads(proc.stderr.strip().splitlines()[-1]) == [0, False, False, False, False]

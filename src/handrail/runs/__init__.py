@@ -50,7 +50,8 @@ if TYPE_CHECKING:
         outcome_to_dict,
     )
     from handrail.runs._printer import TerminalPrinter
-    from handrail.runs._subagents import SubAgentTool, child_run_id, sub_runs, tree_of
+    from handrail.runs._subagents import SubAgentTool, tree_of
+    from handrail.runs._tree import child_run_id, sub_runs
     from handrail.runs._verify import (
         VERIFY_OUTPUT_CHARS,
         NotVerified,
@@ -87,7 +88,7 @@ _LAZY: dict[str, str] = {
     "Verify": "handrail.runs._verify",
     "VerifyContext": "handrail.runs._verify",
     "check_resumable": "handrail.runs._agent",
-    "child_run_id": "handrail.runs._subagents",
+    "child_run_id": "handrail.runs._tree",
     "conversation_of": "handrail.runs._conversation",
     "next_step": "handrail.runs._outcome",
     "outcome_from_dict": "handrail.runs._outcome",
@@ -101,7 +102,7 @@ _LAZY: dict[str, str] = {
     "resume_with_decision_sync": "handrail.runs._agent",
     "resume_with_recovery": "handrail.runs._agent",
     "resume_with_recovery_sync": "handrail.runs._agent",
-    "sub_runs": "handrail.runs._subagents",
+    "sub_runs": "handrail.runs._tree",
     "thread": "handrail.runs._conversation",
     "tree_of": "handrail.runs._subagents",
     "wrong_kind": "handrail.runs._decisions",

@@ -29,7 +29,6 @@ above it, each with the reason.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import time
 import weakref
@@ -43,7 +42,8 @@ from handrail.gate import CallInDoubt, DelegatedPause, PausedOnQuestion, PausedO
 from handrail.models import dump_messages
 from handrail.policy import Policy
 from handrail.runs._outcome import outcome_to_dict
-from handrail.store import Batch, CallRecord, CallStatus, RunRecord, RunStatus, Store
+from handrail.runs._tree import _OPEN_CALL, child_run_id, sub_runs
+from handrail.store import Batch, RunRecord, RunStatus, Store
 from handrail.store.contract import new_owner
 from handrail.tools import CallContext, SchemaTool, ToolId, ToolResult, ToolSpec
 
@@ -70,15 +70,6 @@ DEFAULT_MAX_DEPTH = 4
 
 MAX_TASK_CHARS = 100_000
 """The longest task a parent's model may hand to a sub-agent (it is a model's output)."""
-
-_OPEN_CALL = (CallStatus.STARTED, CallStatus.IN_DOUBT)
-"""A delegating call's statuses while its child's run may still move."""
-
-
-def child_run_id(parent_run_id: str, call_id: str) -> str:
-    """The id of the run a delegating call drives: the same in every process, for ever."""
-    return hashlib.sha256(f"{parent_run_id}\0{call_id}".encode()).hexdigest()[:16]
-
 
 def _is_model_class(value: object) -> bool:
     # pydantic is imported only for a typed input: the agent core loads without it (issue 11).
@@ -501,28 +492,6 @@ async def prepare_resume(store: Store, run: RunRecord, agent: Agent
                 f"{call.model_name!r}")
         owner = tool.agent
     return root, owner, totals
-
-
-async def sub_runs(store: Store, run: RunRecord,
-                   calls: Sequence[CallRecord] | None = None) -> dict[str, RunRecord]:
-    """The runs `run` delegated to, by the id of the delegating call (for display).
-
-    Found from the run's `delegated` events and, for a call still in flight (whose event a
-    crash may have lost), by the child's derived id.
-    """
-    ids = [str(e["run"]) for e in run.events if e.get("kind") == "delegated" and "run" in e]
-    for call in calls or ():
-        if call.status in _OPEN_CALL:
-            ids.append(child_run_id(run.id, call.call_id))
-    found: dict[str, RunRecord] = {}
-    for child_id in dict.fromkeys(ids):
-        try:
-            child = await store.run(child_id)
-        except NotFound:
-            continue
-        if child.parent_id == run.id and child.parent_call_id is not None:
-            found[child.parent_call_id] = child
-    return found
 
 
 async def tree_of(store: Store, run: RunRecord, agent: Agent) -> tuple[RunRecord, Agent]:
