@@ -39,7 +39,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "manifest": frozenset({"errors", "tools", "policy"}),
     "models": frozenset({"errors", "tools"}),
     "store": frozenset({"errors"}),
-    "host": frozenset({"errors", "tools"}),
+    "host": frozenset({"errors", "tools", "sandbox"}),
     "sandbox": frozenset({"errors", "tools", "policy"}),
     "builtin": frozenset({"errors", "tools", "policy", "host", "sandbox"}),
     "gate": frozenset({"errors", "tools", "policy", "approval", "models", "store"}),
