@@ -125,32 +125,20 @@ class SubprocessTool(SchemaTool):
         cwd = self.cwd if self.cwd is not None else root
         try:
             # The same confinement as `exec`, from the same policy; off the loop (it walks
-            # the workspace). Unavailable (`required`): nothing is started.
+            # the workspace). Unavailable (`required`, a cwd it cannot see): nothing starts.
             argv, confinement = await anyio.to_thread.run_sync(
-                lambda: wrap(self.argv, policy=ctx.policy, workspace=root, mode=ctx.sandbox))
+                lambda: wrap(self.argv, policy=ctx.policy, workspace=root, mode=ctx.sandbox,
+                             cwd=cwd))
         except SandboxUnavailable as exc:
             return ToolResult.error(f"tool '{self.spec.id}': {exc}")
-        if confinement.get("mechanism") == "bwrap" and self.cwd is not None:
-            where = _bwrap_cwd(self.cwd, root)
-            if where is None:
-                return ToolResult.error(
-                    f"tool '{self.spec.id}': its cwd {str(self.cwd)!r} is in /tmp outside the "
-                    "workspace, which a confined program cannot see (its /tmp is private); "
-                    "give it a cwd inside the workspace or outside /tmp; nothing was started")
-            # bwrap's prefix ends `--chdir <workspace> --` (counted from the end: a hidden
-            # file may be named `--`): enter the tool's own cwd instead.
-            at = len(argv) - len(self.argv) - 1
-            if argv[at] != "--" or argv[at - 2] != "--chdir":
-                return ToolResult.error(f"tool '{self.spec.id}': unexpected sandbox argv; "
-                                        "nothing was started")
-            argv = [*argv[:at - 1], where, *argv[at:]]
         if slot is not None:
             slot.extra["sandbox"] = confinement
         try:
             # Spawned from the event loop's thread: bwrap's --die-with-parent follows the
             # spawning thread (docs/sandbox.md).
             await run_process(argv, capture, stdin=stdin, cwd=cwd, env=env,
-                              grace=self.grace)
+                              grace=self.grace,
+                              bwrap=confinement.get("mechanism") == "bwrap")
         finally:
             # Cut off (deadline, cancel) or not, the record gets what the program wrote.
             hand_over(capture, source="subprocess")
@@ -158,15 +146,6 @@ class SubprocessTool(SchemaTool):
                                 source="subprocess")
         return ToolResult(result.content, result.structured, result.is_error,
                           {**result.metadata, "handrail.sandbox": confinement})
-
-
-def _bwrap_cwd(cwd: Path, root: Path) -> str | None:
-    """The tool's cwd as a confined program sees it; None when it cannot (private /tmp)."""
-    real = os.path.realpath(cwd)
-    inside = (real + "/").startswith(os.path.realpath(root) + "/")
-    if not inside and Path(real).parts[:2] == ("/", "tmp"):
-        return None
-    return real
 
 
 _TOML_KEYS: dict[str, type | tuple[type, ...]] = {
