@@ -19,48 +19,11 @@ from typing import Any
 
 import pytest
 
-SERVER_NAME = "sb"
-
-if __name__ == "__main__":
-    # The server, run by the tests below (only the standard library and the SDK here).
-    from mcp.server.mcpserver import MCPServer
-
-    server = MCPServer("sandboxed")
-
-    @server.tool()
-    def read(path: str) -> str:
-        """Read a file."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                return "read: " + f.read()
-        except OSError as exc:
-            return f"failed: {type(exc).__name__}"
-
-    @server.tool()
-    def write(path: str, text: str) -> str:
-        """Write (append to) a file."""
-        try:
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(text)
-            return "written"
-        except OSError as exc:
-            return f"failed: {type(exc).__name__}"
-
-    @server.tool()
-    def connect(port: int) -> str:
-        """Connect to 127.0.0.1:port."""
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5):
-                return "connected"
-        except OSError as exc:
-            return f"failed: {type(exc).__name__}"
-
-    server.run("stdio")
-    raise SystemExit(0)
-
 import handrail as hr
 from handrail.models import Scripted, call, reply
 from handrail.sandbox import _landlock, find_bwrap
+
+SERVER_NAME = "sb"
 
 pytestmark = pytest.mark.anyio
 
@@ -179,3 +142,44 @@ async def test_required_without_any_mechanism_refuses_to_start_the_server(
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(hr.UserError, match="sandbox must be one of"):
         hr.mcp.MCPToolset.stdio("x", name="x", sandbox="sometimes")
+
+
+def _serve() -> None:
+    """The server the tests above run: this file as a program."""
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("sandboxed")
+
+    @server.tool()
+    def read(path: str) -> str:
+        """Read a file."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                return "read: " + f.read()
+        except OSError as exc:
+            return f"failed: {type(exc).__name__}"
+
+    @server.tool()
+    def write(path: str, text: str) -> str:
+        """Write (append to) a file."""
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text)
+            return "written"
+        except OSError as exc:
+            return f"failed: {type(exc).__name__}"
+
+    @server.tool()
+    def connect(port: int) -> str:
+        """Connect to 127.0.0.1:port."""
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5):
+                return "connected"
+        except OSError as exc:
+            return f"failed: {type(exc).__name__}"
+
+    server.run("stdio")
+
+
+if __name__ == "__main__":
+    _serve()

@@ -389,9 +389,8 @@ class MCPToolset:
         from mcp import ClientSession
 
         if self.command is not None:
-            from mcp import StdioServerParameters, stdio_client
-
             from handrail.sandbox import wrap
+            from mcp import StdioServerParameters, stdio_client
 
             # Confined like every program handrail starts, from the same policy; off the
             # loop (it walks the workspace). Spawned by the SDK from the loop's thread, which
