@@ -123,3 +123,62 @@ async def test_required_without_any_mechanism_refuses_and_starts_nothing(
     text = text_of(result)
     assert "local/peek" in text and "sandbox='required'" in text
     assert "bubblewrap not found" in text and "nothing was started" in text
+
+
+PROBE = """
+import json, os, socket, sys
+out = {}
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = "ok"
+    except OSError as exc:
+        out[name] = type(exc).__name__
+attempt("open_env", lambda: open(".env").read())
+attempt("write_outside", lambda: open("../outside.txt", "w").write("x"))
+attempt("write_git_config", lambda: open(".git/config", "a").write("x"))
+attempt("connect", lambda: socket.create_connection(
+    ("127.0.0.1", int(os.environ["PORT"])), timeout=5).close())
+attempt("read_ordinary", lambda: open("src/app.txt").read())
+attempt("write_ordinary", lambda: open("src/new.txt", "w").write("made"))
+print(json.dumps(out))
+"""
+
+
+@needs_bwrap
+async def test_a_subprocess_tool_meets_every_deny_inside_the_program(
+        tmp_path: Path, ws: Path) -> None:
+    import socket
+    import sys
+
+    (ws / ".git").mkdir()
+    (ws / ".git" / "config").write_text("[core]\n")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        tools = [
+            hr.SubprocessTool("peek", [sys.executable, "-c", PROBE], {"type": "object"},
+                              "Probe.", env={"PORT": str(port)}),
+            hr.SubprocessTool("peek", ["sh", "-c", "cat .env; echo cat=$?"],
+                              {"type": "object"}, "Cat.", server="sh"),
+        ]
+        result, _ = await run_tool(tmp_path, ws, tools[:1])
+        shell = hr.Agent(Scripted([call("sh/peek", {}), reply("done")]), tools[1:],
+                         workspace=ws, policy=hr.Policy.default().layer("app").allow(
+                             hr.Act.CALL, "sh/*"))
+        async with hr.Store.open(tmp_path / "sh.db") as store:
+            done = await shell.run("cat", store=store)
+            (cat,) = await store.calls(done.run_id)
+    text = text_of(result)
+    probe = json.loads(text.split("\n", 1)[1])
+    assert probe == {"open_env": "PermissionError", "write_outside": probe["write_outside"],
+                     "write_git_config": probe["write_git_config"],
+                     "connect": probe["connect"], "read_ordinary": "ok",
+                     "write_ordinary": "ok"}, probe
+    assert probe["write_outside"] != "ok" and probe["write_git_config"] != "ok"
+    assert probe["connect"] != "ok"
+    assert not (ws.parent / "outside.txt").exists()
+    assert (ws / ".git" / "config").read_text() == "[core]\n"
+    assert (ws / "src" / "new.txt").read_text() == "made"
+    assert cat.result is not None
+    assert SECRET not in json.dumps(cat.result) and "cat=0" not in text_of(cat.result)
+    assert (ws / ".env").read_text() == SECRET  # outside the sandbox it is there
