@@ -48,7 +48,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "web": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "runs"}),
     "mcp": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
-                      "gate", "runs"}),
+                      "gate", "runs", "sandbox"}),
     "cli": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "builtin", "runs", "web", "mcp", "host", "sandbox"}),
 }

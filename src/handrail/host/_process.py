@@ -267,6 +267,7 @@ async def run_process(
             from bubblewrap failing to start it, which its exit code alone does not.
     """
     status_read = status_write = -1
+    spawned = False
     if bwrap:
         status_read, status_write = os.pipe()
         os.set_blocking(status_read, False)
@@ -293,9 +294,13 @@ async def run_process(
         capture.exit_code = 126
         capture.spawn_error = f"could not start {argv[0]!r}: {exc.strerror or exc}"
         return
+    else:
+        spawned = True
     finally:
         if bwrap:
             os.close(status_write)
+            if not spawned:
+                os.close(status_read)
     capture.pid = process.pid
     capture.started = time.time()
     _LIVE[process.pid] = process
@@ -370,7 +375,8 @@ def _bwrap_status(fd: int, capture: ProcessCapture) -> None:
             if isinstance(report, dict) and isinstance(report.get("exit-code"), int):
                 exit_code = report["exit-code"]
     if exit_code is None:
-        said = bytes(capture.stderr.head).decode("utf-8", "replace")
+        said = (bytes(capture.stderr.head) + bytes(capture.stderr.tail)).decode("utf-8",
+                                                                                "replace")
         failed = _BWRAP_EXEC.search(said)
         if failed is not None and failed.group(2) == "No such file or directory":
             capture.exit_code = 127
