@@ -366,8 +366,10 @@ def _bwrap_status(fd: int, capture: ProcessCapture) -> None:
     finally:
         os.close(fd)
     code = capture.exit_code
-    if code is None or code < 0:
-        return  # bwrap itself was killed (our deadline or cancel, or someone else)
+    if code is None or code < 0 or capture.signal_ours:
+        # bwrap itself was killed (by someone else), or by us (a deadline, a cancel): it
+        # then exits without a report, which must not read as "could not start it".
+        return
     exit_code: int | None = None
     for line in data.decode("utf-8", "replace").splitlines():
         with contextlib.suppress(ValueError):
