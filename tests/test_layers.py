@@ -40,7 +40,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "models": frozenset({"errors", "tools"}),
     "store": frozenset({"errors"}),
     "otel": frozenset({"errors", "tools", "models", "store"}),
-    "host": frozenset({"errors", "tools"}),
+    "host": frozenset({"errors", "tools", "sandbox"}),
     "sandbox": frozenset({"errors", "tools", "policy"}),
     "builtin": frozenset({"errors", "tools", "policy", "host", "sandbox"}),
     "gate": frozenset({"errors", "tools", "policy", "approval", "models", "store", "otel"}),
@@ -49,7 +49,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "web": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "runs"}),
     "mcp": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
-                      "gate", "runs", "otel"}),
+                      "gate", "runs", "otel", "sandbox"}),
     "cli": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "builtin", "runs", "web", "mcp", "host", "sandbox"}),
 }

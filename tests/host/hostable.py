@@ -47,8 +47,10 @@ def build(records: str, effects: str, fifo: str = "") -> hr.Agent:
     policy = hr.Policy.default()  # asks for both: a person decides
     if fifo:
         policy = policy.layer("app").allow(hr.Act.CALL, "local/hang")
+    # sandbox="off": the FIFO is in the test's /tmp, which a confined program cannot see
+    # (its /tmp is private; docs/sandbox.md). These tests are about records, not confinement.
     return hr.Agent(Scripted(turns), [hang], injection=Host(effects), policy=policy,
-                    records_dir=records, name="hostable")
+                    records_dir=records, name="hostable", sandbox="off")
 
 
 async def main(argv: list[str]) -> None:

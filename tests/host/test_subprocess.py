@@ -16,11 +16,15 @@ import pytest
 
 import handrail as hr
 from handrail.host import ProcessCapture, Projection, StreamCapture
+from handrail.sandbox import find_bwrap
 from handrail.tools import CallContext
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 OPEN: dict[str, Any] = {"type": "object"}
+
+needs_bwrap = pytest.mark.skipif(find_bwrap()[0] is None,
+                                 reason=f"no working bubblewrap here: {find_bwrap()[1]}")
 
 
 def script(folder: Path, name: str, body: str) -> Path:
@@ -35,7 +39,7 @@ async def execute(tool: hr.SubprocessTool, arguments: dict[str, Any], workspace:
     validated = tool.validate(arguments)
     context = CallContext(call_id=ctx.get("call_id", "c1"), tool_id=tool.spec.id,
                           workspace=workspace, run_id=ctx.get("run_id"),
-                          agent=ctx.get("agent"))
+                          agent=ctx.get("agent"), sandbox=ctx.get("sandbox", "auto"))
     with anyio.fail_after(60):
         return await tool.execute(validated, context)
 
@@ -135,13 +139,40 @@ async def test_a_missing_program(tmp_path: Path, workspace: Path) -> None:
 
 
 async def test_a_foreign_signal_is_reported_as_such(tmp_path: Path, workspace: Path) -> None:
+    # Unconfined: the wait status says "killed by SIGKILL" exactly.
     prog = script(tmp_path, "run", "#!/bin/sh\necho before\nkill -KILL $$\n")
-    result = await execute(hr.SubprocessTool("t", [str(prog)], OPEN, "T."), {}, workspace)
+    result = await execute(hr.SubprocessTool("t", [str(prog)], OPEN, "T."), {}, workspace,
+                           sandbox="off")
     assert result.is_error
     text = result.render_text()
     assert text.startswith(f"Exit code: {-signal.SIGKILL}\n")
     assert "Killed by signal SIGKILL (not sent by handrail" in text
     assert text.endswith("before")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("body", ["kill -KILL $$", "exit 137"])
+async def test_under_bubblewrap_a_signal_and_its_exit_code_are_said_to_look_the_same(
+        tmp_path: Path, workspace: Path, body: str) -> None:
+    # bwrap reports a program killed by signal N as exit code 128+N (its --json-status-fd
+    # too): the record must not claim either, and must not say bwrap's own status.
+    prog = script(tmp_path, "run", f"#!/bin/sh\necho before\n{body}\n")
+    result = await execute(hr.SubprocessTool("t", [str(prog)], OPEN, "T."), {}, workspace)
+    assert result.is_error
+    assert result.metadata["handrail.sandbox"]["mechanism"] == "bwrap"
+    assert result.render_text() == (
+        "Exit code: 137\nExit code 137: the program exited with 137 or was killed by signal "
+        "SIGKILL (not sent by handrail); inside the sandbox the two look the same\nbefore")
+
+
+@needs_bwrap
+async def test_under_bubblewrap_an_ordinary_exit_code_is_the_programs(
+        tmp_path: Path, workspace: Path) -> None:
+    # bwrap exits 1 when it cannot start the program: a program's own 1 stays the program's.
+    prog = script(tmp_path, "run", "#!/bin/sh\necho nope >&2\nexit 1\n")
+    result = await execute(hr.SubprocessTool("t", [str(prog)], OPEN, "T."), {}, workspace)
+    assert result.metadata["handrail.sandbox"]["mechanism"] == "bwrap"
+    assert result.render_text() == "Exit code: 1\n--- stderr ---\nnope"
 
 
 # ------------------------------------------------------------------ the projection
@@ -198,25 +229,31 @@ wait
 """
 
 
+async def call_tool(tool: hr.SubprocessTool, sandbox: str, outcome: list[object]) -> None:
+    """One call through a ToolHandler (deadline included), as an agent's gate makes it."""
+    handler = hr.ToolHandler(tool, sandbox=sandbox)
+    try:
+        out = await handler.step(hr.Invoke("c1", {}))
+        assert isinstance(out, hr.Finished)
+        outcome.append(out.result)
+    except hr.ToolError as exc:
+        outcome.append(exc)
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
 @pytest.mark.parametrize("how", ["cancel", "deadline"])
 async def test_cancel_or_deadline_kills_the_tree_within_the_grace(
         tmp_path: Path, workspace: Path, how: str) -> None:
+    # Unconfined (the pids and the FIFO in /tmp are the test's means, not the subject): the
+    # group gets SIGTERM, a grace, then SIGKILL, a child ignoring SIGTERM included.
     fifo = tmp_path / "ready"
     os.mkfifo(fifo)
     prog = script(tmp_path, "run", TREE)
     grace = 1.0
     tool = hr.SubprocessTool("t", [str(prog)], OPEN, "T.", env={"FIFO": str(fifo)},
                              grace=grace, timeout=60 if how == "cancel" else 2, cwd=workspace)
-    box = hr.Toolbox([tool])
     pids: list[int] = []
     outcome: list[object] = []
-
-    async def call() -> None:
-        try:
-            outcome.append(await box.call("local/t", {}))
-        except hr.ToolError as exc:
-            outcome.append(exc)
 
     def read_pid() -> int:
         with open(fifo) as fh:  # blocks until the child has written: no sleeps
@@ -224,7 +261,7 @@ async def test_cancel_or_deadline_kills_the_tree_within_the_grace(
 
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(call)
+            tg.start_soon(call_tool, tool, "off", outcome)
             pids.append(await anyio.to_thread.run_sync(read_pid, abandon_on_cancel=True))
             stopped_at = time.monotonic()
             if how == "cancel":
@@ -234,6 +271,57 @@ async def test_cancel_or_deadline_kills_the_tree_within_the_grace(
     if how == "cancel":
         assert outcome == []  # the cancellation propagated
         assert elapsed < grace + 5
+    else:
+        (error,) = outcome
+        assert isinstance(error, hr.ToolTimeout)
+        assert error.disposition is hr.Disposition.IN_DOUBT
+
+
+CONFINED_TREE = """#!/bin/sh
+# A child that ignores SIGTERM says it is ready, then holds the FIFO open until it dies.
+sh -c 'trap "" TERM; echo ready >&3; exec sleep 1000' 3> alive &
+wait
+"""
+
+
+async def read_fifo(fd: int) -> bytes:
+    """The next bytes of a non-blocking FIFO; b"" once every writer is gone."""
+    while True:
+        await anyio.wait_readable(fd)
+        try:
+            return os.read(fd, 100)
+        except BlockingIOError:
+            continue
+
+
+@needs_bwrap
+@pytest.mark.parametrize("how", ["cancel", "deadline"])
+async def test_confined_a_cancel_or_deadline_kills_the_whole_tree(
+        workspace: Path, how: str) -> None:
+    # Inside bubblewrap the program's pids and /tmp are its own: the test sees the child
+    # through a FIFO in the workspace, which reads EOF only once every writer is gone.
+    fifo = workspace / "alive"
+    os.mkfifo(fifo)
+    prog = script(workspace, "run", CONFINED_TREE)
+    grace = 1.0
+    tool = hr.SubprocessTool("t", [str(prog)], OPEN, "T.", grace=grace, cwd=workspace,
+                             timeout=60 if how == "cancel" else 2)
+    outcome: list[object] = []
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # opens at once, no writer needed
+    try:
+        with anyio.fail_after(30):  # a child that survives fails the test, not hangs it
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call_tool, tool, "auto", outcome)
+                assert await read_fifo(fd) == b"ready\n"  # the child is running
+                stopped_at = time.monotonic()
+                if how == "cancel":
+                    tg.cancel_scope.cancel()
+            assert await read_fifo(fd) == b""  # EOF: the child (immune to SIGTERM) is dead
+    finally:
+        os.close(fd)
+    assert time.monotonic() - stopped_at < grace + 10
+    if how == "cancel":
+        assert outcome == []
     else:
         (error,) = outcome
         assert isinstance(error, hr.ToolTimeout)

@@ -46,8 +46,9 @@ async def fixture_tools(tmp_path_factory: pytest.TempPathFactory
                         ) -> AsyncIterator[hr.mcp.MCPToolset]:
     marker = tmp_path_factory.mktemp("mcp") / "calls.log"
     argv = (sys.executable, str(FIXTURE_SERVER), str(marker))
+    # Unconfined: its marker file is in /tmp, private to a confined server.
     async with hr.mcp.MCPToolset.stdio(argv[0], argv[1:], name="fx", policy=exec_policy(*argv),
-                                       timeout=2.0) as tools:
+                                       timeout=2.0, sandbox="off") as tools:
         tools.marker = marker  # type: ignore[attr-defined]
         yield tools
 
@@ -201,7 +202,9 @@ async def test_a_server_that_dies_mid_call_is_in_doubt_then_restarted_once_per_r
     marker = tmp_path / "calls.log"
     argv = (sys.executable, str(FIXTURE_SERVER), str(marker))
     policy = exec_policy(*argv).layer("t").allow("call", "fx/*")
-    async with hr.mcp.MCPToolset.stdio(argv[0], argv[1:], name="fx", policy=policy) as tools:
+    # Its marker is in its workspace: the (confined) server and its restart can write it.
+    async with hr.mcp.MCPToolset.stdio(argv[0], argv[1:], name="fx", policy=policy,
+                                       workspace=tmp_path) as tools:
         store = hr.Store.memory()
         result = await agent([call("fx/die"), call("fx/echo", {"text": "back"}),
                               call("fx/die"), call("fx/echo", {"text": "again"}), reply("x")],

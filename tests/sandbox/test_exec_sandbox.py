@@ -385,3 +385,34 @@ async def test_required_with_bubblewrap_runs_confined(tmp_path: Path, ws: Path) 
     out = await run_exec(tmp_path, ws, ["cat", ".env"], sandbox="required")
     assert out["exit_code"] != 0 and SECRET not in out["stdout"]
     assert out["sandbox"]["mode"] == "required" and out["sandbox"]["mechanism"] == "bwrap"
+
+
+async def test_a_confined_program_past_its_deadline_is_a_timeout_not_a_failed_start(
+        ws: Path) -> None:
+    # bwrap, terminated at the deadline, exits without its status report (255 here): that
+    # must still read as the deadline, not as "the sandbox could not start it".
+    capture = hr.host.ProcessCapture.new()
+    argv, record = hr.sandbox.wrap([PY, "-c", "import time; time.sleep(60)"],
+                                   policy=hr.Policy.default(), workspace=ws)
+    assert record["mechanism"] == "bwrap"
+    with anyio.fail_after(30):
+        await hr.host.run_process(argv, capture, cwd=ws, timeout=0.5, grace=1, bwrap=True)
+    assert capture.timed_out and capture.signal_ours
+    assert capture.spawn_error is None, capture.spawn_error
+    assert "Killed after the 0.5s timeout" in capture.envelope()
+
+
+def test_bwrap_killed_by_us_without_its_report_is_not_a_failed_start() -> None:
+    # Seen under load: bwrap terminated at a deadline exited 255 with no report at all.
+    from handrail.host._process import _bwrap_status
+
+    for ours, expected in ((True, None), (False, "could not start it")):
+        capture = hr.host.ProcessCapture.new()
+        capture.exit_code, capture.signal_ours = 255, ours
+        read, write = os.pipe()
+        os.close(write)  # bwrap wrote nothing
+        _bwrap_status(read, capture)
+        if expected is None:
+            assert capture.spawn_error is None and capture.exit_code == 255
+        else:
+            assert capture.spawn_error is not None and expected in capture.spawn_error

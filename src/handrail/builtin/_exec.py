@@ -99,7 +99,8 @@ class Exec(Tool, server="workspace", name="exec", mutates=True, protected=["/arg
                                      keep_full=slot is not None and slot.path is not None)
         try:
             await run_process(argv, capture, cwd=root, env=passed_environment(),
-                              timeout=timeout)
+                              timeout=timeout,
+                              bwrap=confinement.get("mechanism") == "bwrap")
         finally:
             hand_over(capture, source="exec")
         if capture.spawn_error is not None:

@@ -48,6 +48,9 @@ def register(sub: Any) -> None:
     p.add_argument("--workspace", default=".", help="the directory paths are confined to")
     p.add_argument("--approval-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long a call waits for `handrail approve` (default 30)")
+    p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto",
+                   help="how the manifest's stdio [[servers]] are confined, derived from the "
+                   "policy (docs/sandbox.md; default auto)")
     p.add_argument("--token-file", help="HTTP: read the bearer token from this file")
     p.add_argument("--no-auth", action="store_true",
                    help="HTTP: accept clients without a bearer token (explicitly insecure)")
@@ -114,13 +117,18 @@ def _serve(args: argparse.Namespace) -> int:
         host = host or "127.0.0.1"  # `:8765` means loopback, never every interface
         port = int(port_text)
     token = _token(args) if args.http else None
+    if manifest is not None and any(d.command is not None for d in manifest.servers):
+        from handrail.cli._demo import sandbox_line
+
+        _say(sandbox_line(args.sandbox))
 
     async def main() -> int:
         store = Store.memory() if args.store == "memory" else Store.open(_store_path(args))
         try:
             async with contextlib.AsyncExitStack() as stack:
                 upstream = [] if manifest is None else await stack.enter_async_context(
-                    connect_servers(manifest, policy=policy, workspace=args.workspace))
+                    connect_servers(manifest, policy=policy, workspace=args.workspace,
+                                    sandbox=args.sandbox))
                 gateway = Gateway(Toolbox([*tools, *upstream]), store=store, manifest=manifest,
                                   policy=policy, workspace=args.workspace,
                                   approval_timeout=args.approval_timeout)

@@ -21,7 +21,9 @@ Ctrl-C) can SIGKILL all of them at once with `kill_all_now`, grace periods or no
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -246,6 +248,7 @@ async def run_process(
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,  # noqa: ASYNC109 - ours: it ends in capture.timed_out
     grace: float = DEFAULT_GRACE_SECONDS,
+    bwrap: bool = False,
 ) -> None:
     """Run `argv` to its end (or its deadline), filling `capture` as it goes.
 
@@ -259,7 +262,17 @@ async def run_process(
             covers reading the output too, so a background child holding the pipes open
             cannot hold the call.
         grace: Seconds between SIGTERM and SIGKILL.
+        bwrap: `argv` is a bubblewrap command line (`handrail.sandbox.wrap` said mechanism
+            "bwrap"): its status report (`--json-status-fd`) tells the program's own exit
+            from bubblewrap failing to start it, which its exit code alone does not.
     """
+    status_read = status_write = -1
+    spawned = False
+    if bwrap:
+        status_read, status_write = os.pipe()
+        os.set_blocking(status_read, False)
+        # bwrap's options are not positional: this one goes right after the executable.
+        argv = [argv[0], "--json-status-fd", str(status_write), *argv[1:]]
     try:
         process = await anyio.open_process(
             list(argv),
@@ -269,6 +282,7 @@ async def run_process(
             cwd=cwd,
             env=dict(env) if env is not None else None,
             start_new_session=sys.platform != "win32",
+            pass_fds=(status_write,) if bwrap else (),
         )
     except FileNotFoundError:
         capture.exit_code, capture.spawn_error = 127, f"{argv[0]!r} was not found"
@@ -280,6 +294,13 @@ async def run_process(
         capture.exit_code = 126
         capture.spawn_error = f"could not start {argv[0]!r}: {exc.strerror or exc}"
         return
+    else:
+        spawned = True
+    finally:
+        if bwrap:
+            os.close(status_write)
+            if not spawned:
+                os.close(status_read)
     capture.pid = process.pid
     capture.started = time.time()
     _LIVE[process.pid] = process
@@ -313,9 +334,72 @@ async def run_process(
                 capture.signal = signal.Signals(-code).name
             except ValueError:
                 capture.signal = f"signal {-code}"
+        if bwrap:
+            _bwrap_status(status_read, capture)
         if capture.timed_out:
             capture.notes.append(f"Killed after the {timeout:g}s timeout (SIGTERM to its "
                                  f"process group, SIGKILL after {grace:g}s)")
+
+
+_BWRAP_STATUS_LIMIT = 64 * 1024
+"""Bytes of bwrap's status report read (two short JSON lines; the program cannot write it)."""
+_BWRAP_EXEC = re.compile(r"^bwrap: execvp (.*): ([^:\n]*)$", re.MULTILINE)
+
+
+def _bwrap_status(fd: int, capture: ProcessCapture) -> None:
+    """Correct `capture` from bwrap's status report (then close `fd`).
+
+    bwrap writes `{"child-pid": N, ...}` once its child exists and `{"exit-code": N}` when
+    the program has ended; no exit-code means the program never ran (bwrap's own setup or
+    its execvp failed, said on stderr) and bwrap's exit code (1) is not the program's.
+    A program killed by signal N is reported as exit code 128+N, exactly like a program
+    that exited with 128+N: bwrap does not tell them apart, so neither can the record.
+    """
+    try:
+        data = b""
+        with contextlib.suppress(BlockingIOError):
+            while len(data) < _BWRAP_STATUS_LIMIT:
+                chunk = os.read(fd, _BWRAP_STATUS_LIMIT)
+                if not chunk:
+                    break
+                data += chunk
+    finally:
+        os.close(fd)
+    code = capture.exit_code
+    if code is None or code < 0 or capture.signal_ours:
+        # bwrap itself was killed (by someone else), or by us (a deadline, a cancel): it
+        # then exits without a report, which must not read as "could not start it".
+        return
+    exit_code: int | None = None
+    for line in data.decode("utf-8", "replace").splitlines():
+        with contextlib.suppress(ValueError):
+            report = json.loads(line)
+            if isinstance(report, dict) and isinstance(report.get("exit-code"), int):
+                exit_code = report["exit-code"]
+    if exit_code is None:
+        said = (bytes(capture.stderr.head) + bytes(capture.stderr.tail)).decode("utf-8",
+                                                                                "replace")
+        failed = _BWRAP_EXEC.search(said)
+        if failed is not None and failed.group(2) == "No such file or directory":
+            capture.exit_code = 127
+            capture.spawn_error = f"{failed.group(1)!r} was not found"
+        elif failed is not None and failed.group(2) == "Permission denied":
+            capture.exit_code = 126
+            capture.spawn_error = f"{failed.group(1)!r} is not executable"
+        else:
+            capture.exit_code = 126
+            last = said.strip().splitlines()[-1:] or [f"bwrap exited with {code}"]
+            capture.spawn_error = f"the sandbox (bubblewrap) could not start it: {last[0]}"
+        return
+    capture.exit_code = exit_code
+    if 128 < exit_code <= 128 + 64:
+        try:
+            name = signal.Signals(exit_code - 128).name
+        except ValueError:
+            return
+        capture.notes.append(
+            f"Exit code {exit_code}: the program exited with {exit_code} or was killed by "
+            f"signal {name} (not sent by handrail); inside the sandbox the two look the same")
 
 
 async def _drain(stream: ByteReceiveStream, into: StreamCapture) -> None:

@@ -195,6 +195,9 @@ class CallRecords:
                         "decision": record.decision, "disposition": record.disposition,
                         "error": record.error},
             "source": source,
+            # How the program was confined (docs/sandbox.md), when the tool started one.
+            **({"sandbox": slot.extra["sandbox"]}
+               if slot is not None and "sandbox" in slot.extra else {}),
         })
 
 

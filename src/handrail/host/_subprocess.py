@@ -6,6 +6,10 @@ tool passes, plus `HANDRAIL_WORKSPACE`, `HANDRAIL_AGENT`, `HANDRAIL_RUN_ID`,
 `HANDRAIL_CALL_ID` and what `env=` adds; stdout is the product, stderr diagnostics; a non-zero
 exit is an `is_error` result. The program runs in its own process group; on its deadline, a
 cancel or the run's teardown the group gets SIGTERM, a grace period, then SIGKILL.
+
+The program is confined like the workspace `exec` tool's (docs/sandbox.md): the sandbox is
+derived from the policy in force (`ctx.policy`) and the agent's mode (`ctx.sandbox`); the
+record of how is the result's metadata `handrail.sandbox` and `sandbox` in `output.json`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
+
 from handrail.errors import ConfigError, UserError
 from handrail.host._inject import capture_result, hand_over
 from handrail.host._process import (
@@ -27,6 +33,7 @@ from handrail.host._process import (
     run_process,
 )
 from handrail.host._records import current_call
+from handrail.sandbox import SandboxUnavailable, wrap
 from handrail.tools import Action, CallContext, SchemaTool, ToolId, ToolResult, ToolSpec
 
 __all__ = ["SubprocessTool", "load_tool_dir"]
@@ -112,15 +119,33 @@ class SubprocessTool(SchemaTool):
         })
         env.update(self.env)
         stdin = json.dumps(validated, ensure_ascii=False, separators=(",", ":")).encode()
-        cwd = self.cwd if self.cwd is not None else ctx.workspace
+        # The sandbox's root is the agent's workspace (the policy's paths are relative to
+        # it); a tool's own cwd is only where the program starts.
+        root = Path(ctx.workspace) if ctx.workspace is not None else (self.cwd or Path.cwd())
+        cwd = self.cwd if self.cwd is not None else root
         try:
-            await run_process(self.argv, capture, stdin=stdin, cwd=cwd, env=env,
-                              grace=self.grace)
+            # The same confinement as `exec`, from the same policy; off the loop (it walks
+            # the workspace). Unavailable (`required`, a cwd it cannot see): nothing starts.
+            argv, confinement = await anyio.to_thread.run_sync(
+                lambda: wrap(self.argv, policy=ctx.policy, workspace=root, mode=ctx.sandbox,
+                             cwd=cwd))
+        except SandboxUnavailable as exc:
+            return ToolResult.error(f"tool '{self.spec.id}': {exc}")
+        if slot is not None:
+            slot.extra["sandbox"] = confinement
+        try:
+            # Spawned from the event loop's thread: bwrap's --die-with-parent follows the
+            # spawning thread (docs/sandbox.md).
+            await run_process(argv, capture, stdin=stdin, cwd=cwd, env=env,
+                              grace=self.grace,
+                              bwrap=confinement.get("mechanism") == "bwrap")
         finally:
             # Cut off (deadline, cancel) or not, the record gets what the program wrote.
             hand_over(capture, source="subprocess")
-        return capture_result(capture, None if slot is None else slot.output_path,
-                              source="subprocess")
+        result = capture_result(capture, None if slot is None else slot.output_path,
+                                source="subprocess")
+        return ToolResult(result.content, result.structured, result.is_error,
+                          {**result.metadata, "handrail.sandbox": confinement})
 
 
 _TOML_KEYS: dict[str, type | tuple[type, ...]] = {

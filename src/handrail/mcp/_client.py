@@ -110,7 +110,13 @@ class MCPTool(SchemaTool):
         return out or [self.default_action()]
 
     async def _run(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
-        return await self.toolset.call_remote(self, arguments, ctx)
+        result = await self.toolset.call_remote(self, arguments, ctx)
+        confinement = self.toolset.confinement
+        if confinement is None:
+            return result
+        # How the server that answered was confined, in every call's record (docs/sandbox.md).
+        return ToolResult(result.content, result.structured, result.is_error,
+                          {**result.metadata, "handrail.sandbox": confinement})
 
 
 class MCPToolset:
@@ -141,6 +147,9 @@ class MCPToolset:
         timeout: Seconds a call may run without a result or progress; per-call deadline.
         connect_timeout: Seconds to start, initialise and list tools.
         max_result_bytes: A larger result is refused (InvalidOutput).
+        sandbox: How a stdio server is confined (docs/sandbox.md): "auto", "required" or
+            "off", derived from `policy` and `workspace` at each start like the programs of
+            an agent's tools; how is in `confinement` and in every call's metadata.
     """
 
     def __init__(
@@ -160,7 +169,13 @@ class MCPToolset:
         timeout: float | None = DEFAULT_CALL_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        sandbox: str = "auto",
     ) -> None:
+        from handrail.sandbox import SANDBOX_MODES
+
+        if sandbox not in SANDBOX_MODES:
+            raise UserError(f"MCP server '{name}': sandbox must be one of {SANDBOX_MODES}, "
+                            f"not {sandbox!r}")
         try:
             self.name = str(ToolName(name))
         except UserError as exc:
@@ -183,6 +198,9 @@ class MCPToolset:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_result_bytes = max_result_bytes
+        self.sandbox = sandbox
+        self.confinement: dict[str, Any] | None = None
+        """How the running stdio server was confined (`handrail.sandbox.wrap`'s record)."""
         self.refused_tools: list[str] = []
         """Tools the server offered that handrail cannot name (skipped, with the reason)."""
         self.ungranted: list[str] = []
@@ -432,11 +450,18 @@ class MCPToolset:
         from mcp import ClientSession
 
         if self.command is not None:
+            from handrail.sandbox import wrap
             from mcp import StdioServerParameters, stdio_client
 
+            # Confined like every program handrail starts, from the same policy; off the
+            # loop (it walks the workspace). Spawned by the SDK from the loop's thread, which
+            # bwrap's --die-with-parent follows.
+            argv, self.confinement = await anyio.to_thread.run_sync(
+                lambda: wrap([self.command or "", *self.args], policy=self.policy,
+                             workspace=self.workspace, mode=self.sandbox, cwd=self.cwd))
             self._close_stderr()
             self._stderr = tempfile.TemporaryFile()  # closed by _close_stderr
-            params = StdioServerParameters(command=self.command, args=list(self.args),
+            params = StdioServerParameters(command=argv[0], args=argv[1:],
                                            env=self.env or None, cwd=str(self.cwd))
             streams = await stack.enter_async_context(
                 stdio_client(params, errlog=cast(Any, self._stderr)))

@@ -22,11 +22,12 @@ __all__ = ["check_with_servers", "connect_servers", "hint_problems"]
 
 @contextlib.asynccontextmanager
 async def connect_servers(manifest: Manifest, *, policy: Policy | None = None,
-                          workspace: str | os.PathLike[str] = "."
+                          workspace: str | os.PathLike[str] = ".", sandbox: str = "auto",
                           ) -> AsyncIterator[list[MCPToolset]]:
     """Enter an `MCPToolset` for every `[[servers]]` entry; all are closed on exit.
 
-    `policy` decides each start (default: the manifest's policy, else `Policy.default()`).
+    `policy` decides each start (default: the manifest's policy, else `Policy.default()`)
+    and confines each stdio server as `sandbox` says (docs/sandbox.md).
     """
     if policy is None:
         policy = manifest.policy
@@ -34,7 +35,7 @@ async def connect_servers(manifest: Manifest, *, policy: Policy | None = None,
         toolsets = []
         for decl in manifest.servers:
             toolset = MCPToolset.from_manifest(decl, manifest=manifest, policy=policy,
-                                               workspace=workspace)
+                                               workspace=workspace, sandbox=sandbox)
             toolsets.append(await stack.enter_async_context(toolset))
         yield toolsets
 

@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -93,6 +93,24 @@ class Sandbox:
     def argv(self, program_argv: Sequence[str]) -> list[str]:
         """The argv that runs `program_argv` inside this sandbox."""
         return [*self.prefix, "--", *program_argv]
+
+    def starting_in(self, cwd: str | os.PathLike[str]) -> Sandbox:
+        """This sandbox with the program started in `cwd` instead of the workspace's root.
+
+        Raises:
+            SandboxUnavailable: `cwd` is in `/tmp` outside the workspace, which a confined
+                program cannot see (its `/tmp` is private).
+        """
+        real = os.path.realpath(cwd)
+        inside = (real + "/").startswith(self.workspace + "/")
+        if not inside and Path(real).parts[:2] == ("/", "tmp"):
+            raise SandboxUnavailable(
+                f"the program's working directory {os.fspath(cwd)!r} is in /tmp outside the "
+                "workspace, which a confined program cannot see (its /tmp is private); give "
+                "it one inside the workspace or outside /tmp; nothing was started")
+        # The prefix always ends with `--chdir <root>` (build puts it last).
+        assert self.prefix[-2] == "--chdir", self.prefix[-2:]
+        return replace(self, prefix=(*self.prefix[:-1], real))
 
     def record(self, mode: str) -> dict[str, Any]:
         """How a program was confined, for the call's record."""
@@ -309,16 +327,19 @@ def wrap(
     policy: Policy | None,
     workspace: str | os.PathLike[str],
     mode: str = "auto",
+    cwd: str | os.PathLike[str] | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
     """The argv to spawn for `argv`, confined as `mode` says, and the record of how.
 
     Call it in a worker thread (it probes bwrap once and walks the workspace). `policy` is
     the policy in force for the run (`ctx.policy`); None (outside an agent run) means
-    `Policy.default()`. Spawn the returned argv with the workspace as cwd.
+    `Policy.default()`. `cwd`: where the program starts, default the workspace's root;
+    spawn the returned argv with that same cwd.
 
     Raises:
         SandboxUnavailable: `mode="required"` and the program cannot be confined (the
-            message names what is missing); or the workspace is too large to expand.
+            message names what is missing); or the workspace is too large to expand; or
+            `cwd` is in `/tmp` outside the workspace (invisible inside bubblewrap).
         ValueError: `mode` is not one of `SANDBOX_MODES`.
     """
     if mode not in SANDBOX_MODES:
@@ -336,6 +357,8 @@ def wrap(
               and not (program + "/").startswith(root + "/") and os.path.isfile(program))
     sandbox = build(policy if policy is not None else Policy.default(), root, bwrap,
                     programs=[program] if in_tmp else [])
+    if cwd is not None:
+        sandbox = sandbox.starting_in(cwd)
     return sandbox.argv(argv), sandbox.record(mode)
 
 
