@@ -33,7 +33,7 @@ from handrail.errors import NotFound, UserError
 from handrail.gate import Gate, PausedOnQuestion, PausedOnRequest, RunScope
 from handrail.manifest import check_against, refusals
 from handrail.models import AssistantMessage, ToolCall, dump_messages
-from handrail.otel import Telemetry
+from handrail.otel import Telemetry, telemetry_from
 from handrail.policy import Policy
 from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
 from handrail.store.contract import new_owner
@@ -270,12 +270,7 @@ class Gateway:
                  deps: Any = None, telemetry: Telemetry | Literal[False] | None = None) -> None:
         if not approval_timeout >= 0:
             raise UserError("approval_timeout must be a non-negative number of seconds")
-        if telemetry is not None and telemetry is not False and \
-                not isinstance(telemetry, Telemetry):
-            raise UserError(f"telemetry= takes hr.Telemetry(...), None or False, not "
-                            f"{type(telemetry).__name__}")
-        self.telemetry: Telemetry | None = (Telemetry() if telemetry is None
-                                            else telemetry or None)
+        self.telemetry: Telemetry | None = telemetry_from(telemetry)
         self.toolbox = toolbox
         self.store = store
         self.manifest = manifest

@@ -14,6 +14,6 @@ from handrail.otel._instrumentation import (
     Instrumentation,
     resumed_from,
 )
-from handrail.otel._telemetry import Telemetry
+from handrail.otel._telemetry import Telemetry, telemetry_from
 
-__all__ = ["CallState", "Instrumentation", "Telemetry", "resumed_from"]
+__all__ = ["CallState", "Instrumentation", "Telemetry", "resumed_from", "telemetry_from"]

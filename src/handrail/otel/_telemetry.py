@@ -8,7 +8,7 @@ from typing import Any
 from handrail.errors import UserError
 from handrail.otel._instrumentation import Instrumentation
 
-__all__ = ["Telemetry"]
+__all__ = ["Telemetry", "telemetry_from"]
 
 # The classes OpenTelemetry's API hands out while nobody has configured a provider: reporting
 # to them records nothing, so a run treats them as "off".
@@ -104,3 +104,22 @@ def _configured(module: str, getter: str, noop: frozenset[str]) -> Any:
         return None
     provider = getattr(api, getter)()
     return None if type(provider).__name__ in noop else provider
+
+
+def telemetry_from(value: object) -> Telemetry | None:
+    """What an `Agent(telemetry=)` or `Gateway(telemetry=)` argument means.
+
+    None follows the global providers (a default `Telemetry`, looked up at each run start);
+    False reports nothing; a `Telemetry` is taken as given.
+
+    Raises:
+        UserError: anything else, naming what was given.
+    """
+    if value is None:
+        return Telemetry()
+    if value is False:
+        return None
+    if not isinstance(value, Telemetry):
+        raise UserError(f"telemetry= takes hr.Telemetry(...), None or False, not "
+                        f"{type(value).__name__}")
+    return value

@@ -59,7 +59,7 @@ from handrail.models import (
     load_messages,
     provider_int,
 )
-from handrail.otel import Telemetry
+from handrail.otel import Telemetry, telemetry_from
 from handrail.policy import Policy, Rule
 from handrail.runs import _logging as log
 from handrail.runs._conversation import start_messages
@@ -348,12 +348,7 @@ class Agent:
         self.sandbox = sandbox
 
         self.control = _control(control, manifest, root)
-        if telemetry is not None and telemetry is not False and \
-                not isinstance(telemetry, Telemetry):
-            raise UserError(f"telemetry= takes hr.Telemetry(...), None or False, not "
-                            f"{type(telemetry).__name__}")
-        self.telemetry: Telemetry | None = (Telemetry() if telemetry is None
-                                            else telemetry or None)
+        self.telemetry: Telemetry | None = telemetry_from(telemetry)
 
     max_depth: int = DEFAULT_MAX_DEPTH
     """How many levels of sub-agents a tree rooted at this agent may have (docs/subagents.md);
