@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -275,6 +276,48 @@ async def test_cancel_or_deadline_kills_the_tree_within_the_grace(
         (error,) = outcome
         assert isinstance(error, hr.ToolTimeout)
         assert error.disposition is hr.Disposition.IN_DOUBT
+
+
+async def test_a_cancel_while_the_program_is_being_started_still_kills_its_tree(
+        tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The spawn is awaited: a cancel landing there used to lose the started process (never
+    # registered, never killed: a child ignoring SIGTERM ran on). Here the spawn is held open
+    # until the test has cancelled, so the cancel always lands inside it.
+    from handrail.host import _process
+
+    fifo = tmp_path / "ready"
+    os.mkfifo(fifo)
+    prog = script(tmp_path, "run", TREE)
+    cancelled = anyio.Event()
+    real_open = _process.anyio.open_process
+
+    async def slow_open(*args: Any, **kwargs: Any) -> Any:
+        process = await real_open(*args, **kwargs)
+        await cancelled.wait()  # returns at once if shielded from the cancel; else raises
+        return process
+
+    monkeypatch.setattr(_process.anyio, "open_process", slow_open)
+    tool = hr.SubprocessTool("t", [str(prog)], OPEN, "T.", env={"FIFO": str(fifo)},
+                             grace=1.0, timeout=60, cwd=workspace)
+    pids: list[int] = []
+    outcome: list[object] = []
+
+    def read_pid() -> int:
+        with open(fifo) as fh:
+            return int(fh.readline())
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call_tool, tool, "off", outcome)
+            pids.append(await anyio.to_thread.run_sync(read_pid, abandon_on_cancel=True))
+            tg.cancel_scope.cancel()
+            cancelled.set()
+    try:
+        assert await anyio.to_thread.run_sync(wait_gone, pids[0])
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pids[0], signal.SIGKILL)
+    assert outcome == []
 
 
 CONFINED_TREE = """#!/bin/sh

@@ -274,16 +274,21 @@ async def run_process(
         # bwrap's options are not positional: this one goes right after the executable.
         argv = [argv[0], "--json-status-fd", str(status_write), *argv[1:]]
     try:
-        process = await anyio.open_process(
-            list(argv),
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            start_new_session=sys.platform != "win32",
-            pass_fds=(status_write,) if bwrap else (),
-        )
+        # Shielded: a cancel that landed while the spawn was awaited would lose the process
+        # (started, never registered, never killed: its tree outlives the call). The spawn is
+        # bounded (fork and exec); the cancel is delivered at the first await after it, inside
+        # the try below, whose cleanup kills the group.
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                list(argv),
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=dict(env) if env is not None else None,
+                start_new_session=sys.platform != "win32",
+                pass_fds=(status_write,) if bwrap else (),
+            )
     except FileNotFoundError:
         capture.exit_code, capture.spawn_error = 127, f"{argv[0]!r} was not found"
         return
