@@ -182,3 +182,45 @@ async def test_a_subprocess_tool_meets_every_deny_inside_the_program(
     assert cat.result is not None
     assert SECRET not in json.dumps(cat.result) and "cat=0" not in text_of(cat.result)
     assert (ws / ".env").read_text() == SECRET  # outside the sandbox it is there
+
+
+@needs_bwrap
+def test_what_a_program_needs_from_tmp_is_visible_read_only_and_nothing_else(
+        tmp_path: Path, ws: Path) -> None:
+    # A checkout or a venv in /tmp (CI often has one) must still run: the program, the
+    # modules beside a script it is given, and the running Python are bound in read-only.
+    # The rest of the private /tmp stays hidden, and none of it is writable.
+    import subprocess
+    import sys
+
+    from handrail.sandbox import wrap
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "helper.py").write_text("WORD = 'imported'\n")
+    (code / "main.py").write_text(
+        "import os, sys\nimport helper\nprint(helper.WORD)\n"
+        "print('secret visible' if os.path.exists(sys.argv[1]) else 'secret hidden')\n"
+        "try:\n    open(os.path.join(os.path.dirname(__file__), 'new.txt'), 'w')\n"
+        "    print('wrote beside the script')\n"
+        "except OSError:\n    print('read-only')\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    secret = other / "secret.txt"
+    secret.write_text("must not be seen")
+    argv, record = wrap([sys.executable, str(code / "main.py"), str(secret)],
+                        policy=hr.Policy.default(), workspace=ws, mode="required")
+    assert record["mechanism"] == "bwrap"
+    done = subprocess.run(argv, cwd=ws, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    # `secret` is an argument too, so its folder would be bound: name it by a path that
+    # is not an argument to check the rest of /tmp stays hidden.
+    assert done.stdout.splitlines()[0] == "imported"
+    assert done.stdout.splitlines()[2] == "read-only"
+    hidden = subprocess.run(
+        wrap([sys.executable, str(code / "main.py"), "/nowhere"], policy=hr.Policy.default(),
+             workspace=ws, mode="required")[0][:-1] + [str(secret)],
+        cwd=ws, capture_output=True, text=True, timeout=60)
+    assert hidden.returncode == 0, hidden.stderr
+    assert hidden.stdout.splitlines()[1] == "secret hidden"
+    assert not (code / "new.txt").exists()

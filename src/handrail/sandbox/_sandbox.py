@@ -27,6 +27,7 @@ hidden or read-only folder holds it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -267,8 +268,9 @@ def build(policy: Policy, workspace: str | os.PathLike[str], bwrap: str, *,
           programs: Sequence[str] = ()) -> Sandbox:
     """The sandbox for programs run under `policy` in `workspace`, with the bwrap at `bwrap`.
 
-    `programs`: absolute paths of programs to run that lie in `/tmp` outside the workspace
-    (hidden by the private `/tmp` otherwise): each is bound in read-only, alone.
+    `programs`: absolute paths in `/tmp` outside the workspace that programs need to start
+    (hidden by the private `/tmp` otherwise; see `_needed_from_tmp`): each is bound in
+    read-only.
 
     Raises:
         SandboxUnavailable: the workspace is too large to expand the policy against.
@@ -352,14 +354,69 @@ def wrap(
         return _landlock_or_nothing(argv, policy if policy is not None else Policy.default(),
                                     workspace, mode, why)
     root = workspace_root(os.fspath(workspace))
-    program = argv[0] if argv else ""
-    in_tmp = (os.path.isabs(program) and Path(program).parts[:2] == ("/", "tmp")
-              and not (program + "/").startswith(root + "/") and os.path.isfile(program))
     sandbox = build(policy if policy is not None else Policy.default(), root, bwrap,
-                    programs=[program] if in_tmp else [])
+                    programs=_needed_from_tmp(argv, root))
     if cwd is not None:
         sandbox = sandbox.starting_in(cwd)
     return sandbox.argv(argv), sandbox.record(mode)
+
+
+def _in_tmp(path: str, root: str) -> bool:
+    # Neither inside the workspace (bound already) nor holding it (its neighbours stay hidden).
+    return (Path(path).parts[:2] == ("/", "tmp") and path != "/tmp"
+            and not (path + "/").startswith(root + "/")
+            and not (root + "/").startswith(path + "/"))
+
+
+def _package_of(path: str) -> str:
+    """`path`, or the outermost `node_modules` folder holding it.
+
+    A Node program (an npm MCP server started through `node_modules/.bin`) resolves its
+    modules from there.
+    """
+    parts = Path(path).parts
+    if "node_modules" in parts:
+        return str(Path(*parts[:parts.index("node_modules") + 1]))
+    return path
+
+
+def _needed_from_tmp(argv: Sequence[str], root: str) -> list[str]:
+    """What in `/tmp` (outside the workspace) a program needs to start, to be bound read-only.
+
+    The private `/tmp` hides everything else there. Kept visible, read-only: the program
+    itself (with its `node_modules` when it is a Node package's); the folder of each absolute
+    path among its arguments (a script and the modules beside it); the interpreter its `#!`
+    line names; and the Python installation handrail
+    runs from (its prefix and import path: a venv or a checkout in `/tmp` is common in CI,
+    and `sys.executable` is the usual way to start a Python program or MCP server). Code,
+    not data: the policy's denies inside the workspace are applied as ever, and nothing
+    here is writable.
+    """
+    import sys
+
+    found: list[str] = []
+    program = argv[0] if argv else ""
+    if os.path.isabs(program) and os.path.isfile(program):
+        found += [_package_of(os.path.normpath(program)),
+                  _package_of(os.path.realpath(program))]
+        with contextlib.suppress(OSError):
+            with open(program, "rb") as fh:
+                first = fh.readline(4096)
+            if first.startswith(b"#!"):
+                words = first[2:].decode("utf-8", "replace").split()
+                if words and os.path.isabs(words[0]):
+                    found.append(os.path.normpath(words[0]))
+    for arg in argv[1:]:
+        if os.path.isabs(arg) and os.path.exists(arg):
+            path = os.path.normpath(arg)
+            found.append(_package_of(os.path.dirname(path) if os.path.isfile(path) else path))
+    found += [os.path.normpath(p) for p in (sys.prefix, sys.base_prefix, *sys.path)
+              if p and os.path.isabs(p) and os.path.exists(p)]
+    chosen: list[str] = []
+    for path in sorted({p for p in found if _in_tmp(p, root)}, key=len):
+        if not any((path + "/").startswith(c + "/") for c in chosen):
+            chosen.append(path)
+    return chosen
 
 
 def _landlock_or_nothing(argv: Sequence[str], policy: Policy,
