@@ -217,10 +217,11 @@ def test_what_a_program_needs_from_tmp_is_visible_read_only_and_nothing_else(
     # is not an argument to check the rest of /tmp stays hidden.
     assert done.stdout.splitlines()[0] == "imported"
     assert done.stdout.splitlines()[2] == "read-only"
-    hidden = subprocess.run(
-        wrap([sys.executable, str(code / "main.py"), "/nowhere"], policy=hr.Policy.default(),
-             workspace=ws, mode="required")[0][:-1] + [str(secret)],
-        cwd=ws, capture_output=True, text=True, timeout=60)
+    # Wrapped with an argument that binds nothing, then pointed at the secret.
+    unbound, _ = wrap([sys.executable, str(code / "main.py"), "/nowhere"],
+                      policy=hr.Policy.default(), workspace=ws, mode="required")
+    hidden = subprocess.run([*unbound[:-1], str(secret)], cwd=ws, capture_output=True,
+                            text=True, timeout=60)
     assert hidden.returncode == 0, hidden.stderr
     assert hidden.stdout.splitlines()[1] == "secret hidden"
     assert not (code / "new.txt").exists()
