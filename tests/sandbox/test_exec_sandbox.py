@@ -416,3 +416,16 @@ def test_bwrap_killed_by_us_without_its_report_is_not_a_failed_start() -> None:
             assert capture.spawn_error is None and capture.exit_code == 255
         else:
             assert capture.spawn_error is not None and expected in capture.spawn_error
+
+
+async def test_a_model_cannot_read_tmp_by_naming_a_path_in_its_argv(tmp_path: Path,
+                                                                      ws: Path) -> None:
+    # A program a developer configures gets its script's folder in /tmp bound in; a model's
+    # argv does not: naming a file must not be the way past the private /tmp.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "secret.txt").write_text(SECRET)
+    out = await run_exec(tmp_path, ws, ["cat", str(other / "secret.txt")])
+    assert out["exit_code"] != 0
+    assert SECRET not in out["stdout"]
+    assert "No such file" in out["stderr"]

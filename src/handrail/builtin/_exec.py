@@ -86,7 +86,8 @@ class Exec(Tool, server="workspace", name="exec", mutates=True, protected=["/arg
             # Confined as the policy in force says (docs/sandbox.md); off the loop: it walks
             # the workspace to expand the policy's denied paths.
             argv, confinement = await anyio.to_thread.run_sync(
-                lambda: wrap(argv, policy=ctx.policy, workspace=root, mode=ctx.sandbox))
+                lambda: wrap(argv, policy=ctx.policy, workspace=root, mode=ctx.sandbox,
+                             model_argv=True))
         except SandboxUnavailable as exc:
             return ToolResult.error(str(exc))
         # Spawning, killing the group and projecting the output: the one implementation,

@@ -330,13 +330,16 @@ def wrap(
     workspace: str | os.PathLike[str],
     mode: str = "auto",
     cwd: str | os.PathLike[str] | None = None,
+    model_argv: bool = False,
 ) -> tuple[list[str], dict[str, Any]]:
     """The argv to spawn for `argv`, confined as `mode` says, and the record of how.
 
     Call it in a worker thread (it probes bwrap once and walks the workspace). `policy` is
     the policy in force for the run (`ctx.policy`); None (outside an agent run) means
     `Policy.default()`. `cwd`: where the program starts, default the workspace's root;
-    spawn the returned argv with that same cwd.
+    spawn the returned argv with that same cwd. `model_argv`: the arguments are a model's
+    (the `exec` tool), so no folder of `/tmp` is made visible because an argument names it:
+    naming a path must not be a way to read what the private `/tmp` hides.
 
     Raises:
         SandboxUnavailable: `mode="required"` and the program cannot be confined (the
@@ -355,7 +358,7 @@ def wrap(
                                     workspace, mode, why)
     root = workspace_root(os.fspath(workspace))
     sandbox = build(policy if policy is not None else Policy.default(), root, bwrap,
-                    programs=_needed_from_tmp(argv, root))
+                    programs=_needed_from_tmp(argv, root, arguments=not model_argv))
     if cwd is not None:
         sandbox = sandbox.starting_in(cwd)
     return sandbox.argv(argv), sandbox.record(mode)
@@ -380,17 +383,17 @@ def _package_of(path: str) -> str:
     return path
 
 
-def _needed_from_tmp(argv: Sequence[str], root: str) -> list[str]:
+def _needed_from_tmp(argv: Sequence[str], root: str, *, arguments: bool) -> list[str]:
     """What in `/tmp` (outside the workspace) a program needs to start, to be bound read-only.
 
     The private `/tmp` hides everything else there. Kept visible, read-only: the program
-    itself (with its `node_modules` when it is a Node package's); the folder of each absolute
-    path among its arguments (a script and the modules beside it); the interpreter its `#!`
-    line names; and the Python installation handrail
-    runs from (its prefix and import path: a venv or a checkout in `/tmp` is common in CI,
-    and `sys.executable` is the usual way to start a Python program or MCP server). Code,
-    not data: the policy's denies inside the workspace are applied as ever, and nothing
-    here is writable.
+    itself (with its `node_modules` when it is a Node package's); with `arguments`, the
+    folder of each absolute path among its arguments (a script and the modules beside it;
+    never for a model's argv); the interpreter its `#!` line names; and the Python
+    installation handrail runs from (its prefix and import path: a venv or a checkout in
+    `/tmp` is common in CI, and `sys.executable` is the usual way to start a Python program
+    or MCP server). Code, not data: the policy's denies inside the workspace are applied as
+    ever, and nothing here is writable.
     """
     import sys
 
@@ -406,7 +409,7 @@ def _needed_from_tmp(argv: Sequence[str], root: str) -> list[str]:
                 words = first[2:].decode("utf-8", "replace").split()
                 if words and os.path.isabs(words[0]):
                     found.append(os.path.normpath(words[0]))
-    for arg in argv[1:]:
+    for arg in argv[1:] if arguments else ():
         if os.path.isabs(arg) and os.path.exists(arg):
             path = os.path.normpath(arg)
             found.append(_package_of(os.path.dirname(path) if os.path.isfile(path) else path))
