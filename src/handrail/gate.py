@@ -168,8 +168,9 @@ class RunScope:
     """Where this run's agent stands in a tree of agents, from the root (docs/subagents.md):
     put on every `Request` and `Question` so a person sees who asks. Empty outside a tree."""
     mark_reads: bool = True
-    """Commit a STARTED mark before a call that changes nothing runs. False (`handrail
-    serve`): a turn whose calls all change nothing commits once, with its results; a read
+    """Commit a STARTED mark before a call that changes nothing runs. False (the agent loop
+    on a durable store, and `handrail serve`): a turn whose calls all change nothing commits
+    once, with its results; a read
     cut off by a crash is not in doubt (nothing can be repeated blindly), so no mark is owed
     before it. A call that mutates or asks is marked first either way."""
 
@@ -482,8 +483,6 @@ class Gate:
         calls: Sequence[ToolCall],
         existing: dict[str, CallRecord],
         first_write: Batch,
-        *,
-        defer_reads: bool = False,
     ) -> TurnResult:
         """Plan, record, approve, execute and record every call of one turn.
 
@@ -491,7 +490,7 @@ class Gate:
         carries what must be committed with the turn's first records (the assistant message,
         the run's update). Results come back in call order.
 
-        With `defer_reads` (or `RunScope.mark_reads` false), a new turn whose every call either was
+        With `RunScope.mark_reads` false, a new turn whose every call either was
         refused or runs a tool that changes nothing (`mutates=False`), with nothing pending, is not
         committed before its calls run: `first_write` joins the turn's `final` batch instead, which
         the caller commits before anyone sees a result (one commit per turn instead of two). A
@@ -538,7 +537,7 @@ class Gate:
         first_write.pending.extend(p for s in states for p in s.pending)
         for s in states:
             s.pending = []
-        if (defer_reads or not scope.mark_reads) and not existing and \
+        if not scope.mark_reads and not existing and \
                 not first_write.pending and \
                 all(self._acts_on_nothing(s) for s in states):
             self._deferred = first_write
@@ -603,7 +602,7 @@ class Gate:
         return self._turn_result(states)
 
     _deferred: Batch | None = None
-    """The turn's first write when `defer_reads` let it join the turn's final batch."""
+    """The turn's first write when `RunScope.mark_reads` false let it join the final batch."""
 
     def _acts_on_nothing(self, state: _Call) -> bool:
         """Whether a planned call changes nothing: refused, or a read about to run."""

@@ -600,6 +600,9 @@ class _Runner:
             record_contents=agent.record_contents, sandbox=agent.sandbox,
             events=self._call_event, control=agent.control,
             telemetry=None if agent.telemetry is None else agent.telemetry.start(),
+            # A turn of reads commits once on a durable store; the memory store keeps its
+            # write (and its yield) per step of the turn.
+            mark_reads=not store.durable,
         )
         # What the task and the instructions say is trusted (docs/taint.md).
         self.scope.provenance.trust_text("task", run.task, agent.instructions)
@@ -825,10 +828,7 @@ class _Runner:
                 # a second one kills them all at once (`second_interrupt_kills`).
                 with second_interrupt_kills():
                     try:
-                        # A turn of reads commits once on a durable store; the memory
-                        # store keeps its write (and its yield) per step of the turn.
-                        result = await self.gate.drive_turn(
-                            turn, calls, existing, first, defer_reads=self.store.durable)
+                        result = await self.gate.drive_turn(turn, calls, existing, first)
                     except BaseException:
                         await self._record_interrupted(len(messages) - 1)
                         raise
