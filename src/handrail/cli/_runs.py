@@ -15,19 +15,15 @@ non-zero. Everything printed that a model or a tool wrote goes through `printabl
 from __future__ import annotations
 
 import argparse
-import getpass
 import importlib
 import json
 import os
-import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-import anyio
-
-from handrail.cli._display import argv_text, printable, printable_json
+from handrail.cli._display import Out, argv_text, printable, printable_json, style, table
 from handrail.errors import HandrailError, UserError
 from handrail.store import RunRecord, RunStatus, Store
 
@@ -99,6 +95,9 @@ async def item_id(store: Store, text: str) -> str:
 
 def _decider() -> str:
     """Who decides, for the audit trail: the OS user at this host."""
+    import getpass
+    import socket
+
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no passwd entry and no $USER (some containers)
@@ -145,7 +144,14 @@ def _agent_for(args: argparse.Namespace, run: RunRecord) -> Any:
     return obj
 
 
-def _run_async(fn: Callable[[Store], Awaitable[int]], args: argparse.Namespace) -> int:
+def _run_async(fn: Callable[[Store], Awaitable[int]], args: argparse.Namespace, *,
+               reading: bool = False) -> int:
+    """Run `fn` on the store; `reading`: a command that only reads, on a bare asyncio loop.
+
+    The store reads on asyncio alone; `anyio.run` would import anyio's asyncio backend
+    (~25 ms) that a listing never uses (issue 11). Commands that continue a run keep anyio.
+    """
+
     async def main() -> int:
         store = _existing_store(args)
         try:
@@ -153,21 +159,13 @@ def _run_async(fn: Callable[[Store], Awaitable[int]], args: argparse.Namespace) 
         finally:
             await store.close()
 
+    if reading:
+        import asyncio
+
+        return asyncio.run(main())
+    import anyio
+
     return anyio.run(main)
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    # No emoji codes (":warning:" in a model's text is text) and no highlighting.
-    return Console(highlight=False, soft_wrap=True, emoji=False)
-
-
-def _safe(value: object) -> str:
-    """A model's or a tool's text for rich markup: escaped, then markup-quoted."""
-    from rich.markup import escape
-
-    return escape(printable(value))
 
 
 def _ago(ts: float | None) -> str:
@@ -182,23 +180,25 @@ def _ago(ts: float | None) -> str:
 
 def _print_outcome(result: Any) -> None:
     outcome = result.outcome
-    console = _console()
+    out = Out()
     kind = outcome.kind
-    run = result.run_id
+    run = printable(result.run_id)
     if kind == "completed":
-        console.print(f"[green]run {run} completed[/]: {_safe(outcome.output)}")
+        out.print(f"{style('green', f'run {run} completed')}: {printable(outcome.output)}")
     elif kind == "awaiting_approval":
-        console.print(f"[yellow]run {run} waits for approval {_safe(outcome.request_id)}[/]")
+        out.print(style("yellow", f"run {run} waits for approval "
+                                  f"{printable(outcome.request_id)}"))
     elif kind == "awaiting_answer":
-        console.print(f"[yellow]run {run} waits for an answer to "
-                      f"{_safe(outcome.question_id)}[/]")
+        out.print(style("yellow", f"run {run} waits for an answer to "
+                                  f"{printable(outcome.question_id)}"))
     elif kind == "awaiting_recovery":
-        console.print(f"[yellow]run {run}: call {_safe(outcome.call_id)} was in flight at a "
-                      "crash; decide with `handrail recover`[/]")
+        out.print(style("yellow", f"run {run}: call {printable(outcome.call_id)} was in flight "
+                                  "at a crash; decide with `handrail recover`"))
     elif kind == "failed":
-        console.print(f"[red]run {run} failed[/]: {_safe(outcome.error)}")
+        out.print(f"{style('red', f'run {run} failed')}: {printable(outcome.error)}")
     else:
-        console.print(f"run {run} {kind}: {_safe(getattr(outcome, 'reason', ''))}")
+        out.print(f"run {run} {kind}: {printable(getattr(outcome, 'reason', ''))}")
+    out.flush()
 
 
 def _status_text(run: RunRecord) -> str:
@@ -229,24 +229,40 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         runs = await _roots(store, args.limit, status)
         sizes = [await _tree_size(store, r) for r in runs]
         if args.json:
-            print(json.dumps([{**_run_json(r), "sub_agent_runs": n}
-                              for r, n in zip(runs, sizes, strict=True)], indent=2))
+            _json_list({**_run_json(r), "sub_agent_runs": n}
+                       for r, n in zip(runs, sizes, strict=True))
             return 0
-        from rich.table import Table
-
-        table = Table()
-        # Ids in full, never cut: they are what the other commands take.
-        table.add_column("run", no_wrap=True, min_width=max((len(r.id) for r in runs), default=3))
-        for name in ("status", "agent", "task", "steps", "sub-agents", "started"):
-            table.add_column(name)
-        for r, n in zip(runs, sizes, strict=True):
-            table.add_row(_safe(r.id), _status_text(r), _safe(r.agent or "-"),
-                          _markup(_short(r.task, 50)), str(r.steps), str(n) if n else "-",
-                          _ago(r.created_at))
-        _console().print(table if runs else "no runs in this store")
+        out = Out()
+        if not runs:
+            out.print("no runs in this store")
+        else:
+            # Ids in full, never cut: they are what the other commands take.
+            for line in table(("run", "status", "agent", "task", "steps", "sub-agents",
+                               "started"),
+                              [(printable(r.id), _status_text(r), printable(r.agent or "-"),
+                                _short(r.task, 50), str(r.steps), str(n) if n else "-",
+                                _ago(r.created_at))
+                               for r, n in zip(runs, sizes, strict=True)]):
+                out.print(line)
+        out.flush()
         return 0
 
-    return _run_async(go, args)
+    return _run_async(go, args, reading=True)
+
+
+def _json_list(items: Iterable[Any]) -> None:
+    """`json.dumps(list(items), indent=2)`, the same text, written as each item is ready.
+
+    A script reading `--json` of 1,000 items starts at once, and memory holds one item's
+    text at a time.
+    """
+    write = sys.stdout.write
+    first = True
+    for item in items:
+        text = json.dumps(item, indent=2)
+        write(("[\n  " if first else ",\n  ") + text.replace("\n", "\n  "))
+        first = False
+    write("[]\n" if first else "\n]\n")
 
 
 async def _roots(store: Store, limit: int, status: RunStatus | None) -> list[RunRecord]:
@@ -290,7 +306,7 @@ def _cut(text: str, width: int) -> str:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     async def go(store: Store) -> int:
-        from handrail.runs import thread
+        from handrail.runs._tree import thread
 
         run = await store.run(await run_id(store, args.run))
         calls = await store.calls(run.id)
@@ -309,32 +325,32 @@ def _cmd_show(args: argparse.Namespace) -> int:
                                                 if e.get("kind") == "verification"],
                               "conversation": [r.id for r in runs]}, indent=2))
             return 0
-        console = _console()
-        console.print(f"[bold]run {_safe(run.id)}[/] — {_status_text(run)} — agent "
-                      f"{_safe(run.agent or '-')} — model {_safe(run.model or '-')}")
-        console.print(f"task: {_safe(run.task)}")
+        out = Out()
+        out.print(f"{style('bold', f'run {printable(run.id)}')} — {_status_text(run)} — agent "
+                  f"{printable(run.agent or '-')} — model {printable(run.model or '-')}")
+        out.print(f"task: {printable(run.task)}")
         if len(runs) > 1:
-            console.print("conversation: " + " -> ".join(
-                f"[bold]{_safe(r.id)}[/] (this)" if r.id == run.id else
-                f"{_safe(r.id)} ({_safe(r.status.value)})" for r in runs))
+            out.print("conversation: " + " -> ".join(
+                f"{style('bold', printable(r.id))} (this)" if r.id == run.id else
+                f"{printable(r.id)} ({printable(r.status.value)})" for r in runs))
         if run.manifest_digest:
-            console.print(f"manifest: {_safe(run.manifest_digest)}")
-        console.print(f"tokens: {run.input_tokens} in / {run.output_tokens} out over "
-                      f"{run.model_requests} requests")
+            out.print(f"manifest: {printable(run.manifest_digest)}")
+        out.print(f"tokens: {run.input_tokens} in / {run.output_tokens} out over "
+                  f"{run.model_requests} requests")
         # The disk record of each call, when the run kept one (Agent(records_dir=...)).
         records = next((e.get("dir") for e in run.events if e.get("kind") == "records"), None)
         by_turn: dict[int, list[Any]] = {}
         for c in calls:
             by_turn.setdefault(c.turn, []).append(c)
         if run.parent_id is not None:
-            console.print(f"sub-agent of run {_safe(run.parent_id)} (call "
-                          f"{_safe(run.parent_call_id)}, depth {run.depth})")
+            out.print(f"sub-agent of run {printable(run.parent_id)} (call "
+                      f"{printable(run.parent_call_id)}, depth {run.depth})")
         children = await _children(store, run, calls)
         checks: dict[int, list[dict[str, Any]]] = {}
         for event in run.events:
             if event.get("kind") == "verify":
-                console.print(f"verified by: {_markup(printable_json(event.get('check')))}, at "
-                              f"most {_safe(event.get('max_attempts'))} attempts")
+                out.print(f"verified by: {printable_json(event.get('check'))}, at "
+                          f"most {printable(event.get('max_attempts'))} attempts")
             elif event.get("kind") == "verification" and isinstance(event.get("turn"), int):
                 checks.setdefault(event["turn"], []).append(event)
         limit = next((e.get("max_attempts") for e in run.events if e.get("kind") == "verify"),
@@ -346,43 +362,44 @@ def _cmd_show(args: argparse.Namespace) -> int:
                 turn += 1
                 text = "".join(p.get("text", "") for p in m["parts"] if p["kind"] == "text")
                 if text:
-                    console.print(f"\n[cyan]model[/] {_markup(_short(text, 200))}")
+                    out.print(f"\n{style('cyan', 'model')} {_short(text, 200)}")
                 for c in by_turn.get(turn, []):
-                    _print_call(console, c)
+                    _print_call(out, c)
                     child = children.get(c.call_id) if c.run_id == run.id else None
                     if child is not None:
-                        await _print_sub_agent(store, console, child, "      ")
+                        await _print_sub_agent(store, out, child, "      ")
                     if records is not None:
-                        from rich.markup import escape
-
                         # Lazily: `handrail show` without records never loads the tool core.
                         from handrail.host import record_dir
 
                         path = record_dir(records, run.id, c.turn, c.call_id)
-                        console.print(escape(f"    record: {path}"), soft_wrap=True)
+                        out.print(f"    record: {printable(path)}")
                 for event in checks.get(turn, []):
-                    _print_verification(console, event, limit)
+                    _print_verification(out, event, limit)
             elif kind == "user":
-                console.print(f"[magenta]user[/] {_markup(_short(m['text'], 200))}")
+                out.print(f"{style('magenta', 'user')} {_short(m['text'], 200)}")
         for event in run.events:
             if event.get("kind") == "interrupted":
-                console.print(f"\n[red]stopped on an error[/]: {_safe(event.get('error'))}")
+                out.print(f"\n{style('red', 'stopped on an error')}: "
+                          f"{printable(event.get('error'))}")
         if run.outcome:
-            console.print(f"\noutcome: {_markup(printable_json(run.outcome))}")
+            out.print(f"\noutcome: {printable_json(run.outcome)}")
+        out.flush()
         return 0
 
-    return _run_async(go, args)
+    return _run_async(go, args, reading=True)
 
 
-def _print_verification(console: Any, event: dict[str, Any], limit: object) -> None:
+def _print_verification(out: Out, event: dict[str, Any], limit: object) -> None:
     """One check of a final answer: passed or failed, why, and the end of its output."""
-    verdict = "[green]passed[/]" if event.get("passed") else "[red]failed[/]"
-    line = f"  [bold]verification[/] {_safe(event.get('attempt'))}/{_safe(limit)}: {verdict}"
+    verdict = style("green", "passed") if event.get("passed") else style("red", "failed")
+    line = (f"  {style('bold', 'verification')} {printable(event.get('attempt'))}/"
+            f"{printable(limit)}: {verdict}")
     if event.get("reason"):
-        line += f" — {_markup(_short(event['reason'], 200))}"
-    console.print(line)
+        line += f" — {_short(event['reason'], 200)}"
+    out.print(line)
     if event.get("output"):
-        console.print(f"    output: {_markup(_short(event['output'], 200))}")
+        out.print(f"    output: {_short(event['output'], 200)}")
 
 
 def _call_json(c: Any) -> dict[str, Any]:
@@ -393,37 +410,32 @@ def _call_json(c: Any) -> dict[str, Any]:
             "error": c.error, "pending_id": c.pending_id}
 
 
-def _markup(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
-
-
 def _target_text(target: Any) -> str:
     """A call's target: a path or host as printable text, an argv as the quoted list it is."""
     return argv_text(target) if isinstance(target, list | tuple) else printable(target)
 
 
 async def _children(store: Store, run: RunRecord, calls: list[Any]) -> dict[str, RunRecord]:
-    from handrail.runs import sub_runs
+    from handrail.runs._tree import sub_runs
 
     return await sub_runs(store, run, [c for c in calls if c.run_id == run.id])
 
 
-async def _print_sub_agent(store: Store, console: Any, run: RunRecord, indent: str,
+async def _print_sub_agent(store: Store, out: Out, run: RunRecord, indent: str,
                            depth: int = 0) -> None:
     """A sub-agent's run under the call that delegated to it: its calls, indented."""
-    console.print(f"{indent}[bold]sub-agent {_safe(run.agent or '-')}[/] — run {_safe(run.id)} "
-                  f"— {_status_text(run)} — {run.steps} steps")
+    agent = printable(run.agent or "-")
+    out.print(f"{indent}{style('bold', f'sub-agent {agent}')} — run {printable(run.id)} — "
+              f"{_status_text(run)} — {run.steps} steps")
     calls = await store.calls(run.id)
     children = await _children(store, run, calls) if depth < 16 else {}
     for c in calls:
-        _print_call(console, c, indent)
+        _print_call(out, c, indent)
         if c.call_id in children:
-            await _print_sub_agent(store, console, children[c.call_id], indent + "      ",
+            await _print_sub_agent(store, out, children[c.call_id], indent + "      ",
                                    depth + 1)
     if run.outcome:
-        console.print(f"{indent}outcome: {_markup(printable_json(run.outcome))}")
+        out.print(f"{indent}outcome: {printable_json(run.outcome)}")
 
 
 async def _sub_agents_json(store: Store, run: RunRecord, calls: list[Any],
@@ -438,94 +450,98 @@ async def _sub_agents_json(store: Store, run: RunRecord, calls: list[Any],
     return out
 
 
-def _print_call(console: Any, c: Any, indent: str = "") -> None:
+_EFFECT_STYLE = {"allow": "green", "ask": "yellow", "deny": "red"}
+
+
+def _print_call(out: Out, c: Any, indent: str = "") -> None:
     verdict = c.verdict or {}
     effect = str(verdict.get("effect", "-"))
-    colour = {"allow": "green", "ask": "yellow", "deny": "red"}.get(effect, "white")
     actions = ", ".join(f"{printable(a['act'])} {_target_text(a['target'])}"
                         for a in c.actions) or "-"
-    console.print(f"{indent}  [bold]{_safe(c.tool or c.model_name)}[/] ({_safe(c.id)}) → "
-                  f"{_markup(actions)}")
-    console.print(f"{indent}    verdict: [{colour}]{_safe(effect)}[/] — "
-                  f"{_safe(verdict.get('reason', c.error or '-'))}")
+    out.print(f"{indent}  {style('bold', printable(c.tool or c.model_name))} "
+              f"({printable(c.id)}) → {actions}")
+    out.print(f"{indent}    verdict: {style(_EFFECT_STYLE.get(effect, 'white'), printable(effect))}"
+              f" — {printable(verdict.get('reason', c.error or '-'))}")
     if c.decision:
-        console.print(f"{indent}    decision: {_safe(c.decision.get('kind'))} by "
-                      f"{_safe(c.decided_by)}")
+        out.print(f"{indent}    decision: {printable(c.decision.get('kind'))} by "
+                  f"{printable(c.decided_by)}")
     result = c.result or {}
     texts = [i.get("text", "") for i in result.get("content", []) if i.get("kind") == "text"]
-    console.print(_markup(f"{indent}    status: {c.status.value}"
-                          + (f" — result: {_short(' '.join(texts), 120)}" if texts else "")
-                          + (f" ({printable(c.disposition)})" if c.disposition else "")))
+    out.print(f"{indent}    status: {printable(c.status.value)}"
+              + (f" — result: {_short(' '.join(texts), 120)}" if texts else "")
+              + (f" ({printable(c.disposition)})" if c.disposition else ""))
+
+
+PENDING_PAGE = 50
+"""How many open items `handrail pending` shows a person unless told (`--limit N`, `--all`)."""
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
     async def go(store: Store) -> int:
         items = await store.pending(kind=args.kind, agent=args.agent_name, tool=args.tool)
+        # A script gets every item unless it asks for fewer; a person gets a page (1,000 open
+        # items are not read on a terminal) and is told how to see the rest.
+        limit = None if args.all else args.limit if args.limit is not None else \
+            None if args.json else PENDING_PAGE
+        shown = items if limit is None else items[:limit]
         if args.json:
-            print(json.dumps([{"id": p.id, "kind": p.kind, "run_id": p.run_id, "tool": p.tool,
-                               "agent": p.agent, "payload": p.payload,
-                               "created_at": p.created_at} for p in items], indent=2))
+            _json_list({"id": p.id, "kind": p.kind, "run_id": p.run_id, "tool": p.tool,
+                        "agent": p.agent, "payload": p.payload, "created_at": p.created_at}
+                       for p in shown)
             return 0
-        # One rich print for the whole listing: rich's per-print cost (~0.3 ms) made 1,000
-        # open items take over a second; the lines are the same (each closes its markup).
-        console = _Lines()
+        out = Out()
         if not items:
-            console.print("nothing is pending")
-        for p in items:
-            console.print(f"[bold]{_safe(p.id)}[/] {_safe(p.kind)} — run {_safe(p.run_id)} — "
-                          f"tool {_safe(p.tool)} — {_ago(p.created_at)}")
-            payload = p.payload
-            path = payload.get("agent_path")
-            if isinstance(path, list) and path:
-                # Who asks, from the root of the tree (the root's agent decides it).
-                console.print("    agent: " + _markup(" / ".join(printable(str(a))
-                                                                 for a in path)))
-            if p.kind == "approval":
-                actions = payload.get("actions") or [
-                    {"act": payload.get("act"), "target": payload.get("target")}]
-                for action in actions:
-                    console.print(f"    {_safe(action.get('act'))} "
-                                  f"{_markup(_target_text(action.get('target')))}")
-                console.print(f"    why: {_safe(payload.get('verdict_reason', ''))}")
-                console.print("    arguments: "
-                              f"{_markup(_cut(printable_json(payload.get('arguments')), 200))}")
-                for taint in payload.get("taint") or ():
-                    console.print(
-                        f"    tainted: {_markup(printable_json(taint.get('pointer')))} = "
-                        f"{_markup(_cut(printable_json(taint.get('value')), 120))} from call "
-                        f"{_markup(printable_json(taint.get('source_call')))} "
-                        f"({_markup(printable_json(taint.get('source_tool')))})")
-            elif p.kind == "question":
-                console.print("    asks: "
-                              f"{_safe(payload.get('question') or payload.get('message'))}")
-                if payload.get("choices"):
-                    console.print("    choices: " + _markup(argv_text(payload["choices"])))
-            else:
-                if payload.get("tool_missing"):
-                    console.print("    [red]its tool is not in the agent that resumed it[/]: "
-                                  "retry needs an agent that has it")
-                console.print(f"    in doubt: {_markup(_cut(printable_json(payload), 200))}")
+            out.print("nothing is pending")
+        for p in shown:
+            _print_item(out, p)
+        if len(shown) < len(items):
+            out.print(f"\n{len(items) - len(shown)} more open item"
+                      f"{'s' if len(items) - len(shown) != 1 else ''} not shown (oldest "
+                      f"first, {len(shown)} of {len(items)} shown): `handrail pending --all` "
+                      "lists every one, `--limit N` the first N, `--json` all for a script")
         # Runs that wait for nobody but a `resume` (decided, or stopped on an error): said, so
         # "nothing is pending" never hides a run that has not finished.
         for run in await store.runs(status=RunStatus.READY, limit=20):
-            console.print(f"run {_safe(run.id)} is {_status_text(run)}: handrail resume "
-                          f"{_safe(run.id)}")
-        _console().print("\n".join(console.lines))
+            out.print(f"run {printable(run.id)} is {_status_text(run)}: handrail resume "
+                      f"{printable(run.id)}")
+        out.flush()
         return 0
 
-    return _run_async(go, args)
+    return _run_async(go, args, reading=True)
 
 
-class _Lines:
-    """Stands in for a rich console: keeps each printed line (markup and all) in order."""
-
-    __slots__ = ("lines",)
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def print(self, text: str) -> None:
-        self.lines.append(text)
+def _print_item(out: Out, p: Any) -> None:
+    """One open item: who asks for what, and why, as a person decides it."""
+    out.print(f"{style('bold', printable(p.id))} {printable(p.kind)} — run "
+              f"{printable(p.run_id)} — tool {printable(p.tool)} — {_ago(p.created_at)}")
+    payload = p.payload
+    path = payload.get("agent_path")
+    if isinstance(path, list) and path:
+        # Who asks, from the root of the tree (the root's agent decides it).
+        out.print("    agent: " + " / ".join(printable(str(a)) for a in path))
+    if p.kind == "approval":
+        actions = payload.get("actions") or [
+            {"act": payload.get("act"), "target": payload.get("target")}]
+        for action in actions:
+            out.print(f"    {printable(action.get('act'))} "
+                      f"{_target_text(action.get('target'))}")
+        out.print(f"    why: {printable(payload.get('verdict_reason', ''))}")
+        out.print(f"    arguments: {_cut(printable_json(payload.get('arguments')), 200)}")
+        for taint in payload.get("taint") or ():
+            out.print(
+                f"    tainted: {printable_json(taint.get('pointer'))} = "
+                f"{_cut(printable_json(taint.get('value')), 120)} from call "
+                f"{printable_json(taint.get('source_call'))} "
+                f"({printable_json(taint.get('source_tool'))})")
+    elif p.kind == "question":
+        out.print(f"    asks: {printable(payload.get('question') or payload.get('message'))}")
+        if payload.get("choices"):
+            out.print("    choices: " + argv_text(payload["choices"]))
+    else:
+        if payload.get("tool_missing"):
+            out.print(f"    {style('red', 'its tool is not in the agent that resumed it')}: "
+                      "retry needs an agent that has it")
+        out.print(f"    in doubt: {_cut(printable_json(payload), 200)}")
 
 
 # ---------------------------------------------------------------- decisions
@@ -567,16 +583,17 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
                             "decision alone with --no-resume") from exc
         await record_decision(store, args.id, kind, decision, decided_by, agent=owner)
         state["recorded"] = True
-        console = _console()
         if agent is None:
             after = await store.run(run.id)
+            out = Out()
             if after.status is RunStatus.READY:
-                console.print(f"recorded (by {_safe(decided_by)}); run {run.id} is ready: "
-                              f"continue it with: handrail resume {run.id} --agent "
-                              "MODULE:OBJECT")
+                out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} is "
+                          f"ready: continue it with: handrail resume {printable(run.id)} "
+                          "--agent MODULE:OBJECT")
             else:  # another of its items is still open
-                console.print(f"recorded (by {_safe(decided_by)}); run {run.id} still waits: "
-                              f"{_status_text(after)} — see handrail pending")
+                out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} "
+                          f"still waits: {_status_text(after)} — see handrail pending")
+            out.flush()
             return 0
         result = await resume(store, run.id, agent=agent)
         _print_outcome(result)
@@ -670,6 +687,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------- parsers
 
 
+def _positive(text: str) -> int:
+    """`--limit`'s value: a count of 1 or more (SQL reads `LIMIT -1` as no limit at all)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text!r}")
+    return value
+
+
 def register(sub: Any) -> None:
     """Add the run commands to the `handrail` parser."""
     store_help = "the run store (default: $HANDRAIL_STORE or ./.handrail/runs.db)"
@@ -699,7 +727,8 @@ def register(sub: Any) -> None:
     p = add("runs", "list runs, newest first", _cmd_runs)
     p.add_argument("--status", choices=[s.value for s in RunStatus],
                    help="only runs in this status")
-    p.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
+    p.add_argument("--limit", type=_positive, default=50, metavar="N",
+                   help="at most N runs (default 50)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p = add("show", "a run's timeline: each call, verdict, decision and result", _cmd_show)
     p.add_argument("run", help="the run: its id, or a unique prefix of 4 or more characters")
@@ -710,7 +739,14 @@ def register(sub: Any) -> None:
                    help="only items of this kind")
     p.add_argument("--agent-name", dest="agent_name", help="only this agent's")
     p.add_argument("--tool", help="only this tool's (server/name)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output: every item (unless --limit), written as it "
+                        "is read")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=_positive, metavar="N",
+                       help=f"at most N items, oldest first (default: {PENDING_PAGE} on a "
+                            "listing, every one with --json)")
+    shown.add_argument("--all", action="store_true", help="every open item")
     p = add("approve", "approve a deferred action and continue its run", _cmd_approve, True, True)
     p.add_argument("id", help="the approval request's id (or a unique prefix of 4 or more "
                               "characters)")

@@ -24,6 +24,7 @@ from handrail.models import (
 )
 from handrail.policy import Policy, Rule
 from handrail.runs._outcome import next_step, outcome_from_dict
+from handrail.runs._tree import conversation_of, thread
 from handrail.store import RunRecord, RunStatus, Store
 
 if TYPE_CHECKING:
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["Conversation", "Start", "conversation_of", "start_messages", "thread"]
 
 _MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolResultMessage)
-_SCAN_LIMIT = 1000
 
 
 @dataclass(slots=True)
@@ -48,14 +48,6 @@ class Start:
     """Rules remembered earlier in the conversation."""
     events: list[dict[str, Any]] = field(default_factory=list)
     """What to record in the new run's events (the link to the run it continues)."""
-
-
-def conversation_of(run: RunRecord) -> tuple[str, str] | None:
-    """(first run, continued run) of a run that continues a conversation, else None."""
-    for event in run.events:
-        if event.get("kind") == "continues":
-            return str(event["conversation"]), str(event["run"])
-    return None
 
 
 async def start_messages(agent: Agent, store: Store, task: str, continue_run: str | None,
@@ -96,27 +88,6 @@ async def start_messages(agent: Agent, store: Store, task: str, continue_run: st
         history.insert(0, SystemMessage(agent.instructions))
     history.append(UserMessage(task))
     return Start(history, agent.policy)
-
-
-async def thread(store: Store, run: RunRecord) -> list[RunRecord]:
-    """The runs of `run`'s conversation, first to last (just `[run]` outside one).
-
-    The runs before `run` are exactly the chain it continues (followed link by link); the
-    runs after it are those among the newest that belong to the same conversation.
-    """
-    earlier: list[RunRecord] = []
-    link = conversation_of(run)
-    seen = {run.id}
-    while link is not None and link[1] not in seen:
-        previous = await store.run(link[1])
-        seen.add(previous.id)
-        earlier.append(previous)
-        link = conversation_of(previous)
-    root = earlier[-1].id if earlier else run.id
-    later = [r for r in await store.runs(limit=_SCAN_LIMIT)
-             if r.id not in seen and (conversation_of(r) or ("", ""))[0] == root
-             and (r.created_at, r.id) > (run.created_at, run.id)]
-    return [*reversed(earlier), run, *sorted(later, key=lambda r: (r.created_at, r.id))]
 
 
 class Conversation:

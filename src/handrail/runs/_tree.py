@@ -1,8 +1,9 @@
-"""What a tree of agents looks like in the store: the display half of sub-agents.
+"""What a tree of agents and a thread of runs look like in the store: the display half.
 
-`child_run_id` and `sub_runs` need only the store, so `handrail runs` and `handrail show`
-(which count and draw a tree) take them without importing the agent loop, the gate or the
-approval machinery (docs/subagents.md; import weight: issue 11).
+`child_run_id`, `sub_runs`, `conversation_of` and `thread` need only the store, so `handrail
+runs` and `handrail show` (which count and draw a tree, and list a conversation) take them
+without importing the agent loop, the gate, the models or the policy (docs/subagents.md;
+import weight: issue 11).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from handrail.errors import NotFound
 from handrail.store import CallRecord, CallStatus, RunRecord, Store
 
-__all__ = ["child_run_id", "sub_runs"]
+__all__ = ["child_run_id", "conversation_of", "sub_runs", "thread"]
 
 _OPEN_CALL = (CallStatus.STARTED, CallStatus.IN_DOUBT)
 """A delegating call's statuses while its child's run may still move."""
@@ -44,3 +45,53 @@ async def sub_runs(store: Store, run: RunRecord,
         if child.parent_id == run.id and child.parent_call_id is not None:
             found[child.parent_call_id] = child
     return found
+
+
+def conversation_of(run: RunRecord) -> tuple[str, str] | None:
+    """(first run, continued run) of a run that continues a conversation, else None."""
+    for event in run.events:
+        if event.get("kind") == "continues":
+            return str(event["conversation"]), str(event["run"])
+    return None
+
+
+_SCAN_LIMIT = 1000
+"""How many of the newest runs `thread` looks through for the runs after the one shown."""
+_SCAN_FIRST = 50
+
+
+async def thread(store: Store, run: RunRecord) -> list[RunRecord]:
+    """The runs of `run`'s conversation, first to last (just `[run]` outside one).
+
+    The runs before `run` are exactly the chain it continues (followed link by link); the
+    runs after it are those among the newest that belong to the same conversation.
+    """
+    earlier: list[RunRecord] = []
+    link = conversation_of(run)
+    seen = {run.id}
+    while link is not None and link[1] not in seen:
+        previous = await store.run(link[1])
+        seen.add(previous.id)
+        earlier.append(previous)
+        link = conversation_of(previous)
+    root = earlier[-1].id if earlier else run.id
+    return [*reversed(earlier), run, *await _later(store, run, root, seen)]
+
+
+async def _later(store: Store, run: RunRecord, root: str, seen: set[str]) -> list[RunRecord]:
+    """The runs of conversation `root` created after `run`, among the newest `_SCAN_LIMIT`.
+
+    Newest first, a page at a time: the scan stops at the first run older than `run` (none
+    past it can come after it), so showing a recent run reads a page, not a thousand runs.
+    """
+    asked = _SCAN_FIRST
+    while True:
+        newest = await store.runs(limit=asked)
+        full = len(newest) == asked and asked < _SCAN_LIMIT
+        if not full or newest[-1].created_at < run.created_at:
+            break
+        asked = min(asked * 4, _SCAN_LIMIT)
+    later = [r for r in newest
+             if r.id not in seen and (conversation_of(r) or ("", ""))[0] == root
+             and (r.created_at, r.id) > (run.created_at, run.id)]
+    return sorted(later, key=lambda r: (r.created_at, r.id))
