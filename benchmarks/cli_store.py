@@ -48,15 +48,26 @@ async def build(path: Path, runs: int) -> str:
                         status=RunStatus.AWAITING_APPROVAL if paused else RunStatus.COMPLETED,
                         # The store checks that status and outcome agree.
                         outcome={"kind": "awaiting_approval" if paused else "completed"})
-        messages = [(run_id, k, {"kind": "user", "text": f"message {k} of run {i}"})
-                    for k in range(4)]
+        # A user message, then the model's turns (each with the call `show` draws under it).
+        messages = [(run_id, 0, {"kind": "user", "text": f"task {i}: add one and one"}),
+                    *((run_id, k, {"kind": "assistant",
+                                   "parts": [{"kind": "text", "text": f"turn {k} of run {i}"}]})
+                      for k in range(1, 4))]
         calls = [CallRecord(id=f"{run_id}:c{k}", run_id=run_id, call_id=f"c{k}", turn=k, index=0,
                             model_name="add", tool="local/add", arguments='{"a": 1}',
-                            status=CallStatus.FINISHED, result={"content": []})
+                            actions=[{"act": "read", "target": f"data/{i}.csv"}],
+                            verdict={"effect": "allow", "reason": "layer app: read:data/**"},
+                            status=CallStatus.FINISHED,
+                            result={"content": [{"kind": "text", "text": "2"}]})
                  for k in range(2)]
+        # What an approval's payload holds (what `pending` prints of each item).
+        payload = {"act": "write", "target": f"out/{i}.csv",
+                   "actions": [{"act": "write", "target": f"out/{i}.csv"}],
+                   "verdict_reason": "layer app: ask write:out/**",
+                   "arguments": {"path": f"out/{i}.csv", "text": "a,b\n1,2\n" * 20}}
         pending = [PendingItem(id=f"req-{i:06d}", kind="approval", run_id=run_id,
                                call_record=calls[-1].id, agent="bench", tool="local/add",
-                               created_at=now - runs + i)] if paused else []
+                               payload=payload, created_at=now - runs + i)] if paused else []
         await store.write(Batch(run=run, messages=messages, calls=calls, pending=pending))
         last = run_id
 

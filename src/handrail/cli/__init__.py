@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -40,9 +41,44 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+def _columns() -> int:
+    """The terminal's width as `shutil.get_terminal_size` finds it ($COLUMNS, then stdout)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):  # no stdout, or not a terminal
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, with the width found without `shutil`.
+
+    argparse builds a formatter for every `add_argument` and imports `shutil` (with bz2 and
+    lzma, ~3 ms) to size it: a cost every command paid for help it never prints (issue 11).
+    """
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None, **options: Any) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         _columns() - 2 if width is None else width, **options)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose formatter is `_Formatter`; its subcommands' parsers are too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every registered command group)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="handrail",
         description="Inspect, approve and resume agent runs; check manifests; run the demo.",
     )

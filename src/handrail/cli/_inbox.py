@@ -10,19 +10,19 @@ exposing it beyond one machine.
 from __future__ import annotations
 
 import argparse
-import getpass
-import ipaddress
 import os
-import secrets
-import socket
-from typing import Any
-
-import anyio
+from typing import TYPE_CHECKING, Any
 
 from handrail.cli._runs import _agent_for, _store_path
 from handrail.errors import UserError
-from handrail.store import RunRecord, Store
-from handrail.store.contract import redacted_url
+
+if TYPE_CHECKING:
+    import socket
+
+    from handrail.store import RunRecord
+
+# What serving needs (sockets, tokens, the store) is imported when `inbox` runs: every other
+# command builds this parser too, and pays its imports (issue 11).
 
 __all__ = ["register"]
 
@@ -30,6 +30,8 @@ __all__ = ["register"]
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -50,6 +52,8 @@ def _read_token_file(path: str) -> str:
 
 
 def _bind(host: str, port: int) -> socket.socket:
+    import socket
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -64,6 +68,13 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _cmd_inbox(args: argparse.Namespace) -> int:
+    import secrets
+
+    import anyio
+
+    from handrail.store import Store
+    from handrail.store.contract import redacted_url
+
     try:
         import uvicorn
 
@@ -116,6 +127,8 @@ def _cmd_inbox(args: argparse.Namespace) -> int:
 
 
 def _default_user() -> str:
+    import getpass
+
     try:
         return getpass.getuser()
     except (KeyError, OSError):

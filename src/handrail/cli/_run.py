@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from typing import Any
-
-import anyio
 
 from handrail.cli._display import printable
 from handrail.errors import UserError
@@ -96,6 +93,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return await agent.run(args.task, store=store, approver=approver,
                                    responder=responder, on_event=printer)
 
+    import anyio
+
     result = anyio.run(main)
     outcome = result.outcome
     if args.json:
@@ -110,6 +109,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"next: {printable(next_step(outcome, result.run_id))}")
             store = _store_path(args)
             if getattr(args, "store", None):
+                import shlex
+
                 print(f"      (give those commands --store {printable(shlex.quote(store))})")
     if outcome.kind == "completed":
         return 0

@@ -21,11 +21,16 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from handrail.cli._display import Out, argv_text, printable, printable_json, style, table
 from handrail.errors import HandrailError, UserError
-from handrail.store import RunRecord, RunStatus, Store
+
+if TYPE_CHECKING:
+    from handrail.store import RunRecord, RunStatus, Store
+
+# The store (and asyncio under it) is imported by the commands that open one: `handrail
+# --help` and every parser built for another command do without (issue 11).
 
 __all__ = ["load_object", "register"]
 
@@ -48,6 +53,8 @@ def _existing_store(args: argparse.Namespace) -> Store:
             f"no handrail store at {printable(path)} (from {source}): check the path; "
             "this command never creates one (`handrail demo` or an agent's run does)"
         )
+    from handrail.store import Store
+
     return Store.open(path)
 
 
@@ -203,6 +210,7 @@ def _print_outcome(result: Any) -> None:
 
 def _status_text(run: RunRecord) -> str:
     """The run's status as a person should read it (a dead owner's run is not running)."""
+    from handrail.store import RunStatus
     from handrail.store.contract import is_owner_alive, owner_is_on_this_host
 
     if run.status is RunStatus.READY:
@@ -225,6 +233,8 @@ def _status_text(run: RunRecord) -> str:
 
 def _cmd_runs(args: argparse.Namespace) -> int:
     async def go(store: Store) -> int:
+        from handrail.store import RunStatus
+
         status = RunStatus(args.status) if args.status else None
         runs = await _roots(store, args.limit, status)
         sizes = [await _tree_size(store, r) for r in runs]
@@ -495,12 +505,13 @@ def _cmd_pending(args: argparse.Namespace) -> int:
         for p in shown:
             _print_item(out, p)
         if len(shown) < len(items):
-            out.print(f"\n{len(items) - len(shown)} more open item"
-                      f"{'s' if len(items) - len(shown) != 1 else ''} not shown (oldest "
-                      f"first, {len(shown)} of {len(items)} shown): `handrail pending --all` "
-                      "lists every one, `--limit N` the first N, `--json` all for a script")
+            out.print(f"\n{len(shown):,} of {len(items):,} open items shown, oldest first: "
+                      "`handrail pending --all` lists every one (`--limit N` the first N, "
+                      "`--json` every one for a script)")
         # Runs that wait for nobody but a `resume` (decided, or stopped on an error): said, so
         # "nothing is pending" never hides a run that has not finished.
+        from handrail.store import RunStatus
+
         for run in await store.runs(status=RunStatus.READY, limit=20):
             out.print(f"run {printable(run.id)} is {_status_text(run)}: handrail resume "
                       f"{printable(run.id)}")
@@ -586,6 +597,8 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
         if agent is None:
             after = await store.run(run.id)
             out = Out()
+            from handrail.store import RunStatus
+
             if after.status is RunStatus.READY:
                 out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} is "
                           f"ready: continue it with: handrail resume {printable(run.id)} "
@@ -686,6 +699,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------- parsers
 
+RUN_STATUSES = ("running", "awaiting_approval", "awaiting_answer", "awaiting_recovery",
+                "completed", "failed", "cancelled", "ready")
+"""`RunStatus`'s values, for `runs --status` without importing the store (a test pins them)."""
+
 
 def _positive(text: str) -> int:
     """`--limit`'s value: a count of 1 or more (SQL reads `LIMIT -1` as no limit at all)."""
@@ -725,7 +742,7 @@ def register(sub: Any) -> None:
                    help="keep the demo's temporary workspace (default: removed at exit; the "
                         "run stays readable in the store)")
     p = add("runs", "list runs, newest first", _cmd_runs)
-    p.add_argument("--status", choices=[s.value for s in RunStatus],
+    p.add_argument("--status", choices=RUN_STATUSES,
                    help="only runs in this status")
     p.add_argument("--limit", type=_positive, default=50, metavar="N",
                    help="at most N runs (default 50)")

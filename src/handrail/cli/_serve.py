@@ -16,11 +16,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import secrets
 import sys
 from typing import Any
-
-import anyio
 
 from handrail.errors import UserError
 
@@ -88,6 +85,8 @@ def _token(args: argparse.Namespace) -> str | None:
         if len(token) < 16:
             raise UserError(f"the token in {args.token_file} is shorter than 16 characters")
         return token
+    import secrets
+
     return secrets.token_urlsafe(32)
 
 
@@ -143,5 +142,7 @@ def _serve(args: argparse.Namespace) -> int:
         finally:
             await store.close()
         return 0
+
+    import anyio
 
     return anyio.run(main)

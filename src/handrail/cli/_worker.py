@@ -24,16 +24,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from handrail.errors import HandrailError, ResumeRefused, StoreError, UserError
-from handrail.store import RunRecord, Store
+
+if TYPE_CHECKING:
+    from handrail.store import RunRecord
 
 __all__ = ["register"]
 
@@ -159,6 +160,8 @@ class Worker:
                 await self.wake.wait()
 
     async def _signals(self) -> None:
+        import signal
+
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
             async for signum in received:
                 _log("worker_stopping", worker=self.owner, signal=signal.Signals(signum).name,
@@ -228,6 +231,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     agents = _Agents(args.agents or [])
 
     async def main() -> int:
+        from handrail.store import Store
+
         store = Store.open(url)
         try:
             if not hasattr(store, "claim_ready"):
