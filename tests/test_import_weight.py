@@ -102,11 +102,35 @@ def test_handrail_show_takes_a_conversation_without_the_agent_loop() -> None:
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, False, False, False]
 
 
-@pytest.mark.parametrize("command", [["runs"], ["runs", "--json"], ["show", "RUN"], ["pending"]])
+def test_building_the_cli_parser_imports_no_store_nor_event_loop() -> None:
+    # `handrail --help` (and the parser every command builds) needs argparse, not the store,
+    # asyncio, anyio's backend, sockets, tokens or shutil (argparse's own width lookup pulls
+    # bz2 and lzma): each command group imports those when it runs (issue 11).
+    probe = ("import io, contextlib, json, sys\nfrom handrail.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+             "print(json.dumps({m: m in sys.modules for m in ('handrail.store', 'asyncio', "
+             "'anyio._backends._asyncio', 'shutil', 'secrets', 'ipaddress', 'rich', "
+             "'pydantic', 'importlib.metadata')}))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=True)
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not any(loaded.values()), loaded
+
+
+_NOT_FOR_READING = ("handrail.runs._agent", "handrail.gate", "handrail.approval",
+                    "handrail.host", "handrail.models", "handrail.policy", "rich", "pydantic",
+                    "anyio._backends._asyncio", "shutil", "secrets")
+
+
+@pytest.mark.parametrize("command", [["runs"], ["runs", "--json"], ["show", "RUN"],
+                                     ["show", "RUN", "--json"], ["pending"],
+                                     ["pending", "--json"]])
 def test_the_cli_reading_commands_never_load_the_agent_loop(tmp_path: Path,
                                                             command: list[str]) -> None:
     # What `handrail runs/show/pending` pay (issue 11: < 200 ms on 10,000 runs) is mostly
-    # imports: counting and drawing a tree of sub-agents needs the store, not the loop.
+    # imports: counting and drawing a tree of sub-agents, and listing a conversation, need
+    # the store on a bare asyncio loop, not the loop, the models, the policy or rich.
     import handrail as hr
 
     db = tmp_path / "runs.db"
@@ -124,8 +148,8 @@ def test_the_cli_reading_commands_never_load_the_agent_loop(tmp_path: Path,
     argv = [a.replace("RUN", run_id) for a in command]
     probe = ("import json, sys\nfrom handrail.cli import main\n"
              f"code = main({[*argv, '--store', str(db)]!r})\n"
-             "print(json.dumps([code] + [m in sys.modules for m in ('handrail.runs._agent', "
-             "'handrail.gate', 'handrail.approval', 'handrail.host')]), file=sys.stderr)")
+             f"print(json.dumps([code, [m for m in {_NOT_FOR_READING!r} if m in sys.modules]]),"
+             " file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120)
-    assert json.loads(proc.stderr.strip().splitlines()[-1]) == [0, False, False, False, False]
+    assert json.loads(proc.stderr.strip().splitlines()[-1]) == [0, []], proc.stderr
