@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import handrail as hr
@@ -41,6 +42,12 @@ def _clean(text: str) -> bool:
     return not any(c in text for c in _FORBIDDEN if c != "\n")
 
 
+# No deadline: on a loaded 2-core machine one example can take longer than hypothesis's
+# default 200 ms (a scheduling pause, not slow code), and the test failed with DeadlineExceeded.
+_UNHURRIED = settings(deadline=None)
+
+
+@_UNHURRIED
 @given(st.text())
 def test_printable_text_holds_no_control_or_bidi_character(text: str) -> None:
     out = printable(text)
@@ -52,6 +59,7 @@ def test_printable_text_holds_no_control_or_bidi_character(text: str) -> None:
         assert out == text
 
 
+@_UNHURRIED
 @given(st.recursive(st.text() | st.integers() | st.none(),
                     lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner)))
 def test_printable_json_is_the_same_json_and_holds_no_control_character(value: Any) -> None:
@@ -345,11 +353,14 @@ def test_approve_with_a_malformed_remember_pattern_records_nothing(
     assert code == 0 and f"run {run_id} completed" in out, err
 
 
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
 _HOSTILE_TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from(_FORBIDDEN), max_size=40)
 
 
-def test_nothing_a_model_or_tool_wrote_reaches_the_terminal_raw(tmp_path: Path) -> None:
+def test_nothing_a_model_or_tool_wrote_reaches_the_terminal_raw(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Any text in any field a model or a tool fills: `runs`, `show`, `pending` print it inert."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
     import contextlib
     import io
     import uuid
@@ -393,10 +404,21 @@ def test_nothing_a_model_or_tool_wrote_reaches_the_terminal_raw(tmp_path: Path) 
 
         anyio.run(write)
         for command in (["runs"], ["show", "r"], ["pending"]):
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-                assert main([*command, "--store", db]) == 0
-            assert _clean(out.getvalue()), (command, out.getvalue())
+            shown = []
+            # Plain, then styled as on a terminal: the styles are the only escape sequences,
+            # and without them the text is the plain text, character for character.
+            for colour in ("", "1"):
+                out = io.StringIO()
+                os.environ["FORCE_COLOR"] = colour
+                try:
+                    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                        assert main([*command, "--store", db]) == 0
+                finally:
+                    del os.environ["FORCE_COLOR"]
+                shown.append(out.getvalue())
+            plain, styled = shown
+            assert _clean(plain), (command, plain)
+            assert "\x1b[" in styled and _SGR.sub("", styled) == plain, (command, styled)
 
     check()
 
