@@ -79,7 +79,8 @@ def test_a_page_that_holds_every_item_says_nothing_more(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "runs.db"
     _store_with_open_items(db, 2)
-    code, out, _ = _cli(capsys, "pending", "--limit", "2", "--store", str(db))
+    code, out, err = _cli(capsys, "pending", "--limit", "2", "--store", str(db))
+    assert code == 0, err
     assert _listed(out) == ["req-000", "req-001"] and "shown" not in out
 
 
