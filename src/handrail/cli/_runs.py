@@ -288,7 +288,7 @@ async def _roots(store: Store, limit: int, status: RunStatus | None) -> list[Run
 
 async def _tree_size(store: Store, run: RunRecord, depth: int = 0) -> int:
     """How many sub-agent runs the tree under `run` holds (bounded: a tree is shallow)."""
-    from handrail.runs import sub_runs
+    from handrail.runs._tree import sub_runs
 
     if depth > 16 or not any(e.get("kind") == "delegated" for e in run.events):
         return 0
@@ -488,24 +488,29 @@ PENDING_PAGE = 50
 
 def _cmd_pending(args: argparse.Namespace) -> int:
     async def go(store: Store) -> int:
-        items = await store.pending(kind=args.kind, agent=args.agent_name, tool=args.tool)
         # A script gets every item unless it asks for fewer; a person gets a page (1,000 open
-        # items are not read on a terminal) and is told how to see the rest.
+        # items are not read on a terminal) and is told how to see the rest. A page is all
+        # that is read of the store.
         limit = None if args.all else args.limit if args.limit is not None else \
             None if args.json else PENDING_PAGE
-        shown = items if limit is None else items[:limit]
+        if limit is None:
+            shown = await store.pending(kind=args.kind, agent=args.agent_name, tool=args.tool)
+            total = len(shown)
+        else:
+            shown, total = await store.pending_page(limit, kind=args.kind,
+                                                    agent=args.agent_name, tool=args.tool)
         if args.json:
             _json_list({"id": p.id, "kind": p.kind, "run_id": p.run_id, "tool": p.tool,
                         "agent": p.agent, "payload": p.payload, "created_at": p.created_at}
                        for p in shown)
             return 0
         out = Out()
-        if not items:
+        if not total:
             out.print("nothing is pending")
         for p in shown:
             _print_item(out, p)
-        if len(shown) < len(items):
-            out.print(f"\n{len(shown):,} of {len(items):,} open items shown, oldest first: "
+        if len(shown) < total:
+            out.print(f"\n{len(shown):,} of {total:,} open items shown, oldest first: "
                       "`handrail pending --all` lists every one (`--limit N` the first N, "
                       "`--json` every one for a script)")
         # Runs that wait for nobody but a `resume` (decided, or stopped on an error): said, so

@@ -1055,6 +1055,24 @@ class SQLiteStore(Store):
         rows = await self._read(lambda db: db.execute(sql, params).fetchall())
         return [_pending_from(r) for r in rows]
 
+    async def pending_page(self, limit: int, *, kind: str | None = None,
+                           agent: str | None = None, tool: str | None = None,
+                           ) -> tuple[list[PendingItem], int]:
+        where, params = ["state = 'open'"], []
+        for column, value in (("kind", kind), ("agent", agent), ("tool", tool)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        clause = " AND ".join(where)
+        # One statement, so one snapshot: the count and the page agree. An empty page of a
+        # positive limit means none is open.
+        sql = (f"SELECT {_PENDING_COLUMNS}, (SELECT count(*) FROM pending WHERE {clause}) "
+               f"FROM pending WHERE {clause} ORDER BY created_at LIMIT ?")
+        rows = await self._read(
+            lambda db: db.execute(sql, [*params, *params, max(limit, 1)]).fetchall())
+        total = int(rows[0][-1]) if rows else 0
+        return [_pending_from(r[:-1]) for r in rows[:max(limit, 0)]], total
+
     async def pending_item(self, item_id: str) -> PendingItem:
         row = await self._read(
             lambda db: db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",

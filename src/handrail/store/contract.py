@@ -236,6 +236,17 @@ class Store(abc.ABC):
     ) -> list[PendingItem]:
         """Open pending items, oldest first, filtered by kind, agent, tool and age."""
 
+    async def pending_page(self, limit: int, *, kind: str | None = None,
+                           agent: str | None = None, tool: str | None = None,
+                           ) -> tuple[list[PendingItem], int]:
+        """The oldest `limit` open items (as `pending` lists them), and how many are open.
+
+        For a listing that shows a page (`handrail pending`). This default reads every item;
+        a store overrides it to read no more than the page.
+        """
+        items = await self.pending(kind=kind, agent=agent, tool=tool)
+        return items[:max(limit, 0)], len(items)
+
     @abc.abstractmethod
     async def pending_item(self, item_id: str) -> PendingItem:
         """One pending item, open or decided.
