@@ -59,7 +59,8 @@ def _existing_store(args: argparse.Namespace) -> Store:
 
 
 _MIN_PREFIX = 4
-_PREFIX_SCAN = 10_000
+_PREFIX_SCAN = 1000
+"""At most this many ids that start with what was typed are named (and counted)."""
 
 
 def _unique(text: str, matches: list[str], noun: str) -> str:
@@ -70,7 +71,8 @@ def _unique(text: str, matches: list[str], noun: str) -> str:
     if not matches:
         raise NotFound(f"no {noun} '{printable(text)}' (and no {noun} id starts with it)")
     shown = ", ".join(printable(m) for m in matches[:5])
-    raise UserError(f"{printable(text)} is the start of {len(matches)} {noun} ids ({shown}"
+    count = f"{len(matches)}" if len(matches) < _PREFIX_SCAN else f"{_PREFIX_SCAN} or more"
+    raise UserError(f"{printable(text)} is the start of {count} {noun} ids ({shown}"
                     f"{', ...' if len(matches) > 5 else ''}): give more of the id")
 
 
@@ -83,8 +85,7 @@ async def run_id(store: Store, text: str) -> str:
     except NotFound:
         if len(text) < _MIN_PREFIX:
             raise
-    runs = await store.runs(limit=_PREFIX_SCAN)
-    return _unique(text, [r.id for r in runs if r.id.startswith(text)], "run")
+    return _unique(text, await store.run_ids(text, limit=_PREFIX_SCAN), "run")
 
 
 async def item_id(store: Store, text: str) -> str:

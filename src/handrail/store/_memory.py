@@ -75,6 +75,9 @@ class MemoryStore(Store):
         found.sort(key=lambda r: r.created_at, reverse=True)
         return [clone(r) for r in found[:limit]]
 
+    async def run_ids(self, prefix: str, *, limit: int = 1000) -> list[str]:
+        return sorted(i for i in self._runs if i.startswith(prefix))[:max(limit, 0)]
+
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
         return list(self._messages.get(run_id, []))
 

@@ -1010,6 +1010,13 @@ class SQLiteStore(Store):
 
         return [_run_from(r) for r in await self._read(query)]
 
+    async def run_ids(self, prefix: str, *, limit: int = 1000) -> list[str]:
+        # From the prefix on, along the primary key's index: ids only, no row is decoded.
+        rows = await self._read(lambda db: db.execute(
+            "SELECT id FROM runs WHERE id >= ? AND substr(id, 1, ?) = ? ORDER BY id LIMIT ?",
+            (prefix, len(prefix), prefix, max(limit, 0))).fetchall())
+        return [str(r[0]) for r in rows]
+
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
         rows = await self._read(
             lambda db: db.execute("SELECT data FROM messages WHERE run_id = ? ORDER BY seq",

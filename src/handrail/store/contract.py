@@ -210,6 +210,15 @@ class Store(abc.ABC):
     async def runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
         """The newest runs first."""
 
+    async def run_ids(self, prefix: str, *, limit: int = 1000) -> list[str]:
+        """Ids of runs that start with `prefix`, in id order, at most `limit` of them.
+
+        For naming a run by the start of its id (`handrail show 3f9a`). This default looks
+        among the newest 10,000 runs; a store overrides it to look at every run by its id.
+        """
+        runs = await self.runs(limit=10_000)
+        return sorted(r.id for r in runs if r.id.startswith(prefix))[:max(limit, 0)]
+
     @abc.abstractmethod
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
         """A run's messages, dumped (`handrail.models.load_messages` rebuilds them), in order."""

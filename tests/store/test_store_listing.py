@@ -1,7 +1,9 @@
-"""`Store.pending_page`: the oldest open items up to a limit, and how many are open (issue 11).
+"""What the CLI's listings ask of a store (issue 11), against every store.
 
-`handrail pending` shows a person a page of a long queue; the page is all it reads. Run against
-every store: memory and PostgreSQL take the default (every item, sliced), SQLite a bounded query.
+`Store.pending_page`: `handrail pending` shows a person a page of a long queue, and the page is
+all it reads (memory and PostgreSQL take the default: every item, sliced; SQLite reads the
+page). `Store.run_ids`: `handrail show 3f9a` names a run by the start of its id; SQLite and
+memory look at every run by its id, not at the newest 10,000 runs decoded.
 """
 
 from __future__ import annotations
@@ -54,3 +56,28 @@ async def test_a_page_is_the_oldest_open_items_and_the_count_is_every_open_one(
 async def test_an_empty_queue_is_an_empty_page(store: Store) -> None:
     assert await store.pending_page(50) == ([], 0)
     assert await store.pending_page(0) == ([], 0)
+
+
+async def test_run_ids_are_those_that_start_with_the_prefix_in_id_order(store: Store) -> None:
+    ids = ["abcd", "abcd1", "abcd2", "abce", "abc", "xabcd", "abcdé", "ABCD"]
+    for i, run_id in enumerate(ids):
+        await store.write(Batch(run=RunRecord(id=run_id, task="t", policy={},
+                                              created_at=float(i))))
+    assert await store.run_ids("abcd") == ["abcd", "abcd1", "abcd2", "abcdé"]
+    assert await store.run_ids("abcd", limit=2) == ["abcd", "abcd1"]
+    assert await store.run_ids("abcdé") == ["abcdé"]
+    assert await store.run_ids("abcz") == []
+    assert await store.run_ids("%") == [] and await store.run_ids("_bcd") == []
+
+
+async def test_run_ids_look_past_the_newest_runs(tmp_path: Path) -> None:
+    # The default looked among the newest 10,000 runs: the SQLite store finds an older one.
+    async with Store.open(tmp_path / "runs.db") as store:
+        await store.write(Batch(run=RunRecord(id="old-run", task="t", policy={},
+                                              created_at=0.0)))
+        for start in range(0, 10_050, 1000):
+            for i in range(start, min(start + 1000, 10_050)):
+                await store.write(Batch(run=RunRecord(id=f"new-{i:05d}", task="t", policy={},
+                                                      created_at=1.0 + i)), wait=False)
+            await store.flush()
+        assert await store.run_ids("old-") == ["old-run"]
