@@ -96,6 +96,9 @@ async def store_side(path: Path, last: str, reps: int) -> dict[str, float]:
         t = note("runs(limit=50)", t)
         await store.pending()
         t = note(f"pending() ({args_runs(path)} open items)", t)
+        if hasattr(store, "pending_page"):  # not in a build before issue 11's third round
+            await store.pending_page(50)
+            t = note("pending_page(50)", t)
         await store.run(last)
         await store.calls(last)
         await store.messages(last)
