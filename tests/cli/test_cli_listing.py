@@ -193,7 +193,7 @@ def test_a_model_cannot_open_close_or_fake_a_style() -> None:
 
 def test_show_finds_a_conversations_later_runs_past_the_first_page(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from handrail.runs._tree import thread
+    from handrail.runs import thread
 
     db = tmp_path / "runs.db"
 

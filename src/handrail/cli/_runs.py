@@ -289,7 +289,7 @@ async def _roots(store: Store, limit: int, status: RunStatus | None) -> list[Run
 
 async def _tree_size(store: Store, run: RunRecord, depth: int = 0) -> int:
     """How many sub-agent runs the tree under `run` holds (bounded: a tree is shallow)."""
-    from handrail.runs._tree import sub_runs
+    from handrail.runs import sub_runs
 
     if depth > 16 or not any(e.get("kind") == "delegated" for e in run.events):
         return 0
@@ -317,7 +317,7 @@ def _cut(text: str, width: int) -> str:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     async def go(store: Store) -> int:
-        from handrail.runs._tree import thread
+        from handrail.runs import thread
 
         run = await store.run(await run_id(store, args.run))
         calls = await store.calls(run.id)
@@ -427,7 +427,7 @@ def _target_text(target: Any) -> str:
 
 
 async def _children(store: Store, run: RunRecord, calls: list[Any]) -> dict[str, RunRecord]:
-    from handrail.runs._tree import sub_runs
+    from handrail.runs import sub_runs
 
     return await sub_runs(store, run, [c for c in calls if c.run_id == run.id])
 

@@ -1,8 +1,8 @@
 """Agent runs: the loop, outcomes, and resuming across processes.
 
 Names load from their module on first use (PEP 562), as in `handrail.tools`: `handrail show`
-takes `thread` (a conversation's runs) without importing the agent loop, the gate, the host
-and the approval machinery (issue 11).
+takes `thread` (a conversation's runs) without importing the agent loop, the gate, the host,
+the approval machinery, the models or the policy (issue 11).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
         resume_with_recovery,
         resume_with_recovery_sync,
     )
-    from handrail.runs._conversation import Conversation, conversation_of, thread
+    from handrail.runs._conversation import Conversation
     from handrail.runs._decisions import record_decision, wrong_kind
     from handrail.runs._events import (
         CallFinishedDetail,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     )
     from handrail.runs._printer import TerminalPrinter
     from handrail.runs._subagents import SubAgentTool, tree_of
-    from handrail.runs._tree import child_run_id, sub_runs
+    from handrail.runs._tree import child_run_id, conversation_of, sub_runs, thread
     from handrail.runs._verify import (
         VERIFY_OUTPUT_CHARS,
         NotVerified,
@@ -89,7 +89,7 @@ _LAZY: dict[str, str] = {
     "VerifyContext": "handrail.runs._verify",
     "check_resumable": "handrail.runs._agent",
     "child_run_id": "handrail.runs._tree",
-    "conversation_of": "handrail.runs._conversation",
+    "conversation_of": "handrail.runs._tree",
     "next_step": "handrail.runs._outcome",
     "outcome_from_dict": "handrail.runs._outcome",
     "outcome_to_dict": "handrail.runs._outcome",
@@ -103,7 +103,7 @@ _LAZY: dict[str, str] = {
     "resume_with_recovery": "handrail.runs._agent",
     "resume_with_recovery_sync": "handrail.runs._agent",
     "sub_runs": "handrail.runs._tree",
-    "thread": "handrail.runs._conversation",
+    "thread": "handrail.runs._tree",
     "tree_of": "handrail.runs._subagents",
     "wrong_kind": "handrail.runs._decisions",
 }
