@@ -226,3 +226,47 @@ def test_run_statuses_offered_by_the_parser_are_the_stores() -> None:
 
     assert list(RUN_STATUSES) == [s.value for s in RunStatus]
     assert hr.RunStatus is RunStatus
+
+
+def test_runs_says_when_there_are_more_than_it_lists(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "runs.db"
+
+    async def go() -> None:
+        async with Store.open(db) as store:
+            for i in range(4):
+                await store.write(Batch(run=RunRecord(id=f"r{i}", task="t", created_at=float(i))))
+
+    anyio.run(go)
+    code, out, err = _cli(capsys, "runs", "--limit", "3", "--store", str(db))
+    assert code == 0, err
+    assert re.findall(r"^(r\d) ", out, re.MULTILINE) == ["r3", "r2", "r1"]
+    assert "the newest 3 shown, and there are more" in out
+    code, out, _ = _cli(capsys, "runs", "--limit", "4", "--store", str(db))
+    assert len(re.findall(r"^r\d ", out, re.MULTILINE)) == 4 and "more" not in out
+    code, out, _ = _cli(capsys, "runs", "--limit", "3", "--json", "--store", str(db))
+    assert [r["id"] for r in json.loads(out)] == ["r3", "r2", "r1"]
+    code, out, _ = _cli(capsys, "runs", "--status", "failed", "--store", str(db))
+    assert out.strip() == "no failed runs in this store"
+
+
+def test_pending_says_when_more_runs_are_ready_than_it_names(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "runs.db"
+
+    async def ready(count: int) -> None:
+        async with Store.open(db) as store:
+            for i in range(count):
+                await store.write(Batch(run=RunRecord(id=f"ready-{i:02d}", task="t",
+                                                      status=RunStatus.READY,
+                                                      created_at=float(i))))
+
+    anyio.run(ready, 20)
+    code, out, err = _cli(capsys, "pending", "--store", str(db))
+    assert code == 0, err
+    assert len(re.findall(r"^run ready-\d+ is ready", out, re.MULTILINE)) == 20
+    assert "more runs are ready" not in out
+    anyio.run(ready, 21)
+    code, out, _ = _cli(capsys, "pending", "--store", str(db))
+    assert len(re.findall(r"^run ready-\d+ is ready", out, re.MULTILINE)) == 20
+    assert "more runs are ready than these 20: handrail runs --status ready" in out

@@ -237,7 +237,10 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         from handrail.store import RunStatus
 
         status = RunStatus(args.status) if args.status else None
-        runs = await _roots(store, args.limit, status)
+        # One more than asked: a listing says when there are more (one more run decoded).
+        runs = await _roots(store, args.limit + 1, status)
+        more = len(runs) > args.limit
+        runs = runs[:args.limit]
         sizes = [await _tree_size(store, r) for r in runs]
         if args.json:
             _json_list({**_run_json(r), "sub_agent_runs": n}
@@ -245,7 +248,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
             return 0
         out = Out()
         if not runs:
-            out.print("no runs in this store")
+            out.print(f"no {args.status + ' ' if args.status else ''}runs in this store")
         else:
             # Ids in full, never cut: they are what the other commands take.
             for line in table(("run", "status", "agent", "task", "steps", "sub-agents",
@@ -255,6 +258,9 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                                 _ago(r.created_at))
                                for r, n in zip(runs, sizes, strict=True)]):
                 out.print(line)
+        if more:
+            out.print(f"\nthe newest {len(runs):,} shown, and there are more: "
+                      "`handrail runs --limit N` lists N")
         out.flush()
         return 0
 
@@ -485,6 +491,8 @@ def _print_call(out: Out, c: Any, indent: str = "") -> None:
 
 PENDING_PAGE = 50
 """How many open items `handrail pending` shows a person unless told (`--limit N`, `--all`)."""
+_READY_SHOWN = 20
+"""How many ready runs `handrail pending` names after the items (the newest)."""
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
@@ -518,9 +526,13 @@ def _cmd_pending(args: argparse.Namespace) -> int:
         # "nothing is pending" never hides a run that has not finished.
         from handrail.store import RunStatus
 
-        for run in await store.runs(status=RunStatus.READY, limit=20):
+        ready = await store.runs(status=RunStatus.READY, limit=_READY_SHOWN + 1)
+        for run in ready[:_READY_SHOWN]:
             out.print(f"run {printable(run.id)} is {_status_text(run)}: handrail resume "
                       f"{printable(run.id)}")
+        if len(ready) > _READY_SHOWN:
+            out.print(f"more runs are ready than these {_READY_SHOWN}: handrail runs --status "
+                      "ready")
         out.flush()
         return 0
 
