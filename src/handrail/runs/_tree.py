@@ -55,16 +55,11 @@ def conversation_of(run: RunRecord) -> tuple[str, str] | None:
     return None
 
 
-_SCAN_LIMIT = 1000
-"""How many of the newest runs `thread` looks through for the runs after the one shown."""
-_SCAN_FIRST = 50
-
-
 async def thread(store: Store, run: RunRecord) -> list[RunRecord]:
     """The runs of `run`'s conversation, first to last (just `[run]` outside one).
 
     The runs before `run` are exactly the chain it continues (followed link by link); the
-    runs after it are those among the newest that belong to the same conversation.
+    runs after it are those of the same conversation created after it (`Store.continuations`).
     """
     earlier: list[RunRecord] = []
     link = conversation_of(run)
@@ -75,23 +70,6 @@ async def thread(store: Store, run: RunRecord) -> list[RunRecord]:
         earlier.append(previous)
         link = conversation_of(previous)
     root = earlier[-1].id if earlier else run.id
-    return [*reversed(earlier), run, *await _later(store, run, root, seen)]
-
-
-async def _later(store: Store, run: RunRecord, root: str, seen: set[str]) -> list[RunRecord]:
-    """The runs of conversation `root` created after `run`, among the newest `_SCAN_LIMIT`.
-
-    Newest first, a page at a time: the scan stops at the first run older than `run` (none
-    past it can come after it), so showing a recent run reads a page, not a thousand runs.
-    """
-    asked = _SCAN_FIRST
-    while True:
-        newest = await store.runs(limit=asked)
-        full = len(newest) == asked and asked < _SCAN_LIMIT
-        if not full or newest[-1].created_at < run.created_at:
-            break
-        asked = min(asked * 4, _SCAN_LIMIT)
-    later = [r for r in newest
-             if r.id not in seen and (conversation_of(r) or ("", ""))[0] == root
-             and (r.created_at, r.id) > (run.created_at, run.id)]
-    return sorted(later, key=lambda r: (r.created_at, r.id))
+    later = [r for r in await store.continuations(root, since=run.created_at)
+             if r.id not in seen and (r.created_at, r.id) > (run.created_at, run.id)]
+    return [*reversed(earlier), run, *later]

@@ -20,6 +20,7 @@ from handrail.store.contract import (
     check_claimable,
     check_run_record,
     clone,
+    continues_conversation,
     cutoff,
     status_after_decision,
 )
@@ -74,6 +75,13 @@ class MemoryStore(Store):
         found = [r for r in self._runs.values() if status is None or r.status is status]
         found.sort(key=lambda r: r.created_at, reverse=True)
         return [clone(r) for r in found[:limit]]
+
+    async def continuations(self, conversation: str, *, since: float = 0.0,
+                            limit: int = 1000) -> list[RunRecord]:
+        found = [r for r in self._runs.values()
+                 if r.created_at >= since and continues_conversation(r.events, conversation)]
+        found.sort(key=lambda r: (r.created_at, r.id))
+        return [clone(r) for r in found[:max(limit, 0)]]
 
     async def run_ids(self, prefix: str, *, limit: int = 1000) -> list[str]:
         return sorted(i for i in self._runs if i.startswith(prefix))[:max(limit, 0)]

@@ -53,6 +53,7 @@ import dataclasses
 import datetime as dt
 import json
 import queue
+import re
 import sqlite3
 import threading
 import time
@@ -76,6 +77,7 @@ from handrail.store.contract import (
     Store,
     check_claimable,
     check_run_record,
+    continues_conversation,
     cutoff,
     status_after_decision,
 )
@@ -309,6 +311,9 @@ _RUN_COLUMNS = (
     "updated_at, outcome, input_tokens, output_tokens, model_requests, remembered, steps, owner, "
     "lease_until, events, agent_ref, parent_call_id, depth"
 )
+_EVENTS = _RUN_COLUMNS.split(", ").index("events")
+_PLAIN_TEXT = re.compile(r"[ !#-\[\]-~]+")
+"""Text every JSON encoder writes as it is: printable ASCII but the quote and the backslash."""
 _CALL_COLUMNS = (
     "id, run_id, call_id, turn, idx, model_name, tool, arguments, arguments_digest, "
     "performed_arguments, actions, verdict, decision, decided_by, status, result, disposition, "
@@ -1007,6 +1012,30 @@ class SQLiteStore(Store):
                                   "LIMIT ?", (limit,)).fetchall()
             return db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = ? ORDER BY "
                               "created_at DESC LIMIT ?", (status.value, limit)).fetchall()
+
+        return [_run_from(r) for r in await self._read(query)]
+
+    async def continuations(self, conversation: str, *, since: float = 0.0,
+                            limit: int = 1000) -> list[RunRecord]:
+        # Only rows whose events text holds a `continues` event (and, for an id both JSON
+        # encoders write as it is, the id) are read; each is then checked on its parsed events,
+        # on the store's thread, up to `limit`. Only those matching are decoded in full.
+        where = ["created_at >= ?", "instr(events, '\"continues\"') > 0"]
+        params: list[Any] = [since]
+        if _PLAIN_TEXT.fullmatch(conversation):
+            where.append("instr(events, ?) > 0")
+            params.append(f'"{conversation}"')
+        sql = (f"SELECT {_RUN_COLUMNS} FROM runs WHERE {' AND '.join(where)} "
+               "ORDER BY created_at, id")
+
+        def query(db: sqlite3.Connection) -> list[Any]:
+            rows: list[Any] = []
+            for row in db.execute(sql, params):
+                if len(rows) >= limit:
+                    break
+                if continues_conversation(json.loads(row[_EVENTS]), conversation):
+                    rows.append(row)
+            return rows
 
         return [_run_from(r) for r in await self._read(query)]
 

@@ -56,6 +56,7 @@ __all__ = [
     "check_claimable",
     "check_run_record",
     "clone",
+    "continues_conversation",
     "cutoff",
     "is_owner_alive",
     "new_owner",
@@ -79,6 +80,18 @@ StoreFactory = Callable[[str, "Durability"], "Store"]
 
 _BACKENDS: dict[str, StoreFactory] = {}
 _DEFAULT_SCHEME = "sqlite"
+
+
+def continues_conversation(events: list[dict[str, Any]], conversation: str) -> bool:
+    """Whether a run with these events continues conversation `conversation` (its first run).
+
+    A continuing run records one `continues` event naming the run it continues and the
+    conversation's first run (`handrail.runs.conversation_of` reads the same event).
+    """
+    for event in events:
+        if isinstance(event, dict) and event.get("kind") == "continues":
+            return event.get("conversation") == conversation
+    return False
 
 
 def register_backend(scheme: str, factory: StoreFactory) -> None:
@@ -218,6 +231,19 @@ class Store(abc.ABC):
         """
         runs = await self.runs(limit=10_000)
         return sorted(r.id for r in runs if r.id.startswith(prefix))[:max(limit, 0)]
+
+    async def continuations(self, conversation: str, *, since: float = 0.0,
+                            limit: int = 1000) -> list[RunRecord]:
+        """The runs that continue conversation `conversation`, oldest first, at most `limit`.
+
+        Those created at or after `since` whose `continues` event names `conversation` as the
+        conversation's first run (`handrail show` lists a conversation with them). This
+        default looks among the newest 1,000 runs; a store overrides it to look at every run.
+        """
+        found = [r for r in await self.runs(limit=1000)
+                 if r.created_at >= since and continues_conversation(r.events, conversation)]
+        found.sort(key=lambda r: (r.created_at, r.id))
+        return found[:max(limit, 0)]
 
     @abc.abstractmethod
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
