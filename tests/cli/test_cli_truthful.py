@@ -361,6 +361,7 @@ def test_nothing_a_model_or_tool_wrote_reaches_the_terminal_raw(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Any text in any field a model or a tool fills: `runs`, `show`, `pending` print it inert."""
     monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("FORCE_COLOR", raising=False)  # set below; restored at the end
     import contextlib
     import io
     import uuid
