@@ -178,8 +178,10 @@ def test_styles_reach_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(key)
 
 
-def test_a_model_cannot_open_close_or_fake_a_style() -> None:
+def test_a_model_cannot_open_close_or_fake_a_style(monkeypatch: pytest.MonkeyPatch) -> None:
     # The style markers are C0 characters: `printable` escapes every one a model writes.
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
     hostile = "\x01red\x02evil\x03 \x1b[31mred\x1b[0m"
     stream = _Terminal()
     out = Out(stream)
