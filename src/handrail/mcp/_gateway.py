@@ -439,11 +439,11 @@ class Gateway:
 
     async def serve_stdio(self) -> None:
         """Serve MCP over this process's stdin/stdout until the client closes it."""
-        from mcp.server.stdio import stdio_server
+        from handrail.mcp._stdio import serve_stdio_transport
 
         server = self.server(single_client=True)
         try:
-            async with stdio_server() as (read, write):
+            async with serve_stdio_transport() as (read, write):
                 await server.run(read, write, self.initialization_options(server))
         finally:
             with anyio.CancelScope(shield=True):
