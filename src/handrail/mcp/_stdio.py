@@ -126,9 +126,10 @@ async def serve_stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
     try:
         # The SDK's own stream pair (private: a release without it gets its transport).
         from mcp.shared._context_streams import create_context_streams
+        usable = fast_path_available()
     except ImportError:  # pragma: no cover - depends on the installed SDK
-        create_context_streams = None
-    if create_context_streams is None or not fast_path_available():
+        usable = False
+    if not usable:
         from mcp.server.stdio import stdio_server
 
         async with stdio_server() as streams:
