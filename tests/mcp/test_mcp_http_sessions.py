@@ -166,3 +166,29 @@ async def test_a_stateless_client_is_one_run_per_client_not_per_call(tmp_path: P
             by_task.setdefault(run.task, []).append(len(await http.calls(run.id)))
     assert sorted(by_task["MCP session of alpha"]) == [1, 2, 4]
     assert by_task["MCP session of beta"] == [1]
+
+
+async def test_past_the_bound_the_idlest_clients_run_is_ended(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stateless client never says goodbye: the runs a server keeps open are bounded."""
+    from handrail.mcp import Gateway, _gateway
+    from mcp import Client
+
+    @hr.tool(mutates=False)
+    async def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    monkeypatch.setattr(_gateway, "MAX_SESSIONS", 2)
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([echo]), store=store, manifest=hr.Manifest.from_toml(
+        '[[tools]]\nref = "local/echo"\ndescription = "Echo."\nmutates = false\n'))
+    server = gateway.server()
+    for name in ("first", "second", "third"):
+        async with Client(server, client_info=t.Implementation(name=name, version="1")) as c:
+            assert (await c.call_tool("echo", {"text": name})).content[0].text == name  # type: ignore[union-attr]
+    status = {run.task: run.status for run in await store.runs()}
+    assert status == {"MCP session of first": hr.RunStatus.COMPLETED,
+                      "MCP session of second": hr.RunStatus.RUNNING,
+                      "MCP session of third": hr.RunStatus.RUNNING}
+    assert len(gateway.sessions) == 2

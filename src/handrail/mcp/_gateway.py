@@ -67,11 +67,12 @@ def argument_digest(arguments: Any) -> str:
     return "sha256:" + hashlib.sha256(_CANONICAL.encode(arguments).encode()).hexdigest()
 
 
-def client_key(ctx: Any, connection: Any, single_client: bool = False) -> Hashable:
+def client_key(ctx: Any, connection: Any, single_client: bool = False) -> tuple[Any, ...]:
     """Which client a request comes from, i.e. which run its calls are recorded in.
 
     - `single_client` (stdio: one process serves one client): the one client.
     - A session-era client over HTTP: its `Mcp-Session-Id` (the SDK's, from the handshake).
+    - Any other connection with a channel of its own (an in-process client): the connection.
     - A stateless-era client (2026-07-28), which has no handshake and sends each request on
       its own: the `Mcp-Session-Id` header when it sends one, else its bearer token with the
       client name and version it declares. Only a digest is kept (never the token), and the
@@ -82,6 +83,8 @@ def client_key(ctx: Any, connection: Any, single_client: bool = False) -> Hashab
     session_id = getattr(connection, "session_id", None)
     if isinstance(session_id, str) and session_id:
         return ("session", session_id)
+    if getattr(connection, "has_standalone_channel", True):
+        return ("connection", id(connection))
     headers = getattr(getattr(ctx, "request", None), "headers", None)
     token = given = ""
     if headers is not None:
@@ -447,7 +450,7 @@ class Gateway:
         one_client: list[Any] = []  # with single_client: the connection that came first
         opening: dict[Hashable, anyio.Lock] = {}
 
-        def remember(ctx: Any) -> tuple[Hashable, Any]:
+        def remember(ctx: Any) -> tuple[tuple[Any, ...], Any]:
             # The SDK builds a ServerSession per request around a connection object: the
             # connection is what a session-era client's session is, and what
             # notifications go through.
@@ -462,9 +465,14 @@ class Gateway:
                 self._clients[id(connection)] = connection  # weakly: a gone one is dropped
             return key, connection
 
+        owners: dict[Hashable, Any] = {}  # a connection-keyed session's connection
+
         async def session_for(ctx: Any) -> GatewaySession:
-            key, _ = remember(ctx)
+            key, connection = remember(ctx)
             found = sessions.get(key)
+            if found is not None and key[0] == "connection" and owners.get(key) is not connection:
+                found = None  # another connection at a reused id: a new client
+                sessions.pop(key, None)
             if found is not None:
                 sessions.move_to_end(key)
                 return found
@@ -480,7 +488,9 @@ class Gateway:
                                                      or "mcp client"))[:100]
                     found = await self.open_session(client)
                     sessions[key] = found
-                    await self._forget_idle(sessions)
+                    if key[0] == "connection":
+                        owners[key] = connection
+                    await self._forget_idle(sessions, owners)
             opening.pop(key, None)
             return found
 
@@ -510,7 +520,7 @@ class Gateway:
                              on_subscriptions_listen=ListenHandler(self._subscriptions))
 
     async def _forget_idle(self, sessions: collections.OrderedDict[Hashable, GatewaySession],
-                           ) -> None:
+                           owners: dict[Hashable, Any]) -> None:
         """Past `MAX_SESSIONS` clients, end the runs of those idle the longest.
 
         A stateless client never says goodbye: without a bound, every new token or client
@@ -521,6 +531,7 @@ class Gateway:
             if oldest.busy:
                 return  # the least recently used is in a call: none is idle enough
             del sessions[key]
+            owners.pop(key, None)
             if oldest in self.sessions:
                 self.sessions.remove(oldest)
             await oldest.close()
