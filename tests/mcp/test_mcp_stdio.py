@@ -147,6 +147,13 @@ def test_an_over_long_line_is_refused_and_the_session_goes_on(tmp_path: Path) ->
             replies.append(raw.read())
         assert replies[-1]["result"]["content"][0]["text"] == "5"
         assert all(r.get("id") != 3 for r in replies)  # the long request was never served
+        [refused] = [r for r in replies if "error" in r]
+        assert refused["id"] is None and refused["error"]["code"] == -32700
+        assert "longer than" in refused["error"]["message"]
+        # A line that is no JSON-RPC message is answered the same way.
+        raw.send(b"this is not json\n")
+        answer = raw.read()
+        assert answer["id"] is None and answer["error"]["code"] == -32700
     finally:
         code = raw.close()
     assert code == 0

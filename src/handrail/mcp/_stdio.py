@@ -10,14 +10,16 @@ terminal, a regular file, another event loop than asyncio) the SDK's transport s
 It keeps the SDK transport's contract: while serving, fd 0 reads the null device and fd 1
 writes to stderr, so a tool's stray `print` or a child process cannot corrupt the wire; both
 are restored on exit. And it bounds what a client can make it hold: a line longer than
-`MAX_MESSAGE_BYTES` is refused (the client gets a parse error) and skipped to its end,
-never buffered whole.
+`MAX_MESSAGE_BYTES` is refused and skipped to its end, never buffered whole. Such a line, or
+one that is not a JSON-RPC message, is answered with a JSON-RPC Parse error (id null), as
+the protocol asks (the SDK's transport drops it silently).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import stat
 import sys
@@ -156,6 +158,15 @@ async def serve_stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
     outbound, outbound_receive = create_context_streams[SessionMessage](0)
     adapter = mcp_types.jsonrpc_message_adapter
 
+    def parse_error(why: str) -> None:
+        # JSON-RPC 2.0: a line that is no message gets a Parse error with a null id (the
+        # SDK's transport drops it, leaving a client to wait out its timeout). One whole
+        # line, appended between the writer's lines, never inside one.
+        body = {"jsonrpc": "2.0", "id": None,
+                "error": {"code": -32700, "message": f"Parse error: {why}"}}
+        with contextlib.suppress(OSError, RuntimeError):
+            writer.write(json.dumps(body).encode() + b"\n")
+
     async def read_lines() -> None:
         buffer = bytearray()
         skipping = False
@@ -167,11 +178,13 @@ async def serve_stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
                 lines, skipping = split_lines(buffer, chunk, skipping)
                 for line in lines:
                     if isinstance(line, Exception):
+                        parse_error(str(line))
                         await inbound_send.send(line)
                         continue
                     try:
                         message = adapter.validate_json(line, by_name=False)
-                    except Exception as exc:  # boundary: the SDK answers it as a parse error
+                    except Exception as exc:  # boundary: whatever the client sent
+                        parse_error("not a JSON-RPC message")
                         await inbound_send.send(exc)
                         continue
                     await inbound_send.send(SessionMessage(message))
