@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,9 @@ class _Raw:
             [sys.executable, "-m", "handrail.cli", "serve", target, "--stdio", "--store",
              "memory"], cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._stderr)
+        # Reads below block: a server that hangs is killed, so the test fails, never hangs.
+        self._watchdog = threading.Timer(120, self.proc.kill)
+        self._watchdog.start()
 
     def send(self, data: bytes) -> None:
         assert self.proc.stdin is not None
@@ -110,6 +114,7 @@ class _Raw:
         try:
             return self.proc.wait(timeout=60)
         finally:
+            self._watchdog.cancel()
             if self.proc.stdout is not None:
                 self.proc.stdout.close()
             self._stderr.close()
