@@ -160,6 +160,17 @@ async def test_a_stateless_client_is_one_run_per_client_not_per_call(tmp_path: P
         # A session-era client: its handshake's session is its run.
         async with http.client(name="alpha") as session:
             assert text(await session.call_tool("add", {"a": 40, "b": 1})) == "41"
+        # A session-era client that leaves (its DELETE) ends its run at once.
+        async with http.client(name="leaver") as session:
+            assert text(await session.call_tool("add", {"a": 50, "b": 1})) == "51"
+        with anyio.fail_after(30):
+            while True:
+                status = {r.task: r.status for r in await http.runs()}
+                if status["MCP session of leaver"] is hr.RunStatus.COMPLETED:
+                    break
+                await anyio.sleep(0.05)
+        # A stateless client never says goodbye: its run stays open.
+        assert status["MCP session of beta"] is hr.RunStatus.RUNNING
         runs = await http.runs()
         by_task: dict[str, list[int]] = {}
         for run in runs:
@@ -192,3 +203,29 @@ async def test_past_the_bound_the_idlest_clients_run_is_ended(
                       "MCP session of second": hr.RunStatus.RUNNING,
                       "MCP session of third": hr.RunStatus.RUNNING}
     assert len(gateway.sessions) == 2
+
+
+async def test_an_in_process_client_of_either_era_is_one_run() -> None:
+    """The stateless era makes each request on a connection of its own: still one run."""
+    from handrail.mcp import Gateway
+    from mcp import Client
+
+    @hr.tool(mutates=False)
+    async def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([echo]), store=store, manifest=hr.Manifest.from_toml(
+        '[[tools]]\nref = "local/echo"\ndescription = "Echo."\nmutates = false\n'))
+    server = gateway.server()
+    for mode in ("2026-07-28", "legacy"):
+        async with Client(server, mode=mode,
+                          client_info=t.Implementation(name=mode[:6], version="1")) as client:
+            for word in ("a", "b", "c"):
+                result = await client.call_tool("echo", {"text": word})
+                assert result.content[0].text == word  # type: ignore[union-attr]
+    runs = {run.task: run for run in await store.runs()}
+    assert set(runs) == {"MCP session of 2026-0", "MCP session of legacy"}
+    for run in runs.values():
+        assert len(await store.calls(run.id)) == 3

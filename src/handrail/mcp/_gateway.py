@@ -72,7 +72,7 @@ def client_key(ctx: Any, connection: Any, single_client: bool = False) -> tuple[
 
     - `single_client` (stdio: one process serves one client): the one client.
     - A session-era client over HTTP: its `Mcp-Session-Id` (the SDK's, from the handshake).
-    - Any other connection with a channel of its own (an in-process client): the connection.
+    - Any other session-era connection (an in-process client): the connection.
     - A stateless-era client (2026-07-28), which has no handshake and sends each request on
       its own: the `Mcp-Session-Id` header when it sends one, else its bearer token with the
       client name and version it declares. Only a digest is kept (never the token), and the
@@ -83,7 +83,12 @@ def client_key(ctx: Any, connection: Any, single_client: bool = False) -> tuple[
     session_id = getattr(connection, "session_id", None)
     if isinstance(session_id, str) and session_id:
         return ("session", session_id)
-    if getattr(connection, "has_standalone_channel", True):
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    modern = getattr(connection, "protocol_version", None) in MODERN_PROTOCOL_VERSIONS
+    if not modern and getattr(connection, "has_standalone_channel", True):
+        # A session-era connection (an `initialize` handshake): the connection is the
+        # session. (Stateless-era requests each come on a connection of their own.)
         return ("connection", id(connection))
     headers = getattr(getattr(ctx, "request", None), "headers", None)
     token = given = ""
@@ -331,6 +336,10 @@ class Gateway:
         self.name = name or "mcp-gateway"
         self.deps = deps
         self.sessions: list[GatewaySession] = []
+        # Clients' sessions by `client_key`, least recently used first.
+        self._by_client: collections.OrderedDict[tuple[Any, ...], GatewaySession] = (
+            collections.OrderedDict())
+        self._owners: dict[tuple[Any, ...], Any] = {}  # connection-keyed: the connection
         # Session-era connections, told of a changed list; weakly held (a connection the SDK
         # has let go of is forgotten, not told).
         self._clients: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
@@ -446,7 +455,8 @@ class Gateway:
 
         from handrail.mcp._content import to_mcp_result
 
-        sessions: collections.OrderedDict[Hashable, GatewaySession] = collections.OrderedDict()
+        sessions = self._by_client
+        owners = self._owners
         one_client: list[Any] = []  # with single_client: the connection that came first
         opening: dict[Hashable, anyio.Lock] = {}
 
@@ -464,8 +474,6 @@ class Gateway:
                     and callable(getattr(connection, "send_tool_list_changed", None))):
                 self._clients[id(connection)] = connection  # weakly: a gone one is dropped
             return key, connection
-
-        owners: dict[Hashable, Any] = {}  # a connection-keyed session's connection
 
         async def session_for(ctx: Any) -> GatewaySession:
             key, connection = remember(ctx)
@@ -490,7 +498,7 @@ class Gateway:
                     sessions[key] = found
                     if key[0] == "connection":
                         owners[key] = connection
-                    await self._forget_idle(sessions, owners)
+                    await self._forget_idle()
             opening.pop(key, None)
             return found
 
@@ -519,19 +527,34 @@ class Gateway:
                              on_call_tool=call_tool,
                              on_subscriptions_listen=ListenHandler(self._subscriptions))
 
-    async def _forget_idle(self, sessions: collections.OrderedDict[Hashable, GatewaySession],
-                           owners: dict[Hashable, Any]) -> None:
+    async def end_client(self, key: tuple[Any, ...]) -> None:
+        """The client `key` (`client_key`) ended its session: end its run now.
+
+        A call still in flight keeps the run open (it ends when the server stops, or
+        makes room for others).
+        """
+        session = self._by_client.get(key)
+        if session is None or session.busy:
+            return
+        del self._by_client[key]
+        self._owners.pop(key, None)
+        if session in self.sessions:
+            self.sessions.remove(session)
+        await session.close()
+
+    async def _forget_idle(self) -> None:
         """Past `MAX_SESSIONS` clients, end the runs of those idle the longest.
 
         A stateless client never says goodbye: without a bound, every new token or client
         name would keep a run (and its memory) open until the server stops.
         """
+        sessions = self._by_client
         while len(sessions) > MAX_SESSIONS:
             key, oldest = next(iter(sessions.items()))
             if oldest.busy:
                 return  # the least recently used is in a call: none is idle enough
             del sessions[key]
-            owners.pop(key, None)
+            self._owners.pop(key, None)
             if oldest in self.sessions:
                 self.sessions.remove(oldest)
             await oldest.close()
