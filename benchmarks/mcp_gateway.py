@@ -17,7 +17,13 @@ Each variant: N calls after a warm-up, repeated; median µs per call. Target: (b
 `git archive main src | tar -x -C DIR`), measured interleaved with this tree's: old against
 new in the same run. `--gateway-only` leaves out (c) and (e).
 
+`--in-process` measures handrail's own share instead, without any transport: the gateway's
+`GatewaySession.call` (gate, record, result conversion) in a loop, memory and SQLite stores,
+each in a fresh child process (after a 200-call warm-up), wall and process CPU µs per call;
+with `--baseline`, the baseline tree's children alternate with this tree's.
+
     .venv/bin/python benchmarks/mcp_gateway.py [--calls 300] [--reps 5] [--baseline DIR]
+    .venv/bin/python benchmarks/mcp_gateway.py --in-process [--calls 2000] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -274,6 +280,67 @@ async def main(calls: int, reps: int, baseline: str | None, gateway_only: bool) 
                   f"{medians[old_b] / direct - 1:+.1%}; server CPU it adds per call: "
                   f"{cpu[old_b] - cpu[variants[0][0]]:+,.0f} µs")
 
+IN_PROCESS_CHILD = '''
+import json, os, sys, tempfile, time
+import anyio
+import handrail as hr
+from handrail.mcp import Gateway
+from handrail.mcp._content import to_mcp_result
+
+sys.path.insert(0, sys.argv[3])
+from bench_tools import box
+
+async def main(kind: str, calls: int) -> None:
+    folder = tempfile.mkdtemp()
+    store = (hr.Store.memory() if kind == "memory"
+             else hr.Store.open(os.path.join(folder, "runs.db")))
+    manifest = hr.Manifest.from_toml(open(os.path.join(sys.argv[3], "handrail.toml")).read())
+    gateway = Gateway(box, store=store, manifest=manifest, workspace=folder)
+    session = await gateway.open_session("bench")
+    for i in range(200):
+        to_mcp_result(await session.call("add", {"a": i, "b": 1}))
+    cpu, start = time.process_time(), time.perf_counter()
+    for i in range(calls):
+        to_mcp_result(await session.call("add", {"a": i, "b": 1}))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    await gateway.close()
+    await store.close()
+    print(json.dumps({"wall": wall / calls * 1e6, "cpu": cpu / calls * 1e6}))
+
+anyio.run(main, sys.argv[1], int(sys.argv[2]))
+'''
+
+
+def in_process(calls: int, reps: int, baseline: str | None) -> None:
+    """`GatewaySession.call` in a loop, in fresh child processes, trees alternating."""
+    import json
+    import subprocess
+
+    trees = [("this tree", None)] + ([("baseline", baseline)] if baseline else [])
+    samples: dict[tuple[str, str], list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "bench_tools.py").write_text(HR_TOOLS)
+        (root / "handrail.toml").write_text(MANIFEST_LOCAL)
+        for _ in range(reps):
+            for kind in ("memory", "sqlite"):
+                for tree, source in trees:
+                    paths = [*([source] if source else []), os.environ.get("PYTHONPATH", "")]
+                    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+                    done = subprocess.run(
+                        [sys.executable, "-c", IN_PROCESS_CHILD, kind, str(calls), str(root)],
+                        env=env, capture_output=True, text=True, check=True)
+                    samples.setdefault((kind, tree), []).append(json.loads(done.stdout))
+    print(f"\nGatewaySession.call in process, {calls} calls x {reps} child processes "
+          "(interleaved), median µs per call\n")
+    print("| store | tree | wall µs | CPU µs |")
+    print("|---|---|---|---|")
+    for (kind, tree), values in samples.items():
+        wall = statistics.median(v["wall"] for v in values)
+        cpu = statistics.median(v["cpu"] for v in values)
+        print(f"| {kind} | {tree} | {wall:,.0f} | {cpu:,.0f} |")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
@@ -281,6 +348,11 @@ if __name__ == "__main__":
     parser.add_argument("--baseline", metavar="DIR",
                         help="also serve (b) and (b') from the handrail tree in DIR")
     parser.add_argument("--gateway-only", action="store_true", help="leave out (c) and (e)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="handrail's own share: GatewaySession.call, no transport")
     options = parser.parse_args()
     source = str(Path(options.baseline).resolve() / "src") if options.baseline else None
-    anyio.run(main, options.calls, options.reps, source, options.gateway_only)
+    if options.in_process:
+        in_process(options.calls, options.reps, source)
+    else:
+        anyio.run(main, options.calls, options.reps, source, options.gateway_only)

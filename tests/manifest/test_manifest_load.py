@@ -63,7 +63,7 @@ def test_grant_lookup_takes_ids_and_strings() -> None:
         ('[[tools]]\nref = "a/b"\n[[tools]]\nref = "a/c"\n[[tools]]\nref = "a/d"\n'
          'descripton = "x"\n',
          "handrail.toml:7: unknown key 'descripton' in [[tools]] #3 (known: ref, mutates, "
-         "description, idempotent, arguments, output, trusted_output);"
+         "description, idempotent, arguments, output, trusted_output, awaited);"
          " did you mean 'description'?"),
         ('# the budgets\n[budgets]\ndeadline = 3\n',
          "handrail.toml:3: unknown key 'deadline' in [budgets] (known: max_steps, max_tokens, "

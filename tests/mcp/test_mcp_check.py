@@ -95,3 +95,19 @@ def test_a_grant_the_server_does_not_offer_is_drift(
     (project / "handrail.toml").write_text(text)
     assert main(["manifest", "check", "app:box"]) == 1
     assert "'time/convert_tiem' is granted" in capsys.readouterr().out
+
+
+def test_an_awaited_grant_the_server_does_not_list_yet_is_a_note(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    extra = """
+[[tools]]
+ref = "time/in_a_later_release"
+description = "Not listed yet."
+awaited = true
+[tools.arguments]
+type = "object"
+"""
+    (project / "handrail.toml").write_text(manifest(python_bin("mcp-server-time"), extra))
+    assert main(["manifest", "check", "app:box"]) == 0
+    out = capsys.readouterr().out
+    assert "note: tool 'time/in_a_later_release' is awaited" in out and "OK:" in out

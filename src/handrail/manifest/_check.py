@@ -37,7 +37,8 @@ class Problem:
     kind: str
     """What kind of problem: `not_granted`, `not_implemented`, `mutates_laxer`,
     `idempotent_unbacked`, `schema_changed`, `output_schema_changed`, `schema_not_pinned`,
-    `no_description`, `agent_instructions`, `agent_model` (stable; `--json` shows it)."""
+    `no_description`, `agent_instructions`, `agent_model`, `awaited_not_mcp` (stable;
+    `--json` shows it)."""
     severity: Severity
     """`"error"` fails the check; `"warning"` is reported, and fails only a strict check."""
     message: str
@@ -77,9 +78,21 @@ def review(toolset: Toolset | SpecSource, manifest: Manifest, *,
         implemented.add(tool.spec.id)
         found.extend(_tool_problems(tool, manifest))
         found.extend(_tool_review_problems(tool, manifest.grant(tool.spec.id)))
+    changing = _changing_servers(toolset, manifest)
     for grant in manifest.grants:
         if grant.ref in implemented:
             continue
+        if grant.awaited:
+            if grant.ref.server not in changing:
+                found.append(Problem(
+                    kind="awaited_not_mcp", severity="error", ref=str(grant.ref),
+                    message=f"tool '{grant.ref}' is granted with awaited = true in "
+                    f"{_where(manifest, grant)}, but '{grant.ref.server}' is not an MCP server "
+                    "the manifest ([[servers]]) or the toolbox declares — only an MCP "
+                    "server's tool list can change; correct the ref, or remove the grant"))
+            elif grant.description is None:
+                found.append(_no_description(manifest, grant))
+            continue  # granted ahead of its server's listing: not drift (docs/mcp.md)
         found.append(Problem(
             kind="not_implemented", severity="error", ref=str(grant.ref),
             message=f"tool '{grant.ref}' is granted in {_where(manifest, grant)} but nothing "
@@ -91,6 +104,16 @@ def review(toolset: Toolset | SpecSource, manifest: Manifest, *,
         found = [Problem(kind=p.kind, severity="error", ref=p.ref, message=p.message)
                  for p in found]
     return found
+
+
+def _changing_servers(toolset: object, manifest: Manifest) -> set[str]:
+    """The names of the MCP servers whose tool lists may change: awaited grants' servers."""
+    names = {decl.name for decl in manifest.servers}
+    changing = getattr(toolset, "changing", None)
+    if callable(changing):
+        names.update(str(member.name) for member in changing()
+                     if isinstance(getattr(member, "name", None), str))
+    return names
 
 
 def _tool_review_problems(tool: Implemented, grant: Grant | None) -> list[Problem]:

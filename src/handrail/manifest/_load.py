@@ -41,7 +41,7 @@ KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "": ("agent", "tools", "policy", "budgets", "servers", "control"),
     "agent": ("name", "instructions", "model"),
     "tools": ("ref", "mutates", "description", "idempotent", "arguments", "output",
-              "trusted_output"),
+              "trusted_output", "awaited"),
     "budgets": ("max_steps", "max_tokens", "max_wall_seconds"),
     "servers": SERVER_KEYS,  # MCP servers: see _servers.py
     "control": ("command", "timeout"),
@@ -270,7 +270,14 @@ def _grants(reader: _Reader, entries: Any) -> list[Grant]:
         idempotent = reader.typed(entry, path, "idempotent", _is_bool, "true or false")
         description = reader.typed(entry, path, "description", _is_str, "a string")
         trusted_output = reader.typed(entry, path, "trusted_output", _is_bool, "true or false")
+        awaited = reader.typed(entry, path, "awaited", _is_bool, "true or false")
         arguments = _schema(reader, entry, path, ref, "arguments")
+        if awaited and arguments is None:
+            reader.error(path, f"tool '{ref}' is granted with awaited = true but without "
+                         "[tools.arguments]: a tool granted before anyone has seen it must "
+                         "have its arguments pinned (the schema it will be held to); add "
+                         "[tools.arguments], or grant it once its server lists it")
+            continue
         output = _schema(reader, entry, path, ref, "output")
         grants.append(Grant(
             ref=ref,
@@ -280,6 +287,7 @@ def _grants(reader: _Reader, entries: Any) -> list[Grant]:
             arguments=arguments,
             output=output,
             trusted_output=trusted_output,
+            awaited=bool(awaited),
             line=reader.where(path)[0] or None,
         ))
     return grants

@@ -284,13 +284,17 @@ class Grant:
     """Overrides the tool's own `trusted_output` (docs/taint.md): true when a reviewer vouches
     that its output is data nobody outside controls, false to distrust a tool that claims
     otherwise. None: as the code declares."""
+    awaited: bool = False
+    """Granted before its MCP server lists it (docs/mcp.md): not drift while it is missing,
+    offered once the server lists it and it passes the check against this grant (whose
+    `arguments` must then be pinned)."""
     line: int | None = field(default=None, compare=False)
     """The line of the manifest that declares this grant, for messages; None if built in code."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.ref, ToolId):
             object.__setattr__(self, "ref", ToolId.of(self.ref))
-        for name in ("mutates", "idempotent"):
+        for name in ("mutates", "idempotent", "awaited"):
             if not isinstance(getattr(self, name), bool):
                 raise ManifestError(f"grant of '{self.ref}': {name} must be true or false")
         if self.trusted_output is not None and not isinstance(self.trusted_output, bool):
@@ -328,6 +332,8 @@ class Grant:
         if self.trusted_output is not None:
             # Only when stated: a manifest that says nothing keeps the digest it had.
             entry["trusted_output"] = self.trusted_output
+        if self.awaited:
+            entry["awaited"] = True  # likewise: only when stated
         return entry
 
 
@@ -344,8 +350,9 @@ def grant_toml(grant: Grant) -> list[str]:
 
     entry = grant.canonical()
     ordered = {k: entry[k] for k in ("ref", "description", "mutates", "idempotent")}
-    if "trusted_output" in entry:
-        ordered["trusted_output"] = entry["trusted_output"]
+    for name in ("trusted_output", "awaited"):
+        if name in entry:
+            ordered[name] = entry[name]
     for name in ("arguments", "output"):
         if entry[name] is not None:
             ordered[name] = out.encode_json(_readable(entry[name]))

@@ -14,6 +14,8 @@ resume path (`drive_turn` with its record), so once approved it is performed exa
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
 import hashlib
 import json
@@ -21,7 +23,8 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Sequence
+import weakref
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -52,6 +55,8 @@ DEFAULT_APPROVAL_TIMEOUT = 30.0
 """Seconds a call that needs approval waits for a decision before the client is told so."""
 POLL_SECONDS = 0.1
 """How often a waiting call reads the store for a decision made by another process."""
+MAX_SESSIONS = 1024
+"""Clients (runs) one server keeps open at once; past it, the idlest session's run ends."""
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9 ._@+:/-]")
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -60,6 +65,42 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 def argument_digest(arguments: Any) -> str:
     """The digest that makes two calls "the same call": canonical JSON (sorted keys), SHA-256."""
     return "sha256:" + hashlib.sha256(_CANONICAL.encode(arguments).encode()).hexdigest()
+
+
+def client_key(ctx: Any, connection: Any, single_client: bool = False) -> tuple[Any, ...]:
+    """Which client a request comes from, i.e. which run its calls are recorded in.
+
+    - `single_client` (stdio: one process serves one client): the one client.
+    - A session-era client over HTTP: its `Mcp-Session-Id` (the SDK's, from the handshake).
+    - Any other session-era connection (an in-process client): the connection.
+    - A stateless-era client (2026-07-28), which has no handshake and sends each request on
+      its own: the `Mcp-Session-Id` header when it sends one, else its bearer token with the
+      client name and version it declares. Only a digest is kept (never the token), and the
+      token is always part of it: a client cannot join a run opened with another token.
+    """
+    if single_client:
+        return ("stdio",)
+    session_id = getattr(connection, "session_id", None)
+    if isinstance(session_id, str) and session_id:
+        return ("session", session_id)
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    modern = getattr(connection, "protocol_version", None) in MODERN_PROTOCOL_VERSIONS
+    if not modern and getattr(connection, "has_standalone_channel", True):
+        # A session-era connection (an `initialize` handshake): the connection is the
+        # session. (Stateless-era requests each come on a connection of their own.)
+        return ("connection", id(connection))
+    headers = getattr(getattr(ctx, "request", None), "headers", None)
+    token = given = ""
+    if headers is not None:
+        token = str(headers.get("authorization") or "")
+        given = str(headers.get("mcp-session-id") or "")
+    params = getattr(ctx.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    parts = [token, given, "" if given else str(getattr(info, "name", "") or ""),
+             "" if given else str(getattr(info, "version", "") or "")]
+    digest = hashlib.sha256("\0".join(p[:4096] for p in parts).encode()).hexdigest()
+    return ("stateless", digest)
 
 
 @dataclass
@@ -87,6 +128,8 @@ class GatewaySession:
         self._parked: dict[tuple[str, str], _Parked] = {}
         self._run_written_at = time.monotonic()  # `open_session` wrote the run just now
         self._events_written = len(run.events)
+        self.busy = 0
+        """Calls in flight (a busy session's run is not ended to make room)."""
 
     @property
     def run_id(self) -> str:
@@ -104,6 +147,13 @@ class GatewaySession:
         `name` is the name the client was shown (the tool's model-facing name). Each call is
         a turn: an upstream server's changed tool list is read again first.
         """
+        self.busy += 1
+        try:
+            return await self._call(name, arguments)
+        finally:
+            self.busy -= 1
+
+    async def _call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
         await self.gateway.refresh_tools()
         arguments = arguments if arguments is not None else {}
         try:
@@ -286,7 +336,18 @@ class Gateway:
         self.name = name or "mcp-gateway"
         self.deps = deps
         self.sessions: list[GatewaySession] = []
-        self._clients: dict[int, Any] = {}  # connection id -> what notifications go through
+        # Clients' sessions by `client_key`, least recently used first.
+        self._by_client: collections.OrderedDict[tuple[Any, ...], GatewaySession] = (
+            collections.OrderedDict())
+        self._owners: dict[tuple[Any, ...], Any] = {}  # connection-keyed: the connection
+        # Session-era connections, told of a changed list; weakly held (a connection the SDK
+        # has let go of is forgotten, not told).
+        self._clients: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self._subscriptions: Any = None  # stateless-era listeners (`subscriptions/listen`)
+        with contextlib.suppress(ImportError):
+            from mcp.server.subscriptions import InMemorySubscriptionBus
+
+            self._subscriptions = InMemorySubscriptionBus()
         self._check = (None if manifest is None else
                        functools.partial(refusals, manifest=manifest))
         self._watch(toolbox)
@@ -322,6 +383,10 @@ class Gateway:
                 await client.send_tool_list_changed()
             except Exception:  # boundary: a client gone meanwhile is not told
                 self._clients.pop(key, None)
+        if self._subscriptions is not None:
+            from mcp.server.subscriptions import ToolsListChanged
+
+            await self._subscriptions.publish(ToolsListChanged())
         return change
 
     def offered(self) -> list[ToolSpec]:
@@ -372,50 +437,70 @@ class Gateway:
     def server(self, *, single_client: bool = False) -> Server[Any]:
         """The low-level MCP server whose handlers pass every call through this gateway.
 
-        A client's session is its connection. A client of the stateless protocol era
-        (2026-07-28) makes each request on a connection of its own: with `single_client`
-        (`serve_stdio`: one process, one client) every request is the one client's and its
-        calls share one run; without it (HTTP) such requests are each a run of their own,
-        while a client of the session era (an `initialize` handshake) keeps one run.
+        Which run a call belongs to is the client's session (`client_key`): with
+        `single_client` (`serve_stdio`: one process, one client) every request is the one
+        client's; over HTTP a session-era client (an `initialize` handshake) is its
+        `Mcp-Session-Id`, and a stateless-era client (2026-07-28: no handshake, each request
+        on its own) is the `Mcp-Session-Id` header it sends, else its bearer token with the
+        client name and version it declares. Both eras are told when the tool list changes:
+        session-era connections by `notifications/tools/list_changed`, stateless-era clients
+        on their `subscriptions/listen` stream.
         """
         from handrail.mcp._errors import require_sdk
 
         require_sdk()
         import mcp_types as t
-        from mcp.server.lowlevel import Server
+        from mcp.server.lowlevel import NotificationOptions, Server
+        from mcp.server.subscriptions import ListenHandler
 
         from handrail.mcp._content import to_mcp_result
 
-        sessions: dict[int, tuple[Any, GatewaySession]] = {}
-
+        sessions = self._by_client
+        owners = self._owners
         one_client: list[Any] = []  # with single_client: the connection that came first
+        opening: dict[Hashable, anyio.Lock] = {}
 
-        def remember(ctx: Any) -> tuple[int, Any]:
-            # The SDK builds a ServerSession per request around one connection object: the
-            # connection is what a client's session is, and what notifications go through.
+        def remember(ctx: Any) -> tuple[tuple[Any, ...], Any]:
+            # The SDK builds a ServerSession per request around a connection object: the
+            # connection is what a session-era client's session is, and what
+            # notifications go through.
             connection = getattr(ctx.session, "_connection", ctx.session)
             if single_client:
                 if not one_client:
                     one_client.append(connection)
                 connection = one_client[0]
-            key = id(connection)
-            if key not in self._clients and callable(
-                    getattr(connection, "send_tool_list_changed", None)):
-                self._clients[key] = connection
+            key = client_key(ctx, connection, single_client)
+            if (getattr(connection, "has_standalone_channel", True)
+                    and callable(getattr(connection, "send_tool_list_changed", None))):
+                self._clients[id(connection)] = connection  # weakly: a gone one is dropped
             return key, connection
 
         async def session_for(ctx: Any) -> GatewaySession:
             key, connection = remember(ctx)
             found = sessions.get(key)
-            if found is None or found[0] is not connection:
-                params = getattr(ctx.session, "client_params", None)
-                info = getattr(params, "client_info", None)
-                # The client names itself: shown in `handrail runs`, so only plain characters.
-                client = _SAFE_NAME.sub("?", str(getattr(info, "name", None) or "mcp client"))
-                client = client[:100]
-                found = (connection, await self.open_session(client))
-                sessions[key] = found
-            return found[1]
+            if found is not None and key[0] == "connection" and owners.get(key) is not connection:
+                found = None  # another connection at a reused id: a new client
+                sessions.pop(key, None)
+            if found is not None:
+                sessions.move_to_end(key)
+                return found
+            # Two first calls of one client at once open one run.
+            lock = opening.setdefault(key, anyio.Lock())
+            async with lock:
+                found = sessions.get(key)
+                if found is None:
+                    params = getattr(ctx.session, "client_params", None)
+                    info = getattr(params, "client_info", None)
+                    # The client names itself: shown in `handrail runs`, so plain characters.
+                    client = _SAFE_NAME.sub("?", str(getattr(info, "name", None)
+                                                     or "mcp client"))[:100]
+                    found = await self.open_session(client)
+                    sessions[key] = found
+                    if key[0] == "connection":
+                        owners[key] = connection
+                    await self._forget_idle()
+            opening.pop(key, None)
+            return found
 
         async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
             remember(ctx)
@@ -427,23 +512,64 @@ class Gateway:
             result = await session.call(params.name, params.arguments)
             return to_mcp_result(result)
 
-        return Server(self.name, version="handrail", on_list_tools=list_tools,
-                      on_call_tool=call_tool)
+        class GatewayServer(Server[Any]):
+            """Declares `tools.listChanged` whoever asks for its capabilities (HTTP too)."""
+
+            def create_initialization_options(
+                    self, notification_options: NotificationOptions | None = None,
+                    experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+                    extensions: dict[str, dict[str, Any]] | None = None) -> Any:
+                return super().create_initialization_options(
+                    notification_options or NotificationOptions(tools_changed=True),
+                    experimental_capabilities, extensions)
+
+        return GatewayServer(self.name, version="handrail", on_list_tools=list_tools,
+                             on_call_tool=call_tool,
+                             on_subscriptions_listen=ListenHandler(self._subscriptions))
+
+    async def end_client(self, key: tuple[Any, ...]) -> None:
+        """The client `key` (`client_key`) ended its session: end its run now.
+
+        A call still in flight keeps the run open (it ends when the server stops, or
+        makes room for others).
+        """
+        session = self._by_client.get(key)
+        if session is None or session.busy:
+            return
+        del self._by_client[key]
+        self._owners.pop(key, None)
+        if session in self.sessions:
+            self.sessions.remove(session)
+        await session.close()
+
+    async def _forget_idle(self) -> None:
+        """Past `MAX_SESSIONS` clients, end the runs of those idle the longest.
+
+        A stateless client never says goodbye: without a bound, every new token or client
+        name would keep a run (and its memory) open until the server stops.
+        """
+        sessions = self._by_client
+        while len(sessions) > MAX_SESSIONS:
+            key, oldest = next(iter(sessions.items()))
+            if oldest.busy:
+                return  # the least recently used is in a call: none is idle enough
+            del sessions[key]
+            self._owners.pop(key, None)
+            if oldest in self.sessions:
+                self.sessions.remove(oldest)
+            await oldest.close()
 
     def initialization_options(self, server: Server[Any]) -> Any:
         """The server's capabilities: its tool list may change (`tools.listChanged`)."""
-        from mcp.server.lowlevel import NotificationOptions
-
-        return server.create_initialization_options(
-            notification_options=NotificationOptions(tools_changed=True))
+        return server.create_initialization_options()
 
     async def serve_stdio(self) -> None:
         """Serve MCP over this process's stdin/stdout until the client closes it."""
-        from mcp.server.stdio import stdio_server
+        from handrail.mcp._stdio import serve_stdio_transport
 
         server = self.server(single_client=True)
         try:
-            async with stdio_server() as (read, write):
+            async with serve_stdio_transport() as (read, write):
                 await server.run(read, write, self.initialization_options(server))
         finally:
             with anyio.CancelScope(shield=True):

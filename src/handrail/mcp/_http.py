@@ -50,6 +50,38 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+class EndedSessions:
+    """ASGI middleware: a client's `DELETE` of its MCP session ends the session's run.
+
+    Without it the run of a session-era HTTP client that has left stays open until the
+    server stops (or makes room for other clients).
+    """
+
+    def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
+        self.app = app
+        self.gateway = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "DELETE":
+            await self.app(scope, receive, send)
+            return
+        session_id = ""
+        for name, value in scope.get("headers", ()):
+            if name == b"mcp-session-id":
+                session_id = value.decode("latin-1")
+                break
+        status: list[int] = []
+
+        async def watch(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, watch)
+        if session_id and status and status[0] < 400:  # the SDK ended that session
+            await self.gateway.end_client(("session", session_id))
+
+
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -67,7 +99,7 @@ async def serve_http(gateway: Gateway, host: str, port: int, *, token: str | Non
     if token is None and not _loopback(host):
         raise UserError(f"--no-auth is refused on {host}: only a loopback address may serve "
                         "without a bearer token")
-    app: Any = gateway.server().streamable_http_app(host=host)
+    app: Any = EndedSessions(gateway.server().streamable_http_app(host=host), gateway)
     if token is not None:
         app = BearerAuth(app, token)
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET

@@ -81,7 +81,8 @@ def check_with_servers(toolset: object, manifest: Manifest, *, strict: bool = Fa
     The servers are started (their start actions are decided by the manifest's policy), and
     the Python tools and the servers' granted tools are reviewed against the manifest together
     (`hr.manifest.review`, `strict` as there), then each server's hints against its grants
-    (errors: a hint that claims more safety than the grant allows).
+    (errors: a hint that claims more safety than the grant allows). An awaited grant
+    (`awaited = true`) its server does not list yet is a note.
     """
     import anyio
 
@@ -90,8 +91,13 @@ def check_with_servers(toolset: object, manifest: Manifest, *, strict: bool = Fa
 
     async def check() -> tuple[list[Problem], list[str]]:
         async with connect_servers(manifest) as toolsets:
-            found = review(Toolbox([toolset, *toolsets]), manifest, strict=strict)
+            box = Toolbox([toolset, *toolsets])
+            found = review(box, manifest, strict=strict)
             hinted, notes = hint_problems(toolsets, manifest)
+            listed = {str(spec.id) for spec in box.specs()}
+            notes += [f"tool '{g.ref}' is awaited: server '{g.ref.server}' does not list it "
+                      "yet; it is offered once listed, if it passes the check against its grant"
+                      for g in manifest.grants if g.awaited and str(g.ref) not in listed]
             return found + [Problem(kind="server_hint", severity="error", message=h)
                             for h in hinted], notes
 

@@ -1,0 +1,231 @@
+"""`handrail serve --stdio`'s transport: stdin and stdout read and written by the event loop.
+
+The SDK's `stdio_server` reads each line and writes (then flushes) each message through a
+worker thread: three thread round trips per call, ~300 µs of CPU and ~200 µs of wall time
+per `tools/call` on the 2-core machines we measure on (benchmarks/README.md, MCP), more than
+the gate and the record together. When stdin and stdout are pipes or sockets (how every MCP
+client starts a stdio server), this transport hands them to asyncio instead; otherwise (a
+terminal, a regular file, another event loop than asyncio) the SDK's transport serves.
+
+It keeps the SDK transport's contract: while serving, fd 0 reads the null device and fd 1
+writes to stderr, so a tool's stray `print` or a child process cannot corrupt the wire; both
+are restored on exit. And it bounds what a client can make it hold: a line longer than
+`MAX_MESSAGE_BYTES` is refused and skipped to its end, never buffered whole. Such a line, or
+one that is not a JSON-RPC message, is answered with a JSON-RPC Parse error (id null), as
+the protocol asks (the SDK's transport drops it silently).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import stat
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+__all__ = ["MAX_MESSAGE_BYTES", "serve_stdio_transport"]
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The longest JSON-RPC message (one line) a client may send over stdio, in bytes."""
+_CHUNK = 256 * 1024
+
+
+class MessageTooLong(ValueError):
+    """A client's line exceeded `MAX_MESSAGE_BYTES`; it was skipped."""
+
+
+def _pipe_like(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def fast_path_available() -> bool:
+    """Whether the event loop can serve stdin and stdout (asyncio, both pipes or sockets)."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()  # none under trio
+    except RuntimeError:
+        return False
+    return sys.platform != "win32" and _pipe_like(0) and _pipe_like(1)
+
+
+def split_lines(buffer: bytearray, chunk: bytes, skipping: bool,
+                limit: int = MAX_MESSAGE_BYTES) -> tuple[list[bytes | MessageTooLong], bool]:
+    """Add `chunk` to `buffer`; return the complete lines (or refusals) and the skip state.
+
+    `buffer` holds the unfinished line and never grows past `limit`: a line that would is
+    reported once as `MessageTooLong`, and the rest of it is dropped up to its newline.
+    """
+    out: list[bytes | MessageTooLong] = []
+    start = 0
+    while True:
+        end = chunk.find(b"\n", start)
+        if end < 0:
+            if not skipping:
+                buffer += chunk[start:]
+                if len(buffer) > limit:
+                    buffer.clear()
+                    out.append(MessageTooLong(
+                        f"a message longer than {limit} bytes was refused"))
+                    skipping = True
+            return out, skipping
+        if skipping:
+            skipping = False  # the long line ends here; the next one is read normally
+        else:
+            buffer += chunk[start:end]
+            if len(buffer) > limit:
+                out.append(MessageTooLong(f"a message longer than {limit} bytes was refused"))
+            elif buffer.strip():
+                out.append(bytes(buffer))
+            buffer.clear()
+        start = end + 1
+
+
+class _Claim:
+    """fd 0 and 1 diverted (null device, stderr) while private duplicates carry the wire."""
+
+    def __init__(self) -> None:
+        self.read_fd = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+        try:
+            self.write_fd = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+        except OSError:
+            os.close(self.read_fd)
+            raise
+        # O_NONBLOCK is a property of the shared open file: restored for whoever reads on.
+        self._flags = {fd: fcntl.fcntl(fd, fcntl.F_GETFL) for fd in (self.read_fd, self.write_fd)}
+        null = os.open(os.devnull, os.O_RDONLY)
+        try:
+            os.dup2(null, 0)
+        finally:
+            os.close(null)
+        os.dup2(2, 1)
+
+    def release(self) -> None:
+        for fd, flags in self._flags.items():
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+        with contextlib.suppress(OSError):
+            os.dup2(self.read_fd, 0)
+        with contextlib.suppress(OSError):
+            os.dup2(self.write_fd, 1)
+
+
+@contextlib.asynccontextmanager
+async def serve_stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
+    """The (read, write) streams a low-level MCP `Server.run` takes, over this process's stdio.
+
+    The event loop's own pipes when `fast_path_available()`, else the SDK's `stdio_server`.
+    """
+    try:
+        # The SDK's own stream pair (private: a release without it gets its transport).
+        from mcp.shared._context_streams import create_context_streams
+        usable = fast_path_available()
+    except ImportError:  # pragma: no cover - depends on the installed SDK
+        usable = False
+    if not usable:
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as streams:
+            yield streams
+        return
+
+    import asyncio
+
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
+    loop = asyncio.get_running_loop()
+    claim = _Claim()
+    reader_file = os.fdopen(claim.read_fd, "rb", buffering=0, closefd=False)
+    writer_file = os.fdopen(claim.write_fd, "wb", buffering=0, closefd=False)
+    reader = asyncio.StreamReader(limit=_CHUNK)
+    read_transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), reader_file)
+    write_transport, write_protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, writer_file)
+    writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
+
+    inbound_send, inbound = create_context_streams[SessionMessage | Exception](0)
+    outbound, outbound_receive = create_context_streams[SessionMessage](0)
+    adapter = mcp_types.jsonrpc_message_adapter
+
+    def parse_error(why: str) -> None:
+        # JSON-RPC 2.0: a line that is no message gets a Parse error with a null id (the
+        # SDK's transport drops it, leaving a client to wait out its timeout). One whole
+        # line, appended between the writer's lines, never inside one.
+        body = {"jsonrpc": "2.0", "id": None,
+                "error": {"code": -32700, "message": f"Parse error: {why}"}}
+        with contextlib.suppress(OSError, RuntimeError):
+            writer.write(json.dumps(body).encode() + b"\n")
+
+    async def read_lines() -> None:
+        buffer = bytearray()
+        skipping = False
+        async with inbound_send:
+            while True:
+                chunk = await reader.read(_CHUNK)
+                if not chunk:
+                    return  # the client closed stdin: the session is over
+                lines, skipping = split_lines(buffer, chunk, skipping)
+                for line in lines:
+                    if isinstance(line, Exception):
+                        parse_error(str(line))
+                        await inbound_send.send(line)
+                        continue
+                    try:
+                        message = adapter.validate_json(line, by_name=False)
+                    except Exception as exc:  # boundary: whatever the client sent
+                        parse_error("not a JSON-RPC message")
+                        await inbound_send.send(exc)
+                        continue
+                    await inbound_send.send(SessionMessage(message))
+
+    written = anyio.Event()
+
+    async def write_messages() -> None:
+        try:
+            await _write_all()
+        finally:
+            written.set()
+
+    async def _write_all() -> None:
+        async with outbound_receive:
+            async for item in outbound_receive:
+                data = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+                try:
+                    writer.write(data.encode() + b"\n")
+                    await writer.drain()
+                except (BrokenPipeError, ConnectionResetError):
+                    return  # the client is gone; reading ends at its EOF
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read_lines)
+            tasks.start_soon(write_messages)
+            try:
+                yield inbound, outbound
+            finally:
+                # What the server sent is written before the process lets go of stdout
+                # (bounded: a client that stopped reading does not hold the exit).
+                await outbound.aclose()
+                with anyio.move_on_after(5, shield=True):
+                    await written.wait()
+                    with contextlib.suppress(OSError, RuntimeError):
+                        await writer.drain()
+                tasks.cancel_scope.cancel()
+    finally:
+        write_transport.close()
+        read_transport.close()
+        claim.release()
+        for fd in (claim.read_fd, claim.write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)

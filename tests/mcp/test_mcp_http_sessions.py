@@ -1,0 +1,231 @@
+"""`handrail serve --http`: clients are told when the tool list changes (both protocol eras),
+and a stateless-era client's calls belong to one run per client, not one per call."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as t
+import pytest
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import listen
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_servers import CHANGING_SERVER, text
+from serve_tools import MANIFEST
+from test_mcp_list_changed import SERVE_MANIFEST
+
+import handrail as hr
+from mcp import ClientSession
+
+pytestmark = pytest.mark.anyio
+
+HERE = Path(__file__).parent
+
+
+class Http:
+    def __init__(self, url: str, token: str, root: Path) -> None:
+        self.url, self.token, self.root = url, token, root
+
+    @contextlib.asynccontextmanager
+    async def client(self, *, name: str = "tester", modern: bool = False,
+                     headers: dict[str, str] | None = None,
+                     on_message: Any = None) -> AsyncIterator[ClientSession]:
+        """The official client: `initialize` (session era) or `discover` (stateless era)."""
+        all_headers = {"Authorization": f"Bearer {self.token}", **(headers or {})}
+        async with create_mcp_http_client(headers=all_headers) as http, \
+                streamable_http_client(self.url, http_client=http) as streams, \
+                ClientSession(streams[0], streams[1], message_handler=on_message,
+                              client_info=t.Implementation(name=name, version="1")) as session:
+            if modern:
+                await session.discover()
+            else:
+                await session.initialize()
+            yield session
+
+    async def runs(self) -> list[hr.RunRecord]:
+        store = hr.Store.open(str(self.root / "runs.db"))
+        try:
+            return list(await store.runs())
+        finally:
+            await store.close()
+
+    async def calls(self, run_id: str) -> list[hr.CallRecord]:
+        store = hr.Store.open(str(self.root / "runs.db"))
+        try:
+            return list(await store.calls(run_id))
+        finally:
+            await store.close()
+
+
+@contextlib.asynccontextmanager
+async def serve_http(root: Path, *args: str) -> AsyncIterator[Http]:
+    env = {**os.environ, "LAUNCH_LOG": str(root / "launched.log"),
+           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, "-m", "handrail.cli", "serve", *args, "--http", "127.0.0.1:0",
+            "--store", str(root / "runs.db"), "--approval-timeout", "0.5"]
+    process = await anyio.open_process(argv, cwd=root, env=env, stdout=subprocess.DEVNULL)
+    try:
+        assert process.stderr is not None
+        said = ""
+        with anyio.fail_after(60):
+            async for chunk in process.stderr:
+                said += chunk.decode()
+                url = re.search(r"at (http://\S+/mcp)", said)
+                token = re.search(r"bearer token: (\S+)", said)
+                if url and token:
+                    break
+            else:
+                pytest.fail(f"handrail serve --http said only: {said}")
+        yield Http(url.group(1), token.group(1), root)
+    finally:
+        process.terminate()
+        with anyio.move_on_after(10):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+        await process.aclose()
+
+
+@pytest.fixture
+async def changing(tmp_path: Path) -> AsyncIterator[Http]:
+    """`handrail serve --http` fronting tests/mcp/changing_server.py."""
+    (tmp_path / "handrail.toml").write_text(
+        SERVE_MANIFEST.format(python=sys.executable, server=CHANGING_SERVER))
+    async with serve_http(tmp_path) as http:
+        yield http
+
+
+async def listed(session: ClientSession) -> set[str]:
+    return {tool.name for tool in (await session.list_tools()).tools}
+
+
+async def test_a_session_era_client_over_http_is_told_and_lists_again(changing: Http) -> None:
+    told = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, t.ToolListChangedNotification):
+            told.set()
+
+    async with changing.client(on_message=on_message) as session:
+        init = session.initialize_result
+        assert init is not None and init.capabilities.tools is not None
+        assert init.capabilities.tools.list_changed
+        assert await listed(session) == {"fx--echo", "fx--gone", "fx--change_tools",
+                                         "fx--restore_gone"}
+        assert text(await session.call_tool("fx--change_tools", {})) == "changed"
+        with anyio.fail_after(30):
+            await told.wait()
+        assert await listed(session) == {"fx--change_tools", "fx--restore_gone"}
+
+
+async def test_a_stateless_era_client_over_http_hears_it_on_its_listen_stream(
+        changing: Http) -> None:
+    async with changing.client(modern=True) as session:
+        assert session.protocol_version == "2026-07-28"
+        assert "fx--gone" in await listed(session)
+        async with listen(session, tools_list_changed=True) as subscription:
+            assert text(await session.call_tool("fx--change_tools", {})) == "changed"
+            with anyio.fail_after(30):
+                event = await subscription.__anext__()
+            assert type(event).__name__ == "ToolsListChanged"
+        assert await listed(session) == {"fx--change_tools", "fx--restore_gone"}
+
+
+async def test_a_stateless_client_is_one_run_per_client_not_per_call(tmp_path: Path) -> None:
+    (tmp_path / "handrail.toml").write_text(MANIFEST)
+    async with serve_http(tmp_path, "serve_tools:box") as http:
+        async with http.client(name="alpha", modern=True) as session:
+            for i in range(3):
+                result = await session.call_tool("add", {"a": i, "b": 1})
+                assert not result.is_error, result
+        # The same client program again (same token, name and version): the same run.
+        async with http.client(name="alpha", modern=True) as session:
+            assert text(await session.call_tool("add", {"a": 10, "b": 1})) == "11"
+        # Another client program: a run of its own.
+        async with http.client(name="beta", modern=True) as session:
+            assert text(await session.call_tool("add", {"a": 20, "b": 1})) == "21"
+        # A stateless client naming its session: that session is its run.
+        async with http.client(name="alpha", modern=True,
+                               headers={"Mcp-Session-Id": "alpha-2"}) as session:
+            assert text(await session.call_tool("add", {"a": 30, "b": 1})) == "31"
+            assert text(await session.call_tool("add", {"a": 31, "b": 1})) == "32"
+        # A session-era client: its handshake's session is its run.
+        async with http.client(name="alpha") as session:
+            assert text(await session.call_tool("add", {"a": 40, "b": 1})) == "41"
+        # A session-era client that leaves (its DELETE) ends its run at once.
+        async with http.client(name="leaver") as session:
+            assert text(await session.call_tool("add", {"a": 50, "b": 1})) == "51"
+        with anyio.fail_after(30):
+            while True:
+                status = {r.task: r.status for r in await http.runs()}
+                if status["MCP session of leaver"] is hr.RunStatus.COMPLETED:
+                    break
+                await anyio.sleep(0.05)
+        # A stateless client never says goodbye: its run stays open.
+        assert status["MCP session of beta"] is hr.RunStatus.RUNNING
+        runs = await http.runs()
+        by_task: dict[str, list[int]] = {}
+        for run in runs:
+            by_task.setdefault(run.task, []).append(len(await http.calls(run.id)))
+    assert sorted(by_task["MCP session of alpha"]) == [1, 2, 4]
+    assert by_task["MCP session of beta"] == [1]
+
+
+async def test_past_the_bound_the_idlest_clients_run_is_ended(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stateless client never says goodbye: the runs a server keeps open are bounded."""
+    from handrail.mcp import Gateway, _gateway
+    from mcp import Client
+
+    @hr.tool(mutates=False)
+    async def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    monkeypatch.setattr(_gateway, "MAX_SESSIONS", 2)
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([echo]), store=store, manifest=hr.Manifest.from_toml(
+        '[[tools]]\nref = "local/echo"\ndescription = "Echo."\nmutates = false\n'))
+    server = gateway.server()
+    for name in ("first", "second", "third"):
+        async with Client(server, client_info=t.Implementation(name=name, version="1")) as c:
+            assert (await c.call_tool("echo", {"text": name})).content[0].text == name  # type: ignore[union-attr]
+    status = {run.task: run.status for run in await store.runs()}
+    assert status == {"MCP session of first": hr.RunStatus.COMPLETED,
+                      "MCP session of second": hr.RunStatus.RUNNING,
+                      "MCP session of third": hr.RunStatus.RUNNING}
+    assert len(gateway.sessions) == 2
+
+
+async def test_an_in_process_client_of_either_era_is_one_run() -> None:
+    """The stateless era makes each request on a connection of its own: still one run."""
+    from handrail.mcp import Gateway
+    from mcp import Client
+
+    @hr.tool(mutates=False)
+    async def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([echo]), store=store, manifest=hr.Manifest.from_toml(
+        '[[tools]]\nref = "local/echo"\ndescription = "Echo."\nmutates = false\n'))
+    server = gateway.server()
+    for mode in ("2026-07-28", "legacy"):
+        async with Client(server, mode=mode,
+                          client_info=t.Implementation(name=mode[:6], version="1")) as client:
+            for word in ("a", "b", "c"):
+                result = await client.call_tool("echo", {"text": word})
+                assert result.content[0].text == word  # type: ignore[union-attr]
+    runs = {run.task: run for run in await store.runs()}
+    assert set(runs) == {"MCP session of 2026-0", "MCP session of legacy"}
+    for run in runs.values():
+        assert len(await store.calls(run.id)) == 3
