@@ -3,12 +3,15 @@ and cannot do, and hostile arguments."""
 
 from __future__ import annotations
 
+import re
+import socket
+
 import anyio
 import mcp_types as t
 import pytest
 
 import handrail as hr
-from handrail.mcp import Gateway
+from handrail.mcp import Gateway, serve_http
 from mcp import Client
 
 pytestmark = pytest.mark.anyio
@@ -184,3 +187,21 @@ async def test_one_client_of_the_stateless_protocol_era_is_one_run() -> None:
             await client.call_tool("echo", {"text": text})
     [run] = await store.runs()
     assert len(await store.calls(run.id)) == 3
+
+
+async def test_the_http_address_is_announced_only_once_it_accepts_connections() -> None:
+    # A client that connects the moment it reads the address (as tests and scripts do) must
+    # wait in the backlog, never be refused because uvicorn has not called listen() yet.
+    gateway = Gateway(hr.Toolbox([echo]), store=hr.Store.memory(),
+                      manifest=hr.Manifest.from_toml(MANIFEST))
+    reached: list[str] = []
+
+    def announce(line: str) -> None:
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/mcp", line)
+        if found:
+            with socket.create_connection(("127.0.0.1", int(found.group(1))), timeout=10):
+                reached.append(line)
+
+    with anyio.fail_after(30), anyio.move_on_after(0.5):
+        await serve_http(gateway, "127.0.0.1", 0, token="t" * 32, announce=announce)
+    assert len(reached) == 1

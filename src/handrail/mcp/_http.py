@@ -110,6 +110,9 @@ async def serve_http(gateway: Gateway, host: str, port: int, *, token: str | Non
     except OSError as exc:
         sock.close()
         raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    # Listen before the address is announced: a client that connects as soon as it reads it
+    # waits in the backlog until uvicorn accepts, instead of being refused.
+    sock.listen(2048)
     bound = sock.getsockname()[1]
     announce(f"serving {len(gateway.offered())} tool(s) at http://{host}:{bound}/mcp")
     if token is not None:
