@@ -580,3 +580,54 @@ async def _first_run_id(tmp_path: Path) -> str:
         return min(runs, key=lambda r: r.created_at).id
     finally:
         await store.close()
+
+
+class _Crash(BaseException):
+    """Stands in for the process dying inside a tool's body (nothing below catches it)."""
+
+
+async def test_a_wait_is_counted_once_even_when_the_call_is_resumed_again_after_a_crash(
+        tmp_path: Path) -> None:
+    # The answer is applied by the first resume, whose process "dies" in the tool's body;
+    # the recovery resume re-enters the same call, whose pending item is still the answered
+    # question: that wait was counted already and must not be counted twice.
+    crashes = [True]
+
+    @hr.tool(interactions={"question"}, mutates=False)
+    async def pick(ctx: hr.CallContext) -> str:
+        """Ask which."""
+        answer = str(await ctx.ask(hr.Question("which?", choices=["a", "b"])))
+        if crashes:
+            crashes.pop()
+            raise _Crash
+        return answer
+
+    reporting = _Reporting()
+    store = hr.Store.open(tmp_path / "runs.db")
+
+    def build() -> hr.Agent:
+        return hr.Agent(Scripted([call("local/pick", {}), reply("ok")]), [pick],
+                        telemetry=reporting.telemetry)
+
+    try:
+        first = await build().run("pick", store=store)
+        assert first.outcome.kind == "awaiting_answer"
+        with pytest.raises(_Crash):
+            await hr.resume_with_answer(store, first.outcome.question_id,  # type: ignore[union-attr]
+                                        "b", agent=build())
+        [wait] = reporting.points("handrail.approval.wait")
+        assert wait.count == 1
+        # The recovery resume re-enters the call (STARTED, its item the answered question).
+        doubt = await hr.resume(store, first.run_id, agent=build())
+        assert doubt.outcome.kind == "awaiting_recovery"
+        [wait] = reporting.points("handrail.approval.wait")
+        assert wait.count == 1
+        # The operator's recovery decision is a wait of its own, counted once.
+        done = await hr.resume_with_recovery(store, doubt.outcome.call_id,  # type: ignore[union-attr]
+                                             hr.Recovery.retry(), agent=build())
+        assert done.output == "ok", done.outcome
+        waits = {dict(p.attributes)["handrail.pending.kind"]: p.count
+                 for p in reporting.points("handrail.approval.wait")}
+        assert waits == {"question": 1, "recovery": 1}
+    finally:
+        await store.close()
