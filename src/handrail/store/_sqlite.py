@@ -266,6 +266,52 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
 """Ordered, named migrations; a database records which ran in `_migrations`."""
 
 
+_CURRENT_SCHEMA = """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY, task TEXT NOT NULL, agent TEXT, status TEXT NOT NULL,
+        parent_id TEXT, policy TEXT, manifest_digest TEXT, model TEXT, workspace TEXT,
+        created_at REAL NOT NULL, updated_at REAL NOT NULL, outcome TEXT,
+        input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0,
+        model_requests INTEGER NOT NULL DEFAULT 0, remembered TEXT NOT NULL DEFAULT '[]',
+        steps INTEGER NOT NULL DEFAULT 0, owner TEXT, lease_until REAL NOT NULL DEFAULT 0,
+        events TEXT NOT NULL DEFAULT '[]', agent_ref TEXT, parent_call_id TEXT,
+        depth INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX runs_created ON runs (created_at);
+    CREATE INDEX runs_status ON runs (status, created_at);
+    CREATE TABLE pending (
+        id TEXT PRIMARY KEY, kind TEXT NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id),
+        call_record TEXT NOT NULL, agent TEXT, tool TEXT, payload TEXT NOT NULL,
+        created_at REAL NOT NULL, state TEXT NOT NULL, decision TEXT, decided_by TEXT,
+        decided_at REAL
+    );
+    CREATE INDEX pending_open ON pending (state, created_at);
+    CREATE TABLE calls (
+        id TEXT NOT NULL PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs (id),
+        call_id TEXT NOT NULL, turn INTEGER NOT NULL, idx INTEGER NOT NULL,
+        model_name TEXT NOT NULL, tool TEXT, arguments TEXT NOT NULL, arguments_digest TEXT,
+        performed_arguments TEXT, actions TEXT NOT NULL, verdict TEXT, decision TEXT,
+        decided_by TEXT, status TEXT NOT NULL, result TEXT, disposition TEXT, error TEXT,
+        answers TEXT NOT NULL, pending_id TEXT, started_at REAL, ended_at REAL, provenance TEXT
+    ) WITHOUT ROWID;
+    CREATE INDEX calls_run ON calls (run_id, turn, idx);
+    CREATE TABLE messages (
+        run_id TEXT NOT NULL REFERENCES runs (id), seq INTEGER NOT NULL, data TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE log (
+        id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id),
+        """ + ", ".join(f"c{i}" for i in range(23)) + """
+    )
+"""
+"""The schema every migration in `MIGRATIONS` leads to, created at once in a new, empty file.
+
+Running the migrations one by one on a new file (tables created, copied, renamed, altered:
+~40 statements, each re-reading the schema) cost ~2.2 ms of CPU per new store, a fixed cost
+of every run that opens its own file. `test_a_new_file_gets_the_schema_the_migrations_build`
+compares the two column by column, index by index; a new migration changes both."""
+
+
 _JSON_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 """One shared encoder: `json.dumps` with options builds a new encoder per call."""
 
@@ -674,11 +720,21 @@ class SQLiteStore(Store):
                     f"{self.path} was migrated by a newer handrail (migrations "
                     f"{sorted(newer)} are unknown here); upgrade handrail to open it"
                 )
-            for number, (name, migrate) in enumerate(MIGRATIONS, start=1):
-                if name not in done:
-                    migrate(db)
-                    db.execute("INSERT INTO _migrations VALUES (?, ?, ?)",
-                               (number, name, time.time()))
+            if not done and db.execute("SELECT count(*) FROM sqlite_master WHERE name != "
+                                       "'_migrations'").fetchone()[0] == 0:
+                # A new, empty file: the schema the migrations lead to, at once, and every
+                # migration recorded as done.
+                _script(db, _CURRENT_SCHEMA)
+                now = time.time()
+                db.executemany("INSERT INTO _migrations VALUES (?, ?, ?)",
+                               [(number, name, now)
+                                for number, (name, _) in enumerate(MIGRATIONS, start=1)])
+            else:
+                for number, (name, migrate) in enumerate(MIGRATIONS, start=1):
+                    if name not in done:
+                        migrate(db)
+                        db.execute("INSERT INTO _migrations VALUES (?, ?, ?)",
+                                   (number, name, time.time()))
             if db.execute("PRAGMA user_version").fetchone()[0] < len(MIGRATIONS):
                 db.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
             db.execute("COMMIT")
