@@ -186,12 +186,15 @@ async def test_a_new_file_is_created_without_waiting_for_the_disk_then_commits_n
         store = Store.open(path, durability=durability)
         assert isinstance(store, SQLiteStore)
         assert store._db.execute("PRAGMA synchronous").fetchone()[0] == expected
+        # The reader's connection folds the log: its commits are the store's durability too.
+        assert store._reader.execute("PRAGMA synchronous").fetchone()[0] == expected
         assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         await store.write(Batch(run=_run("r1")))
         await store.close()
         again = Store.open(path, durability=durability)
         assert isinstance(again, SQLiteStore)
         assert again._db.execute("PRAGMA synchronous").fetchone()[0] == expected
+        assert again._reader.execute("PRAGMA synchronous").fetchone()[0] == expected
         assert [r.id for r in await again.runs()] == ["r1"]
         await again.close()
 
