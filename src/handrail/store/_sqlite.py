@@ -40,8 +40,8 @@ Checkpoints: the writer never checkpoints on commit (`wal_autocheckpoint=0`); af
 the thread runs a PASSIVE checkpoint on its own connection, off the hot path, which keeps the
 WAL bounded without making a writer wait (a PASSIVE checkpoint takes no write lock). Opening reads
 `user_version` (no write when the schema is current; a new, empty file is created without
-fsyncs under "process" durability); closing does not wait for the last checkpoint (the WAL
-stays beside the file, complete; the next open uses it).
+fsyncs under "process" durability, with the current schema in one pass); closing does not
+wait for the last checkpoint (the WAL stays beside the file, complete; the next open uses it).
 """
 
 from __future__ import annotations
@@ -264,7 +264,8 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0004_call_provenance", _m0004_call_provenance),
     ("0005_run_tree", _m0005_run_tree),
 ]
-"""Ordered, named migrations; a database records which ran in `_migrations`."""
+"""Ordered, named migrations; a database records which ran in `_migrations`. A new migration
+changes `_CURRENT_SCHEMA` too (a new file is created from it; a test compares the two)."""
 
 
 _CURRENT_SCHEMA = """
