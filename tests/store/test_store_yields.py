@@ -110,3 +110,35 @@ async def test_a_write_cancelled_while_it_waits_for_its_turn_changes_nothing() -
     assert scopes[19].cancelled_caught
     assert sorted(r.id for r in await store.runs(limit=100)) == sorted(
         f"r{i}" for i in range(19))
+
+
+def test_writers_on_two_threads_loops_all_finish() -> None:
+    # One memory store written from two event loops at once (two threads, each `anyio.run`):
+    # the pacer follows the loop of the latest writer, and writers left waiting on the other
+    # loop resume there instead of waiting for a tick that loop will never get.
+    import threading
+
+    store = Store.memory()
+    finished: list[int] = []
+
+    async def writers(loop_id: int) -> None:
+        async def writer(i: int) -> None:
+            run = RunRecord(id=f"l{loop_id}r{i}", task="t", created_at=time.time())
+            for step in range(20):
+                run.steps = step
+                await store.write(Batch(run=run))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(writer, i)
+        finished.append(loop_id)
+
+    threads = [threading.Thread(target=anyio.run, args=(writers, k), daemon=True)
+               for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(finished) == [0, 1], "writers were left waiting on a loop's pace"
+    stored = anyio.run(lambda: store.runs(limit=100))
+    assert [r.steps for r in stored] == [19] * 40

@@ -52,9 +52,7 @@ class Pacer:
             await anyio.lowlevel.checkpoint()
             return
         if loop is not self._loop:
-            # A new loop (a store reused across `anyio.run` calls): the old one's waiters
-            # are gone with it.
-            self._loop, self._queue, self._ticking = loop, collections.deque(), False
+            self._rebind(loop)
         if not self._ticking:
             self._ticking = True
             self._slots = self.per_iteration
@@ -68,6 +66,21 @@ class Pacer:
         waiter: asyncio.Future[None] = loop.create_future()
         self._queue.append(waiter)
         await waiter
+
+    def _rebind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Pace the writers of a new loop from now on.
+
+        A store reused across `anyio.run` calls, or used from another thread's loop: writers
+        still waiting on the old loop resume there, unpaced, never left waiting for a tick
+        that will not come.
+        """
+        old, waiting = self._loop, self._queue
+        self._loop, self._queue, self._ticking = loop, collections.deque(), False
+        if old is not None and waiting:
+            try:
+                old.call_soon_threadsafe(_wake, waiting)
+            except RuntimeError:  # that loop is closed: its tasks are gone with it
+                pass
 
     def _tick(self) -> None:
         """Once per iteration while writers yield: open the next window, resume the oldest.
@@ -88,3 +101,9 @@ class Pacer:
                 self._slots -= 1
         assert self._loop is not None
         self._loop.call_soon(self._tick)
+
+
+def _wake(waiting: collections.deque[asyncio.Future[None]]) -> None:
+    for waiter in waiting:
+        if not waiter.done():
+            waiter.set_result(None)
