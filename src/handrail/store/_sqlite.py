@@ -1053,10 +1053,10 @@ class SQLiteStore(Store):
         log += [(1, c.run_id, *_call_row(c)) for c in batch.calls]
         # Built now, as flat tuples of strings and numbers (which the collector stops
         # tracking): the write holds no list, closure or record of the caller's while queued.
-        inserts = tuple((_log_insert(rows), tuple(v for row in rows for v in row))
-                        for rows in (log[i:i + _LOG_ROWS_PER_INSERT]
-                                     for i in range(0, len(log), _LOG_ROWS_PER_INSERT)))
-        pending = tuple(_pending_row(p) for p in batch.pending)
+        inserts = tuple([(_log_insert(rows), tuple([v for row in rows for v in row]))
+                         for rows in [log[i:i + _LOG_ROWS_PER_INSERT]
+                                      for i in range(0, len(log), _LOG_ROWS_PER_INSERT)]])
+        pending = tuple([_pending_row(p) for p in batch.pending]) if batch.pending else ()
         waiter = self._enqueue(
             functools.partial(_apply_write, run, run_update, run_row, inserts, pending),
             wait=wait)
