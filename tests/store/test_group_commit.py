@@ -16,7 +16,7 @@ import anyio.lowlevel
 import pytest
 
 from handrail.errors import AlreadyDecided, ConfigError, ResumeRefused, StoreError
-from handrail.store import Batch, PendingItem, RunRecord, Store
+from handrail.store import Batch, PendingItem, RunRecord, RunStatus, Store
 from handrail.store._sqlite import MIGRATIONS, SQLiteStore
 from handrail.store.contract import register_backend
 
@@ -403,3 +403,23 @@ async def test_a_queued_write_holds_few_objects_the_collector_walks(tmp_path: Pa
         assert held <= 5 * 100, f"{held / 100:.1f} tracked objects per queued write"
         await store.flush()
         assert len(await store.messages("r100")) == 1
+
+
+async def test_the_store_forgets_a_run_once_it_leaves_the_process(tmp_path: Path) -> None:
+    # A long-lived server (handrail serve, worker) writes many runs through one store: what
+    # the store keeps per run to write it cheaply goes when the run ends or pauses.
+    async with Store.open(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+        for i in range(20):
+            run = _run(f"r{i}", status=RunStatus.RUNNING)
+            await store.write(Batch(run=run))
+            await store.write(Batch(run=run))
+            run.status = RunStatus.READY  # handed back (an end or a pause alike)
+            await store.write(Batch(run=run))
+        assert store._runs_written == set()
+        # Written again (resumed): stored whole, as the UPDATE it is.
+        run = _run("r3", status=RunStatus.RUNNING)
+        run.steps = 7
+        await store.write(Batch(run=run))
+        assert (await store.run("r3")).steps == 7
+        assert len(await store.runs(limit=100)) == 20

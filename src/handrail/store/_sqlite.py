@@ -1049,6 +1049,11 @@ class SQLiteStore(Store):
                 # written yet; every later write of it is the UPDATE of what may change.
                 self._runs_written.add(run.id)
                 run_row = _run_row(run)
+            if run.status is not RunStatus.RUNNING:
+                # The run leaves this process's hands (ended, paused, handed back): forget it,
+                # or a long-lived server holds an id for every run it ever served. A later
+                # write of it builds its whole row once more, which its UPDATE makes unneeded.
+                self._runs_written.discard(run.id)
         log = [(0, r, s, _ENCODE(m)) for r, s, m in batch.messages]
         log += [(1, c.run_id, *_call_row(c)) for c in batch.calls]
         # Built now, as flat tuples of strings and numbers (which the collector stops
