@@ -9,6 +9,10 @@ lets at most `per_iteration` writers (x2 at the edge of a window, below) resume 
 iteration; the others wait in a queue, in arrival order, and resume in the next iterations.
 Uncontended, a write yields exactly as `checkpoint()` does: one iteration, no future.
 
+Each event loop has its own pace (its own queue and window), touched only from the loop's
+thread: a store written from two threads' loops at once paces each, and no writer waits on
+another loop's tick.
+
 The SQLite store paces the waiters of its commits the same way (`RELEASE_PER_ITERATION`).
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import weakref
 
 import anyio.lowlevel
 
@@ -31,14 +36,15 @@ class Pacer:
             segment's CPU, bounds an iteration.
     """
 
-    __slots__ = ("_loop", "_queue", "_slots", "_ticking", "per_iteration")
+    __slots__ = ("_last", "_paces", "per_iteration")
 
     def __init__(self, per_iteration: int) -> None:
         self.per_iteration = per_iteration
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._slots = 0
-        self._ticking = False
+        self._paces: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPace] = (
+            weakref.WeakKeyDictionary())
+        # The last loop and its pace, as one tuple: read and replaced whole, so a thread
+        # never pairs its loop with another loop's pace.
+        self._last: tuple[asyncio.AbstractEventLoop, _LoopPace] | None = None
 
     async def yield_(self) -> None:
         """Yield to the event loop; resume within the pace (a cancellation point).
@@ -51,59 +57,61 @@ class Pacer:
         except RuntimeError:  # not asyncio (trio): a plain checkpoint
             await anyio.lowlevel.checkpoint()
             return
-        if loop is not self._loop:
-            self._rebind(loop)
-        if not self._ticking:
-            self._ticking = True
-            self._slots = self.per_iteration
-            loop.call_soon(self._tick)
-        if self._slots > 0 and not self._queue:
-            self._slots -= 1
+        last = self._last
+        if last is not None and last[0] is loop:
+            pace = last[1]
+        else:
+            found = self._paces.get(loop)
+            if found is None:
+                found = self._paces[loop] = _LoopPace(loop, self.per_iteration)
+            pace = found
+            self._last = (loop, pace)
+        if pace.slots > 0 and not pace.queue:
+            pace.slots -= 1
+            if not pace.ticking:
+                pace.start()
             # What anyio's checkpoint does on asyncio (its cancel scopes cancel the task, which
             # raises here), without looking the backend up again.
             await asyncio.sleep(0)
             return
+        if not pace.ticking:
+            pace.start()
         waiter: asyncio.Future[None] = loop.create_future()
-        self._queue.append(waiter)
+        pace.queue.append(waiter)
         await waiter
 
-    def _rebind(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Pace the writers of a new loop from now on.
 
-        A store reused across `anyio.run` calls, or used from another thread's loop: writers
-        still waiting on the old loop resume there, unpaced, never left waiting for a tick
-        that will not come.
-        """
-        old, waiting = self._loop, self._queue
-        self._loop, self._queue, self._ticking = loop, collections.deque(), False
-        if old is not None and waiting:
-            try:
-                old.call_soon_threadsafe(_wake, waiting)
-            except RuntimeError:  # that loop is closed: its tasks are gone with it
-                pass
+class _LoopPace:
+    """One event loop's pace: its waiting writers and what is left of this iteration's window."""
 
-    def _tick(self) -> None:
+    __slots__ = ("loop", "per_iteration", "queue", "slots", "ticking")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, per_iteration: int) -> None:
+        self.loop = loop
+        self.per_iteration = per_iteration
+        self.queue: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.slots = per_iteration
+        self.ticking = False
+
+    def start(self) -> None:
+        self.ticking = True
+        self.loop.call_soon(self.tick)
+
+    def tick(self) -> None:
         """Once per iteration while writers yield: open the next window, resume the oldest.
 
         The writers resumed here and those that yield later in this iteration (which take
         what is left of the window) run in the next iteration: at most `per_iteration`, plus
         those that yielded earlier in this iteration on the last window's leftover.
         """
-        queue = self._queue
-        if not queue and self._slots == self.per_iteration:
-            self._ticking = False  # a whole window went unused: idle until the next yield
+        queue = self.queue
+        if not queue and self.slots == self.per_iteration:
+            self.ticking = False  # a whole window went unused: idle until the next yield
             return
-        self._slots = self.per_iteration
-        while queue and self._slots > 0:
+        self.slots = self.per_iteration
+        while queue and self.slots > 0:
             waiter = queue.popleft()
             if not waiter.done():  # done: its writer was cancelled while it waited
                 waiter.set_result(None)
-                self._slots -= 1
-        assert self._loop is not None
-        self._loop.call_soon(self._tick)
-
-
-def _wake(waiting: collections.deque[asyncio.Future[None]]) -> None:
-    for waiter in waiting:
-        if not waiter.done():
-            waiter.set_result(None)
+                self.slots -= 1
+        self.loop.call_soon(self.tick)
