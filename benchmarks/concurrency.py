@@ -19,7 +19,8 @@ Reported per row:
 - turn gap p50/p99: from a tool's return to the next model request of the same run (the
   gate's record stage, the store's commit, the scheduling of the next turn).
 
-    .venv/bin/python benchmarks/concurrency.py [--reps 3] [--runs 1,10,100,1000] [--gc-freeze]
+    .venv/bin/python benchmarks/concurrency.py [--reps 3] [--runs 1,10,100,1000]
+        [--gc default,freeze,tuned] [--against OLD/src]
 """
 
 from __future__ import annotations
@@ -164,20 +165,33 @@ async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
 
 BEFORE = " (before)"
 """The suffix of a row run from the `--against` build."""
-FROZEN = " + gc.freeze()"
-"""The suffix of a row whose process froze its heap after the warm-up (`--gc-freeze`)."""
+GC_MODES = {"freeze": " + gc.freeze()", "tuned": " + tune_for_many_runs()"}
+"""`--gc` modes other than the collector as it comes, and the suffix of their rows."""
 
 
 def child(store_kind: str, runs: int) -> None:
     """One store x one concurrency in this process: warm up, then measure one session."""
     tmp = tempfile.mkdtemp()
     loop = asyncio.new_event_loop()
-    kind = store_kind.removesuffix(FROZEN).removesuffix(BEFORE)
+    kind, mode = store_kind, ""
+    for name, suffix in GC_MODES.items():
+        if suffix in kind:
+            kind, mode = kind.replace(suffix, ""), name
+    kind = kind.removesuffix(BEFORE)
     loop.run_until_complete(_session(kind, 2, tmp))
-    if store_kind.endswith(FROZEN):
-        # A host's choice, not the library's (it is process-wide): everything allocated so
-        # far (imports, the agent) leaves the collector's generations for good.
+    # A host's choice, not the library's (it is process-wide), made after the warm-up.
+    if mode == "freeze":
+        # Everything allocated so far (imports, the agent) leaves the collector's
+        # generations for good.
         gc.freeze()
+    elif mode == "tuned":
+        try:
+            from handrail.collector import tune_for_many_runs
+        except ImportError:  # an --against build from before it existed: the same setting
+            gc.freeze()
+            gc.set_threshold(gc.get_threshold()[0], gc.get_threshold()[1], 100)
+        else:
+            tune_for_many_runs()
     print(json.dumps(loop.run_until_complete(_session(kind, runs, tmp))))
 
 
@@ -189,8 +203,13 @@ def main() -> None:
     parser.add_argument("--against", default="",
                         help="a src folder of another build (say main's): every row also "
                              "runs from it, interleaved process by process, as '(before)'")
+    parser.add_argument("--gc", default="default",
+                        help="comma-separated collector settings, each row run with each: "
+                             "'default' (as it comes), 'freeze' (gc.freeze() after the "
+                             "warm-up), 'tuned' (handrail.collector.tune_for_many_runs() "
+                             "after the warm-up; the --against build must have it)")
     parser.add_argument("--gc-freeze", action="store_true",
-                        help="also run every row with gc.freeze() after the warm-up")
+                        help="the same as --gc default,freeze")
     parser.add_argument("--child", nargs=2, metavar=("STORE", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -200,8 +219,11 @@ def main() -> None:
     stores = args.stores.split(",")
     if args.against:
         stores = [k for s in stores for k in (s + BEFORE, s)]
-    if args.gc_freeze:
-        stores = [k for s in stores for k in (s, s + FROZEN)]
+    modes = ["default", "freeze"] if args.gc_freeze else args.gc.split(",")
+    unknown = set(modes) - {"default", *GC_MODES}
+    if unknown:
+        parser.error(f"unknown --gc setting(s) {sorted(unknown)}: use default, freeze, tuned")
+    stores = [s + ("" if m == "default" else GC_MODES[m]) for s in stores for m in modes]
     env_before = {**os.environ, "PYTHONPATH": os.path.abspath(args.against)}
     rows: dict[tuple[str, int], list[dict[str, float]]] = {}
     for rep in range(args.reps):

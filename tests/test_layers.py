@@ -33,6 +33,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 LAYERS: dict[str, frozenset[str]] = {
     "errors": frozenset(),
+    "collector": frozenset(),  # a process setting; imports nothing of ours
     "tools": frozenset({"errors"}),
     "policy": frozenset({"errors", "tools"}),
     "approval": frozenset({"errors", "tools", "policy"}),
@@ -51,7 +52,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "mcp": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "gate", "runs", "otel", "sandbox"}),
     "cli": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
-                      "builtin", "runs", "web", "mcp", "host", "sandbox"}),
+                      "builtin", "runs", "web", "mcp", "host", "sandbox", "collector"}),
 }
 """Package -> the packages of ours it may import (directly; nothing is implied)."""
 

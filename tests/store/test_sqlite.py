@@ -35,6 +35,46 @@ def test_an_empty_database_is_migrated_to_the_full_schema(tmp_path: Path) -> Non
     assert {"verdict", "decision", "disposition", "answers", "pending_id"} <= columns
 
 
+def _schema(db: sqlite3.Connection) -> dict[str, Any]:
+    """Every table's columns, keys, rowid-ness and indexes, as the engine sees them."""
+    out: dict[str, Any] = {}
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                        "ORDER BY name")]
+    for table in tables:
+        indexes = sorted(
+            (name if not name.startswith("sqlite_autoindex") else "auto", unique, origin,
+             partial, [tuple(c) for c in db.execute(f"PRAGMA index_xinfo({name})")])
+            for _, name, unique, origin, partial in db.execute(f"PRAGMA index_list({table})"))
+        out[table] = {
+            "columns": db.execute(f"PRAGMA table_xinfo({table})").fetchall(),
+            "list": db.execute(f"PRAGMA table_list({table})").fetchall()[0][2:],
+            "foreign keys": db.execute(f"PRAGMA foreign_key_list({table})").fetchall(),
+            "indexes": indexes,
+        }
+    return out
+
+
+def test_a_new_file_gets_the_schema_the_migrations_build(tmp_path: Path) -> None:
+    # A new, empty file is created with the current schema at once; an existing one is
+    # migrated step by step. Both must end with the same tables, columns (types, defaults,
+    # NOT NULL, keys), WITHOUT ROWID-ness, foreign keys and indexes, and the same record.
+    Store.open(tmp_path / "new.db")
+    stepwise = sqlite3.connect(tmp_path / "stepwise.db", isolation_level=None)
+    stepwise.execute("CREATE TABLE _migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                     "applied_at REAL NOT NULL)")
+    MIGRATIONS[0][1](stepwise)  # not empty any more: the rest migrates one by one
+    stepwise.execute("INSERT INTO _migrations VALUES (1, ?, 0)", (MIGRATIONS[0][0],))
+    stepwise.close()
+    Store.open(tmp_path / "stepwise.db")
+    new, stepwise = (sqlite3.connect(tmp_path / f"{n}.db") for n in ("new", "stepwise"))
+    assert _schema(new) == _schema(stepwise)
+    for db in (new, stepwise):
+        assert [r[0] for r in db.execute("SELECT name FROM _migrations ORDER BY id")] == [
+            name for name, _ in MIGRATIONS]
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        db.close()
+
+
 def test_reopening_does_not_migrate_twice(tmp_path: Path) -> None:
     Store.open(tmp_path / "runs.db")
     Store.open(tmp_path / "runs.db")

@@ -109,6 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from handrail.cli._display import printable
     from handrail.errors import HandrailError
 
+    if argv is None and getattr(args, "many_runs", False):
+        # `handrail serve`, `worker`, `inbox` started as programs: processes handrail owns,
+        # which run many agents on one loop. The collector setting is process-wide, so it is
+        # never applied when `main` is called inside another program (argv given).
+        from handrail.collector import tune_for_many_runs
+
+        tune_for_many_runs()
     try:
         code: int = func(args)
         sys.stdout.flush()

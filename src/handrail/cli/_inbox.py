@@ -158,4 +158,5 @@ def register(sub: Any) -> None:
     p.add_argument("--log-level", default="warning",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="the web server's log level (default: warning)")
-    p.set_defaults(func=_cmd_inbox)
+    # A long-running server of many runs: the collector is tuned for it (cli.main).
+    p.set_defaults(func=_cmd_inbox, many_runs=True)

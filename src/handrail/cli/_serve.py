@@ -51,7 +51,8 @@ def register(sub: Any) -> None:
     p.add_argument("--token-file", help="HTTP: read the bearer token from this file")
     p.add_argument("--no-auth", action="store_true",
                    help="HTTP: accept clients without a bearer token (explicitly insecure)")
-    p.set_defaults(func=_serve)
+    # A long-running server of many runs: the collector is tuned for it (cli.main).
+    p.set_defaults(func=_serve, many_runs=True)
 
 
 def _say(text: str) -> None:

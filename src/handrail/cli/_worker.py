@@ -269,4 +269,5 @@ def register(sub: Any) -> None:
                    help="seconds runs get to finish after SIGTERM (default 30)")
     p.add_argument("--lease", type=float, default=None,
                    help="seconds a run's lease lasts without renewal (default: the store's)")
-    p.set_defaults(func=_cmd_worker)
+    # A long-running server of many runs: the collector is tuned for it (cli.main).
+    p.set_defaults(func=_cmd_worker, many_runs=True)
