@@ -600,9 +600,9 @@ class _Runner:
             record_contents=agent.record_contents, sandbox=agent.sandbox,
             events=self._call_event, control=agent.control,
             telemetry=None if agent.telemetry is None else agent.telemetry.start(),
-            # A turn of reads commits once on a durable store; the memory store keeps its
-            # write (and its yield) per step of the turn.
-            mark_reads=not store.durable,
+            # A turn of reads commits once, on every store: the memory store too (one write
+            # and one yield a turn instead of two; issue 11).
+            mark_reads=False,
         )
         # What the task and the instructions say is trusted (docs/taint.md).
         self.scope.provenance.trust_text("task", run.task, agent.instructions)
