@@ -65,7 +65,7 @@ from handrail.runs import _logging as log
 from handrail.runs._conversation import start_messages
 from handrail.runs._events import EventKind, RunStream, call_detail, planned_detail
 from handrail.runs._handle import RunHandle
-from handrail.runs._interrupt import second_interrupt_kills
+from handrail.runs._interrupt import interrupt_handler_kept, second_interrupt_kills
 from handrail.runs._outcome import (
     Cancelled,
     Completed,
@@ -733,7 +733,8 @@ class _Runner:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._heartbeat)
                 try:
-                    return await self._drive(cancel)
+                    with interrupt_handler_kept():  # each turn arms it (no system call)
+                        return await self._drive(cancel)
                 finally:
                     tg.cancel_scope.cancel()
             raise AssertionError("unreachable: the task group's body returns or raises")
