@@ -773,7 +773,8 @@ class Gate:
                          disposition=Disposition.NOT_SENT.value, error="invalid arguments")
             return
         dumped = impl.dump_arguments(validated)
-        problems = self._manifest_schema_problems(impl, dumped)
+        plan = self._tool_plan(impl)
+        problems = self._manifest_schema_problems(impl, plan.spec, dumped)
         if problems:
             state.finish(ToolResult.error(str(InvalidArguments(str(impl.spec.id), problems))),
                          CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
@@ -811,7 +812,6 @@ class Gate:
             if controlled.decision == "hold":
                 state.held = controlled.reason
         # taint: looked up before the policy, so the verdict below is final.
-        plan = self._tool_plan(impl)
         protected = plan.spec.protected
         if protected:
             await self._catch_up_index()
@@ -915,9 +915,9 @@ class Gate:
         # The offered spec already takes the stricter of the tool's and the manifest's word.
         return self._spec(impl).mutates
 
-    def _manifest_schema_problems(self, impl: ToolImpl, dumped: dict[str, Any]) -> list[Issue]:
+    def _manifest_schema_problems(self, impl: ToolImpl, offered: ToolSpec,
+                                  dumped: dict[str, Any]) -> list[Issue]:
         """Stage 3 for a schema the manifest supplied (a tool that left its arguments open)."""
-        offered = self._spec(impl)
         if offered.input_schema is impl.spec.input_schema:
             return []
         validator = self._schema_checks.get(offered.id)
