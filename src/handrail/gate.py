@@ -1092,8 +1092,8 @@ class Gate:
         Only a call with protected arguments reads the index, and most tools have none: so
         outputs wait in call order of finishing, and are indexed before such a call is
         checked (a toolbox can gain one later: nothing is skipped, only postponed). Until
-        then the queue keeps each result's dict: about what the run's history keeps of it
-        in memory anyway (and, on the memory store, the very dict its record holds).
+        then the queue keeps each result's dict: about what the run's history (its
+        `ToolResultMessage`s) keeps of it in memory anyway.
         """
         vouched = [t.get("value") for t in provenance.get("trusted", ())]
         self._unindexed.append(((record.call_id, record.tool or record.model_name),
