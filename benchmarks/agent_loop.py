@@ -14,6 +14,12 @@ Tracing (issue 20): `handrail_memory_otel` is handrail with OpenTelemetry on (th
 and meter providers, spans to an exporter that drops them); `handrail_memory` has no provider
 configured, so tracing is off.
 
+Each child collects its heap once before the timed run (the warm-up's garbage, the script it
+built). Where the time goes (issue 11): each child also reports the CPU its garbage collector took
+(`gc.callbacks`), and `--model-share` times the scripted model's `request` inside the run
+(wrapped, so off by default): handrail's own share is the rest. `--gc-freeze` freezes the
+heap after the warm-up (`gc.freeze()`, a host's process-wide choice, never the library's).
+
 Before/after: `--against SRC` (alias `--baseline`) also runs every handrail variant from `SRC`
 (another checkout's `src/`), interleaved process by process, as '<variant> (before)':
 
@@ -340,19 +346,57 @@ def _label(name: str) -> str:
     return VARIANTS[base][0] + (BEFORE if name != base else "")
 
 
-def child(variant: str, n: int) -> None:
+def _time_the_model() -> list[float]:
+    """Wrap the scripted model's `request` to add up the CPU it takes (the model's share)."""
+    from handrail.models import Scripted
+
+    spent = [0.0]
+    request = Scripted.request
+
+    async def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.process_time()
+        try:
+            return await request(self, *args, **kwargs)
+        finally:
+            spent[0] += time.process_time() - t0
+
+    Scripted.request = timed  # type: ignore[method-assign]
+    return spent
+
+
+def child(variant: str, n: int, model_share: bool = False, gc_freeze: bool = False) -> None:
     """One variant x one N in this process: build, then time one whole run."""
+    import gc
+
     loop = asyncio.new_event_loop()
     # Warm up with a short run of the same variant (first-call caches, lazy imports), then
     # time the first run at N: the same treatment at every N, and affordable for peers that
     # take minutes per run at N=1000.
     loop.run_until_complete(VARIANTS[variant][1](WARMUP)())
     run = VARIANTS[variant][1](n)
+    model = _time_the_model() if model_share and variant.startswith("handrail") else None
+    # The timed run starts from a collected heap: the warm-up's garbage and the script this
+    # process built for the run (a Turn, two tuples and a dict a call, made before the clock
+    # starts) are not the loop's to pay for. Every variant gets the same.
+    gc.collect()
+    if gc_freeze:
+        gc.freeze()
+    collecting = [0.0, 0.0]  # CPU the collector took, and when the current pass began
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collecting[1] = time.process_time()
+        else:
+            collecting[0] += time.process_time() - collecting[1]
+
+    gc.callbacks.append(on_gc)
     t0, cpu0 = time.perf_counter(), time.process_time()
     calls = loop.run_until_complete(run())
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    gc.callbacks.remove(on_gc)
     assert calls == n, (calls, n)
-    print(json.dumps({"variant": variant, "n": n, "seconds": elapsed, "cpu": cpu}))
+    print(json.dumps({"variant": variant, "n": n, "seconds": elapsed, "cpu": cpu,
+                      "gc_cpu": collecting[0], "model_cpu": model[0] if model else None}))
 
 
 def _import_ms(statement: str, reps: int) -> float | None:
@@ -378,11 +422,18 @@ def main() -> None:
                         help="a src folder of another build (say main's): each handrail "
                              "variant also runs from it, interleaved process by process, "
                              "as '<variant> (before)'")
+    parser.add_argument("--model-share", action="store_true",
+                        help="time the scripted model's request inside handrail's runs")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() after the warm-up (a host's choice)")
     parser.add_argument("--child", nargs=2, metavar=("VARIANT", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0].removesuffix(BEFORE), int(args.child[1]))
+        child(args.child[0].removesuffix(BEFORE), int(args.child[1]), args.model_share,
+              args.gc_freeze)
         return
+    flags = (["--model-share"] if args.model_share else []) + (
+        ["--gc-freeze"] if args.gc_freeze else [])
     ns = [int(x) for x in args.ns.split(",")]
     names = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
     if args.against:
@@ -391,13 +442,16 @@ def main() -> None:
     times: dict[tuple[str, int], list[float]] = {}
     # CPU time (all threads, kernel included): steadier than wall time on a shared machine.
     cpus: dict[tuple[str, int], list[float]] = {}
+    gcs: dict[tuple[str, int], list[float]] = {}
+    models: dict[tuple[str, int], list[float]] = {}
     missing: dict[str, str] = {}
     for rep in range(args.reps):
         for n in ns:
             for name in names:
                 if name in missing:
                     continue
-                proc = subprocess.run([sys.executable, __file__, "--child", name, str(n)],
+                proc = subprocess.run([sys.executable, __file__, "--child", name, str(n),
+                                       *flags],
                                       capture_output=True, text=True,
                                       env=env_before if name.endswith(BEFORE) else None)
                 if proc.returncode:
@@ -407,6 +461,9 @@ def main() -> None:
                 row["variant"] = name
                 times.setdefault((name, n), []).append(1e6 * row["seconds"] / n)
                 cpus.setdefault((name, n), []).append(1e6 * row.get("cpu", float("nan")) / n)
+                gcs.setdefault((name, n), []).append(1e6 * row.get("gc_cpu", float("nan")) / n)
+                if row.get("model_cpu") is not None:
+                    models.setdefault((name, n), []).append(1e6 * row["model_cpu"] / n)
                 print(f"rep {rep} n={n:5d} {name:22s} {1e6 * row['seconds'] / n:10.1f} µs/call",
                       file=sys.stderr, flush=True)
     print(f"\n## agent loop: median µs per tool call over {args.reps} runs "
@@ -432,6 +489,21 @@ def main() -> None:
         if name not in missing:
             print(f"| {_label(name)} | "
                   + " | ".join(f"{statistics.median(cpus[(name, n)]):,.1f}" for n in ns) + " |")
+    print(f"\nOf which the garbage collector, CPU µs per call (median over {args.reps} runs):\n")
+    print("| variant | " + " | ".join(f"N={n}" for n in ns) + " |")
+    print("|---" * (len(ns) + 1) + "|")
+    for name in names:
+        if name not in missing:
+            print(f"| {_label(name)} | "
+                  + " | ".join(f"{statistics.median(gcs[(name, n)]):,.1f}" for n in ns) + " |")
+    if models:
+        print("\nOf which the scripted model's `request`, CPU µs per call (median):\n")
+        print("| variant | " + " | ".join(f"N={n}" for n in ns) + " |")
+        print("|---" * (len(ns) + 1) + "|")
+        for name in names:
+            if all((name, n) in models for n in ns):
+                print(f"| {_label(name)} | " + " | ".join(
+                    f"{statistics.median(models[(name, n)]):,.1f}" for n in ns) + " |")
     if len(ns) >= 2:
         print("\nGrowth (per-call cost at the largest N / at the smallest):")
         for name in names:

@@ -77,7 +77,7 @@ from handrail.errors import (
 )
 from handrail.models import ToolCall, ToolResultMessage
 from handrail.otel import Instrumentation
-from handrail.policy import Action, Effect, Policy, Rule, Verdict
+from handrail.policy import Act, Action, Effect, Policy, Rule, Verdict
 from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
 from handrail.store.contract import update
 from handrail.tools import (
@@ -190,20 +190,21 @@ def _canonical_c() -> Callable[[Any], str] | None:
 
     `JSONEncoder.encode` with `ensure_ascii=False` builds a C encoder and a float formatter
     per call (~3 µs of a 4 µs digest); this builds the same C encoder once, with the same
-    options, and so the same text. A fresh `markers` dict per call keeps the check for
-    circular values, and makes it safe from any thread.
+    options, and so the same text. It is built without a `markers` dict: it then holds no
+    state between calls (safe from any thread), and a circular value, which validated
+    arguments never are, fails with RecursionError instead of ValueError.
     """
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return None
     enc = _CANONICAL
     strings = json.encoder.encode_basestring  # ensure_ascii=False
+    encoder = make(None, enc.default, strings, None, ":", ",", True, False, True)
 
     def encode(value: Any) -> str:
         if type(value) is str:  # what JSONEncoder.encode does for a bare string
             return strings(value)
-        return "".join(make({}, enc.default, strings, None, ":", ",", True, False, True)(
-            value, 0))
+        return "".join(encoder(value, 0))
 
     return encode
 
@@ -324,6 +325,42 @@ def _action_record(action: Action) -> dict[str, Any]:
         out["content_sha256"] = hashlib.sha256(action.content).hexdigest()
         out["content_bytes"] = len(action.content)
     return out
+
+
+class _ToolPlan:
+    """What one version of the rules decides about a tool whatever its arguments (issue 11).
+
+    Built once per tool while the policy, the toolbox, the manifest and the workspace stay
+    the same objects (`Gate._tool_plan`); any of them replaced (a remembered rule, a new
+    toolbox, a resumed run's contained policy) and every plan is built again. It holds the
+    tool as offered, and the verdict and record dicts of the one action most tools declare,
+    `CALL server/name`: a CALL's verdict depends on nothing but the rules, the target and
+    `mutates` (no path, no address), so deciding it again per call only repeats this.
+    """
+
+    __slots__ = ("action_records", "impl", "spec", "target", "verdict", "verdict_record")
+
+    def __init__(self, impl: ToolImpl, spec: ToolSpec, scope: RunScope) -> None:
+        self.impl = impl
+        self.spec = spec
+        """The tool as offered: the manifest's view (its mutates, protected...) when one is
+        in force."""
+        action = Action(Act.CALL, str(impl.spec.id))
+        self.target = action.target
+        self.verdict = scope.policy.check(action, workspace=scope.workspace,
+                                          mutates=spec.mutates)
+        self.verdict_record = self.verdict.to_dict()
+        self.action_records = [_action_record(action)]
+
+    def called(self, actions: Sequence[Action]) -> Verdict | None:
+        """The planned verdict when `actions` is exactly the tool's CALL; else None."""
+        if len(actions) != 1:
+            return None
+        action = actions[0]
+        if action.act is not Act.CALL or action.content is not None or \
+                action.target != self.target:
+            return None
+        return self.verdict
 
 
 class _Call:
@@ -471,9 +508,18 @@ class Gate:
         # untyped tools, the stricter mutates/idempotent) is what the gate enforces.
         self._offered: dict[ToolId, ToolSpec] = {s.id: s for s in self.offered()}
         self._schema_checks: dict[ToolId, Any] = {}
+        # Plans by id(impl) (each plan holds its impl, so the id is not reused meanwhile),
+        # valid for the objects in `_planned_for` (see `_ToolPlan`).
+        self._plans: dict[int, _ToolPlan] = {}
+        self._planned_for: tuple[Any, ...] = ()
         # One writer of the taint index at a time; taken without a trip through the event
-        # loop when nobody holds it (the common case: one call per turn).
+        # loop when nobody holds it.
         self._indexing = anyio.Lock(fast_acquire=True)
+        # Finished calls' outputs not indexed yet: (source, result, trusted, vouched values),
+        # in the order they finished. Indexed when a call with protected arguments is about
+        # to be checked (`_catch_up_index`).
+        self._unindexed: list[tuple[tuple[str, str], dict[str, Any] | None, bool,
+                                    list[Any]]] = []
 
     # ---------------------------------------------------------------- a turn
 
@@ -727,7 +773,8 @@ class Gate:
                          disposition=Disposition.NOT_SENT.value, error="invalid arguments")
             return
         dumped = impl.dump_arguments(validated)
-        problems = self._manifest_schema_problems(impl, dumped)
+        plan = self._tool_plan(impl)
+        problems = self._manifest_schema_problems(impl, plan.spec, dumped)
         if problems:
             state.finish(ToolResult.error(str(InvalidArguments(str(impl.spec.id), problems))),
                          CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
@@ -765,20 +812,30 @@ class Gate:
             if controlled.decision == "hold":
                 state.held = controlled.reason
         # taint: looked up before the policy, so the verdict below is final.
-        protected = self._spec(impl).protected
-        state.taint = scope.provenance.taint(dumped, protected) if protected else []
+        protected = plan.spec.protected
+        if protected:
+            await self._catch_up_index()
+            state.taint = scope.provenance.taint(dumped, protected)
+        else:
+            state.taint = []
         # 5. policy
-        verdict = scope.policy.check_all(actions, workspace=scope.workspace,
-                                         mutates=self._mutates(impl))
+        planned = plan.called(actions)
+        verdict = planned or scope.policy.check_all(actions, workspace=scope.workspace,
+                                                    mutates=plan.spec.mutates)
         if state.taint and verdict.effect is Effect.ALLOW:
             verdict = _tainted(verdict, state.taint, scope.policy.taint)
         # What the verdict was about: compared with the paths again at the moment of use.
-        state.decided = decided_paths(actions, scope.workspace)
+        state.decided = {} if planned is not None else decided_paths(actions, scope.workspace)
         state.verdict = verdict
         record.arguments_digest = digest
         record.performed_arguments = dumped
-        record.actions = [_action_record(a) for a in actions]
-        record.verdict = verdict.to_dict()
+        if planned is verdict:
+            # Copies: a record's dicts are its own (the taint and control entries below).
+            record.actions = [dict(a) for a in plan.action_records]
+            record.verdict = dict(plan.verdict_record)
+        else:
+            record.actions = [_action_record(a) for a in actions]
+            record.verdict = verdict.to_dict()
         if state.taint:
             record.verdict["taint"] = [t.to_dict() for t in state.taint]
         if controlled is not None:
@@ -836,15 +893,31 @@ class Gate:
         return permits
 
     def _spec(self, impl: ToolImpl) -> ToolSpec:
-        return self._offered.get(impl.spec.id, impl.spec)
+        return self._tool_plan(impl).spec
+
+    def _tool_plan(self, impl: ToolImpl) -> _ToolPlan:
+        """The tool's plan under the rules of this moment (built again when they change)."""
+        scope = self.scope
+        version = self._planned_for
+        if not version or version[0] is not scope.policy or version[1] is not scope.toolbox \
+                or version[2] is not scope.manifest or version[3] is not scope.workspace:
+            self._plans.clear()
+            self._planned_for = (scope.policy, scope.toolbox, scope.manifest, scope.workspace)
+        plan = self._plans.get(id(impl))
+        if plan is None:
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            plan = self._plans[id(impl)] = _ToolPlan(
+                impl, self._offered.get(impl.spec.id, impl.spec), scope)
+        return plan
 
     def _mutates(self, impl: ToolImpl) -> bool:
         # The offered spec already takes the stricter of the tool's and the manifest's word.
         return self._spec(impl).mutates
 
-    def _manifest_schema_problems(self, impl: ToolImpl, dumped: dict[str, Any]) -> list[Issue]:
+    def _manifest_schema_problems(self, impl: ToolImpl, offered: ToolSpec,
+                                  dumped: dict[str, Any]) -> list[Issue]:
         """Stage 3 for a schema the manifest supplied (a tool that left its arguments open)."""
-        offered = self._spec(impl)
         if offered.input_schema is impl.spec.input_schema:
             return []
         validator = self._schema_checks.get(offered.id)
@@ -866,6 +939,7 @@ class Gate:
         offered = self.offered()
         self._offered = {s.id: s for s in offered}
         self._schema_checks.clear()
+        self._plans.clear()
         return offered
 
     def offered(self) -> list[Any]:
@@ -1013,29 +1087,53 @@ class Gate:
         await self._index(state.record, provenance)
 
     async def _index(self, record: CallRecord, provenance: dict[str, Any]) -> None:
-        """Add a finished call's output to the index, in a worker thread when it is large.
+        """Queue a finished call's output for the taint index (see `_catch_up_index`).
+
+        Only a call with protected arguments reads the index, and most tools have none: so
+        outputs wait in call order of finishing, and are indexed before such a call is
+        checked (a toolbox can gain one later: nothing is skipped, only postponed). Until
+        then the queue keeps each result's dict: about what the run's history (its
+        `ToolResultMessage`s) keeps of it in memory anyway.
+        """
+        vouched = [t.get("value") for t in provenance.get("trusted", ())]
+        self._unindexed.append(((record.call_id, record.tool or record.model_name),
+                                record.result, provenance.get("output") == "trusted",
+                                vouched))
+
+    async def _catch_up_index(self) -> None:
+        """Index every queued output, in a worker thread when they are large.
 
         Indexing costs about half a microsecond per character, and a tool decides how many
-        it returns: past `INDEX_INLINE_CHARS` it runs off the event loop. One writer at a
-        time (in call order of finishing); lookups on the loop need no lock, since a writer
-        publishes an output's text before the postings that point into it.
+        it returns: past `INDEX_INLINE_CHARS` of JSON (`pydantic_core`, ~1 µs for a small
+        result) the queue is indexed off the event loop. One writer at a time; returns once
+        everything queued before the call is in the index.
         """
-        # The size of its compact JSON (pydantic_core: ~1 µs against ~9 for json.dumps, on
-        # every call); a measure of the work, not a limit. Imported here: the gate imports
-        # without pydantic_core (issue 11).
+        if not self._unindexed and not self._indexing.locked():
+            return
+        # Imported here: the gate imports without pydantic_core (issue 11).
         import pydantic_core
 
-        size = len(pydantic_core.to_json(record.result)) if record.result is not None else 0
-        if size <= INDEX_INLINE_CHARS and not self._indexing.locked():
-            # No writer and nobody queued (a released lock with waiters stays locked, handed
-            # to the next one): index now, without the lock's round trip through the loop.
-            self._index_now(record, provenance)
-            return
         async with self._indexing:
+            queued, self._unindexed = self._unindexed, []
+            size = 0
+            for _, result, _, _ in queued:
+                if result is not None:
+                    size += len(pydantic_core.to_json(result))
+                    if size > INDEX_INLINE_CHARS:
+                        break
             if size <= INDEX_INLINE_CHARS:
-                self._index_now(record, provenance)
+                self._index_queued(queued)
             else:
-                await anyio.to_thread.run_sync(self._index_now, record, provenance)
+                await anyio.to_thread.run_sync(self._index_queued, queued)
+
+    def _index_queued(self, queued: list[tuple[tuple[str, str], dict[str, Any] | None, bool,
+                                               list[Any]]]) -> None:
+        index = self.scope.provenance
+        for source, result, trusted, vouched in queued:
+            if result is not None:
+                index.add_output(source, result, trusted=trusted)
+            if vouched:
+                index.trust_values(source, vouched)
 
     def _index_now(self, record: CallRecord, provenance: dict[str, Any]) -> None:
         source = (record.call_id, record.tool or record.model_name)
@@ -1319,8 +1417,11 @@ def forget_contents(record: CallRecord, sent: str, actions: Sequence[Action],
 
 
 INDEX_INLINE_CHARS = 2048
-"""A result this small (as JSON) is indexed on the event loop; a larger one in a thread (a
-thread hand-off costs about what indexing 300 characters does)."""
+"""Queued results this small (as JSON) are indexed on the event loop; larger ones in a thread
+(a thread hand-off costs about what indexing 300 characters does)."""
+
+_MAX_PLANS = 1024
+"""Tool plans kept per gate at most (a toolbox can be large); past it they are rebuilt."""
 
 TAINT_LAYER = "taint"
 """The `layer` of a verdict the taint stage made stricter than the rules' allow."""

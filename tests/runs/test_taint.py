@@ -389,61 +389,80 @@ def test_the_workspace_tools_declare_what_they_protect() -> None:
     assert not specs["workspace/read_file"].trusted_output
 
 
-async def test_a_small_output_waits_for_a_large_one_being_indexed_in_a_thread(
+class PassAll:
+    """A tool control that passes every call (it makes a turn's calls be planned at once)."""
+
+    async def ask(self, query: dict[str, Any]) -> Any:
+        return {"decision": "pass", "reason": "fine"}
+
+    def describe(self) -> str:
+        return "pass-all"
+
+
+@hr.tool(server="web", name="long_page", mutates=False)
+async def long_page(topic: str) -> str:
+    """Fetch a long page."""
+    return "filler " * 600 + PAGE
+
+
+async def test_a_check_waits_while_queued_outputs_are_indexed_in_a_thread(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    # One writer of the taint index at a time: a large output is indexed in a worker thread,
-    # and a small one that finishes meanwhile must wait for it, not index on the loop at the
-    # same time (the small one's fast path, issue 11, is taken only when no writer is active).
-    import asyncio
+    # Outputs wait for the taint index until a call with protected arguments is checked
+    # (issue 11); a queue larger than INDEX_INLINE_CHARS is indexed in a worker thread. A
+    # second check arriving meanwhile (two calls planned at once, as a tool control makes
+    # them) finds the queue empty, and must still wait for that writer: looking up before it
+    # is done would let the page's address pass as untainted.
     import threading
 
+    from handrail.gate import Gate
     from handrail.tools._taint import Provenance
 
-    small_done = threading.Event()
-    big_started = asyncio.Event()
-    loops: list[asyncio.AbstractEventLoop] = []
-    lock = threading.Lock()
-    active: list[str] = []
-    overlaps: list[list[str]] = []
-    original = Provenance.add_output
+    second_check = threading.Event()
+    indexed = threading.Event()
+    checks = 0
+    catch_up = Gate._catch_up_index
 
-    def add_output(self: Provenance, source: tuple[str, str], result: Any, *,
-                   trusted: bool) -> None:
-        with lock:
-            active.append(source[1])
-            if len(active) > 1:
-                overlaps.append(list(active))
-        try:
-            if source[1] == "local/big":
-                # Tells the small call to finish, and holds the thread until it has and its
-                # task has yielded: by then it has either indexed (the bug) or queued on the
-                # lock behind this writer.
-                loops[0].call_soon_threadsafe(big_started.set)
-                small_done.wait(timeout=30)
-            original(self, source, result, trusted=trusted)
-        finally:
-            with lock:
-                active.remove(source[1])
+    async def counting_catch_up(self: Gate) -> None:
+        nonlocal checks
+        checks += 1
+        if checks == 2:
+            second_check.set()
+        await catch_up(self)
 
-    monkeypatch.setattr(Provenance, "add_output", add_output)
+    add_output = Provenance.add_output
 
-    @hr.tool(mutates=False)
-    async def big() -> str:
-        loops.append(asyncio.get_running_loop())
-        return "word " * 1000
+    def slow_add_output(self: Provenance, source: tuple[str, str], result: Any, *,
+                        trusted: bool) -> None:
+        if source[1] == "web/long_page":
+            # Held until the second check has arrived: it must then wait for this writer.
+            second_check.wait(timeout=30)
+        add_output(self, source, result, trusted=trusted)
+        if source[1] == "web/long_page":
+            indexed.set()
 
-    @hr.tool(mutates=False)
-    async def small() -> str:
-        await big_started.wait()
-        asyncio.get_running_loop().call_soon(small_done.set)
-        return "tiny"
+    looked_up_after_indexing: list[bool] = []
+    taint = Provenance.taint
 
+    def recording_taint(self: Provenance, arguments: Any, protected: Any) -> Any:
+        looked_up_after_indexing.append(indexed.is_set())
+        return taint(self, arguments, protected)
+
+    monkeypatch.setattr(Gate, "_catch_up_index", counting_catch_up)
+    monkeypatch.setattr(Provenance, "add_output", slow_add_output)
+    monkeypatch.setattr(Provenance, "taint", recording_taint)
     from handrail.models import calls
 
-    agent = hr.Agent(Scripted([calls([("big", {}), ("small", {})]), reply("done")]),
-                     [big, small], policy=hr.Policy.default())
+    send_both = calls([("mail/send", {"to": ATTACKER, "body": "a"}),
+                       ("mail/send", {"to": ATTACKER, "body": "b"})])
+    approver = Recorder(hr.Decision.deny("not mine"))
+    agent = mail_agent(tools=(long_page, send), control=PassAll(),
+                       turns=[call("web/long_page", {"topic": "news"}), send_both,
+                              reply("done")])
     with anyio.fail_after(30):
-        result = await agent.run("go")
+        result = await agent.run("go", approver=approver)
     assert result.output == "done"
-    assert small_done.is_set()
-    assert overlaps == []
+    assert SENT == []
+    assert looked_up_after_indexing == [True, True]
+    assert [[t.source_tool for t in r.taint] for r in approver.requests] == [
+        ["web/long_page"], ["web/long_page"]]
+

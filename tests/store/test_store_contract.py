@@ -161,3 +161,52 @@ async def test_paused_runs_are_claimable(store: Store) -> None:
     run = await store.claim("r1", "me")
     assert run.status is RunStatus.RUNNING and run.lease_until > time.time()
     assert dataclasses.replace(await store.run("r1")) == run
+
+
+async def test_what_is_stored_does_not_change_with_the_writers_objects(store: Store) -> None:
+    # A store keeps what was written at the moment of the write: the records and messages a
+    # caller goes on changing in place (the gate does) must not change what was stored, and
+    # what a reader changes must not reach the next reader. The memory store keeps them
+    # packed (issue 11) and held shared dicts before.
+    await store.write(Batch(run=_run()))
+    record = _call("r1", "c1", result={"content": [{"kind": "text", "text": "a"}],
+                                       "structured": {"n": [1, 2]}, "is_error": False,
+                                       "metadata": {}},
+                   actions=[{"act": "call", "target": "x"}], verdict={"effect": "allow"},
+                   performed_arguments={"a": 1})
+    message = {"kind": "user", "parts": [{"kind": "text", "text": "hi"}]}
+    await store.write(Batch(calls=[record], messages=[("r1", 0, message)]))
+    assert record.result is not None and record.verdict is not None
+    record.result["structured"]["n"].append(3)
+    record.actions.append({"act": "read", "target": "f"})
+    record.verdict["effect"] = "deny"
+    message["parts"].append({"kind": "text", "text": "more"})
+    stored = await store.call("r1:c1")
+    assert stored.result is not None and stored.result["structured"] == {"n": [1, 2]}
+    assert stored.actions == [{"act": "call", "target": "x"}]
+    assert stored.verdict == {"effect": "allow"}
+    assert stored.performed_arguments == {"a": 1}
+    assert (await store.messages("r1"))[0]["parts"] == [{"kind": "text", "text": "hi"}]
+    stored.result["structured"]["n"].clear()
+    (await store.messages("r1"))[0]["parts"].clear()
+    again = await store.call("r1:c1")
+    assert again.result is not None and again.result["structured"] == {"n": [1, 2]}
+    assert (await store.messages("r1"))[0]["parts"] == [{"kind": "text", "text": "hi"}]
+
+
+async def test_a_value_of_a_builtin_subclass_is_stored_and_read_back(store: Store) -> None:
+    # What the memory store cannot pack (marshal takes exact builtin types only) it keeps as
+    # a copy of the record: it still reads back equal.
+    class Name(str):
+        pass
+
+    await store.write(Batch(run=_run()))
+    record = _call("r1", "c1", performed_arguments={"name": Name("ada")},
+                   result={"content": [], "structured": Name("ada"), "is_error": False,
+                           "metadata": {}})
+    await store.write(Batch(calls=[record], messages=[("r1", 0, {"kind": "user",
+                                                                 "text": Name("hi")})]))
+    stored = await store.call("r1:c1")
+    assert stored.performed_arguments == {"name": "ada"}
+    assert stored.result is not None and stored.result["structured"] == "ada"
+    assert (await store.messages("r1"))[0]["text"] == "hi"

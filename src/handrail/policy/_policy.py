@@ -548,7 +548,15 @@ class Policy:
         return self.defaults[act.value]
 
     def _compile(self) -> _Compiled:
-        compiled = _Compiled(self)
+        # Compiling costs ~1 ms for the default policy; every run builds its effective policy
+        # anew (recorded, contained, remembered), most often equal to the last run's: equal
+        # policies (same layers, rules, defaults and taint) share one compiled form.
+        compiled = _COMPILED.get(self)
+        if compiled is None:
+            compiled = _Compiled(self)
+            if len(_COMPILED) >= _COMPILED_KEPT:
+                _COMPILED.clear()  # one call: safe when threads compile at the same time
+            _COMPILED[self] = compiled
         object.__setattr__(self, "_compiled", compiled)
         return compiled
 
@@ -693,6 +701,12 @@ class Policy:
 def _stricter_taint(a: str, b: str) -> str:
     return "deny" if "deny" in (a, b) else "ask"
 
+
+_COMPILED: dict[Policy, _Compiled] = {}
+"""Compiled forms by policy value (`Policy._compile`): a pure function of the rules."""
+
+_COMPILED_KEPT = 64
+"""Compiled policies kept at most (then they are all dropped, and compiled again as used)."""
 
 _MEMO_SIZE = 4096
 """How many (act, canonical target) verdicts one compiled policy keeps."""

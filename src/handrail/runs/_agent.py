@@ -65,7 +65,7 @@ from handrail.runs import _logging as log
 from handrail.runs._conversation import start_messages
 from handrail.runs._events import EventKind, RunStream, call_detail, planned_detail
 from handrail.runs._handle import RunHandle
-from handrail.runs._interrupt import second_interrupt_kills
+from handrail.runs._interrupt import interrupt_handler_kept, second_interrupt_kills
 from handrail.runs._outcome import (
     Cancelled,
     Completed,
@@ -600,9 +600,9 @@ class _Runner:
             record_contents=agent.record_contents, sandbox=agent.sandbox,
             events=self._call_event, control=agent.control,
             telemetry=None if agent.telemetry is None else agent.telemetry.start(),
-            # A turn of reads commits once on a durable store; the memory store keeps its
-            # write (and its yield) per step of the turn.
-            mark_reads=not store.durable,
+            # A turn of reads commits once, on every store: the memory store too (one write
+            # and one yield a turn instead of two; issue 11).
+            mark_reads=False,
         )
         # What the task and the instructions say is trusted (docs/taint.md).
         self.scope.provenance.trust_text("task", run.task, agent.instructions)
@@ -733,7 +733,8 @@ class _Runner:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._heartbeat)
                 try:
-                    return await self._drive(cancel)
+                    with interrupt_handler_kept():  # each turn arms it (no system call)
+                        return await self._drive(cancel)
                 finally:
                     tg.cancel_scope.cancel()
             raise AssertionError("unreachable: the task group's body returns or raises")

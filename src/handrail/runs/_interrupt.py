@@ -21,25 +21,27 @@ from typing import Any
 from handrail.approval import kill_running_controls
 from handrail.host import kill_all_now
 
-__all__ = ["second_interrupt_kills"]
+__all__ = ["interrupt_handler_kept", "second_interrupt_kills"]
 
 _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 _SIGINT = int(signal.SIGINT)
 _SIG_IGN = int(signal.SIG_IGN)
 
-_depth = 0
+_depth = 0  # blocks that keep our handler installed (the outermost installed it)
+_armed = 0  # turns in progress: only then does a SIGINT count
 _seen = 0
 _previous: _Handler = None
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
     global _seen
-    _seen += 1
-    if _seen >= 2:
-        # Only signals are sent here; each run reaps its own programs as it unwinds.
-        kill_all_now()
-        kill_running_controls()
+    if _armed:
+        _seen += 1
+        if _seen >= 2:
+            # Only signals are sent here; each run reaps its own programs as it unwinds.
+            kill_all_now()
+            kill_running_controls()
     previous = _previous
     if callable(previous):
         previous(signum, frame)
@@ -47,37 +49,59 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
         signal.default_int_handler(signum, frame)
 
 
+def _install() -> bool:
+    """Put our handler in (or share it when it is in already); False where we must not."""
+    global _depth, _previous
+    # `_signal` rather than `signal`: the latter converts every handler to and from an
+    # enum, which made this block a tenth of a memory-store turn's CPU (issue 11).
+    if (threading.get_ident() != threading.main_thread().ident
+            or (_depth == 0 and _signal.getsignal(_SIGINT) == _SIG_IGN)):
+        return False
+    if _depth == 0:
+        _previous = _signal.getsignal(_SIGINT)
+        _signal.signal(_SIGINT, _on_sigint)
+    _depth += 1
+    return True
+
+
+def _uninstall() -> None:
+    global _depth, _previous
+    _depth -= 1
+    if _depth == 0:
+        _signal.signal(_SIGINT, _previous)
+        _previous = None
+
+
 class _SecondInterruptKills:
     """The context manager `second_interrupt_kills` returns (a class: entered every turn)."""
 
-    __slots__ = ("_installed",)
+    __slots__ = ("_armed", "_installed")
 
     def __init__(self) -> None:
         self._installed = False
+        self._armed = False
 
     def __enter__(self) -> None:
-        global _depth, _seen, _previous
-        # `_signal` rather than `signal`: the latter converts every handler to and from an
-        # enum, which made this block a tenth of a memory-store turn's CPU (issue 11).
-        if (threading.current_thread() is not threading.main_thread()
-                or (_depth == 0 and _signal.getsignal(_SIGINT) == _SIG_IGN)):
+        global _armed, _seen
+        if _depth > 0 and threading.get_ident() == threading.main_thread().ident:
+            pass  # a run keeps the handler in (`interrupt_handler_kept`): no system call
+        elif _install():
+            self._installed = True
+        else:
             return
-        if _depth == 0:
-            _previous = _signal.getsignal(_SIGINT)
+        if _armed == 0:
             _seen = 0
-            _signal.signal(_SIGINT, _on_sigint)
-        _depth += 1
-        self._installed = True
+        _armed += 1
+        self._armed = True
 
     def __exit__(self, *exc: object) -> None:
-        global _depth, _previous
-        if not self._installed:
-            return
-        self._installed = False
-        _depth -= 1
-        if _depth == 0:
-            _signal.signal(_SIGINT, _previous)
-            _previous = None
+        global _armed
+        if self._armed:
+            self._armed = False
+            _armed -= 1
+        if self._installed:
+            self._installed = False
+            _uninstall()
 
 
 def second_interrupt_kills() -> AbstractContextManager[None]:
@@ -88,3 +112,30 @@ def second_interrupt_kills() -> AbstractContextManager[None]:
     (only the main thread receives signals), nor when the host ignores SIGINT (its choice).
     """
     return _SecondInterruptKills()
+
+
+class _HandlerKept:
+    __slots__ = ("_installed",)
+
+    def __init__(self) -> None:
+        self._installed = False
+
+    def __enter__(self) -> None:
+        self._installed = _install()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            self._installed = False
+            _uninstall()
+
+
+def interrupt_handler_kept() -> AbstractContextManager[None]:
+    """Keep the handler of `second_interrupt_kills` installed for a whole run (issue 11).
+
+    Installing and restoring a SIGINT handler is two system calls; a run enters
+    `second_interrupt_kills` every turn. Inside this block a turn's block only arms the
+    handler; between turns it passes every SIGINT straight to the handler that was there
+    before, as if it were not installed. Same rules: nested and concurrent blocks share it,
+    nothing happens outside the main thread or when the host ignores SIGINT.
+    """
+    return _HandlerKept()
