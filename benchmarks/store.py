@@ -27,6 +27,7 @@ Another tree's code (the workers and this process's handrail): run it with
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -205,40 +206,75 @@ def _server_cpu(server: Any) -> float:
 
 CPU: dict[str, float] = {}
 """The last PostgreSQL resume's CPU per run resumed, in seconds: workers, server, decider."""
+WAKES: dict[str, float] = {}
+"""The last PostgreSQL resume's notifications received, claims and empty claims per run
+resumed, all workers together (from their `worker_stopped` lines)."""
+
+
+GATE = "bench:gate"
+"""The owner that holds every run in backlog mode until the gate opens."""
+
+
+def _sql(url: str, *statements: str) -> None:
+    """Run `statements` in one transaction (the benchmark's own, not the store's)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        for statement in statements:
+            conn.execute(statement.encode())
 
 
 def _resume_with_workers(url: str, count: int, workers: int, concurrency: int,
-                         effects: Path, server: Any) -> tuple[float, float, float]:
+                         effects: Path, server: Any, *, backlog: bool = False
+                         ) -> tuple[float, float, float]:
+    """Resume `count` decided runs with `workers` worker processes; see `main` for modes."""
     async def prepare() -> tuple[list[str], dict[str, str]]:
         async with hr.Store.open(url) as store:
             items = await _pause_runs(store, count)
             return items, {r.id: r.task for r in await store.runs(limit=count + 10)}
 
     items, tasks = anyio.run(prepare)
+    if backlog:  # held by nobody's worker: deciding makes no run ready until the gate opens
+        _sql(url, f"UPDATE runs SET owner = '{GATE}', lease_until = 1e12")
     # PYTHONPATH kept after ours: `PYTHONPATH=OTHER/src` runs the workers on that code.
     env = {**os.environ, "BENCH_EFFECTS": str(effects),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE),
                                                        os.environ.get("PYTHONPATH")]))}
     # `--agents`: the agent is built before the worker says it started, as a long-running
     # worker's would have been long before; its import is not a resume's cost.
-    procs = [subprocess.Popen([sys.executable, "-m", "handrail.cli", "worker", "--store", url,
-                               "--concurrency", str(concurrency), "--poll", "1",
-                               "--agents", "store:AGENT"],
-                              cwd=HERE, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True)
-             for _ in range(workers)]
+    # Each worker logs to a file: a pipe nobody drains fills at 64 KB (two lines per run)
+    # and then blocks the worker's event loop on its next log line.
+    logs = [effects.with_name(f"{effects.name}.worker{i}.log") for i in range(workers)]
+    procs = []
+    for log in logs:
+        with open(log, "w") as out:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "handrail.cli", "worker", "--store", url,
+                 "--concurrency", str(concurrency), "--poll", "1", "--agents", "store:AGENT"],
+                cwd=HERE, env=env, stdout=out, stderr=subprocess.DEVNULL))
     try:
-        for p in procs:  # each worker is listening once it says so
-            assert p.stdout is not None
-            assert "worker_started" in p.stdout.readline()
+        deadline = time.monotonic() + 120
+        for p, log in zip(procs, logs, strict=True):  # each worker is listening once it says so
+            while "worker_started" not in log.read_text():
+                if p.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"a worker did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.02)
 
         async def decide() -> dict[str, float]:
             async with hr.Store.open(url) as store:
                 return await _decide(store, items)
 
+        if backlog:
+            anyio.run(decide)
         cpu_workers = sum(_cpu(p.pid) for p in procs)
         cpu_server, cpu_me = _server_cpu(server), time.process_time()
-        decided = anyio.run(decide)
+        if backlog:
+            opened = time.time()
+            _sql(url, f"UPDATE runs SET owner = NULL, lease_until = 0 WHERE owner = '{GATE}'",
+                 "NOTIFY handrail_ready")
+            decided = dict.fromkeys(tasks, opened)
+        else:
+            decided = anyio.run(decide)
         cpu_me = time.process_time() - cpu_me
         deadline = time.monotonic() + 300
         while len(_effects(effects)) < count:
@@ -252,6 +288,15 @@ def _resume_with_workers(url: str, count: int, workers: int, concurrency: int,
             p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(timeout=60)
+    # What the workers say they did (a worker of an older tree may not count them).
+    WAKES.clear()
+    for log in logs:
+        for line in log.read_text().splitlines():
+            if '"worker_stopped"' in line:
+                stopped = json.loads(line)
+                for key in ("notifications", "claims", "empty_claims"):
+                    if key in stopped:
+                        WAKES[key] = WAKES.get(key, 0) + stopped[key] / count
     return _summary(decided, tasks, effects)
 
 
@@ -270,6 +315,11 @@ def main() -> None:
     parser.add_argument("--stores", default="memory,sqlite,postgresql",
                         help="which stores, comma-separated")
     parser.add_argument("--no-calls", action="store_true", help="skip part 1 (calls/s)")
+    parser.add_argument("--modes", default="backlog,stream",
+                        help="PostgreSQL resume modes, comma-separated: backlog (every run "
+                             "decided, then released to the workers at once: the workers' "
+                             "throughput) and stream (decided while the workers run: "
+                             "decision -> action latency, the decider included)")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent / "tests"))
     import pgserver
@@ -308,24 +358,30 @@ def main() -> None:
               f"{args.reps})\n")
         print("| store | action waits | workers | runs resumed/s | decision -> action p50 ms "
               "| p99 ms | CPU µs per resume: workers + server + decider = total | ceiling "
-              "runs/s on these cores | load |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "runs/s on these cores | notifications / claims / empty claims per resume "
+              "| load |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         rates: dict[tuple[str, str, int], float] = {}
         for action_ms in args.action_ms.split(","):
             os.environ["BENCH_ACTION_MS"] = action_ms
-            for kind in kinds:
+            for kind in [k for k in kinds if k != "postgresql"] + [
+                    f"postgresql {mode}" for mode in args.modes.split(",")
+                    if "postgresql" in kinds]:
                 for workers in (1, 4):
                     results = []
                     cpus: list[dict[str, float]] = []
+                    wakes: list[dict[str, float]] = []
                     loads = []
                     for _ in range(args.reps):
                         effects = tmp / f"effects-{time.perf_counter_ns()}"
                         loads.append(os.getloadavg()[0])
-                        if kind == "postgresql":
+                        if kind.startswith("postgresql"):
                             results.append(_resume_with_workers(
-                                url(kind), args.resume_runs, workers,
-                                args.worker_concurrency, effects, server))
+                                url("postgresql"), args.resume_runs, workers,
+                                args.worker_concurrency, effects, server,
+                                backlog=kind.endswith("backlog")))
                             cpus.append(dict(CPU))
+                            wakes.append(dict(WAKES))
                         else:
                             results.append(anyio.run(_resume_in_process, url(kind),
                                                      args.resume_runs, workers, effects))
@@ -334,9 +390,13 @@ def main() -> None:
                     p50 = statistics.median(r[1] for r in results)
                     p99 = statistics.median(r[2] for r in results)
                     label = (f"{workers} process{'es' if workers > 1 else ''}"
-                             if kind == "postgresql"
+                             if kind.startswith("postgresql")
                              else f"{workers} task{'s' if workers > 1 else ''}")
-                    cpu_cell = ceiling = "-"
+                    cpu_cell = ceiling = wake_cell = "-"
+                    if wakes and all(wakes):
+                        wake_cell = " / ".join(
+                            f"{statistics.median(w[k] for w in wakes):.2f}"
+                            for k in ("notifications", "claims", "empty_claims"))
                     if cpus:
                         part = {k: statistics.median(c[k] for c in cpus) * 1e6
                                 for k in ("workers", "server", "decider")}
@@ -345,7 +405,7 @@ def main() -> None:
                                     f"{part['decider']:,.0f} = {total:,.0f}")
                         ceiling = f"{(os.cpu_count() or 1) / total * 1e6:,.0f}"
                     print(f"| {kind} | {action_ms} ms | {label} | {rate:,.0f} | {p50:,.1f} | "
-                          f"{p99:,.1f} | {cpu_cell} | {ceiling} | "
+                          f"{p99:,.1f} | {cpu_cell} | {ceiling} | {wake_cell} | "
                           f"{statistics.median(loads):.1f} |", flush=True)
         print()
         for (kind, action_ms, workers), rate in rates.items():

@@ -73,7 +73,15 @@ if TYPE_CHECKING:
 __all__ = ["MIGRATIONS", "NOTIFY_CHANNEL", "PostgresStore"]
 
 NOTIFY_CHANNEL = "handrail_ready"
-"""The channel a decision is announced on (payload: the run id); workers LISTEN to it."""
+"""The channel a decision is announced on; workers LISTEN to it.
+
+The payload is empty: "something may be ready, claim". PostgreSQL delivers identical
+notifications of one transaction once, so the decisions of one group commit wake each
+listening worker once, not once per decision (with a payload per run, fifty decisions woke
+every worker fifty times: each wake-up a process switch in the worker and in its server
+backend, and a claim statement from every idle worker)."""
+
+_NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')"
 
 _M0001 = """
 CREATE TABLE runs (
@@ -806,7 +814,7 @@ class PostgresStore(Store):
                             "UPDATE runs SET status = %s, outcome = %s, updated_at = %s "
                             "WHERE id = %s", (moved.status.value, _dumps(moved.outcome),
                                               moved.updated_at, moved.id))
-                await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, row[2]))
+                await conn.execute(_NOTIFY)
                 return decided
             cur = await conn.execute(
                 f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = %s", (item_id,))
@@ -1025,7 +1033,7 @@ class PostgresStore(Store):
                 "RETURNING id", (run_id, owner))
             if await cur.fetchone() is None:
                 return False
-            await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, run_id))
+            await conn.execute(_NOTIFY)
             return True
 
         return bool(await self._enqueue(give, cas=True))
