@@ -464,3 +464,67 @@ async def test_a_claim_never_reads_what_an_earlier_claim_read_ahead(pg_url: str)
         await other.write(Batch(run=_paused("r1"), messages=[("r1", 0, {"kind": "user"})]))
         await store.claim("r1", "machine-a:1:z")  # not held: claimed the slow way
         assert await store.messages("r1") == [{"kind": "user"}]
+
+
+async def test_a_worker_claims_a_run_it_read_ahead_with_the_runs_first_write(
+        pg_url: str) -> None:
+    """Held with `orphans=False`, a run's reads come with the hold; claiming it sends
+    nothing: the claim goes out at the head of the run's next write (a round trip less
+    per resume), and any read of the database sends it first."""
+    async with Store.open(pg_url) as store, Store.open(pg_url) as other:
+        assert isinstance(store, PostgresStore)
+        await store.write(Batch(run=_paused("r1"), pending=[_item("p1", "r1")],
+                                messages=[("r1", 0, {"kind": "user", "text": "hi"})]))
+        await store.write(Batch(run=_paused("r2"), pending=[_item("p2", "r2")]))
+        held = await store.claim_ready("worker", limit=2, orphans=False)
+        assert sorted(r.id for r in held) == ["r1", "r2"]
+        claimed = await store.claim("r1", "vm-test:1:x")
+        assert (claimed.status, claimed.owner) == (RunStatus.RUNNING, "vm-test:1:x")
+        assert claimed.lease_until > time.time()
+        assert await store.messages("r1") == [{"kind": "user", "text": "hi"}]
+        assert (await store.pending_item("p1")).state == "decided"
+        assert (await other.run("r1")).owner == "worker"  # not sent yet: still held
+        await store.write(Batch(calls=[_started("r1")]))
+        seen = await other.run("r1")
+        assert (seen.status, seen.owner) == (RunStatus.RUNNING, "vm-test:1:x")
+        assert seen.lease_until > time.time()
+        # A read sends a waiting claim before it reads.
+        await store.claim("r2", "vm-test:1:y")
+        assert (await store.run("r2")).owner == "vm-test:1:y"
+        assert (await other.run("r2")).status is RunStatus.RUNNING
+
+
+async def test_a_claim_sent_with_the_write_changes_nothing_if_the_hold_lapsed(
+        pg_url: str) -> None:
+    """The claim a worker sends with its first write is conditional: if its hold lapsed
+    and another worker took the run, that write fails whole (`ResumeRefused`): no STARTED
+    mark, so no action performed on a claim that did not hold."""
+    async with Store.open(pg_url) as a, Store.open(pg_url) as b:
+        assert isinstance(a, PostgresStore)
+        await a.write(Batch(run=_paused("r1"), pending=[_item("p1", "r1")]))
+        a.lease_seconds = 0
+        assert [r.id for r in await a.claim_ready("worker-a", orphans=False)] == ["r1"]
+        assert [r.id for r in await b.claim_ready("worker-b")] == ["r1"]  # A's hold lapsed
+        claimed = await a.claim("r1", "machine-a:1:x")
+        with pytest.raises(ResumeRefused, match="held by worker-b"):
+            await a.write(Batch(run=claimed, calls=[_started("r1")]))
+        run = await b.run("r1")
+        assert (run.status, run.owner) == (RunStatus.AWAITING_APPROVAL, "worker-b")
+        assert await b.calls("r1") == []
+        with pytest.raises(ResumeRefused):  # and it stays refused
+            await a.write(Batch(calls=[_started("r1")]))
+        assert (await b.claim("r1", "machine-b:2:y")).owner == "machine-b:2:y"
+
+
+async def test_a_held_run_released_before_its_claim_was_sent_is_left_unclaimed(
+        pg_url: str) -> None:
+    async with Store.open(pg_url) as store, Store.open(pg_url) as other:
+        await store.write(Batch(run=_paused("r1"), pending=[_item("p1", "r1")]))
+        assert [r.id for r in await store.claim_ready("worker", orphans=False)] == ["r1"]
+        await store.claim("r1", "vm-test:1:x")
+        assert await store.release("r1", "worker")  # e.g. its agent could not be built
+        # Held again by the same worker: the claim given up is never sent.
+        assert [r.id for r in await store.claim_ready("worker", orphans=False)] == ["r1"]
+        await store.runs()
+        run = await other.run("r1")
+        assert (run.status, run.owner) == (RunStatus.AWAITING_APPROVAL, "worker")

@@ -31,6 +31,7 @@ newer handrail (a migration unknown here) is refused with `SchemaTooNew` and nev
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -253,6 +254,13 @@ _PENDING_UPSERT = (
     + ", ".join(f"{c} = excluded.{c}" for c in _PENDING_COLUMNS.split(", ")[1:])
 )
 
+_CLAIM_HELD = (
+    f"UPDATE runs SET status = 'running', owner = %s, lease_until = {_NOW} + %s, "
+    f"updated_at = {_NOW}, outcome = NULL WHERE id = %s AND owner = %s AND "
+    "status NOT IN ('completed', 'failed')"
+)
+"""Claim a run still held by the worker that took it (and not finished since)."""
+
 _AWAITING = (RunStatus.AWAITING_APPROVAL.value, RunStatus.AWAITING_ANSWER.value,
              RunStatus.AWAITING_RECOVERY.value)
 
@@ -418,6 +426,11 @@ class PostgresStore(Store):
         decided elsewhere at any moment, so it is read from the database)."""
         self._settled_items: dict[str, tuple[Any, ...]] = {}
         """Item id -> the row of a decided item of a snapshot (see `_snapshots`)."""
+        self._held_reads: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
+        """Run id -> its message, call and settled item rows, read in the transaction that
+        held it (`claim_ready`): the snapshot its claim will serve."""
+        self._claims: dict[str, tuple[str, str]] = {}
+        """Run id -> (owner, held_by): a claim of a held run not sent yet (see `claim`)."""
 
     # ------------------------------------------------------------ opening
 
@@ -633,6 +646,8 @@ class PostgresStore(Store):
     async def _read(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
         self._check_open()
         pool = await self._ensure_open()
+        if self._claims:
+            await self._send_claims()
         await self._barrier()
         self._check_open()  # a write queued before this read failed: say so, not read past it
         try:
@@ -665,6 +680,7 @@ class PostgresStore(Store):
         # row and fails the transaction otherwise (`ResumeRefused`).
         driving = self._driving
         fences = []
+        claims: list[tuple[str, str, str]] = []
         if driving or self._snapshots or self._held_rows:
             touched = {c.run_id for c in batch.calls} | {p.run_id for p in batch.pending} | {
                 r for r, _, _ in batch.messages}
@@ -674,9 +690,16 @@ class PostgresStore(Store):
             for run_id in touched:  # read from the database again, after this write
                 self._forget(run_id)
                 self._held_rows.pop(run_id, None)
+                self._held_reads.pop(run_id, None)
+                claim = self._claims.pop(run_id, None)
+                if claim is not None:
+                    claims.append((run_id, *claim))
+        lease = self.lease_seconds
 
         async def apply(conn: psycopg.AsyncConnection[Any]) -> None:
             cur = conn.cursor()
+            for run_id, owner, held_by in claims:  # before its fence (`claim`)
+                await cur.execute(_CLAIM_HELD, (owner, lease, run_id, held_by))
             for fence in fences:
                 await cur.execute("SELECT handrail_fence(%s, %s)", fence)
             if run_row is not None:
@@ -826,16 +849,21 @@ class PostgresStore(Store):
 
         result: PendingItem = await self._enqueue(cas, cas=True)
         self._held_rows.pop(result.run_id, None)  # its status may have moved
+        self._held_reads.pop(result.run_id, None)
         return result
 
     async def claim(self, run_id: str, owner: str) -> RunRecord:
         lease = self.lease_seconds
         where = self._where
         held_by = self._holds.pop(run_id, None)
-        self._held_rows.pop(run_id, None)
+        held_row = self._held_rows.pop(run_id, None)
+        reads = self._held_reads.pop(run_id, None)
         # Whatever was read ahead for an earlier claim is not this one's: another process
         # may have driven the run since.
         self._forget(run_id)
+        self._claims.pop(run_id, None)
+        if held_by is not None and held_row is not None and reads is not None:
+            return self._claim_with_next_write(run_id, owner, held_by, held_row, reads)
         if held_by is not None:
             return await self._claim_held(run_id, owner, held_by)
 
@@ -859,6 +887,42 @@ class PostgresStore(Store):
         self._driving[run_id] = owner
         return result
 
+    def _claim_with_next_write(self, run_id: str, owner: str, held_by: str,
+                               held_row: tuple[Any, ...],
+                               reads: tuple[list[Any], list[Any], list[Any]]) -> RunRecord:
+        """Claim a run this store's worker holds and read ahead, in the run's next write.
+
+        Nothing is sent now (a round trip saved per resume): the claim is the conditional
+        UPDATE of `_claim_held` (still held by `held_by`, not finished), sent at the head of
+        the run's next write, before that write's owner fence. Until then nothing can
+        happen to the world on this claim's word: a resume performs an action only after a
+        write (the call's STARTED mark) has committed. If the hold lapsed and another worker
+        took the run, the UPDATE changes nothing, the fence finds the other owner, and that
+        write (all of it) fails with `ResumeRefused`; this store then writes nothing of the
+        run. Reads of the database send the claims waiting first (`_send_claims`).
+        """
+        self._claims[run_id] = (owner, held_by)
+        self._driving[run_id] = owner
+        self._snapshots[run_id] = reads
+        for item in reads[2]:
+            self._settled_items[item[0]] = item
+        now = time.time()
+        return dataclasses.replace(_run_from(held_row), status=RunStatus.RUNNING, owner=owner,
+                                   lease_until=now + self.lease_seconds, updated_at=now,
+                                   outcome=None)
+
+    async def _send_claims(self) -> None:
+        """Send the claims waiting for their run's next write (a read must see them)."""
+        claims, self._claims = list(self._claims.items()), {}
+        lease = self.lease_seconds
+
+        async def send(conn: psycopg.AsyncConnection[Any]) -> None:
+            cur = conn.cursor()
+            for run_id, (owner, held_by) in claims:
+                await cur.execute(_CLAIM_HELD, (owner, lease, run_id, held_by))
+
+        await self._enqueue(send)
+
     async def _claim_held(self, run_id: str, owner: str, held_by: str) -> RunRecord:
         """Claim a run this store's worker holds: one conditional UPDATE, read after commit.
 
@@ -875,11 +939,8 @@ class PostgresStore(Store):
                        ) -> Callable[[], Awaitable[tuple[Any, list[Any], list[Any], list[Any]]]]:
             run_cur, message_cur, call_cur, pending_cur = (
                 conn.cursor(), conn.cursor(), conn.cursor(), conn.cursor())
-            await run_cur.execute(
-                f"UPDATE runs SET status = 'running', owner = %s, lease_until = {_NOW} + %s, "
-                f"updated_at = {_NOW}, outcome = NULL WHERE id = %s AND owner = %s AND "
-                f"status NOT IN ('completed', 'failed') RETURNING {_RUN_COLUMNS}",
-                (owner, lease, run_id, held_by))
+            await run_cur.execute(f"{_CLAIM_HELD} RETURNING {_RUN_COLUMNS}",
+                                  (owner, lease, run_id, held_by))
             await message_cur.execute(
                 "SELECT data FROM messages WHERE run_id = %s ORDER BY seq", (run_id,))
             await call_cur.execute(
@@ -1002,15 +1063,44 @@ class PostgresStore(Store):
         Nobody drives such a run, so whether it may be taken is the database's to decide
         alone (no owner, or a lapsed lease): the claim waits for no reply before its commit.
         """
-        cur = conn.cursor()
+        cur, message_cur, call_cur, pending_cur = (
+            conn.cursor(), conn.cursor(), conn.cursor(), conn.cursor())
         await cur.execute(
             f"UPDATE runs SET owner = %s, lease_until = {_NOW} + %s WHERE id IN ("
             f"SELECT r.id FROM runs r WHERE {PAUSED_READY_WHERE} AND NOT (r.id = ANY(%s)) "
             f"ORDER BY r.updated_at LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {_RUN_COLUMNS}",
             (owner, self.lease_seconds, list(exclude), limit))
+        # In the same transaction, what the resume of each run held will read first: the
+        # runs this owner holds and is not resuming yet are the ones just held (rows of
+        # another are dropped below).
+        held = ("SELECT r.id FROM runs r WHERE r.owner = %s AND NOT (r.id = ANY(%s)) "
+                "AND r.status NOT IN ('completed', 'failed', 'running')")
+        await message_cur.execute(
+            f"SELECT run_id, data FROM messages WHERE run_id IN ({held}) ORDER BY run_id, seq",
+            (owner, list(exclude)))
+        await call_cur.execute(
+            f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id IN ({held}) "
+            "ORDER BY run_id, turn, idx", (owner, list(exclude)))
+        await pending_cur.execute(
+            f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id IN ({held}) AND "
+            "state <> 'open'", (owner, list(exclude)))
 
         async def read() -> list[Any]:
             rows: list[Any] = await cur.fetchall()
+            reads: dict[str, tuple[list[Any], list[Any], list[Any]]] = {
+                row[0]: ([], [], []) for row in rows}
+            for run_id, data in await message_cur.fetchall():
+                if run_id in reads:
+                    reads[run_id][0].append((data,))
+            for call_row in await call_cur.fetchall():
+                if call_row[1] in reads:
+                    reads[call_row[1]][1].append(call_row)
+            for item_row in await pending_cur.fetchall():
+                if item_row[2] in reads:
+                    reads[item_row[2]][2].append(item_row)
+            if len(self._held_reads) >= 4096:  # held and never claimed (a lost resume's)
+                self._held_reads.pop(next(iter(self._held_reads)))
+            self._held_reads.update(reads)
             return rows
 
         return read
@@ -1025,7 +1115,12 @@ class PostgresStore(Store):
         if self._holds.get(run_id) == owner:
             del self._holds[run_id]
         self._held_rows.pop(run_id, None)
+        self._held_reads.pop(run_id, None)
         self._forget(run_id)
+        claim = self._claims.get(run_id)
+        if claim is not None and claim[1] == owner:  # never sent: the hold is owner's still
+            del self._claims[run_id]
+            self._driving.pop(run_id, None)
 
         async def give(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(
@@ -1056,6 +1151,8 @@ class PostgresStore(Store):
             return
         try:
             if self._pool is not None:
+                if self._claims:
+                    await self._send_claims()
                 await self._barrier()
         finally:
             self._closed = True
