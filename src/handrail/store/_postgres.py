@@ -810,27 +810,31 @@ class PostgresStore(Store):
 
         async def cas(conn: psycopg.AsyncConnection[Any]) -> PendingItem:
             # One conditional UPDATE: the row lock makes a concurrent second UPDATE wait, then
-            # re-check `state = 'open'` and change nothing.
-            cur = await conn.execute(
+            # re-check `state = 'open'` and change nothing. The run's row and its items still
+            # open are read in the same pipeline, after it (one round trip, not three: a
+            # group of decisions waits for each one's replies in turn).
+            decided_cur, run_cur, open_cur = conn.cursor(), conn.cursor(), conn.cursor()
+            await decided_cur.execute(
                 f"UPDATE pending SET state = 'decided', decision = %s, decided_by = %s, "
                 f"decided_at = {_NOW}, payload = COALESCE(%s, payload) "
                 f"WHERE id = %s AND state = 'open' RETURNING {_PENDING_COLUMNS}",
                 (decision_json, decided_by, payload_json, item_id),
             )
-            row = await cur.fetchone()
+            of_item = "(SELECT run_id FROM pending WHERE id = %s)"
+            await run_cur.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = {of_item} FOR UPDATE", (item_id,))
+            await open_cur.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = {of_item} AND "
+                "state = 'open'", (item_id,))
+            row = await decided_cur.fetchone()
+            run_row = await run_cur.fetchone()
+            open_rows = await open_cur.fetchall()
             if row is not None:
                 decided = _pending_from(row)
                 # In the same transaction a paused run moves on: READY when nothing else of it
                 # is open, else the status of its oldest open item (see the Store contract).
-                cur = await conn.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s FOR UPDATE",
-                    (decided.run_id,))
-                run_row = await cur.fetchone()
                 if run_row is not None:
-                    cur = await conn.execute(
-                        f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = %s AND "
-                        "state = 'open'", (decided.run_id,))
-                    still_open = [_pending_from(r) for r in await cur.fetchall()]
+                    still_open = [_pending_from(r) for r in open_rows]
                     moved = status_after_decision(_run_from(run_row), still_open)
                     if moved is not None:
                         await conn.execute(
