@@ -4,21 +4,33 @@ Part 1, calls/s: R concurrent runs (R = 1, 10, 100) on one event loop, 20 calls 
 model, one trivial tool call per turn), against the memory store, a SQLite file and a
 PostgreSQL database (a throwaway server with its default durability: fsync on).
 
-Part 2, resume: M runs each paused on an approval; every approval is decided at once; then
-workers resume them. Reported: runs resumed per second (from the first decision to the last
-action performed) and the latency from a run's decision to its action (p50/p99; the tool
-stamps the time it performed). PostgreSQL: W `handrail worker` processes (W = 1, 4), each
-resuming one run at a time (`--concurrency 1`; `--worker-concurrency` changes it). Memory and
-SQLite have no worker (one process owns them): W resumer tasks in the deciding process.
+Part 2, resume: M runs each paused on an approval, then resumed by workers. Reported: runs
+resumed per second and the latency to each run's action (p50/p99; the tool stamps the time it
+performed). PostgreSQL: W `handrail worker` processes (W = 1, 4), each resuming one run at a
+time (`--concurrency 1`; `--worker-concurrency` changes it), in two modes (`--modes`):
+
+- backlog: every run is decided first, while a stand-in owner holds them all; then one
+  statement releases them at once (and notifies). Runs/s from that moment to the last action:
+  the workers' throughput alone, what "4 workers >= 3x one worker" is about. Latency is from
+  the release.
+- stream: the runs are decided while the workers run (50 deciders at a time). Runs/s from the
+  first decision to the last action: the deciding process's pace counts too (it can be the
+  bottleneck); latency is decision -> action.
+
+Memory and SQLite have no worker (one process owns them): W resumer tasks in the deciding
+process, stream mode.
 
 Figures are medians over `--reps` repeats. For PostgreSQL it also reports the CPU each
-resume costs, measured from /proc over the resume phase (first decision to last action):
-the workers' CPU, the database server's (every backend, reaped ones included) and the deciding
-process's, per run resumed. On a machine with C cores the runs resumed per second can never
-exceed C / (total CPU per resume): the ceiling the 4-worker figure is held against.
+resume costs, measured from /proc over the resume phase: the workers' CPU, the database
+server's (every backend, reaped ones included) and the deciding process's (stream mode), per
+run resumed. On a machine with C cores the runs resumed per second can never exceed
+C / (total CPU per resume): the ceiling the 4-worker figure is held against. And what taking
+the runs cost, from the workers' `worker_stopped` lines: notifications received, claims sent
+and claims that took nothing, per run resumed (a worker of an older tree does not say).
 
     .venv/bin/python benchmarks/store.py [--reps 3] [--runs 1,10,100] [--resume-runs 200]
         [--stores memory,sqlite,postgresql] [--no-calls] [--action-ms 0,20]
+        [--modes backlog,stream] [--worker-concurrency 1]
 
 Another tree's code (the workers and this process's handrail): run it with
 `PYTHONPATH=OTHER/src`; the workers inherit it.
