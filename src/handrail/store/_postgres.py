@@ -1099,9 +1099,11 @@ class PostgresStore(Store):
         await cur.execute(_TAKE_PAUSED, (owner, self.lease_seconds, list(exclude), limit))
         # In the same transaction, what the resume of each run held will read first: the
         # runs this owner holds and is not resuming yet are the ones just held (rows of
-        # another are dropped below).
-        held = ("SELECT r.id FROM runs r WHERE r.owner = %s AND NOT (r.id = ANY(%s)) "
-                "AND r.status NOT IN ('completed', 'failed', 'running')")
+        # another are dropped below). Found through the status index among the runs paused
+        # or ready (a held run keeps its status), never by reading the whole history.
+        held = ("SELECT r.id FROM runs r WHERE r.status IN ('ready', 'awaiting_approval', "
+                "'awaiting_answer', 'awaiting_recovery') AND r.owner = %s "
+                "AND NOT (r.id = ANY(%s))")
         await message_cur.execute(
             f"SELECT run_id, data FROM messages WHERE run_id IN ({held}) ORDER BY run_id, seq",
             (owner, list(exclude)))
