@@ -14,7 +14,9 @@ coordination happens:
   on any number of machines, one changes the row; every other gets `AlreadyDecided`.
 - `claim` locks the run's row (`SELECT ... FOR UPDATE`) and checks it against the database's
   clock. `claim_ready` (used by `handrail worker`) takes runs that are ready to continue with
-  `FOR UPDATE SKIP LOCKED`, so workers never wait on each other's candidates.
+  `FOR UPDATE SKIP LOCKED`, so workers never wait on each other's candidates; the claim of a
+  run it held (and read ahead) is a conditional UPDATE sent at the head of the run's next
+  write, before its owner fence.
 - Leases are measured on the database's clock, because machines' clocks differ: a RUNNING run
   written with `lease_until` is stored as the database's `now()` plus the lease time the
   writer had left by its own clock.
@@ -1025,9 +1027,12 @@ class PostgresStore(Store):
         runner's heartbeat renews the lease) or releases it (`release`).
 
         With `orphans=False` only runs nobody drives are looked at (paused with everything
-        decided, or READY), in one statement whose reply is read after its commit; RUNNING
-        runs whose driver is gone (a dead process of this machine, a lapsed lease elsewhere)
-        are looked for with `orphans=True` (a worker does so once per poll interval).
+        decided, or READY), in one statement whose reply is read after its commit, sent with
+        the reads of the held runs' messages, calls and decided items: their `claim` then
+        sends nothing of its own (it rides on the run's next write, see
+        `_claim_with_next_write`). RUNNING runs whose driver is gone (a dead process of this
+        machine, a lapsed lease elsewhere) are looked for with `orphans=True` (a worker does
+        so once per poll interval).
         """
         lease = self.lease_seconds
         if not orphans:
