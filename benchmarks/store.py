@@ -30,7 +30,7 @@ and claims that took nothing, per run resumed (a worker of an older tree does no
 
     .venv/bin/python benchmarks/store.py [--reps 3] [--runs 1,10,100] [--resume-runs 200]
         [--stores memory,sqlite,postgresql] [--no-calls] [--action-ms 0,20]
-        [--modes backlog,stream] [--worker-concurrency 1]
+        [--modes backlog,stream] [--worker-concurrency 1] [--history N]
 
 Another tree's code (the workers and this process's handrail): run it with
 `PYTHONPATH=OTHER/src`; the workers inherit it.
@@ -236,9 +236,28 @@ def _sql(url: str, *statements: str) -> None:
             conn.execute(statement.encode())
 
 
+def _history(url: str, finished: int) -> None:
+    """A store that has been used: `finished` completed runs with a decided item each, and
+    a tenth as many runs waiting for a person (an open item), older than the benchmark's."""
+    waiting = finished // 10
+    _sql(url,
+         "INSERT INTO runs (id, task, status, created_at, updated_at, outcome) SELECT "
+         f"'old' || g, 't', 'completed', g, g, '{{}}' FROM generate_series(1, {finished}) g",
+         "INSERT INTO pending (id, kind, run_id, call_record, payload, created_at, state) "
+         "SELECT 'pold' || g, 'approval', 'old' || g, 'c', '{}', g, 'decided' "
+         f"FROM generate_series(1, {finished}) g",
+         "INSERT INTO runs (id, task, status, created_at, updated_at, outcome) SELECT "
+         f"'wait' || g, 't', 'awaiting_approval', g, g, '{{}}' "
+         f"FROM generate_series(1, {waiting}) g",
+         "INSERT INTO pending (id, kind, run_id, call_record, payload, created_at, state) "
+         "SELECT 'pwait' || g, 'approval', 'wait' || g, 'c', '{}', g, 'open' "
+         f"FROM generate_series(1, {waiting}) g",
+         "ANALYZE")
+
+
 def _resume_with_workers(url: str, count: int, workers: int, concurrency: int,
-                         effects: Path, server: Any, *, backlog: bool = False
-                         ) -> tuple[float, float, float]:
+                         effects: Path, server: Any, *, backlog: bool = False,
+                         history: int = 0) -> tuple[float, float, float]:
     """Resume `count` decided runs with `workers` worker processes; see `main` for modes."""
     async def prepare() -> tuple[list[str], dict[str, str]]:
         async with hr.Store.open(url) as store:
@@ -246,6 +265,8 @@ def _resume_with_workers(url: str, count: int, workers: int, concurrency: int,
             return items, {r.id: r.task for r in await store.runs(limit=count + 10)}
 
     items, tasks = anyio.run(prepare)
+    if history:
+        _history(url, history)
     if backlog:  # held by nobody's worker: deciding makes no run ready until the gate opens
         _sql(url, f"UPDATE runs SET owner = '{GATE}', lease_until = 1e12")
     # PYTHONPATH kept after ours: `PYTHONPATH=OTHER/src` runs the workers on that code.
@@ -327,6 +348,9 @@ def main() -> None:
     parser.add_argument("--stores", default="memory,sqlite,postgresql",
                         help="which stores, comma-separated")
     parser.add_argument("--no-calls", action="store_true", help="skip part 1 (calls/s)")
+    parser.add_argument("--history", type=int, default=0,
+                        help="PostgreSQL: completed runs (each with a decided item) already "
+                             "in the store, and a tenth as many waiting for a person")
     parser.add_argument("--modes", default="backlog,stream",
                         help="PostgreSQL resume modes, comma-separated: backlog (every run "
                              "decided, then released to the workers at once: the workers' "
@@ -391,7 +415,7 @@ def main() -> None:
                             results.append(_resume_with_workers(
                                 url("postgresql"), args.resume_runs, workers,
                                 args.worker_concurrency, effects, server,
-                                backlog=kind.endswith("backlog")))
+                                backlog=kind.endswith("backlog"), history=args.history))
                             cpus.append(dict(CPU))
                             wakes.append(dict(WAKES))
                         else:
