@@ -531,8 +531,10 @@ async def test_a_held_run_released_before_its_claim_was_sent_is_left_unclaimed(
 
 
 def _rows_read(plan: dict[str, Any], relation: str) -> int:
-    """Rows the plan node and its children read from `relation` (EXPLAIN ANALYZE, JSON)."""
-    own = (int(plan.get("Actual Rows", 0)) * int(plan.get("Actual Loops", 1))
+    """Rows the plan node and its children read from `relation` (EXPLAIN ANALYZE, JSON):
+    those they returned and those their filter removed."""
+    read = int(plan.get("Actual Rows", 0)) + int(plan.get("Rows Removed by Filter", 0))
+    own = (read * int(plan.get("Actual Loops", 1))
            if plan.get("Relation Name") == relation else 0)
     return own + sum(_rows_read(child, relation) for child in plan.get("Plans", []))
 
@@ -567,9 +569,15 @@ async def test_a_claim_reads_the_runs_that_may_be_ready_not_the_history(pg_url: 
         row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {_postgres._TAKE_PAUSED}",
                            ("w", 30, [], 1)).fetchone()
         conn.rollback()
-    assert row is not None
+        conn.execute("UPDATE runs SET owner = 'w' WHERE id IN ('r1', 'r2')")
+        held = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {_postgres._HELD_BY}",
+                            ("w", [])).fetchone()
+        conn.rollback()
+    assert row is not None and held is not None
     plan = row[0][0]["Plan"]
     assert _rows_read(plan, "pending") < 1000, _rows_read(plan, "pending")
+    # What a claim reads ahead is found by its owner: not the 50 waiting, not the history.
+    assert _rows_read(held[0][0]["Plan"], "runs") <= 10, held
     async with Store.open(pg_url) as store:  # and it takes what is ready, oldest first
         taken = await store.claim_ready("w", limit=3, orphans=False)
         assert sorted(r.id for r in taken) == ["r1", "r2", "r3"]

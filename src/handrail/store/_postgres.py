@@ -191,6 +191,9 @@ MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
                       "ALTER TABLE runs ADD COLUMN depth INTEGER NOT NULL DEFAULT 0"),
     # Writes of a driven run are fenced by its owner (a plpgsql body: one statement, unsplit).
     ("0005_owner_fence", (_M0005_FENCE,)),
+    # The runs a worker holds, found by their owner (a claim reads ahead the runs it just
+    # held): a few rows, however many runs the store has seen.
+    ("0006_runs_owner", "CREATE INDEX runs_owner ON runs (owner) WHERE owner IS NOT NULL"),
 ]
 """Ordered, named migrations; a database records which ran in `handrail_migrations`.
 
@@ -262,6 +265,15 @@ _CLAIM_HELD = (
     "status NOT IN ('completed', 'failed')"
 )
 """Claim a run still held by the worker that took it (and not finished since)."""
+
+_HELD_BY = (
+    "SELECT r.id FROM runs r WHERE r.owner = %s AND r.status IN ('ready', "
+    "'awaiting_approval', 'awaiting_answer', 'awaiting_recovery') AND NOT (r.id = ANY(%s))"
+)
+"""The runs an owner holds and has not claimed (parameters: owner, ids to leave out).
+
+Found through the owner index (migration 0006): a few rows, never the runs paused or the
+history."""
 
 _AWAITING = (RunStatus.AWAITING_APPROVAL.value, RunStatus.AWAITING_ANSWER.value,
              RunStatus.AWAITING_RECOVERY.value)
@@ -1104,11 +1116,8 @@ class PostgresStore(Store):
         await cur.execute(_TAKE_PAUSED, (owner, self.lease_seconds, list(exclude), limit))
         # In the same transaction, what the resume of each run held will read first: the
         # runs this owner holds and is not resuming yet are the ones just held (rows of
-        # another are dropped below). Found through the status index among the runs paused
-        # or ready (a held run keeps its status), never by reading the whole history.
-        held = ("SELECT r.id FROM runs r WHERE r.status IN ('ready', 'awaiting_approval', "
-                "'awaiting_answer', 'awaiting_recovery') AND r.owner = %s "
-                "AND NOT (r.id = ANY(%s))")
+        # another are dropped below).
+        held = _HELD_BY
         await message_cur.execute(
             f"SELECT run_id, data FROM messages WHERE run_id IN ({held}) ORDER BY run_id, seq",
             (owner, list(exclude)))
