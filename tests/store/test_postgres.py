@@ -569,13 +569,17 @@ async def test_a_claim_reads_the_runs_that_may_be_ready_not_the_history(pg_url: 
         row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {_postgres._TAKE_PAUSED}",
                            ("w", 30, [], 1)).fetchone()
         conn.rollback()
+        ready = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM runs r "
+                             f"WHERE {_postgres.READY_WHERE}").fetchone()
         conn.execute("UPDATE runs SET owner = 'w' WHERE id IN ('r1', 'r2')")
         held = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {_postgres._HELD_BY}",
                             ("w", [])).fetchone()
         conn.rollback()
-    assert row is not None and held is not None
+    assert row is not None and held is not None and ready is not None
     plan = row[0][0]["Plan"]
     assert _rows_read(plan, "pending") < 1000, _rows_read(plan, "pending")
+    # The same for what a worker's poll looks for (RUNNING runs whose driver is gone too).
+    assert _rows_read(ready[0][0]["Plan"], "pending") < 1000, ready
     # What a claim reads ahead is found by its owner: not the 50 waiting, not the history.
     assert _rows_read(held[0][0]["Plan"], "runs") <= 10, held
     async with Store.open(pg_url) as store:  # and it takes what is ready, oldest first

@@ -278,15 +278,28 @@ history."""
 _AWAITING = (RunStatus.AWAITING_APPROVAL.value, RunStatus.AWAITING_ANSWER.value,
              RunStatus.AWAITING_RECOVERY.value)
 
+_PAUSED_ALL_DECIDED = (
+    # The paused runs without an open item first (an anti-join), then each of those few
+    # probed for a decided item through the index. (OFFSET 0 keeps PostgreSQL to that
+    # order; left to itself it hashed every decided item ever recorded, at every claim.)
+    "SELECT q.id FROM (SELECT w.id FROM runs w WHERE w.status IN "
+    "  ('awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
+    "  AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.run_id = w.id AND p.state = 'open') "
+    "  OFFSET 0) q "
+    "WHERE EXISTS (SELECT 1 FROM pending p WHERE p.run_id = q.id AND p.state = 'decided' "
+    "  OFFSET 0)"
+)
+"""Ids of the runs paused with everything they wait on decided (items written decided)."""
+
 READY_WHERE = (
     # Nobody holds it: no owner, or an owner whose lease lapsed (on the database's clock)...
-    f"(r.owner IS NULL OR r.lease_until < {_NOW}) AND ("
-    # ...and paused with everything it waits on decided (a decision, an answer, a recovery)
-    "  (r.status IN ('awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
-    "   AND EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'decided') "
-    "   AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'open')) "
-    # ...or decided and not yet continued (READY), or RUNNING (its driver is gone).
-    "  OR r.status IN ('ready', 'running'))"
+    f"(r.owner IS NULL OR r.lease_until < {_NOW}) "
+    "AND r.status IN ('ready', 'running', 'awaiting_approval', 'awaiting_answer', "
+    "'awaiting_recovery') AND r.id IN ("
+    # ...and decided and not yet continued (READY), or RUNNING (its driver is gone)...
+    "  SELECT id FROM runs WHERE status IN ('ready', 'running') UNION ALL "
+    # ...or paused with everything it waits on decided (a decision, an answer, a recovery).
+    f"  {_PAUSED_ALL_DECIDED})"
 )
 """Which runs a worker may take: `r` is the runs table."""
 
@@ -305,16 +318,8 @@ _TAKE_PAUSED = (
     # READY (decided, not yet continued: what `decide` makes of a run whose last open item
     # it decides): found through the status index, whatever the history holds...
     "  SELECT id FROM runs WHERE status = 'ready' UNION ALL "
-    # ...or paused with everything decided (items written decided): the paused runs without
-    # an open item first (an anti-join), then each of those few probed for a decided item
-    # through the index. (OFFSET 0 keeps PostgreSQL to that order; left to itself it hashed
-    # every decided item ever recorded, at every claim.)
-    "  SELECT q.id FROM (SELECT w.id FROM runs w WHERE w.status IN "
-    "    ('awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
-    "    AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.run_id = w.id AND p.state = 'open') "
-    "    OFFSET 0) q "
-    "  WHERE EXISTS (SELECT 1 FROM pending p WHERE p.run_id = q.id AND p.state = 'decided' "
-    "    OFFSET 0)) "
+    # ...or paused with everything decided (items written decided).
+    f"  {_PAUSED_ALL_DECIDED}) "
     # Checked again on the row as locked (a concurrent claim may have changed it).
     "AND r.status IN ('ready', 'awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
     f"AND (r.owner IS NULL OR r.lease_until < {_NOW}) AND NOT (r.id = ANY(%s)) "
