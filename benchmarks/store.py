@@ -4,21 +4,33 @@ Part 1, calls/s: R concurrent runs (R = 1, 10, 100) on one event loop, 20 calls 
 model, one trivial tool call per turn), against the memory store, a SQLite file and a
 PostgreSQL database (a throwaway server with its default durability: fsync on).
 
-Part 2, resume: M runs each paused on an approval; every approval is decided at once; then
-workers resume them. Reported: runs resumed per second (from the first decision to the last
-action performed) and the latency from a run's decision to its action (p50/p99; the tool
-stamps the time it performed). PostgreSQL: W `handrail worker` processes (W = 1, 4), each
-resuming one run at a time (`--concurrency 1`; `--worker-concurrency` changes it). Memory and
-SQLite have no worker (one process owns them): W resumer tasks in the deciding process.
+Part 2, resume: M runs each paused on an approval, then resumed by workers. Reported: runs
+resumed per second and the latency to each run's action (p50/p99; the tool stamps the time it
+performed). PostgreSQL: W `handrail worker` processes (W = 1, 4), each resuming one run at a
+time (`--concurrency 1`; `--worker-concurrency` changes it), in two modes (`--modes`):
+
+- backlog: every run is decided first, while a stand-in owner holds them all; then one
+  statement releases them at once (and notifies). Runs/s from that moment to the last action:
+  the workers' throughput alone, what "4 workers >= 3x one worker" is about. Latency is from
+  the release.
+- stream: the runs are decided while the workers run (50 deciders at a time). Runs/s from the
+  first decision to the last action: the deciding process's pace counts too (it can be the
+  bottleneck); latency is decision -> action.
+
+Memory and SQLite have no worker (one process owns them): W resumer tasks in the deciding
+process, stream mode.
 
 Figures are medians over `--reps` repeats. For PostgreSQL it also reports the CPU each
-resume costs, measured from /proc over the resume phase (first decision to last action):
-the workers' CPU, the database server's (every backend, reaped ones included) and the deciding
-process's, per run resumed. On a machine with C cores the runs resumed per second can never
-exceed C / (total CPU per resume): the ceiling the 4-worker figure is held against.
+resume costs, measured from /proc over the resume phase: the workers' CPU, the database
+server's (every backend, reaped ones included) and the deciding process's (stream mode), per
+run resumed. On a machine with C cores the runs resumed per second can never exceed
+C / (total CPU per resume): the ceiling the 4-worker figure is held against. And what taking
+the runs cost, from the workers' `worker_stopped` lines: notifications received, claims sent
+and claims that took nothing, per run resumed (a worker of an older tree does not say).
 
     .venv/bin/python benchmarks/store.py [--reps 3] [--runs 1,10,100] [--resume-runs 200]
         [--stores memory,sqlite,postgresql] [--no-calls] [--action-ms 0,20]
+        [--modes backlog,stream] [--worker-concurrency 1] [--history N]
 
 Another tree's code (the workers and this process's handrail): run it with
 `PYTHONPATH=OTHER/src`; the workers inherit it.
@@ -27,6 +39,7 @@ Another tree's code (the workers and this process's handrail): run it with
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -205,40 +218,96 @@ def _server_cpu(server: Any) -> float:
 
 CPU: dict[str, float] = {}
 """The last PostgreSQL resume's CPU per run resumed, in seconds: workers, server, decider."""
+WAKES: dict[str, float] = {}
+"""The last PostgreSQL resume's notifications received, claims and empty claims per run
+resumed, all workers together (from their `worker_stopped` lines)."""
+
+
+GATE = "bench:gate"
+"""The owner that holds every run in backlog mode until the gate opens."""
+
+
+def _sql(url: str, *statements: str) -> None:
+    """Run `statements` in one transaction (the benchmark's own, not the store's)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        for statement in statements:
+            conn.execute(statement.encode())
+
+
+def _history(url: str, finished: int) -> None:
+    """A store that has been used: `finished` completed runs with a decided item each, and
+    a tenth as many runs waiting for a person (an open item), older than the benchmark's."""
+    waiting = finished // 10
+    _sql(url,
+         "INSERT INTO runs (id, task, status, created_at, updated_at, outcome) SELECT "
+         f"'old' || g, 't', 'completed', g, g, '{{}}' FROM generate_series(1, {finished}) g",
+         "INSERT INTO pending (id, kind, run_id, call_record, payload, created_at, state) "
+         "SELECT 'pold' || g, 'approval', 'old' || g, 'c', '{}', g, 'decided' "
+         f"FROM generate_series(1, {finished}) g",
+         "INSERT INTO runs (id, task, status, created_at, updated_at, outcome) SELECT "
+         f"'wait' || g, 't', 'awaiting_approval', g, g, '{{}}' "
+         f"FROM generate_series(1, {waiting}) g",
+         "INSERT INTO pending (id, kind, run_id, call_record, payload, created_at, state) "
+         "SELECT 'pwait' || g, 'approval', 'wait' || g, 'c', '{}', g, 'open' "
+         f"FROM generate_series(1, {waiting}) g",
+         "ANALYZE")
 
 
 def _resume_with_workers(url: str, count: int, workers: int, concurrency: int,
-                         effects: Path, server: Any) -> tuple[float, float, float]:
+                         effects: Path, server: Any, *, backlog: bool = False,
+                         history: int = 0) -> tuple[float, float, float]:
+    """Resume `count` decided runs with `workers` worker processes; see `main` for modes."""
     async def prepare() -> tuple[list[str], dict[str, str]]:
         async with hr.Store.open(url) as store:
             items = await _pause_runs(store, count)
             return items, {r.id: r.task for r in await store.runs(limit=count + 10)}
 
     items, tasks = anyio.run(prepare)
+    if history:
+        _history(url, history)
+    if backlog:  # held by nobody's worker: deciding makes no run ready until the gate opens
+        _sql(url, f"UPDATE runs SET owner = '{GATE}', lease_until = 1e12")
     # PYTHONPATH kept after ours: `PYTHONPATH=OTHER/src` runs the workers on that code.
     env = {**os.environ, "BENCH_EFFECTS": str(effects),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE),
                                                        os.environ.get("PYTHONPATH")]))}
     # `--agents`: the agent is built before the worker says it started, as a long-running
     # worker's would have been long before; its import is not a resume's cost.
-    procs = [subprocess.Popen([sys.executable, "-m", "handrail.cli", "worker", "--store", url,
-                               "--concurrency", str(concurrency), "--poll", "1",
-                               "--agents", "store:AGENT"],
-                              cwd=HERE, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True)
-             for _ in range(workers)]
+    # Each worker logs to a file: a pipe nobody drains fills at 64 KB (two lines per run)
+    # and then blocks the worker's event loop on its next log line.
+    logs = [effects.with_name(f"{effects.name}.worker{i}.log") for i in range(workers)]
+    procs = []
+    for log in logs:
+        with open(log, "w") as out:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "handrail.cli", "worker", "--store", url,
+                 "--concurrency", str(concurrency), "--poll", "1", "--agents", "store:AGENT"],
+                cwd=HERE, env=env, stdout=out, stderr=subprocess.DEVNULL))
     try:
-        for p in procs:  # each worker is listening once it says so
-            assert p.stdout is not None
-            assert "worker_started" in p.stdout.readline()
+        deadline = time.monotonic() + 120
+        for p, log in zip(procs, logs, strict=True):  # each worker is listening once it says so
+            while "worker_started" not in log.read_text():
+                if p.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"a worker did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.02)
 
         async def decide() -> dict[str, float]:
             async with hr.Store.open(url) as store:
                 return await _decide(store, items)
 
+        if backlog:
+            anyio.run(decide)
         cpu_workers = sum(_cpu(p.pid) for p in procs)
         cpu_server, cpu_me = _server_cpu(server), time.process_time()
-        decided = anyio.run(decide)
+        if backlog:
+            opened = time.time()
+            _sql(url, f"UPDATE runs SET owner = NULL, lease_until = 0 WHERE owner = '{GATE}'",
+                 "NOTIFY handrail_ready")
+            decided = dict.fromkeys(tasks, opened)
+        else:
+            decided = anyio.run(decide)
         cpu_me = time.process_time() - cpu_me
         deadline = time.monotonic() + 300
         while len(_effects(effects)) < count:
@@ -252,6 +321,15 @@ def _resume_with_workers(url: str, count: int, workers: int, concurrency: int,
             p.send_signal(signal.SIGTERM)
         for p in procs:
             p.wait(timeout=60)
+    # What the workers say they did (a worker of an older tree may not count them).
+    WAKES.clear()
+    for log in logs:
+        for line in log.read_text().splitlines():
+            if '"worker_stopped"' in line:
+                stopped = json.loads(line)
+                for key in ("notifications", "claims", "empty_claims"):
+                    if key in stopped:
+                        WAKES[key] = WAKES.get(key, 0) + stopped[key] / count
     return _summary(decided, tasks, effects)
 
 
@@ -270,6 +348,14 @@ def main() -> None:
     parser.add_argument("--stores", default="memory,sqlite,postgresql",
                         help="which stores, comma-separated")
     parser.add_argument("--no-calls", action="store_true", help="skip part 1 (calls/s)")
+    parser.add_argument("--history", type=int, default=0,
+                        help="PostgreSQL: completed runs (each with a decided item) already "
+                             "in the store, and a tenth as many waiting for a person")
+    parser.add_argument("--modes", default="backlog,stream",
+                        help="PostgreSQL resume modes, comma-separated: backlog (every run "
+                             "decided, then released to the workers at once: the workers' "
+                             "throughput) and stream (decided while the workers run: "
+                             "decision -> action latency, the decider included)")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent / "tests"))
     import pgserver
@@ -308,24 +394,30 @@ def main() -> None:
               f"{args.reps})\n")
         print("| store | action waits | workers | runs resumed/s | decision -> action p50 ms "
               "| p99 ms | CPU µs per resume: workers + server + decider = total | ceiling "
-              "runs/s on these cores | load |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "runs/s on these cores | notifications / claims / empty claims per resume "
+              "| load |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         rates: dict[tuple[str, str, int], float] = {}
         for action_ms in args.action_ms.split(","):
             os.environ["BENCH_ACTION_MS"] = action_ms
-            for kind in kinds:
+            for kind in [k for k in kinds if k != "postgresql"] + [
+                    f"postgresql {mode}" for mode in args.modes.split(",")
+                    if "postgresql" in kinds]:
                 for workers in (1, 4):
                     results = []
                     cpus: list[dict[str, float]] = []
+                    wakes: list[dict[str, float]] = []
                     loads = []
                     for _ in range(args.reps):
                         effects = tmp / f"effects-{time.perf_counter_ns()}"
                         loads.append(os.getloadavg()[0])
-                        if kind == "postgresql":
+                        if kind.startswith("postgresql"):
                             results.append(_resume_with_workers(
-                                url(kind), args.resume_runs, workers,
-                                args.worker_concurrency, effects, server))
+                                url("postgresql"), args.resume_runs, workers,
+                                args.worker_concurrency, effects, server,
+                                backlog=kind.endswith("backlog"), history=args.history))
                             cpus.append(dict(CPU))
+                            wakes.append(dict(WAKES))
                         else:
                             results.append(anyio.run(_resume_in_process, url(kind),
                                                      args.resume_runs, workers, effects))
@@ -334,9 +426,13 @@ def main() -> None:
                     p50 = statistics.median(r[1] for r in results)
                     p99 = statistics.median(r[2] for r in results)
                     label = (f"{workers} process{'es' if workers > 1 else ''}"
-                             if kind == "postgresql"
+                             if kind.startswith("postgresql")
                              else f"{workers} task{'s' if workers > 1 else ''}")
-                    cpu_cell = ceiling = "-"
+                    cpu_cell = ceiling = wake_cell = "-"
+                    if wakes and all(wakes):
+                        wake_cell = " / ".join(
+                            f"{statistics.median(w[k] for w in wakes):.2f}"
+                            for k in ("notifications", "claims", "empty_claims"))
                     if cpus:
                         part = {k: statistics.median(c[k] for c in cpus) * 1e6
                                 for k in ("workers", "server", "decider")}
@@ -345,7 +441,7 @@ def main() -> None:
                                     f"{part['decider']:,.0f} = {total:,.0f}")
                         ceiling = f"{(os.cpu_count() or 1) / total * 1e6:,.0f}"
                     print(f"| {kind} | {action_ms} ms | {label} | {rate:,.0f} | {p50:,.1f} | "
-                          f"{p99:,.1f} | {cpu_cell} | {ceiling} | "
+                          f"{p99:,.1f} | {cpu_cell} | {ceiling} | {wake_cell} | "
                           f"{statistics.median(loads):.1f} |", flush=True)
         print()
         for (kind, action_ms, workers), rate in rates.items():

@@ -24,7 +24,11 @@ import pytest
 import handrail as hr
 from handrail.store import RunStatus, Store
 
-pytestmark = pytest.mark.slow
+# Every test here starts worker processes: under load (other suites on the 2 cores) their
+# start alone can take many seconds. The waits inside the tests are the deadlines that
+# matter (generous: a slow machine is not what they check); the per-test timeout is above
+# them, so a failure says which wait ran out, not that pytest lost patience.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 HERE = Path(__file__).parent
 HANDRAIL = [sys.executable, "-m", "handrail.cli"]
@@ -131,6 +135,10 @@ def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
                              env={"DIE_AFTER_EFFECTS": "3"} if i == 0 else None)
                for i, log in enumerate(logs)]
     try:
+        # All four take part from the first decision: a worker slow to start (its imports,
+        # on a loaded machine) must not find the work done, nor worker 0 miss its kill.
+        for log in logs:
+            _wait_for(log, "worker_started")
         async def decide() -> None:
             async with Store.open(pg_url) as store:
                 items = await store.pending()
@@ -145,7 +153,12 @@ def test_four_workers_resume_every_decided_run_exactly_once_despite_a_sigkill(
         # several times its quiet 25-55 s; a slow machine is not what it checks.
         assert workers[0].wait(timeout=300) == -signal.SIGKILL, logs[0].read_text()[-2000:]
         settle = float(os.environ.get("HANDRAIL_WORKER_TEST_SETTLE", "600"))
-        recovered = anyio.run(_settle, pg_url, effects, task_of, time.monotonic() + settle)
+        try:
+            recovered = anyio.run(_settle, pg_url, effects, task_of,
+                                  time.monotonic() + settle)
+        except AssertionError as exc:  # say what each worker was doing
+            tails = "\n".join(f"--- {log.name}\n{log.read_text()[-1500:]}" for log in logs)
+            raise AssertionError(f"{exc}\n{tails}") from exc
     finally:
         if workers[0].poll() is None:  # the test failed before it died: leave nothing behind
             workers[0].kill()
@@ -233,6 +246,10 @@ def test_cli_decides_without_resume_and_a_worker_finishes_then_exits_on_sigterm(
     assert set(resumed) == set(runs)
     assert {e["outcome"] for e in resumed.values()} == {"completed"}
     assert lines[-1]["event"] == "worker_stopped"
+    # What it did to take them: each claim that took nothing was a wasted round trip.
+    stopped = lines[-1]
+    assert stopped["resumed"] == 3 and stopped["claims"] >= 1
+    assert 0 <= stopped["empty_claims"] < stopped["claims"] and stopped["notifications"] >= 0
     listed = subprocess.run([*HANDRAIL, "runs", "--json"], cwd=HERE, capture_output=True,
                             text=True, env={**env, "HANDRAIL_STORE": pg_url}, timeout=60)
     assert sorted(r["status"] for r in json.loads(listed.stdout)) == ["completed"] * 3
@@ -245,7 +262,7 @@ def test_a_worker_refuses_a_store_other_processes_cannot_share(tmp_path: Path) -
     assert "postgresql://" in out.stderr
 
 
-def _wait_for(path: Path, text: str, timeout: float = 60) -> None:
+def _wait_for(path: Path, text: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not (path.exists() and text in path.read_text()):
         assert time.monotonic() < deadline, f"{text!r} never appeared in {path}"

@@ -106,6 +106,12 @@ class Worker:
         self.idle = anyio.Event()
         self.resumed = 0
         self.next_orphan_scan = 0.0
+        self.notifications = 0
+        """Notifications received (each one a wake-up of this process)."""
+        self.claims = 0
+        """Claim statements sent (`claim_ready`)."""
+        self.empty_claims = 0
+        """Claims that took nothing: another worker was faster, or nothing was ready."""
 
     async def serve(self) -> None:
         """Run until `stopping` is set; then finish (or give up) within the grace period."""
@@ -124,7 +130,9 @@ class Worker:
             # process, which exits: another worker takes it over, its calls in doubt.
             abandoned = sorted(self.active)
             runs.cancel_scope.cancel()
-        _log("worker_stopped", worker=self.owner, resumed=self.resumed, abandoned=abandoned)
+        _log("worker_stopped", worker=self.owner, resumed=self.resumed, abandoned=abandoned,
+             notifications=self.notifications, claims=self.claims,
+             empty_claims=self.empty_claims)
 
     async def _claim_loop(self, runs: anyio.abc.TaskGroup) -> None:
         while not self.stopping.is_set():
@@ -142,10 +150,12 @@ class Worker:
                     now = time.monotonic()
                     for run_id in [r for r, at in self.retry_at.items() if at <= now]:
                         del self.retry_at[run_id]
+                    self.claims += 1
                     taken = await self.store.claim_ready(
                         self.owner, free,
                         frozenset(self.refused | self.active | self.retry_at.keys()),
                         orphans=scan)
+                    self.empty_claims += not taken
                 except HandrailError as exc:
                     _log("claim_failed", worker=self.owner, error=str(exc))
             for run in taken:
@@ -171,7 +181,12 @@ class Worker:
                 return
 
     async def _listen(self) -> None:
-        """Set `wake` on every notification; on a lost connection, rely on the poll."""
+        """Wake the claim loop on a notification; on a lost connection, rely on the poll.
+
+        Only a worker with a free slot claims: a busy one claims when a run of its own ends
+        (`_resume` wakes the loop then), so a notification does not make it send a claim
+        that could take nothing.
+        """
         try:
             conn = await self.store.listen()
         except HandrailError as exc:
@@ -179,7 +194,9 @@ class Worker:
             return
         try:
             async for _ in conn.notifies():
-                self.wake.set()
+                self.notifications += 1
+                if len(self.active) < self.concurrency:
+                    self.wake.set()
         except Exception as exc:  # a dropped connection: the slow poll still finds work
             _log("listen_failed", worker=self.owner, error=str(exc))
         finally:

@@ -14,7 +14,9 @@ coordination happens:
   on any number of machines, one changes the row; every other gets `AlreadyDecided`.
 - `claim` locks the run's row (`SELECT ... FOR UPDATE`) and checks it against the database's
   clock. `claim_ready` (used by `handrail worker`) takes runs that are ready to continue with
-  `FOR UPDATE SKIP LOCKED`, so workers never wait on each other's candidates.
+  `FOR UPDATE SKIP LOCKED`, so workers never wait on each other's candidates; the claim of a
+  run it held (and read ahead) is a conditional UPDATE sent at the head of the run's next
+  write, before its owner fence.
 - Leases are measured on the database's clock, because machines' clocks differ: a RUNNING run
   written with `lease_until` is stored as the database's `now()` plus the lease time the
   writer had left by its own clock.
@@ -31,6 +33,7 @@ newer handrail (a migration unknown here) is refused with `SchemaTooNew` and nev
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -73,7 +76,15 @@ if TYPE_CHECKING:
 __all__ = ["MIGRATIONS", "NOTIFY_CHANNEL", "PostgresStore"]
 
 NOTIFY_CHANNEL = "handrail_ready"
-"""The channel a decision is announced on (payload: the run id); workers LISTEN to it."""
+"""The channel a decision is announced on; workers LISTEN to it.
+
+The payload is empty: "something may be ready, claim". PostgreSQL delivers identical
+notifications of one transaction once, so the decisions of one group commit wake each
+listening worker once, not once per decision (with a payload per run, fifty decisions woke
+every worker fifty times: each wake-up a process switch in the worker and in its server
+backend, and a claim statement from every idle worker)."""
+
+_NOTIFY = f"SELECT pg_notify('{NOTIFY_CHANNEL}', '')"
 
 _M0001 = """
 CREATE TABLE runs (
@@ -180,6 +191,9 @@ MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
                       "ALTER TABLE runs ADD COLUMN depth INTEGER NOT NULL DEFAULT 0"),
     # Writes of a driven run are fenced by its owner (a plpgsql body: one statement, unsplit).
     ("0005_owner_fence", (_M0005_FENCE,)),
+    # The runs a worker holds, found by their owner (a claim reads ahead the runs it just
+    # held): a few rows, however many runs the store has seen.
+    ("0006_runs_owner", "CREATE INDEX runs_owner ON runs (owner) WHERE owner IS NOT NULL"),
 ]
 """Ordered, named migrations; a database records which ran in `handrail_migrations`.
 
@@ -245,18 +259,47 @@ _PENDING_UPSERT = (
     + ", ".join(f"{c} = excluded.{c}" for c in _PENDING_COLUMNS.split(", ")[1:])
 )
 
+_CLAIM_HELD = (
+    f"UPDATE runs SET status = 'running', owner = %s, lease_until = {_NOW} + %s, "
+    f"updated_at = {_NOW}, outcome = NULL WHERE id = %s AND owner = %s AND "
+    "status NOT IN ('completed', 'failed')"
+)
+"""Claim a run still held by the worker that took it (and not finished since)."""
+
+_HELD_BY = (
+    "SELECT r.id FROM runs r WHERE r.owner = %s AND r.status IN ('ready', "
+    "'awaiting_approval', 'awaiting_answer', 'awaiting_recovery') AND NOT (r.id = ANY(%s))"
+)
+"""The runs an owner holds and has not claimed (parameters: owner, ids to leave out).
+
+Found through the owner index (migration 0006): a few rows, never the runs paused or the
+history."""
+
 _AWAITING = (RunStatus.AWAITING_APPROVAL.value, RunStatus.AWAITING_ANSWER.value,
              RunStatus.AWAITING_RECOVERY.value)
 
+_PAUSED_ALL_DECIDED = (
+    # The paused runs without an open item first (an anti-join), then each of those few
+    # probed for a decided item through the index. (OFFSET 0 keeps PostgreSQL to that
+    # order; left to itself it hashed every decided item ever recorded, at every claim.)
+    "SELECT q.id FROM (SELECT w.id FROM runs w WHERE w.status IN "
+    "  ('awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
+    "  AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.run_id = w.id AND p.state = 'open') "
+    "  OFFSET 0) q "
+    "WHERE EXISTS (SELECT 1 FROM pending p WHERE p.run_id = q.id AND p.state = 'decided' "
+    "  OFFSET 0)"
+)
+"""Ids of the runs paused with everything they wait on decided (items written decided)."""
+
 READY_WHERE = (
     # Nobody holds it: no owner, or an owner whose lease lapsed (on the database's clock)...
-    f"(r.owner IS NULL OR r.lease_until < {_NOW}) AND ("
-    # ...and paused with everything it waits on decided (a decision, an answer, a recovery)
-    "  (r.status IN ('awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
-    "   AND EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'decided') "
-    "   AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'open')) "
-    # ...or decided and not yet continued (READY), or RUNNING (its driver is gone).
-    "  OR r.status IN ('ready', 'running'))"
+    f"(r.owner IS NULL OR r.lease_until < {_NOW}) "
+    "AND r.status IN ('ready', 'running', 'awaiting_approval', 'awaiting_answer', "
+    "'awaiting_recovery') AND r.id IN ("
+    # ...and decided and not yet continued (READY), or RUNNING (its driver is gone)...
+    "  SELECT id FROM runs WHERE status IN ('ready', 'running') UNION ALL "
+    # ...or paused with everything it waits on decided (a decision, an answer, a recovery).
+    f"  {_PAUSED_ALL_DECIDED})"
 )
 """Which runs a worker may take: `r` is the runs table."""
 
@@ -267,7 +310,27 @@ PAUSED_READY_WHERE = (
     "   AND NOT EXISTS (SELECT 1 FROM pending p WHERE p.run_id = r.id AND p.state = 'open')) "
     "  OR r.status = 'ready')"
 )
-"""The ready runs nobody drives (READY_WHERE without RUNNING ones): taken in one statement."""
+"""The ready runs nobody drives (READY_WHERE without RUNNING ones)."""
+
+_TAKE_PAUSED = (
+    f"UPDATE runs SET owner = %s, lease_until = {_NOW} + %s WHERE id IN ("
+    "SELECT r.id FROM runs r WHERE r.id IN ("
+    # READY (decided, not yet continued: what `decide` makes of a run whose last open item
+    # it decides): found through the status index, whatever the history holds...
+    "  SELECT id FROM runs WHERE status = 'ready' UNION ALL "
+    # ...or paused with everything decided (items written decided).
+    f"  {_PAUSED_ALL_DECIDED}) "
+    # Checked again on the row as locked (a concurrent claim may have changed it).
+    "AND r.status IN ('ready', 'awaiting_approval', 'awaiting_answer', 'awaiting_recovery') "
+    f"AND (r.owner IS NULL OR r.lease_until < {_NOW}) AND NOT (r.id = ANY(%s)) "
+    f"ORDER BY r.updated_at LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {_RUN_COLUMNS}"
+)
+"""Hold up to N runs of PAUSED_READY_WHERE in one statement (see `_take_paused`).
+
+Written so that its cost follows the runs that may be ready, not the store's history: the
+condition as one `OR` made PostgreSQL hash every decided item ever recorded at each claim
+(12-29 ms of server time per claim with 20,000 of them and 2,000 runs awaiting a
+person)."""
 
 
 def _run_row(r: RunRecord, policy_json: str | None) -> tuple[Any, ...]:
@@ -410,6 +473,11 @@ class PostgresStore(Store):
         decided elsewhere at any moment, so it is read from the database)."""
         self._settled_items: dict[str, tuple[Any, ...]] = {}
         """Item id -> the row of a decided item of a snapshot (see `_snapshots`)."""
+        self._held_reads: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
+        """Run id -> its message, call and settled item rows, read in the transaction that
+        held it (`claim_ready`): the snapshot its claim will serve."""
+        self._claims: dict[str, tuple[str, str]] = {}
+        """Run id -> (owner, held_by): a claim of a held run not sent yet (see `claim`)."""
 
     # ------------------------------------------------------------ opening
 
@@ -625,6 +693,8 @@ class PostgresStore(Store):
     async def _read(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
         self._check_open()
         pool = await self._ensure_open()
+        if self._claims:
+            await self._send_claims()
         await self._barrier()
         self._check_open()  # a write queued before this read failed: say so, not read past it
         try:
@@ -657,6 +727,7 @@ class PostgresStore(Store):
         # row and fails the transaction otherwise (`ResumeRefused`).
         driving = self._driving
         fences = []
+        claims: list[tuple[str, str, str]] = []
         if driving or self._snapshots or self._held_rows:
             touched = {c.run_id for c in batch.calls} | {p.run_id for p in batch.pending} | {
                 r for r, _, _ in batch.messages}
@@ -666,9 +737,16 @@ class PostgresStore(Store):
             for run_id in touched:  # read from the database again, after this write
                 self._forget(run_id)
                 self._held_rows.pop(run_id, None)
+                self._held_reads.pop(run_id, None)
+                claim = self._claims.pop(run_id, None)
+                if claim is not None:
+                    claims.append((run_id, *claim))
+        lease = self.lease_seconds
 
         async def apply(conn: psycopg.AsyncConnection[Any]) -> None:
             cur = conn.cursor()
+            for run_id, owner, held_by in claims:  # before its fence (`claim`)
+                await cur.execute(_CLAIM_HELD, (owner, lease, run_id, held_by))
             for fence in fences:
                 await cur.execute("SELECT handrail_fence(%s, %s)", fence)
             if run_row is not None:
@@ -779,34 +857,38 @@ class PostgresStore(Store):
 
         async def cas(conn: psycopg.AsyncConnection[Any]) -> PendingItem:
             # One conditional UPDATE: the row lock makes a concurrent second UPDATE wait, then
-            # re-check `state = 'open'` and change nothing.
-            cur = await conn.execute(
+            # re-check `state = 'open'` and change nothing. The run's row and its items still
+            # open are read in the same pipeline, after it (one round trip, not three: a
+            # group of decisions waits for each one's replies in turn).
+            decided_cur, run_cur, open_cur = conn.cursor(), conn.cursor(), conn.cursor()
+            await decided_cur.execute(
                 f"UPDATE pending SET state = 'decided', decision = %s, decided_by = %s, "
                 f"decided_at = {_NOW}, payload = COALESCE(%s, payload) "
                 f"WHERE id = %s AND state = 'open' RETURNING {_PENDING_COLUMNS}",
                 (decision_json, decided_by, payload_json, item_id),
             )
-            row = await cur.fetchone()
+            of_item = "(SELECT run_id FROM pending WHERE id = %s)"
+            await run_cur.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = {of_item} FOR UPDATE", (item_id,))
+            await open_cur.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = {of_item} AND "
+                "state = 'open'", (item_id,))
+            row = await decided_cur.fetchone()
+            run_row = await run_cur.fetchone()
+            open_rows = await open_cur.fetchall()
             if row is not None:
                 decided = _pending_from(row)
                 # In the same transaction a paused run moves on: READY when nothing else of it
                 # is open, else the status of its oldest open item (see the Store contract).
-                cur = await conn.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s FOR UPDATE",
-                    (decided.run_id,))
-                run_row = await cur.fetchone()
                 if run_row is not None:
-                    cur = await conn.execute(
-                        f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = %s AND "
-                        "state = 'open'", (decided.run_id,))
-                    still_open = [_pending_from(r) for r in await cur.fetchall()]
+                    still_open = [_pending_from(r) for r in open_rows]
                     moved = status_after_decision(_run_from(run_row), still_open)
                     if moved is not None:
                         await conn.execute(
                             "UPDATE runs SET status = %s, outcome = %s, updated_at = %s "
                             "WHERE id = %s", (moved.status.value, _dumps(moved.outcome),
                                               moved.updated_at, moved.id))
-                await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, row[2]))
+                await conn.execute(_NOTIFY)
                 return decided
             cur = await conn.execute(
                 f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = %s", (item_id,))
@@ -818,16 +900,21 @@ class PostgresStore(Store):
 
         result: PendingItem = await self._enqueue(cas, cas=True)
         self._held_rows.pop(result.run_id, None)  # its status may have moved
+        self._held_reads.pop(result.run_id, None)
         return result
 
     async def claim(self, run_id: str, owner: str) -> RunRecord:
         lease = self.lease_seconds
         where = self._where
         held_by = self._holds.pop(run_id, None)
-        self._held_rows.pop(run_id, None)
+        held_row = self._held_rows.pop(run_id, None)
+        reads = self._held_reads.pop(run_id, None)
         # Whatever was read ahead for an earlier claim is not this one's: another process
         # may have driven the run since.
         self._forget(run_id)
+        self._claims.pop(run_id, None)
+        if held_by is not None and held_row is not None and reads is not None:
+            return self._claim_with_next_write(run_id, owner, held_by, held_row, reads)
         if held_by is not None:
             return await self._claim_held(run_id, owner, held_by)
 
@@ -851,6 +938,42 @@ class PostgresStore(Store):
         self._driving[run_id] = owner
         return result
 
+    def _claim_with_next_write(self, run_id: str, owner: str, held_by: str,
+                               held_row: tuple[Any, ...],
+                               reads: tuple[list[Any], list[Any], list[Any]]) -> RunRecord:
+        """Claim a run this store's worker holds and read ahead, in the run's next write.
+
+        Nothing is sent now (a round trip saved per resume): the claim is the conditional
+        UPDATE of `_claim_held` (still held by `held_by`, not finished), sent at the head of
+        the run's next write, before that write's owner fence. Until then nothing can
+        happen to the world on this claim's word: a resume performs an action only after a
+        write (the call's STARTED mark) has committed. If the hold lapsed and another worker
+        took the run, the UPDATE changes nothing, the fence finds the other owner, and that
+        write (all of it) fails with `ResumeRefused`; this store then writes nothing of the
+        run. Reads of the database send the claims waiting first (`_send_claims`).
+        """
+        self._claims[run_id] = (owner, held_by)
+        self._driving[run_id] = owner
+        self._snapshots[run_id] = reads
+        for item in reads[2]:
+            self._settled_items[item[0]] = item
+        now = time.time()
+        return dataclasses.replace(_run_from(held_row), status=RunStatus.RUNNING, owner=owner,
+                                   lease_until=now + self.lease_seconds, updated_at=now,
+                                   outcome=None)
+
+    async def _send_claims(self) -> None:
+        """Send the claims waiting for their run's next write (a read must see them)."""
+        claims, self._claims = list(self._claims.items()), {}
+        lease = self.lease_seconds
+
+        async def send(conn: psycopg.AsyncConnection[Any]) -> None:
+            cur = conn.cursor()
+            for run_id, (owner, held_by) in claims:
+                await cur.execute(_CLAIM_HELD, (owner, lease, run_id, held_by))
+
+        await self._enqueue(send)
+
     async def _claim_held(self, run_id: str, owner: str, held_by: str) -> RunRecord:
         """Claim a run this store's worker holds: one conditional UPDATE, read after commit.
 
@@ -867,11 +990,8 @@ class PostgresStore(Store):
                        ) -> Callable[[], Awaitable[tuple[Any, list[Any], list[Any], list[Any]]]]:
             run_cur, message_cur, call_cur, pending_cur = (
                 conn.cursor(), conn.cursor(), conn.cursor(), conn.cursor())
-            await run_cur.execute(
-                f"UPDATE runs SET status = 'running', owner = %s, lease_until = {_NOW} + %s, "
-                f"updated_at = {_NOW}, outcome = NULL WHERE id = %s AND owner = %s AND "
-                f"status NOT IN ('completed', 'failed') RETURNING {_RUN_COLUMNS}",
-                (owner, lease, run_id, held_by))
+            await run_cur.execute(f"{_CLAIM_HELD} RETURNING {_RUN_COLUMNS}",
+                                  (owner, lease, run_id, held_by))
             await message_cur.execute(
                 "SELECT data FROM messages WHERE run_id = %s ORDER BY seq", (run_id,))
             await call_cur.execute(
@@ -925,9 +1045,12 @@ class PostgresStore(Store):
         runner's heartbeat renews the lease) or releases it (`release`).
 
         With `orphans=False` only runs nobody drives are looked at (paused with everything
-        decided, or READY), in one statement whose reply is read after its commit; RUNNING
-        runs whose driver is gone (a dead process of this machine, a lapsed lease elsewhere)
-        are looked for with `orphans=True` (a worker does so once per poll interval).
+        decided, or READY), in one statement whose reply is read after its commit, sent with
+        the reads of the held runs' messages, calls and decided items: their `claim` then
+        sends nothing of its own (it rides on the run's next write, see
+        `_claim_with_next_write`). RUNNING runs whose driver is gone (a dead process of this
+        machine, a lapsed lease elsewhere) are looked for with `orphans=True` (a worker does
+        so once per poll interval).
         """
         lease = self.lease_seconds
         if not orphans:
@@ -994,15 +1117,39 @@ class PostgresStore(Store):
         Nobody drives such a run, so whether it may be taken is the database's to decide
         alone (no owner, or a lapsed lease): the claim waits for no reply before its commit.
         """
-        cur = conn.cursor()
-        await cur.execute(
-            f"UPDATE runs SET owner = %s, lease_until = {_NOW} + %s WHERE id IN ("
-            f"SELECT r.id FROM runs r WHERE {PAUSED_READY_WHERE} AND NOT (r.id = ANY(%s)) "
-            f"ORDER BY r.updated_at LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {_RUN_COLUMNS}",
-            (owner, self.lease_seconds, list(exclude), limit))
+        cur, message_cur, call_cur, pending_cur = (
+            conn.cursor(), conn.cursor(), conn.cursor(), conn.cursor())
+        await cur.execute(_TAKE_PAUSED, (owner, self.lease_seconds, list(exclude), limit))
+        # In the same transaction, what the resume of each run held will read first: the
+        # runs this owner holds and is not resuming yet are the ones just held (rows of
+        # another are dropped below).
+        held = _HELD_BY
+        await message_cur.execute(
+            f"SELECT run_id, data FROM messages WHERE run_id IN ({held}) ORDER BY run_id, seq",
+            (owner, list(exclude)))
+        await call_cur.execute(
+            f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id IN ({held}) "
+            "ORDER BY run_id, turn, idx", (owner, list(exclude)))
+        await pending_cur.execute(
+            f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id IN ({held}) AND "
+            "state <> 'open'", (owner, list(exclude)))
 
         async def read() -> list[Any]:
             rows: list[Any] = await cur.fetchall()
+            reads: dict[str, tuple[list[Any], list[Any], list[Any]]] = {
+                row[0]: ([], [], []) for row in rows}
+            for run_id, data in await message_cur.fetchall():
+                if run_id in reads:
+                    reads[run_id][0].append((data,))
+            for call_row in await call_cur.fetchall():
+                if call_row[1] in reads:
+                    reads[call_row[1]][1].append(call_row)
+            for item_row in await pending_cur.fetchall():
+                if item_row[2] in reads:
+                    reads[item_row[2]][2].append(item_row)
+            if len(self._held_reads) >= 4096:  # held and never claimed (a lost resume's)
+                self._held_reads.pop(next(iter(self._held_reads)))
+            self._held_reads.update(reads)
             return rows
 
         return read
@@ -1017,7 +1164,12 @@ class PostgresStore(Store):
         if self._holds.get(run_id) == owner:
             del self._holds[run_id]
         self._held_rows.pop(run_id, None)
+        self._held_reads.pop(run_id, None)
         self._forget(run_id)
+        claim = self._claims.get(run_id)
+        if claim is not None and claim[1] == owner:  # never sent: the hold is owner's still
+            del self._claims[run_id]
+            self._driving.pop(run_id, None)
 
         async def give(conn: psycopg.AsyncConnection[Any]) -> bool:
             cur = await conn.execute(
@@ -1025,7 +1177,7 @@ class PostgresStore(Store):
                 "RETURNING id", (run_id, owner))
             if await cur.fetchone() is None:
                 return False
-            await conn.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, run_id))
+            await conn.execute(_NOTIFY)
             return True
 
         return bool(await self._enqueue(give, cas=True))
@@ -1048,6 +1200,8 @@ class PostgresStore(Store):
             return
         try:
             if self._pool is not None:
+                if self._claims:
+                    await self._send_claims()
                 await self._barrier()
         finally:
             self._closed = True
