@@ -249,6 +249,17 @@ async def test_a_server_that_fails_to_start_names_itself_and_its_stderr() -> Non
     assert "boom: no config" in str(info.value)
 
 
+async def test_a_server_that_exits_at_once_has_its_stderr_in_the_error(tmp_path: Path) -> None:
+    # The interpreter's own complaint (no such script) is the only clue an operator gets.
+    argv = (sys.executable, str(tmp_path / "missing_server.py"))
+    with pytest.raises(hr.UserError) as info:
+        async with hr.mcp.MCPToolset.stdio(argv[0], argv[1:], name="gone", sandbox="off",
+                                           policy=exec_policy(*argv), connect_timeout=20):
+            pass  # pragma: no cover
+    assert "MCP server 'gone'" in str(info.value)
+    assert "can't open file" in str(info.value), str(info.value)
+
+
 async def test_a_server_that_hangs_at_start_times_out() -> None:
     argv = (sys.executable, "-c", "import time; time.sleep(60)")
     with anyio.fail_after(30):

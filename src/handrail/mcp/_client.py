@@ -362,10 +362,14 @@ class MCPToolset:
             with contextlib.suppress(BaseException):
                 await self._tg.__aexit__(None, None, None)
             self._tg = None
-            self._close_stderr()
-            if isinstance(exc, Exception) and not isinstance(exc, UserError | ToolError):
-                raise self._start_failure(exc) from exc
-            raise
+            try:
+                # The failure is worded before the server's stderr is closed: its tail (why
+                # it did not start) goes into the message.
+                if isinstance(exc, Exception) and not isinstance(exc, UserError | ToolError):
+                    raise self._start_failure(exc) from exc
+                raise
+            finally:
+                self._close_stderr()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
