@@ -225,3 +225,28 @@ def test_what_a_program_needs_from_tmp_is_visible_read_only_and_nothing_else(
     assert hidden.returncode == 0, hidden.stderr
     assert hidden.stdout.splitlines()[1] == "secret hidden"
     assert not (code / "new.txt").exists()
+
+
+def test_a_script_beside_the_workspace_runs_and_its_neighbours_stay_hidden(
+        tmp_path: Path, ws: Path) -> None:
+    # `tmp/server.py` next to the workspace `tmp/ws` (an MCP server a manifest starts, say):
+    # the folder holding both cannot be bound (it would show everything beside the
+    # workspace), so the script alone is, read-only.
+    import subprocess
+    import sys
+
+    from handrail.sandbox import wrap
+
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import os, sys\nprint('ran')\n"
+        "print('neighbour visible' if os.path.exists(sys.argv[1]) else 'neighbour hidden')\n")
+    neighbour = tmp_path / "neighbour.txt"
+    neighbour.write_text("must not be seen")
+    argv, record = wrap([sys.executable, str(script), "/nowhere"],
+                        policy=hr.Policy.default(), workspace=ws, mode="required")
+    assert record["mechanism"] == "bwrap"
+    done = subprocess.run([*argv[:-1], str(neighbour)], cwd=ws, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["ran", "neighbour hidden"]

@@ -389,7 +389,7 @@ def _needed_from_tmp(argv: Sequence[str], root: str, *, arguments: bool) -> list
     The private `/tmp` hides everything else there. Kept visible, read-only: the program
     itself (with its `node_modules` when it is a Node package's); with `arguments`, the
     folder of each absolute path among its arguments (a script and the modules beside it;
-    never for a model's argv); the interpreter its `#!` line names; and the Python
+    only the script when that folder holds the workspace; never for a model's argv); the interpreter its `#!` line names; and the Python
     installation handrail runs from (its prefix and import path: a venv or a checkout in
     `/tmp` is common in CI, and `sys.executable` is the usual way to start a Python program
     or MCP server). Code, not data: the policy's denies inside the workspace are applied as
@@ -412,7 +412,13 @@ def _needed_from_tmp(argv: Sequence[str], root: str, *, arguments: bool) -> list
     for arg in argv[1:] if arguments else ():
         if os.path.isabs(arg) and os.path.exists(arg):
             path = os.path.normpath(arg)
-            found.append(_package_of(os.path.dirname(path) if os.path.isfile(path) else path))
+            if os.path.isfile(path):
+                folder = _package_of(os.path.dirname(path))
+                # A script beside the workspace: its folder holds the workspace, and binding
+                # it would show the workspace's neighbours. The script alone is bound.
+                found.append(path if (root + "/").startswith(folder + "/") else folder)
+            else:
+                found.append(_package_of(path))
     found += [os.path.normpath(p) for p in (sys.prefix, sys.base_prefix, *sys.path)
               if p and os.path.isabs(p) and os.path.exists(p)]
     chosen: list[str] = []
