@@ -392,8 +392,9 @@ def _needed_from_tmp(argv: Sequence[str], root: str, *, arguments: bool) -> list
     only the script when that folder holds the workspace; never for a model's argv); the
     interpreter its `#!` line names; and the Python installation handrail runs from (its
     prefix and import path: a venv or a checkout in `/tmp` is common in CI, and
-    `sys.executable` is the usual way to start a Python program or MCP server). Code, not data: the policy's denies inside the workspace are applied as
-    ever, and nothing here is writable.
+    `sys.executable` is the usual way to start a Python program or MCP server). Code, not
+    data: the policy's denies inside the workspace are applied as ever, and nothing here is
+    writable.
     """
     import sys
 
