@@ -899,7 +899,8 @@ class _Runner:
                 return await self._end(Failed(
                     f"the wall-clock budget of {agent.max_wall_seconds}s is exhausted"),
                     RunStatus.FAILED)
-            await self._refresh_tools()
+            if self.agent.injected is not None or self.toolbox.can_change:
+                await self._refresh_tools()  # else it would change nothing: no coroutine
             try:
                 telemetry = self.scope.telemetry
                 response = await (self._request(messages) if telemetry is None else
