@@ -584,8 +584,7 @@ class Gate:
         for s in states:
             s.pending = []
         if not scope.mark_reads and not existing and \
-                not first_write.pending and \
-                all(self._acts_on_nothing(s) for s in states):
+                not first_write.pending and self._act_on_nothing(states):
             self._deferred = first_write
         else:
             await scope.store.write(first_write)
@@ -649,6 +648,13 @@ class Gate:
 
     _deferred: Batch | None = None
     """The turn's first write when `RunScope.mark_reads` false let it join the final batch."""
+
+    def _act_on_nothing(self, states: list[_Call]) -> bool:
+        """Whether no planned call of the turn changes anything (a loop: no generator)."""
+        for state in states:
+            if not self._acts_on_nothing(state):
+                return False
+        return True
 
     def _acts_on_nothing(self, state: _Call) -> bool:
         """Whether a planned call changes nothing: refused, or a read about to run."""
@@ -1076,15 +1082,28 @@ class Gate:
         impl, result = state.impl, state.result
         assert impl is not None and result is not None
         spec = self._spec(impl)
-        vouched: list[dict[str, Any]] = [{"value": v, "by": "ctx.trust"} for v in state.trusted]
+        vouched: list[dict[str, Any]] = []
+        if state.trusted:
+            vouched = [{"value": v, "by": "ctx.trust"} for v in state.trusted]
         if spec.sanitizes and not result.is_error:
             vouched += [{"value": v, "by": "sanitizes", "pointer": where}
                         for pointer in spec.sanitizes
                         for where, v in pointer_values(result.structured, pointer)]
-        provenance = {"output": "trusted" if spec.trusted_output else "untrusted",
-                      "trusted": vouched}
-        update(state.record, provenance=provenance)
-        await self._index(state.record, provenance)
+        trusted = spec.trusted_output
+        record = state.record
+        record.provenance = {"output": "trusted" if trusted else "untrusted",
+                             "trusted": vouched}
+        self._queue_for_index(record, trusted, vouched)
+
+    def _queue_for_index(self, record: CallRecord, trusted: bool,
+                         vouched: list[dict[str, Any]]) -> None:
+        """`_index` for what `_observe` has at hand: no provenance dict read back, no coroutine.
+
+        `trusted` is the output's standing, `vouched` the provenance's vouched entries.
+        """
+        self._unindexed.append(((record.call_id, record.tool or record.model_name),
+                                record.result, trusted,
+                                [t.get("value") for t in vouched] if vouched else []))
 
     async def _index(self, record: CallRecord, provenance: dict[str, Any]) -> None:
         """Queue a finished call's output for the taint index (see `_catch_up_index`).
@@ -1095,10 +1114,8 @@ class Gate:
         then the queue keeps each result's dict: about what the run's history (its
         `ToolResultMessage`s) keeps of it in memory anyway.
         """
-        vouched = [t.get("value") for t in provenance.get("trusted", ())]
-        self._unindexed.append(((record.call_id, record.tool or record.model_name),
-                                record.result, provenance.get("output") == "trusted",
-                                vouched))
+        self._queue_for_index(record, provenance.get("output") == "trusted",
+                              list(provenance.get("trusted", ())))
 
     async def _catch_up_index(self) -> None:
         """Index every queued output, in a worker thread when they are large.

@@ -183,11 +183,12 @@ async def test_stream_false_never_asks_the_server_to_stream(provider: str) -> No
     assert events[0] == TextDelta("hi") and isinstance(events[-1], ResponseDone)
 
 
-@pytest.mark.parametrize("counts", [(2**53 + 1, 1, 1), (1, -1, 1), (1, 1, 0.5), (True, 1, 1),
-                                    (1, 1, 2**60)])
+@pytest.mark.parametrize("counts", [
+    tuple(bad if i == at else 1 for i in range(3))
+    for at in range(3) for bad in (2**53 + 1, -1, 0.5, True)])
 async def test_every_count_of_a_usage_is_checked_at_its_bounds(counts: tuple[Any, ...]) -> None:
     # The loop's fast path for a well-formed Usage (issue 11) must refuse what provider_int
-    # refuses: past 2**53, negative, fractional, a bool.
+    # refuses: past 2**53, negative, fractional, a bool; each in every one of the 3 counts.
     class Liar:
         name = "liar"
 

@@ -299,11 +299,15 @@ async def test_trusted_output_in_code_and_its_manifest_override(
         return PAGE
 
     approver = Recorder(hr.Decision.deny("no"))
+    store = hr.Store.memory()
     agent = mail_agent(tools=(page, send), manifest=_manifest(manifest))
-    result = await agent.run("summarise the news page", approver=approver)
+    result = await agent.run("summarise the news page", approver=approver, store=store)
     assert isinstance(result.outcome, hr.Completed)
     assert bool(approver.requests) is asked
     assert (SENT == []) is asked
+    # The record says the same: a resume rebuilds its taint index from it.
+    fetched = (await store.calls(result.run_id))[0]
+    assert fetched.provenance == {"output": "untrusted" if asked else "trusted", "trusted": []}
 
 
 def test_a_manifest_that_says_nothing_keeps_its_digest() -> None:

@@ -67,6 +67,25 @@ async def test_run_round_trip_keeps_every_field(store: Store) -> None:
     assert await store.run("r1") == run
 
 
+
+async def test_call_round_trip_keeps_every_field(store: Store) -> None:
+    # Every field set away from its default, each to a value of its own: a store (the memory
+    # store's generated packer, issue 11) that drops or swaps one reads back unequal.
+    call = _call("r1", "c1", turn=2, index=3, tool="t/x", arguments='{"a": 1}',
+                 arguments_digest="sha256:cd", performed_arguments={"a": 1},
+                 actions=[{"act": "read", "target": "f"}], verdict={"effect": "ask"},
+                 decision={"kind": "approve"}, decided_by="ops", status=CallStatus.FINISHED,
+                 result={"content": [], "is_error": False}, disposition="landed",
+                 error="e", answers=[{"kind": "submit", "value": "v"}], pending_id="p1",
+                 started_at=7.0, ended_at=8.0,
+                 provenance={"output": "untrusted", "trusted": []})
+    defaults = CallRecord(id="i", run_id="r", call_id="c", turn=0, index=0, model_name="x")
+    assert [f.name for f in dataclasses.fields(CallRecord)
+            if getattr(call, f.name) == getattr(defaults, f.name)] == ["model_name"]
+    await store.write(Batch(run=_run(), calls=[call]))
+    assert await store.call("r1:c1") == call
+    assert await store.calls("r1") == [call]
+
 async def test_unknown_ids_raise_not_found(store: Store) -> None:
     with pytest.raises(NotFound, match="nope"):
         await store.run("nope")

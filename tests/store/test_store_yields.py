@@ -142,3 +142,36 @@ def test_writers_on_two_threads_loops_all_finish() -> None:
     assert sorted(finished) == [0, 1], "writers were left waiting on a loop's pace"
     stored = anyio.run(lambda: store.runs(limit=100))
     assert [r.steps for r in stored] == [19] * 40
+
+
+async def test_an_uncontended_write_costs_one_tick_of_the_pace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11: a lone run paid two pace ticks a write (the second only found it idle).
+
+    Writes back to back (one each loop iteration) share their ticks; a run's writes are
+    usually further apart (it awaits its model in between), and each paid two.
+
+    A tick that finds nobody waiting opens the next window and goes idle; the next write
+    starts it again. Pacing under contention is `test_many_writers_resume_a_few_per_loop_
+    iteration`'s.
+    """
+    from handrail.store import _pace
+
+    ticks = 0
+    tick = _pace._LoopPace.tick
+
+    def counted(self: _pace._LoopPace) -> None:
+        nonlocal ticks
+        ticks += 1
+        tick(self)
+
+    monkeypatch.setattr(_pace._LoopPace, "tick", counted)
+    store = Store.memory()
+    run = RunRecord(id="r1", task="t", created_at=time.time())
+    for step in range(10):
+        run.steps = step
+        await store.write(Batch(run=run))
+        for _ in range(3):  # as a run awaiting its model: other iterations between writes
+            await anyio.lowlevel.checkpoint()
+    assert ticks == 10
+    assert (await store.run("r1")).steps == 9

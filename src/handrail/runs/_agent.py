@@ -820,7 +820,10 @@ class _Runner:
             calls = last.tool_calls if isinstance(last, AssistantMessage) else None
             if calls:
                 turn = self.turns - 1
-                existing = {c.call_id: c for c in await self._turn_records(turn)}
+                # Only the first turn after a resume can have records: the others skip the
+                # read (and its coroutine) altogether.
+                existing = ({c.call_id: c for c in await self._turn_records(turn)}
+                            if self._resumed else {})
                 first = Batch(run=self._run_update())
                 if self._pending_message is not None:
                     first.messages.append(self._pending_message)
@@ -896,7 +899,8 @@ class _Runner:
                 return await self._end(Failed(
                     f"the wall-clock budget of {agent.max_wall_seconds}s is exhausted"),
                     RunStatus.FAILED)
-            await self._refresh_tools()
+            if self.agent.injected is not None or self.toolbox.can_change:
+                await self._refresh_tools()  # else it would change nothing: no coroutine
             try:
                 telemetry = self.scope.telemetry
                 response = await (self._request(messages) if telemetry is None else
@@ -1080,8 +1084,10 @@ def _checked_usage(usage: Any) -> Usage:
     """
     if type(usage) is Usage:
         # The common case, checked without a call per count: exact ints in range are kept.
-        counts = (usage.input_tokens, usage.output_tokens, usage.requests)
-        if all(type(c) is int and 0 <= c <= _MAX_COUNT for c in counts):
+        # Spelled out: a generator and `all` cost more than the three checks (issue 11).
+        i, o, r = usage.input_tokens, usage.output_tokens, usage.requests
+        if type(i) is int and type(o) is int and type(r) is int and \
+                0 <= i <= _MAX_COUNT and 0 <= o <= _MAX_COUNT and 0 <= r <= _MAX_COUNT:
             return usage
     try:
         return Usage(provider_int(usage.input_tokens, "input_tokens"),

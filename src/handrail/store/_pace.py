@@ -105,10 +105,13 @@ class _LoopPace:
         those that yielded earlier in this iteration on the last window's leftover.
         """
         queue = self.queue
-        if not queue and self.slots == self.per_iteration:
-            self.ticking = False  # a whole window went unused: idle until the next yield
-            return
         self.slots = self.per_iteration
+        if not queue:
+            # Nobody waits: the next window is open and idle until the next yield, which
+            # starts the tick again (for the next iteration, as a tick scheduled now would
+            # be). One tick per uncontended write, not two (issue 11).
+            self.ticking = False
+            return
         while queue and self.slots > 0:
             waiter = queue.popleft()
             if not waiter.done():  # done: its writer was cancelled while it waited

@@ -279,6 +279,11 @@ class Toolbox:
         """Why the tool the model calls `model_name` is no longer offered, or None."""
         return self._withdrawn.get(model_name)
 
+    @property
+    def can_change(self) -> bool:
+        """Whether a member's tools can change (an `MCPToolset`): else `refreshed` is a no-op."""
+        return self._changing > 0
+
     async def refreshed(
         self, check: Callable[[list[ToolImpl]], Mapping[str, str]] | None = None,
     ) -> tuple[Toolbox, dict[str, Any] | None]:
