@@ -2,7 +2,9 @@
 
 R concurrent runs (R = 1, 10, 100, 1,000), 40 calls each (scripted model, one trivial async
 tool call per turn), all on one asyncio loop, against the memory store, a SQLite file
-(`durability="process"`, the default) and a SQLite file with `durability="fsync"`. Each store x R
+(`durability="process"`, the default), a SQLite file with `durability="fsync"` and PostgreSQL
+(a throwaway local server, `tests/pgserver.py`, a fresh database per child; left out with the
+reason when the server binaries are missing). Each store x R
 runs in a fresh process, after a warm-up run; figures are medians over the repeats.
 
 Reported per row:
@@ -39,8 +41,11 @@ from collections.abc import Sequence
 from typing import Any
 
 CALLS_PER_RUN = 40
-STORES = ("memory", "sqlite", "sqlite_fsync")
-LABELS = {"memory": "memory", "sqlite": "SQLite (process)", "sqlite_fsync": "SQLite (fsync)"}
+STORES = ("memory", "sqlite", "sqlite_fsync", "postgresql")
+LABELS = {"memory": "memory", "sqlite": "SQLite (process)", "sqlite_fsync": "SQLite (fsync)",
+          "postgresql": "PostgreSQL"}
+PG_URL = "HANDRAIL_BENCH_PG_URL"
+"""The environment variable that hands a child its PostgreSQL database (one per child)."""
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -103,6 +108,10 @@ async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
     def open_store() -> Any:
         if store_kind == "memory":
             return hr.Store.memory()
+        if store_kind == "postgresql":
+            # A fresh database per child (made by the driver), on a throwaway local server
+            # started with fsync on (tests/pgserver.py): every commit is durable.
+            return hr.Store.open(os.environ[PG_URL])
         path = os.path.join(tmp, f"runs-{time.perf_counter_ns()}.db")
         # The option only when asked for: the same script measures builds without it.
         options = {"durability": "fsync"} if store_kind == "sqlite_fsync" else {}
@@ -217,21 +226,53 @@ def main() -> None:
         return
     levels = [int(x) for x in args.runs.split(",")]
     stores = args.stores.split(",")
+    unknown = set(["default", "freeze"] if args.gc_freeze else args.gc.split(",")) - {
+        "default", *GC_MODES}
+    if unknown:
+        parser.error(f"unknown --gc setting(s) {sorted(unknown)}: use default, freeze, tuned")
+    strange = set(stores) - set(STORES)
+    if strange:
+        parser.error(f"unknown store(s) {sorted(strange)}: use {', '.join(STORES)}")
+    server = None
+    if "postgresql" in stores:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                        "tests"))
+        import pgserver
+
+        why = pgserver.unavailable()
+        if why is None:
+            server = pgserver.start(durable=True)
+        else:
+            print(f"PostgreSQL left out: {why}", file=sys.stderr)
+            stores = [s for s in stores if s != "postgresql"]
+    try:
+        _drive(args, levels, stores, server)
+    finally:
+        if server is not None:
+            pgserver.stop(server)
+
+
+def _drive(args: argparse.Namespace, levels: list[int], stores: list[str],
+           server: Any) -> None:
+    """Every store x concurrency x repeat, each in a fresh child process; then the table."""
     if args.against:
         stores = [k for s in stores for k in (s + BEFORE, s)]
     modes = ["default", "freeze"] if args.gc_freeze else args.gc.split(",")
-    unknown = set(modes) - {"default", *GC_MODES}
-    if unknown:
-        parser.error(f"unknown --gc setting(s) {sorted(unknown)}: use default, freeze, tuned")
     stores = [s + ("" if m == "default" else GC_MODES[m]) for s in stores for m in modes]
     env_before = {**os.environ, "PYTHONPATH": os.path.abspath(args.against)}
+
+    def env_for(kind: str) -> dict[str, str] | None:
+        env = env_before if BEFORE in kind else None
+        if kind.startswith("postgresql"):
+            env = {**(env or os.environ), PG_URL: server.create_database()}
+        return env
     rows: dict[tuple[str, int], list[dict[str, float]]] = {}
     for rep in range(args.reps):
         for runs in levels:
             for kind in stores:
                 proc = subprocess.run([sys.executable, __file__, "--child", kind, str(runs)],
                                       capture_output=True, text=True, check=False,
-                                      env=env_before if BEFORE in kind else None)
+                                      env=env_for(kind))
                 if proc.returncode:
                     raise SystemExit(f"{kind} x {runs} failed:\n{proc.stderr}")
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
