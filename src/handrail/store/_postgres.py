@@ -33,6 +33,7 @@ newer handrail (a migration unknown here) is refused with `SchemaTooNew` and nev
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import datetime as dt
 import json
@@ -419,6 +420,10 @@ class _Op:
         reader, called once the group has committed (no reply awaited before the commit)."""
 
 
+RELEASE_PER_ITERATION = 4
+"""At most this many waiters of a committed group resume per event-loop iteration (the rest
+in the next ones, in commit order): the SQLite store's rule, for the same reason."""
+
 GROUP_LIMIT = 64
 """At most this many writes per committed group."""
 
@@ -453,6 +458,9 @@ class PostgresStore(Store):
         self._opening: asyncio.Lock | None = None
         self._ops: list[_Op] = []
         self._draining = False
+        # Committed writes whose waiters have not been settled yet (`_release`), oldest first.
+        self._to_release: collections.deque[tuple[_Op, tuple[bool, Any]]] = collections.deque()
+        self._releasing = False
         self._drainer: asyncio.Task[None] | None = None
         self._background_error: BaseException | None = None
         self._closed = False
@@ -622,8 +630,28 @@ class PostgresStore(Store):
                     outcome = (False, map_psycopg_error(self._where, one))
                 self._settle(op, *outcome)
             return
-        for op, (ok, value) in zip(ops, outcomes, strict=True):
+        # Paced, as the SQLite store's releases: each waiter resumed does its run's next turn
+        # in the loop iteration that resumes it, and anything else on the loop waits for the
+        # whole iteration. A few per iteration (`_release`), while this drainer goes on to
+        # commit the next group (issue 24).
+        self._to_release.extend(zip(ops, outcomes, strict=True))
+        if not self._releasing:
+            self._releasing = True
+            self._release()
+
+    def _release(self) -> None:
+        """Settle the next few committed writes' waiters; again in the next loop iteration."""
+        pending = self._to_release
+        released = 0
+        while pending and released < RELEASE_PER_ITERATION:
+            op, (ok, value) = pending.popleft()
+            if op.waited and not op.future.done():
+                released += 1
             self._settle(op, ok, value)
+        if pending:
+            asyncio.get_running_loop().call_soon(self._release)
+        else:
+            self._releasing = False
 
     async def _commit_group(self, pool: AsyncConnectionPool[Any], ops: list[_Op]
                             ) -> list[tuple[bool, Any]]:
