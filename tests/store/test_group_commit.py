@@ -4,16 +4,19 @@ can wait (another process's lock) blocks the event loop."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
+from loop_ticks import resumed_per_iteration
 
 from handrail.errors import AlreadyDecided, ConfigError, ResumeRefused, StoreError
 from handrail.store import Batch, PendingItem, RunRecord, RunStatus, Store
@@ -352,28 +355,15 @@ async def test_a_group_resumes_its_writers_a_few_per_loop_iteration(tmp_path: Pa
     """
     from handrail.store._sqlite import RELEASE_PER_ITERATION
 
-    iteration = 0
-    resumed_at: list[int] = []
-    done = anyio.Event()
-
-    async def ticker() -> None:
-        nonlocal iteration
-        while not done.is_set():
-            iteration += 1
-            await anyio.lowlevel.checkpoint()  # one tick per loop iteration
-
     async with Store.open(tmp_path / "runs.db") as store:
-        async def write(i: int) -> None:
+        async def write(i: int, mark: Callable[[], None]) -> None:
             await store.write(Batch(run=_run(f"r{i}")))
-            resumed_at.append(iteration)
+            mark()
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
-            await _concurrently(*(lambda i=i: write(i) for i in range(40)))
-            done.set()
+        per_iteration = await resumed_per_iteration(
+            [functools.partial(write, i) for i in range(40)])
         assert len(await store.runs(limit=100)) == 40
-    per_iteration = [resumed_at.count(t) for t in set(resumed_at)]
-    assert len(resumed_at) == 40
+    assert sum(per_iteration) == 40
     assert max(per_iteration) <= RELEASE_PER_ITERATION, per_iteration
 
 

@@ -4,7 +4,9 @@ ready runs taken with SKIP LOCKED, NOTIFY on decisions, and the psycopg error ma
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import anyio.lowlevel
 import psycopg
 import psycopg_pool
 import pytest
+from loop_ticks import resumed_per_iteration
 
 from handrail.errors import AlreadyDecided, ResumeRefused, SchemaTooNew, StoreError
 from handrail.store import (
@@ -244,32 +247,17 @@ async def test_a_group_resumes_its_writers_a_few_per_loop_iteration(pg_url: str)
     """
     from handrail.store._postgres import RELEASE_PER_ITERATION
 
-    iteration = 0
-    resumed_at: list[int] = []
-    done = anyio.Event()
-
-    async def ticker() -> None:
-        nonlocal iteration
-        while not done.is_set():
-            iteration += 1
-            await anyio.lowlevel.checkpoint()  # one tick per loop iteration
-
     async with Store.open(pg_url) as store:
         await store.runs()  # opened: the schema is there before the writes queue
 
-        async def one(i: int) -> None:
+        async def write(i: int, mark: Callable[[], None]) -> None:
             await store.write(Batch(run=RunRecord(id=f"r{i}", task="t", created_at=i)))
-            resumed_at.append(iteration)
+            mark()
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
-            async with anyio.create_task_group() as writers:
-                for i in range(40):
-                    writers.start_soon(one, i)
-            done.set()
+        per_iteration = await resumed_per_iteration(
+            [functools.partial(write, i) for i in range(40)])
         assert len(await store.runs(limit=100)) == 40
-    per_iteration = [resumed_at.count(t) for t in set(resumed_at)]
-    assert len(resumed_at) == 40
+    assert sum(per_iteration) == 40
     assert max(per_iteration) <= RELEASE_PER_ITERATION, per_iteration
 
 

@@ -7,13 +7,15 @@ store write is a point where the loop may switch task, for every store.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
 import anyio.lowlevel
 import pytest
+from loop_ticks import resumed_per_iteration
 
 from handrail.store import Batch, RunRecord, Store
 
@@ -63,32 +65,18 @@ async def test_many_writers_resume_a_few_per_loop_iteration() -> None:
     from handrail.store._memory import WRITERS_PER_ITERATION
 
     store = Store.memory()
-    iteration = 0
-    resumed_at: list[int] = []
-    done = anyio.Event()
 
-    async def ticker() -> None:
-        nonlocal iteration
-        while not done.is_set():
-            iteration += 1
-            await anyio.lowlevel.checkpoint()  # one tick per loop iteration
-
-    async def writer(i: int) -> None:
+    async def writer(i: int, mark: Callable[[], None]) -> None:
         run = RunRecord(id=f"r{i}", task="t", created_at=time.time())
         for step in range(5):
             run.steps = step
             await store.write(Batch(run=run))
-            resumed_at.append(iteration)
+            mark()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(ticker)
-        async with anyio.create_task_group() as writers:
-            for i in range(40):
-                writers.start_soon(writer, i)
-        done.set()
-    assert len(resumed_at) == 200
+    per_iteration = await resumed_per_iteration(
+        [functools.partial(writer, i) for i in range(40)])
+    assert sum(per_iteration) == 200
     assert [r.steps for r in await store.runs(limit=100)] == [4] * 40
-    per_iteration = [resumed_at.count(t) for t in set(resumed_at)]
     # A window's leftover and the next window can meet in one iteration: twice the pace.
     assert max(per_iteration) <= 2 * WRITERS_PER_ITERATION, per_iteration
 
