@@ -3,6 +3,7 @@ official `mcp` client and by `hr.mcp.MCPToolset.http`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -40,12 +41,11 @@ def _env(root: Path) -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
 
 
-@pytest.fixture(scope="module")
-async def http_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpServer]:
-    root = tmp_path_factory.mktemp("http")
-    (root / "handrail.toml").write_text(MANIFEST)
-    argv = [sys.executable, "-m", "handrail.cli", "serve", "serve_tools:box", "--http",
-            "127.0.0.1:0", "--store", str(root / "runs.db"), "--approval-timeout", "0.5"]
+@contextlib.asynccontextmanager
+async def serve_http(root: Path, *args: str) -> AsyncIterator[HttpServer]:
+    """`handrail serve ARGS --http` in `root` (its SQLite store there), until the block ends."""
+    argv = [sys.executable, "-m", "handrail.cli", "serve", *args, "--http", "127.0.0.1:0",
+            "--store", str(root / "runs.db"), "--approval-timeout", "0.5"]
     process = await anyio.open_process(argv, cwd=root, env=_env(root),
                                        stdout=subprocess.DEVNULL)
     try:
@@ -68,6 +68,14 @@ async def http_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator
         if process.returncode is None:
             process.kill()
         await process.aclose()
+
+
+@pytest.fixture(scope="module")
+async def http_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[HttpServer]:
+    root = tmp_path_factory.mktemp("http")
+    (root / "handrail.toml").write_text(MANIFEST)
+    async with serve_http(root, "serve_tools:box") as server:
+        yield server
 
 
 async def test_without_the_bearer_token_nothing_is_reached(http_server: HttpServer) -> None:

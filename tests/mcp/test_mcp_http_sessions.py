@@ -4,9 +4,6 @@ and a stateless-era client's calls belong to one run per client, not one per cal
 from __future__ import annotations
 
 import contextlib
-import os
-import re
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +17,8 @@ from mcp.client.subscriptions import listen
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_servers import CHANGING_SERVER, text
 from serve_tools import MANIFEST
+from test_mcp_http import HttpServer
+from test_mcp_http import serve_http as serve_http_in
 from test_mcp_list_changed import SERVE_MANIFEST
 
 import handrail as hr
@@ -27,13 +26,9 @@ from mcp import ClientSession
 
 pytestmark = pytest.mark.anyio
 
-HERE = Path(__file__).parent
 
 
-class Http:
-    def __init__(self, url: str, token: str, root: Path) -> None:
-        self.url, self.token, self.root = url, token, root
-
+class Http(HttpServer):
     @contextlib.asynccontextmanager
     async def client(self, *, name: str = "tester", modern: bool = False,
                      headers: dict[str, str] | None = None,
@@ -67,31 +62,8 @@ class Http:
 
 @contextlib.asynccontextmanager
 async def serve_http(root: Path, *args: str) -> AsyncIterator[Http]:
-    env = {**os.environ, "LAUNCH_LOG": str(root / "launched.log"),
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    argv = [sys.executable, "-m", "handrail.cli", "serve", *args, "--http", "127.0.0.1:0",
-            "--store", str(root / "runs.db"), "--approval-timeout", "0.5"]
-    process = await anyio.open_process(argv, cwd=root, env=env, stdout=subprocess.DEVNULL)
-    try:
-        assert process.stderr is not None
-        said = ""
-        with anyio.fail_after(60):
-            async for chunk in process.stderr:
-                said += chunk.decode()
-                url = re.search(r"at (http://\S+/mcp)", said)
-                token = re.search(r"bearer token: (\S+)", said)
-                if url and token:
-                    break
-            else:
-                pytest.fail(f"handrail serve --http said only: {said}")
-        yield Http(url.group(1), token.group(1), root)
-    finally:
-        process.terminate()
-        with anyio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-        await process.aclose()
+    async with serve_http_in(root, *args) as server:
+        yield Http(server.url, server.token, root)
 
 
 @pytest.fixture
