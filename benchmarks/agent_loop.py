@@ -18,7 +18,8 @@ Each child collects its heap once before the timed run (the warm-up's garbage, t
 built). Where the time goes (issue 11): each child also reports the CPU its garbage collector took
 (`gc.callbacks`), and `--model-share` times the scripted model's `request` inside the run
 (wrapped, so off by default): handrail's own share is the rest. `--gc-freeze` freezes the
-heap after the warm-up (`gc.freeze()`, a host's process-wide choice, never the library's).
+heap again after the warm-up (`gc.freeze()`; handrail itself freezes start-up once, at the
+warm-up run, `handrail.collector.freeze_start_up`).
 
 Before/after: `--against SRC` (alias `--baseline`) also runs every handrail variant from `SRC`
 (another checkout's `src/`), interleaved process by process, as '<variant> (before)':

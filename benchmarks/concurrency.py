@@ -188,7 +188,9 @@ def child(store_kind: str, runs: int) -> None:
             kind, mode = kind.replace(suffix, ""), name
     kind = kind.removesuffix(BEFORE)
     loop.run_until_complete(_session(kind, 2, tmp))
-    # A host's choice, not the library's (it is process-wide), made after the warm-up.
+    # handrail froze start-up at the warm-up's first run (`collector.freeze_start_up`; a build
+    # from before it did not): "freeze" freezes again after the warm-up (what the warm-up
+    # built too), "tuned" is the host's opt-in for hundreds of runs.
     if mode == "freeze":
         # Everything allocated so far (imports, the agent) leaves the collector's
         # generations for good.
@@ -214,8 +216,9 @@ def main() -> None:
                              "runs from it, interleaved process by process, as '(before)'")
     parser.add_argument("--gc", default="default",
                         help="comma-separated collector settings, each row run with each: "
-                             "'default' (as it comes), 'freeze' (gc.freeze() after the "
-                             "warm-up), 'tuned' (handrail.collector.tune_for_many_runs() "
+                             "'default' (as it comes: handrail freezes start-up at its "
+                             "first run), 'freeze' (gc.freeze() again after the warm-up), "
+                             "'tuned' (handrail.collector.tune_for_many_runs() "
                              "after the warm-up; the --against build must have it)")
     parser.add_argument("--gc-freeze", action="store_true",
                         help="the same as --gc default,freeze")

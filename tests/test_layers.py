@@ -46,7 +46,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "builtin": frozenset({"errors", "tools", "policy", "host", "sandbox"}),
     "gate": frozenset({"errors", "tools", "policy", "approval", "models", "store", "otel"}),
     "runs": frozenset({"errors", "tools", "policy", "approval", "models", "store", "gate",
-                       "manifest", "builtin", "host", "otel"}),
+                       "manifest", "builtin", "host", "otel", "collector"}),
     "web": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",
                       "runs"}),
     "mcp": frozenset({"errors", "tools", "policy", "approval", "models", "store", "manifest",

@@ -1,24 +1,70 @@
 """The cyclic garbage collector in a process that runs many agents on one event loop.
 
 CPython's collector stops the event loop for each pass. Young passes are short (0.05-1 ms),
-but a full pass walks every tracked object of the process: everything imported (~38,000
-objects with the agent core loaded) plus every live run's history, 15-100 ms at 100
-concurrent runs and 0.3-1.3 s at 1,000 on a 2-core machine, which is the loop's worst lag
-(issue 11: 100 runs, p99 19-75 ms with the collector as it comes). `tune_for_many_runs` is the
-setting measured for that case (`benchmarks/concurrency.py --gc tuned`,
-benchmarks/README.md). It is process-wide, so handrail applies it only in the processes it
-owns (`handrail serve`, `handrail worker`, `handrail inbox`); a host calls it itself, once its
-start-up is done, if it wants it.
+but a full pass walks every tracked object of the process: everything imported (~40,000
+objects with the agent core and pydantic loaded) plus every live run's objects, 15-25 ms at
+100 concurrent runs on a 2-core machine, which was the loop's worst lag (issues 11 and 24:
+100 runs, p99 19-26 ms with the collector as it comes; 2.5-3.1 ms with start-up frozen).
+
+So handrail freezes start-up once: at the first run of the process (`Agent.run`, `resume`),
+what exists then (modules, classes, functions, the agents and their tools) is collected once
+and moved to the permanent generation (`gc.freeze()`), which no pass walks. Only a collector
+left as it comes is touched: disabled, re-tuned or already frozen by the host, it is left
+alone, and `leave_alone()` opts out before the first run. Nothing else changes: thresholds
+stay, every later object is collected as usual, a frozen object dropped is still freed by
+reference counting; only a reference cycle among start-up objects, made after the freeze,
+is never collected (start-up objects live as long as the process anyway).
+
+`tune_for_many_runs` goes further for a server of hundreds of runs (full passes 10x rarer,
+`benchmarks/concurrency.py --gc tuned`, benchmarks/README.md): `handrail serve`, `handrail
+worker` and `handrail inbox` apply it in their own processes; a host calls it itself.
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["FULL_PASS_EVERY", "tune_for_many_runs"]
+__all__ = ["FULL_PASS_EVERY", "freeze_start_up", "leave_alone", "tune_for_many_runs"]
 
 FULL_PASS_EVERY = 100
 """Middle-generation passes between two full passes (CPython's default: 10)."""
+
+_DEFAULT_THRESHOLD = (700, 10, 10)
+"""CPython's thresholds (3.8-3.13): a host that changed them manages its collector itself."""
+
+_untouched = True
+"""No run has started in this process yet, and nobody said `leave_alone()`."""
+
+
+def leave_alone() -> None:
+    """Never let handrail touch the collector in this process.
+
+    Call it before the first run (at start-up) if your process manages its own collector,
+    or must collect every cycle however it was made. Runs work the same; a full pass of the
+    collector then walks start-up's objects too (15-25 ms with 100 runs on one loop).
+    """
+    global _untouched
+    _untouched = False
+
+
+def freeze_start_up() -> bool:
+    """Freeze start-up's objects once, at the first run; True if this call froze them.
+
+    Called by handrail at the start of every run (after the first, one global check). The
+    first call collects the heap once (so no garbage is pinned) and calls `gc.freeze()`,
+    unless `leave_alone()` was called or the collector is not as it comes (disabled, other
+    thresholds, something already frozen): a host that set it up keeps its setting.
+    """
+    global _untouched
+    if not _untouched:
+        return False
+    _untouched = False
+    if (not gc.isenabled() or gc.get_threshold() != _DEFAULT_THRESHOLD
+            or gc.get_freeze_count()):
+        return False
+    gc.collect()
+    gc.freeze()
+    return True
 
 
 def tune_for_many_runs() -> None:
@@ -35,8 +81,11 @@ def tune_for_many_runs() -> None:
       over every live run's history comes 10x less often. Cyclic garbage that survived two
       passes waits longer to be freed.
 
-    Calling it again freezes what was created since, and sets the same thresholds.
+    Calling it again freezes what was created since, and sets the same thresholds. It
+    replaces the freeze handrail makes at the first run (`freeze_start_up`).
     """
+    global _untouched
+    _untouched = False
     gc.freeze()
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, FULL_PASS_EVERY)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import anyio
 
+from handrail import collector
 from handrail.approval import (
     Approver,
     CommandControl,
@@ -499,6 +500,7 @@ class Agent:
             raise UserError("Agent.run needs a non-empty task string")
         if verify is not None and not isinstance(verify, Verify):
             raise UserError("verify= takes hr.Verify.command(argv) or hr.Verify.check(fn)")
+        collector.freeze_start_up()  # once per process: start-up leaves the GC's passes
         verify = verify if verify is not None else self.verify
         checking = None if verify is None else Verification(verify, check_max_attempts(
             self.max_verify_attempts if max_verify_attempts is None else max_verify_attempts))
@@ -1182,6 +1184,7 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
                   responder: Responder | None, allow_manifest_change: bool,
                   on_event: EventCallback | None, cancel: anyio.Event | None,
                   node: Node | None = None, bound: Policy | None = None) -> RunResult:
+    collector.freeze_start_up()  # a process whose first run is a resume
     run = await store.run(run_id)
     totals = None
     if node is None:
