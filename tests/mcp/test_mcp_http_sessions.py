@@ -201,3 +201,103 @@ async def test_an_in_process_client_of_either_era_is_one_run() -> None:
     assert set(runs) == {"MCP session of 2026-0", "MCP session of legacy"}
     for run in runs.values():
         assert len(await store.calls(run.id)) == 3
+
+
+def _echo_gateway(store: hr.Store, **options: Any) -> Any:
+    from handrail.mcp import Gateway
+
+    @hr.tool(mutates=False)
+    async def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    return Gateway(hr.Toolbox([echo]), store=store, manifest=hr.Manifest.from_toml(
+        '[[tools]]\nref = "local/echo"\ndescription = "Echo."\nmutates = false\n'), **options)
+
+
+async def test_a_client_idle_past_the_limit_has_its_run_ended_and_starts_anew() -> None:
+    """No goodbye (the SDK let the session go, or a stateless client stopped): the run ends."""
+    import time
+
+    from mcp import Client
+
+    store = hr.Store.memory()
+    gateway = _echo_gateway(store, idle_seconds=60)
+    server = gateway.server()
+    async with Client(server, client_info=t.Implementation(name="quiet", version="1")) as c:
+        await c.call_tool("echo", {"text": "a"})
+        assert await gateway.end_idle(now=time.monotonic() + 30) == 0  # not idle long enough
+        assert await gateway.end_idle(now=time.monotonic() + 61) == 1
+        [run] = await store.runs()
+        assert run.status is hr.RunStatus.COMPLETED and run.owner is None
+        assert run.outcome == {"output": "the MCP client was idle for 60 s", "kind": "completed"}
+        await c.call_tool("echo", {"text": "b"})  # back again: a new run
+    runs = {run.id: run.status for run in await store.runs()}
+    assert sorted(s.value for s in runs.values()) == ["completed", "running"]
+    assert len(gateway.sessions) == 1
+
+
+async def test_a_call_in_flight_keeps_its_run_however_long_it_takes() -> None:
+    import time
+
+    from handrail.mcp import Gateway
+    from mcp import Client
+
+    started, release = anyio.Event(), anyio.Event()
+
+    @hr.tool(mutates=False)
+    async def slow(text: str) -> str:
+        """Slow."""
+        started.set()
+        await release.wait()
+        return text
+
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([slow]), store=store, idle_seconds=60,
+                      manifest=hr.Manifest.from_toml('[[tools]]\nref = "local/slow"\n'
+                                                     'description = "Slow."\nmutates = false\n'))
+    async with Client(gateway.server()) as c, anyio.create_task_group() as tasks:
+        tasks.start_soon(c.call_tool, "slow", {"text": "x"})
+        await started.wait()
+        assert await gateway.end_idle(now=time.monotonic() + 3600) == 0  # busy
+        release.set()
+    assert await gateway.end_idle(now=time.monotonic() + 30) == 0
+    [run] = await store.runs()
+    assert run.status is hr.RunStatus.RUNNING
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan"), "60"])
+def test_the_idle_limit_is_a_positive_number_of_seconds(bad: Any) -> None:
+    with pytest.raises(hr.UserError, match="idle_seconds must be a positive number"):
+        _echo_gateway(hr.Store.memory(), idle_seconds=bad)
+    assert _echo_gateway(hr.Store.memory(), idle_seconds=None).idle_seconds is None
+
+
+async def test_serve_http_ends_an_idle_session_era_clients_run_by_itself(tmp_path: Path) -> None:
+    """`handrail serve --http --idle-timeout`: the run ends without a DELETE or a new client."""
+    (tmp_path / "handrail.toml").write_text(MANIFEST)
+    async with serve_http(tmp_path, "serve_tools:box", "--idle-timeout", "0.3") as http:
+        async with http.client(name="sleepy") as session:
+            await session.call_tool("add", {"a": 1, "b": 2})
+            with anyio.fail_after(60):
+                while (await http.runs())[0].status is not hr.RunStatus.COMPLETED:  # noqa: ASYNC110 - another process
+                    await anyio.sleep(0.1)
+        [run] = await http.runs()
+        assert run.outcome is not None and "idle for 0.3 s" in run.outcome["output"]
+
+
+def test_serve_takes_an_idle_timeout_only_for_http(tmp_path: Path) -> None:
+    import subprocess
+
+    (tmp_path / "handrail.toml").write_text(MANIFEST)
+    base = [sys.executable, "-m", "handrail.cli", "serve", "serve_tools:box", "--store", "memory"]
+    env = {**__import__("os").environ,
+           "PYTHONPATH": str(Path(__file__).parent)}
+    stdio = subprocess.run([*base, "--idle-timeout", "5"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert stdio.returncode == 1
+    assert "--idle-timeout is for --http clients" in stdio.stderr
+    negative = subprocess.run([*base, "--http", "127.0.0.1:0", "--idle-timeout", "-1"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert negative.returncode == 2
+    assert "takes a number of seconds (0: never), got '-1'" in negative.stderr

@@ -49,10 +49,24 @@ def register(sub: Any) -> None:
                    help="how the manifest's stdio [[servers]] are confined, derived from the "
                    "policy (docs/sandbox.md; default auto)")
     p.add_argument("--token-file", help="HTTP: read the bearer token from this file")
+    p.add_argument("--idle-timeout", type=_seconds, metavar="SECONDS",
+                   help="HTTP: end a client's run after this long without a call, as the "
+                   "MCP SDK ends its session (default 1800; 0: never)")
     p.add_argument("--no-auth", action="store_true",
                    help="HTTP: accept clients without a bearer token (explicitly insecure)")
     # A long-running server of many runs: the collector is tuned for it (cli.main).
     p.set_defaults(func=_serve, many_runs=True)
+
+
+def _seconds(text: str) -> float:
+    """`--idle-timeout`: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"takes a number of seconds (0: never), got {text!r}")
+    return value
 
 
 def _say(text: str) -> None:
@@ -117,6 +131,12 @@ def _serve(args: argparse.Namespace) -> int:
         host = host or "127.0.0.1"  # `:8765` means loopback, never every interface
         port = int(port_text)
     token = _token(args) if args.http else None
+    if args.idle_timeout is not None and not args.http:
+        raise UserError("--idle-timeout is for --http clients (a stdio client is the "
+                        "process's one client: its run ends when it closes the pipe)")
+    # Not given: the gateway's default (30 minutes); 0: never.
+    idle: dict[str, Any] = ({} if args.idle_timeout is None else
+                            {"idle_seconds": args.idle_timeout or None})
     if manifest is not None and any(d.command is not None for d in manifest.servers):
         from handrail.cli._demo import sandbox_line
 
@@ -131,7 +151,7 @@ def _serve(args: argparse.Namespace) -> int:
                                     sandbox=args.sandbox))
                 gateway = Gateway(Toolbox([*tools, *upstream]), store=store, manifest=manifest,
                                   policy=policy, workspace=args.workspace,
-                                  approval_timeout=args.approval_timeout)
+                                  approval_timeout=args.approval_timeout, **idle)
                 names = ", ".join(s.id.model_name for s in gateway.offered()) or "(none)"
                 if host is None:
                     _say(f"serving {names} over stdio")

@@ -58,6 +58,14 @@ POLL_SECONDS = 0.1
 MAX_SESSIONS = 1024
 """Clients (runs) one server keeps open at once; past it, the idlest session's run ends."""
 
+IDLE_SECONDS = 1800.0
+"""A client's run ends after this long without a call in flight (`Gateway(idle_seconds=)`).
+
+The MCP SDK's own limit for an HTTP session (`session_idle_timeout`, 30 minutes): after it
+the session's id answers 404 and its client starts a new session, so the run of the old one
+would otherwise stay open until the server stops. A client that calls again after it starts
+a new run."""
+
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9 ._@+:/-]")
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -130,6 +138,8 @@ class GatewaySession:
         self._events_written = len(run.events)
         self.busy = 0
         """Calls in flight (a busy session's run is not ended to make room)."""
+        self.last_active = time.monotonic()
+        """When a call last started or ended (`Gateway.end_idle`)."""
 
     @property
     def run_id(self) -> str:
@@ -148,10 +158,12 @@ class GatewaySession:
         a turn: an upstream server's changed tool list is read again first.
         """
         self.busy += 1
+        self.last_active = time.monotonic()
         try:
             return await self._call(name, arguments)
         finally:
             self.busy -= 1
+            self.last_active = time.monotonic()
 
     async def _call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
         await self.gateway.refresh_tools()
@@ -281,8 +293,12 @@ class GatewaySession:
         run.remembered = [r.to_dict() for r in self.gate.scope.remembered]
         return run
 
-    async def close(self) -> None:
-        """End the session's run: completed, unless a call still waits for a person."""
+    async def close(self, why: str = "the MCP client disconnected") -> None:
+        """End the session's run: completed, unless a call still waits for a person.
+
+        Args:
+            why: What ended the session, recorded as the run's outcome.
+        """
         from handrail.runs import AwaitingApproval, Completed, outcome_to_dict
 
         if self._parked:
@@ -291,7 +307,7 @@ class GatewaySession:
             self.run.outcome = outcome_to_dict(AwaitingApproval(parked.request_id))
         else:
             self.run.status = RunStatus.COMPLETED
-            self.run.outcome = outcome_to_dict(Completed("the MCP client disconnected"))
+            self.run.outcome = outcome_to_dict(Completed(why))
         self.run.owner = None
         await self.gateway.store.write(Batch(run=self._update()))
 
@@ -311,15 +327,24 @@ class Gateway:
         telemetry: Where each call reports an `execute_tool` span and the call metrics
             (docs/observability.md): None (default) follows the global OpenTelemetry providers,
             looked up when a client's session starts; a `hr.Telemetry` names them; False never.
+        idle_seconds: A client's run ends after this long without a call in flight
+            (default `IDLE_SECONDS`, 30 minutes, the MCP SDK's HTTP session limit; None:
+            only when the client leaves or the server stops). See `end_idle`.
     """
 
     def __init__(self, toolbox: Toolbox, *, store: Store, manifest: Manifest | None = None,
                  policy: Policy | None = None, workspace: str | os.PathLike[str] = ".",
                  approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
                  responder: Responder | None = None, name: str | None = None,
-                 deps: Any = None, telemetry: Telemetry | Literal[False] | None = None) -> None:
+                 deps: Any = None, telemetry: Telemetry | Literal[False] | None = None,
+                 idle_seconds: float | None = IDLE_SECONDS) -> None:
         if not approval_timeout >= 0:
             raise UserError("approval_timeout must be a non-negative number of seconds")
+        if idle_seconds is not None and not (isinstance(idle_seconds, int | float)
+                                             and 0 < idle_seconds < float("inf")):
+            raise UserError(f"idle_seconds must be a positive number of seconds (or None: "
+                            f"never), not {idle_seconds!r}")
+        self.idle_seconds = None if idle_seconds is None else float(idle_seconds)
         self.telemetry: Telemetry | None = telemetry_from(telemetry)
         self.toolbox = toolbox
         self.store = store
@@ -542,12 +567,41 @@ class Gateway:
             self.sessions.remove(session)
         await session.close()
 
+    async def end_idle(self, now: float | None = None) -> int:
+        """End the runs of clients without a call in flight for `idle_seconds`; how many.
+
+        `serve_http` calls it every minute or so (a client of the HTTP session era whose
+        session the SDK let go after the same idle time, or a stateless-era client that
+        stopped calling, never says goodbye). A client that calls again afterwards starts a
+        new run. A call waiting for a person keeps its session busy, so its run stays.
+
+        Args:
+            now: The `time.monotonic()` to judge by (default now).
+        """
+        if self.idle_seconds is None:
+            return 0
+        now = time.monotonic() if now is None else now
+        ended = 0
+        for key, session in list(self._by_client.items()):
+            if session.busy or now - session.last_active < self.idle_seconds:
+                continue
+            if self._by_client.get(key) is not session:
+                continue  # replaced meanwhile (while an earlier one was being closed)
+            del self._by_client[key]
+            self._owners.pop(key, None)
+            if session in self.sessions:
+                self.sessions.remove(session)
+            await session.close(f"the MCP client was idle for {self.idle_seconds:g} s")
+            ended += 1
+        return ended
+
     async def _forget_idle(self) -> None:
         """Past `MAX_SESSIONS` clients, end the runs of those idle the longest.
 
         A stateless client never says goodbye: without a bound, every new token or client
         name would keep a run (and its memory) open until the server stops.
         """
+        await self.end_idle()
         sessions = self._by_client
         while len(sessions) > MAX_SESSIONS:
             key, oldest = next(iter(sessions.items()))

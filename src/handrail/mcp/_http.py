@@ -13,6 +13,8 @@ import socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from handrail.errors import UserError
 
 if TYPE_CHECKING:
@@ -99,7 +101,10 @@ async def serve_http(gateway: Gateway, host: str, port: int, *, token: str | Non
     if token is None and not _loopback(host):
         raise UserError(f"--no-auth is refused on {host}: only a loopback address may serve "
                         "without a bearer token")
-    app: Any = EndedSessions(gateway.server().streamable_http_app(host=host), gateway)
+    # The SDK lets an HTTP session go after the gateway's idle time; `end_idle` (below) ends
+    # the run of a client that stopped calling, of either protocol era, after the same time.
+    app: Any = EndedSessions(gateway.server().streamable_http_app(
+        host=host, session_idle_timeout=gateway.idle_seconds), gateway)
     if token is not None:
         app = BearerAuth(app, token)
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
@@ -121,8 +126,19 @@ async def serve_http(gateway: Gateway, host: str, port: int, *, token: str | Non
         announce("WARNING: --no-auth: any local process may call these tools")
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
+
+    async def sweep(every: float) -> None:
+        while True:
+            await anyio.sleep(every)
+            await gateway.end_idle()
+
     try:
-        await server.serve(sockets=[sock])
+        async with anyio.create_task_group() as tasks:
+            if gateway.idle_seconds is not None:
+                tasks.start_soon(sweep, min(60.0, max(0.05, gateway.idle_seconds / 4)))
+            await server.serve(sockets=[sock])
+            tasks.cancel_scope.cancel()
     finally:
         sock.close()
-        await gateway.close()
+        with anyio.CancelScope(shield=True):
+            await gateway.close()
