@@ -125,13 +125,7 @@ async def serve_stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
 
     The event loop's own pipes when `fast_path_available()`, else the SDK's `stdio_server`.
     """
-    try:
-        # The SDK's own stream pair (private: a release without it gets its transport).
-        from mcp.shared._context_streams import create_context_streams
-        usable = fast_path_available()
-    except ImportError:  # pragma: no cover - depends on the installed SDK
-        usable = False
-    if not usable:
+    if not fast_path_available():
         from mcp.server.stdio import stdio_server
 
         async with stdio_server() as streams:
@@ -154,8 +148,10 @@ async def serve_stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
         asyncio.streams.FlowControlMixin, writer_file)
     writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
 
-    inbound_send, inbound = create_context_streams[SessionMessage | Exception](0)
-    outbound, outbound_receive = create_context_streams[SessionMessage](0)
+    # Plain anyio streams: the server reads a sender's context only where a stream offers
+    # one (`last_context`), and a pipe's reader has none worth carrying.
+    inbound_send, inbound = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    outbound, outbound_receive = anyio.create_memory_object_stream[SessionMessage](0)
     adapter = mcp_types.jsonrpc_message_adapter
 
     def parse_error(why: str) -> None:
