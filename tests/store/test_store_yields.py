@@ -11,6 +11,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -162,4 +163,35 @@ async def test_an_uncontended_write_costs_one_tick_of_the_pace(
         for _ in range(3):  # as a run awaiting its model: other iterations between writes
             await anyio.lowlevel.checkpoint()
     assert ticks == 10
+    assert (await store.run("r1")).steps == 9
+
+
+async def test_an_uncontended_write_schedules_no_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11: the idle pace's tick ran as a loop callback of its own (~1 µs a write).
+
+    It would run right before the writer's resumption, so the writer runs it when it
+    resumes: a lone run's write schedules its own resumption and nothing else. Contended,
+    the tick keeps its callback (`test_many_writers_resume_a_few_per_loop_iteration`).
+    """
+    import asyncio
+
+    from handrail.store import _pace
+
+    loop = asyncio.get_running_loop()
+    scheduled: list[object] = []
+    call_soon = loop.call_soon
+
+    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        scheduled.append(getattr(callback, "__func__", callback))
+        return call_soon(callback, *args, **kwargs)
+
+    store = Store.memory()
+    run = RunRecord(id="r1", task="t", created_at=time.time())
+    monkeypatch.setattr(loop, "call_soon", counted)
+    for step in range(10):
+        run.steps = step
+        await store.write(Batch(run=run))
+        await anyio.lowlevel.checkpoint()  # as a run awaiting its model in between
+    monkeypatch.undo()
+    assert _pace._LoopPace.tick not in scheduled
     assert (await store.run("r1")).steps == 9
