@@ -45,9 +45,10 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 import anyio
@@ -389,21 +390,25 @@ class _Call:
     )
 
     def __init__(self, call: ToolCall, record: CallRecord) -> None:
+        # The sequences start as the empty tuple and are replaced, never changed in place
+        # (a tuple cannot be): most calls never fill one, and each list a call allocates and
+        # frees costs it (issue 11). `trusted` is the one list a tool appends to (ctx.trust):
+        # made when a context is.
         self.call = call
         self.record = record
         self.impl: ToolImpl | None = None
         self.validated: Any = None
-        self.actions: list[Action] = []
-        self.decided: dict[str, str] = {}  # READ/WRITE target as given -> canonical, at check
+        self.actions: Sequence[Action] = ()
+        self.decided: Mapping[str, str] = _NO_PATHS  # READ/WRITE target as given -> canonical
         self.verdict: Verdict | None = None
         self.result: ToolResult | None = None
         self.outcome: TurnPause | None = None
-        self.pending: list[PendingItem] = []
-        self.answers: list[Submit | Decline] = []
+        self.pending: Sequence[PendingItem] = ()
+        self.answers: Sequence[Submit | Decline] = ()
         self.reask: PendingItem | None = None  # an open deferred approval to put to the approver
-        self.spent: list[PendingItem] = []  # decided items whose payload may hold contents
-        self.taint: list[Taint] = []  # protected arguments seen in untrusted output
-        self.trusted: list[Any] = []  # what the body vouched for with ctx.trust
+        self.spent: Sequence[PendingItem] = ()  # decided items whose payload may hold contents
+        self.taint: Sequence[Taint] = ()  # protected arguments seen in untrusted output
+        self.trusted: list[Any] | None = None  # what the body vouched for with ctx.trust
         # The tool control's verdict on the arguments with this digest: asked once per
         # arguments within a turn (a modified approval has other arguments: asked again).
         self.controlled: tuple[str, ControlVerdict] | None = None
@@ -430,7 +435,7 @@ class _Call:
         self.outcome = outcome
         pending_id = self.record.pending_id
         if item is not None:
-            self.pending.append(item)
+            self.pending = [*self.pending, item]
             pending_id = item.id
         update(self.record, status=status, pending_id=pending_id)
 
@@ -582,7 +587,7 @@ class Gate:
                                  or s.record.status is CallStatus.STARTED)
         first_write.pending.extend(p for s in states for p in s.pending)
         for s in states:
-            s.pending = []
+            s.pending = ()
         if not scope.mark_reads and not existing and \
                 not first_write.pending and self._act_on_nothing(states):
             self._deferred = first_write
@@ -618,8 +623,8 @@ class Gate:
                     if isinstance(decision, Approve):
                         decision.check(request.act)  # never record what cannot be applied
                     try:
-                        state.spent.append(
-                            await scope.store.decide(reask.id, decision.to_dict(), decided_by))
+                        state.spent = [*state.spent, await scope.store.decide(
+                            reask.id, decision.to_dict(), decided_by)]
                     except AlreadyDecided:
                         # Someone decided first, elsewhere: theirs stands.
                         won = await scope.store.pending_item(reask.id)
@@ -823,7 +828,7 @@ class Gate:
             await self._catch_up_index()
             state.taint = scope.provenance.taint(dumped, protected)
         else:
-            state.taint = []
+            state.taint = ()
         # 5. policy
         planned = plan.called(actions)
         verdict = planned or scope.policy.check_all(actions, workspace=scope.workspace,
@@ -831,7 +836,8 @@ class Gate:
         if state.taint and verdict.effect is Effect.ALLOW:
             verdict = _tainted(verdict, state.taint, scope.policy.taint)
         # What the verdict was about: compared with the paths again at the moment of use.
-        state.decided = {} if planned is not None else decided_paths(actions, scope.workspace)
+        state.decided = (_NO_PATHS if planned is not None
+                         else decided_paths(actions, scope.workspace))
         state.verdict = verdict
         record.arguments_digest = digest
         record.performed_arguments = dumped
@@ -897,6 +903,13 @@ class Gate:
             return verdict.effect is Effect.ALLOW
 
         return permits
+
+    @staticmethod
+    def _trusted(state: _Call) -> list[Any]:
+        """The list a call's context appends what its body vouches for to (made on first use)."""
+        if state.trusted is None:
+            state.trusted = []
+        return state.trusted
 
     def _spec(self, impl: ToolImpl) -> ToolSpec:
         return self._tool_plan(impl).spec
@@ -1043,7 +1056,7 @@ class Gate:
                 # The common case needs no state machine: the body cannot ask.
                 ctx = (CallContext(call_id=state.call.id, tool_id=spec.id, run_id=scope.run_id,
                                    agent=scope.agent, workspace=scope.workspace, deps=scope.deps,
-                                   permits=self._permits_for(impl), trusted=state.trusted,
+                                   permits=self._permits_for(impl), trusted=self._trusted(state),
                                    events=scope.events, policy=scope.policy,
                                    sandbox=scope.sandbox)
                        if impl.needs_context else None)
@@ -1199,7 +1212,7 @@ class Gate:
                               workspace=scope.workspace, deps=scope.deps,
                               permits=self._permits_for(impl), events=scope.events,
                               max_argument_bytes=scope.toolbox.max_argument_bytes,
-                              decided_paths=state.decided, trusted=state.trusted,
+                              decided_paths=state.decided, trusted=self._trusted(state),
                               policy=scope.policy, sandbox=scope.sandbox)
         out = await handler.step(Invoke(state.call.id, state.record.performed_arguments or {},
                                         answers=list(state.answers)))
@@ -1305,7 +1318,7 @@ class Gate:
             if item is None or item.state == "open":
                 state.pause(PausedOnRequest(record.pending_id or ""), status, None)
                 return
-            state.spent.append(item)
+            state.spent = [*state.spent, item]
             await self._check(state, arguments)  # the policy in force now: a new deny wins
             if state.result is None:
                 decision = Decision.from_dict(item.decision or {})
@@ -1313,7 +1326,7 @@ class Gate:
                 request = None if isinstance(decision, Deny) else Request.from_dict(item.payload)
                 await self._decide(state, request, decision,
                                    decided_by=item.decided_by or "operator")
-                state.pending.extend(self._released(state))
+                state.pending = [*state.pending, *self._released(state)]
             return
 
         if status is CallStatus.AWAITING_ANSWER:
@@ -1357,7 +1370,7 @@ class Gate:
         if item.state == "open":
             state.pause(CallInDoubt(record.id), CallStatus.IN_DOUBT, None)
             return
-        state.spent.append(item)
+        state.spent = [*state.spent, item]
         choice = item.decision or {}
         if choice.get("kind") == "retry":
             await self._rerun(state, arguments)
@@ -1432,6 +1445,9 @@ def forget_contents(record: CallRecord, sent: str, actions: Sequence[Action],
     text = _strip_text(sent, contents)
     return None if text == sent else text
 
+
+_NO_PATHS: Mapping[str, str] = MappingProxyType({})
+"""A call's decided paths when it has none (shared: read-only)."""
 
 INDEX_INLINE_CHARS = 2048
 """Queued results this small (as JSON) are indexed on the event loop; larger ones in a thread
