@@ -383,6 +383,7 @@ class _Call:
         "result",
         "span",
         "spent",
+        "stored",
         "taint",
         "trusted",
         "validated",
@@ -402,6 +403,7 @@ class _Call:
         self.decided: Mapping[str, str] = _NO_PATHS  # READ/WRITE target as given -> canonical
         self.verdict: Verdict | None = None
         self.result: ToolResult | None = None
+        self.stored: dict[str, Any] | None = None  # `result.to_dict()`, made by `finish`
         self.outcome: TurnPause | None = None
         self.pending: Sequence[PendingItem] = ()
         self.answers: Sequence[Submit | Decline] = ()
@@ -421,7 +423,7 @@ class _Call:
         self.result = result
         record = self.record
         record.status = status
-        record.result = result.to_dict()
+        record.result = self.stored = result.to_dict()
         record.disposition = disposition
         record.error = error
         record.ended_at = time.time()
@@ -502,6 +504,9 @@ class TurnResult:
     message_arguments: dict[str, str] = field(default_factory=dict)
     """Call id -> the arguments the stored assistant message keeps from now on (contents
     replaced by markers, a refused call's arguments whole); the caller rewrites the message."""
+    dumped: list[dict[str, Any]] = field(default_factory=list)
+    """`results` as stored messages (`dump_messages(results)`): each result's dict is the one
+    its call record holds, when the record's is the result's (one `to_dict` a call)."""
 
 
 class Gate:
@@ -715,8 +720,19 @@ class Gate:
     def _turn_result(self, states: list[_Call]) -> TurnResult:
         scope = self.scope
         pause = next((s.outcome for s in states if s.outcome is not None), None)
-        results = [ToolResultMessage(s.call.id, s.call.name, s.result)
-                   for s in states if s.result is not None]
+        results: list[ToolResultMessage] = []
+        dumped: list[dict[str, Any]] = []
+        for s in states:
+            result = s.result
+            if result is not None:
+                call = s.call
+                results.append(ToolResultMessage(call.id, call.name, result))
+                # The record's dict when `finish` made it from this result and the record
+                # still holds it (a resumed call's result was read back: dumped anew).
+                stored = s.stored
+                dumped.append({"kind": "tool_result", "call_id": call.id, "name": call.name,
+                               "result": stored if stored is not None
+                               and s.record.result is stored else result.to_dict()})
         final = Batch(calls=[s.record for s in states],
                       pending=[p for s in states for p in s.pending])
         deferred, self._deferred = self._deferred, None
@@ -732,7 +748,7 @@ class Gate:
                                        final.pending)
                 if text is not None:
                     shown[s.call.id] = text
-        return TurnResult(results, pause, final, shown)
+        return TurnResult(results, pause, final, shown, dumped)
 
     # ------------------------------------------------------ stages 1-5: plan
 

@@ -89,6 +89,37 @@ async def test_unknown_tool_invalid_arguments_and_deny_reach_the_model_not_the_b
     assert EXECUTED == []
 
 
+async def test_the_stored_results_are_the_results_the_model_is_shown() -> None:
+    """Issue 11: a result's stored message shares its dict with the call's record (one
+    `to_dict` a call); what is stored must still be exactly what the model saw."""
+    from handrail.models import dump_messages
+
+    @hr.tool(server="ledger", mutates=False)
+    async def broken(account: str) -> int:
+        """Fail."""
+        raise hr.ToolError("the ledger is closed")
+
+    shown: list[list[dict[str, Any]]] = []
+
+    def final(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
+        shown.append(dump_messages(messages))
+        return reply("done")
+
+    store = hr.Store.memory()
+    result = await agent([
+        calls([("ledger/balance", {"account": "alice"}), ("ledger/nope", {}),
+               ("ledger/balance", {"account": 5}), ("ledger/broken", {"account": "a"})]),
+        call("ledger/balance", {"account": "bob"}), final,
+    ], tools=[balance, transfer, broken]).run("go", store=store)
+    assert isinstance(result.outcome, hr.Completed)
+    stored = await store.messages(result.run_id)
+    stored_results = [m for m in stored if m["kind"] == "tool_result"]
+    assert stored_results == [m for m in shown[0] if m["kind"] == "tool_result"]
+    assert len(stored_results) == 5
+    records = {r.call_id: r.result for r in await store.calls(result.run_id)}
+    assert all(m["result"] == records[m["call_id"]] for m in stored_results)
+
+
 async def test_policy_denial_records_the_rule_for_the_operator() -> None:
     store = hr.Store.memory()
     policy = hr.Policy.default().layer("app").deny(hr.Act.CALL, "ledger/*")

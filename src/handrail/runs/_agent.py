@@ -858,7 +858,7 @@ class _Runner:
                     messages.extend(result.results)
                     result.final.messages.extend(
                         (self.run.id, len(messages) - len(result.results) + i, m)
-                        for i, m in enumerate(dump_messages(result.results)))
+                        for i, m in enumerate(result.dumped))
                     return await self._end(Failed(
                         f"the model sent invalid tool arguments {self.invalid_turns} turns in "
                         f"a row (the budget is {agent.max_invalid_turns}); the run stops "
@@ -867,7 +867,7 @@ class _Runner:
                 messages.extend(result.results)
                 result.final.messages.extend(
                     (self.run.id, start + i, m)
-                    for i, m in enumerate(dump_messages(result.results)))
+                    for i, m in enumerate(result.dumped))
                 if result.final.run is not None or self._run_changed():
                     # Else the turn changed nothing of the run but the times: its lease is the
                     # heartbeat's, its updated_at the next turn's (one row less to commit).
@@ -990,7 +990,7 @@ class _Runner:
             if settled.pause is None:
                 self.messages.extend(settled.results)
                 batch.messages.extend((self.run.id, seq + 1 + i, m)
-                                      for i, m in enumerate(dump_messages(settled.results)))
+                                      for i, m in enumerate(settled.dumped))
             batch.run = self._run_update()
             await self.store.write(batch)
 
