@@ -45,6 +45,9 @@ def _json_text() -> Callable[[Any], str]:
 
 _dumps = _json_text()
 
+_NO_USAGE = Usage(0, 0)
+"""What every scripted turn reports (frozen: one object shared by every response)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Turn:
@@ -135,9 +138,7 @@ class Scripted:
         turn = source if isinstance(source, Turn) else source(messages, tools)
         if not isinstance(turn, Turn):
             raise UserError(f"scripted turn {index} returned {turn!r}, not a Turn")
-        parts: list[TextPart | ToolCall] = []
-        if turn.text:
-            parts.append(TextPart(turn.text))
+        parts: list[TextPart | ToolCall] = [TextPart(turn.text)] if turn.text else []
         names = self._names
         for i, (tool_id, arguments) in enumerate(turn.tool_calls):
             text = arguments if isinstance(arguments, str) else _dumps(arguments)
@@ -148,4 +149,4 @@ class Scripted:
         if not parts:
             parts.append(TextPart(""))
         finish = "tool_calls" if turn.tool_calls else "stop"
-        return ModelResponse(AssistantMessage(tuple(parts)), Usage(0, 0), finish, self._name)
+        return ModelResponse(AssistantMessage(tuple(parts)), _NO_USAGE, finish, self._name)
