@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,36 @@ async def test_the_stored_results_are_the_results_the_model_is_shown() -> None:
     assert len(stored_results) == 5
     records = {r.call_id: r.result for r in await store.calls(result.run_id)}
     assert all(m["result"] == records[m["call_id"]] for m in stored_results)
+
+
+async def test_a_mutating_call_starts_with_its_turn_counted_in_the_stored_run() -> None:
+    """The run committed with a call's STARTED mark holds the turn that asked for it: its
+    step, and times from after the model answered (issue 11: the update made when the
+    model's turn is counted is the one the turn's first write takes)."""
+    store = hr.Store.memory()
+    asked: list[float] = []
+    seen: list[hr.RunRecord] = []
+
+    @hr.tool(server="ledger", name="note")
+    async def note(text: str) -> str:
+        """Write a note."""
+        (run,) = await store.runs()
+        seen.append(run)
+        return "noted"
+
+    def asking(i: int) -> Any:
+        def turn(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
+            asked.append(time.time())
+            return call("ledger/note", {"text": str(i)})
+        return turn
+
+    policy = hr.Policy.default().layer("app").allow(hr.Act.CALL, "ledger/note")
+    result = await agent([asking(0), asking(1), asking(2), reply("done")],
+                         tools=[note], policy=policy).run("notes", store=store)
+    assert isinstance(result.outcome, hr.Completed)
+    assert [r.steps for r in seen] == [1, 2, 3]
+    for run, at in zip(seen, asked, strict=True):
+        assert run.updated_at >= at and run.lease_until > at
 
 
 async def test_policy_denial_records_the_rule_for_the_operator() -> None:
