@@ -1431,6 +1431,9 @@ def forget_contents(record: CallRecord, sent: str, actions: Sequence[Action],
     """
     if record.status not in (CallStatus.FINISHED, CallStatus.REFUSED):
         return None
+    if record.status is CallStatus.FINISHED and not spent and not record.decision and \
+            not _holds_contents(record.actions, actions):
+        return None  # nothing to replace: what the loop below would find (most calls)
     contents: Contents = {}
     # The record's actions name the contents of the last check (the performed arguments);
     # an approval it answered names the contents the model first asked to write.
@@ -1460,6 +1463,17 @@ def forget_contents(record: CallRecord, sent: str, actions: Sequence[Action],
     record.arguments = _strip_text(record.arguments, contents)
     text = _strip_text(sent, contents)
     return None if text == sent else text
+
+
+def _holds_contents(records: Sequence[dict[str, Any]], actions: Sequence[Action]) -> bool:
+    """Whether a call's actions (as checked, or as recorded) carry any file contents."""
+    for action in actions:
+        if action.content:
+            return True
+    for record in records:
+        if "content_bytes" in record or "content_sha256" in record:
+            return True
+    return False
 
 
 _NO_PATHS: Mapping[str, str] = MappingProxyType({})
