@@ -577,8 +577,8 @@ class Gate:
             for state in states:
                 if state.call.id in existing:
                     await self._reenter(state)
-                else:
-                    await self._plan(state)
+                elif self._resolve(state):  # stages 1-2 here: one coroutine less a call
+                    await self._check(state, state.call.arguments)
 
         # One transaction: the turn's message, every refusal, and a STARTED mark for each call
         # about to run (so a crash mid-call is found in doubt, never silently re-run).
@@ -642,8 +642,11 @@ class Gate:
                 await self._execute(state, persist_start=False)
 
         try:
-            await self._act_all(states, act if scope.telemetry is None
-                                else scope.telemetry.traced(act))
+            if len(states) == 1 and scope.telemetry is None:
+                await act(states[0])  # what `_act_all` does with one call, a frame less
+            else:
+                await self._act_all(states, act if scope.telemetry is None
+                                    else scope.telemetry.traced(act))
         except BaseException as exc:
             # Cancelled or Ctrl-C: every call that has no result yet gets one, so the turn
             # never leaves a call unanswered (see `settle_interrupted`). An error (a broken
@@ -753,6 +756,11 @@ class Gate:
     # ------------------------------------------------------ stages 1-5: plan
 
     async def _plan(self, state: _Call) -> None:
+        if self._resolve(state):
+            await self._check(state, state.call.arguments)
+
+    def _resolve(self, state: _Call) -> bool:
+        """Stages 1-2: the call's tool, and its grant; False once the call is refused."""
         scope = self.scope
         call = state.call
         # 1. resolve: the exact model name, no nearest match.
@@ -770,7 +778,7 @@ class Gate:
                 CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
                 error=withdrawn or "unknown tool",
             )
-            return
+            return False
         state.impl = impl
         state.record.tool = str(impl.spec.id)
         # 2. grant
@@ -779,8 +787,8 @@ class Gate:
             state.finish(ToolResult.error(NOT_GRANTED_MESSAGE), CallStatus.REFUSED,
                          disposition=Disposition.NOT_SENT.value,
                          error=f"tool '{impl.spec.id}' is not granted by the manifest")
-            return
-        await self._check(state, call.arguments)
+            return False
+        return True
 
     async def _check(self, state: _Call, arguments: Any) -> None:
         """Stages 3-5: a refusal, or STARTED (allow), or APPROVED (ask, or held).
@@ -1096,12 +1104,12 @@ class Gate:
             shown = scrub_host_paths(_model_text(exc), scope.workspace)
             state.finish(ToolResult.error(shown), CallStatus.FINISHED,
                          disposition=exc.disposition.value, error=str(exc))
-            await self._observe(state)
+            self._observe(state)
             return
         state.finish(result, CallStatus.FINISHED)
-        await self._observe(state)
+        self._observe(state)
 
-    async def _observe(self, state: _Call) -> None:
+    def _observe(self, state: _Call) -> None:
         """Stage 9 for provenance: record where this call's output stands, and index it.
 
         The output is untrusted unless the tool (as offered: a manifest grant may override
