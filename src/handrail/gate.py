@@ -528,8 +528,7 @@ class Gate:
         # Finished calls' outputs not indexed yet: (source, result, trusted, vouched values),
         # in the order they finished. Indexed when a call with protected arguments is about
         # to be checked (`_catch_up_index`).
-        self._unindexed: list[tuple[tuple[str, str], dict[str, Any] | None, bool,
-                                    list[Any]]] = []
+        self._unindexed: list[_Queued] = []
 
     # ---------------------------------------------------------------- a turn
 
@@ -1130,17 +1129,23 @@ class Gate:
         record = state.record
         record.provenance = {"output": "trusted" if trusted else "untrusted",
                              "trusted": vouched}
-        self._queue_for_index(record, trusted, vouched)
+        # The result object, not the record's dict: the run's history keeps the object alive
+        # anyway, and the dict (with its content list) would be three more objects kept per
+        # call for the collector to walk until a protected call comes (issue 11). Its dict is
+        # made again when indexed: `to_dict` of the result the record's dict was made from.
+        self._queue_for_index(record, result if state.stored is record.result
+                              else record.result, trusted, vouched)
 
-    def _queue_for_index(self, record: CallRecord, trusted: bool,
-                         vouched: list[dict[str, Any]]) -> None:
+    def _queue_for_index(self, record: CallRecord, result: ToolResult | dict[str, Any] | None,
+                         trusted: bool, vouched: list[dict[str, Any]]) -> None:
         """`_index` for what `_observe` has at hand: no provenance dict read back, no coroutine.
 
-        `trusted` is the output's standing, `vouched` the provenance's vouched entries.
+        `result` is the output (or its dict), `trusted` its standing, `vouched` the
+        provenance's vouched entries.
         """
         self._unindexed.append(((record.call_id, record.tool or record.model_name),
-                                record.result, trusted,
-                                [t.get("value") for t in vouched] if vouched else []))
+                                result, trusted,
+                                tuple(t.get("value") for t in vouched) if vouched else ()))
 
     async def _index(self, record: CallRecord, provenance: dict[str, Any]) -> None:
         """Queue a finished call's output for the taint index (see `_catch_up_index`).
@@ -1151,7 +1156,7 @@ class Gate:
         then the queue keeps each result's dict: about what the run's history (its
         `ToolResultMessage`s) keeps of it in memory anyway.
         """
-        self._queue_for_index(record, provenance.get("output") == "trusted",
+        self._queue_for_index(record, record.result, provenance.get("output") == "trusted",
                               list(provenance.get("trusted", ())))
 
     async def _catch_up_index(self) -> None:
@@ -1168,7 +1173,11 @@ class Gate:
         import pydantic_core
 
         async with self._indexing:
-            queued, self._unindexed = self._unindexed, []
+            queued: list[_Indexed] = [
+                (source, result.to_dict() if isinstance(result, ToolResult) else result,
+                 trusted, vouched)
+                for source, result, trusted, vouched in self._unindexed]
+            self._unindexed = []
             size = 0
             for _, result, _, _ in queued:
                 if result is not None:
@@ -1180,8 +1189,7 @@ class Gate:
             else:
                 await anyio.to_thread.run_sync(self._index_queued, queued)
 
-    def _index_queued(self, queued: list[tuple[tuple[str, str], dict[str, Any] | None, bool,
-                                               list[Any]]]) -> None:
+    def _index_queued(self, queued: list[_Indexed]) -> None:
         index = self.scope.provenance
         for source, result, trusted, vouched in queued:
             if result is not None:
@@ -1483,6 +1491,13 @@ def _holds_contents(records: Sequence[dict[str, Any]], actions: Sequence[Action]
             return True
     return False
 
+
+_Queued = tuple[tuple[str, str], "ToolResult | dict[str, Any] | None", bool, Sequence[Any]]
+"""A finished call's output waiting for the taint index: (source, result or its dict, trusted,
+vouched values)."""
+
+_Indexed = tuple[tuple[str, str], "dict[str, Any] | None", bool, Sequence[Any]]
+"""A queued output as indexed: its result as `ToolResult.to_dict()` makes it."""
 
 _NO_PATHS: Mapping[str, str] = MappingProxyType({})
 """A call's decided paths when it has none (shared: read-only)."""
