@@ -377,6 +377,7 @@ class _Call:
         "decided",
         "held",
         "impl",
+        "offered",
         "outcome",
         "pending",
         "reask",
@@ -399,6 +400,9 @@ class _Call:
         self.call = call
         self.record = record
         self.impl: ToolImpl | None = None
+        # The tool as offered, from the plan its check used: the same all turn (the
+        # toolbox and the manifest change between turns only), so read without the plan.
+        self.offered: ToolSpec | None = None
         self.validated: Any = None
         self.actions: Sequence[Action] = ()
         self.decided: Mapping[str, str] = _NO_PATHS  # READ/WRITE target as given -> canonical
@@ -675,8 +679,11 @@ class Gate:
             return False  # waits for a person: its pause is committed as it always was
         if state.result is not None:
             return True  # refused before acting
-        return (state.record.status is CallStatus.STARTED and state.impl is not None
-                and not self._mutates(state.impl))
+        impl = state.impl
+        if state.record.status is not CallStatus.STARTED or impl is None:
+            return False
+        offered = state.offered if state.offered is not None else self._spec(impl)
+        return not offered.mutates
 
     interrupted: TurnResult | None = None
     """The turn an interruption cut short, its calls settled; `take_interrupted` hands it to
@@ -809,6 +816,7 @@ class Gate:
             return
         dumped = impl.dump_arguments(validated)
         plan = self._tool_plan(impl)
+        state.offered = plan.spec
         problems = self._manifest_schema_problems(impl, plan.spec, dumped)
         if problems:
             state.finish(ToolResult.error(str(InvalidArguments(str(impl.spec.id), problems))),
@@ -1118,7 +1126,7 @@ class Gate:
         """
         impl, result = state.impl, state.result
         assert impl is not None and result is not None
-        spec = self._spec(impl)
+        spec = state.offered if state.offered is not None else self._spec(impl)
         vouched: list[dict[str, Any]] = []
         if state.trusted:
             vouched = [{"value": v, "by": "ctx.trust"} for v in state.trusted]
