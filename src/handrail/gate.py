@@ -106,8 +106,8 @@ from handrail.tools import (
     pointer_values,
     raise_body_error,
     scrub_host_paths,
+    slot_setter,
 )
-from handrail.tools._content import slot_setter
 
 __all__ = [
     "NOT_GRANTED_MESSAGE",

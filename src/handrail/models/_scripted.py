@@ -16,8 +16,7 @@ from handrail.models._messages import (
     ToolCall,
     Usage,
 )
-from handrail.tools import ToolId, ToolSpec
-from handrail.tools._content import slot_setter
+from handrail.tools import ToolId, ToolSpec, slot_setter
 
 __all__ = ["Scripted", "Turn", "call", "calls", "reply"]
 
