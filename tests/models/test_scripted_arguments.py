@@ -27,3 +27,17 @@ async def test_the_arguments_text_is_json_dumps(arguments: dict[str, Any]) -> No
     (part,) = response.message.parts
     assert isinstance(part, ToolCall)
     assert part.arguments == json.dumps(arguments)
+
+
+async def test_every_scripted_response_reports_one_request_and_no_tokens() -> None:
+    # One Usage shared by every response (issue 11): frozen, so no response can change it.
+    import dataclasses
+
+    from handrail.models import Usage, reply
+
+    model = Scripted([call("echo", {}), reply("done")])
+    first = await model.request([], [])
+    second = await model.request([first.message], [])
+    assert first.usage == second.usage == Usage(0, 0, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.usage.requests = 2  # type: ignore[misc]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,67 @@ async def test_unknown_tool_invalid_arguments_and_deny_reach_the_model_not_the_b
     assert "transfer" not in denied.result.render_text()
     assert all(r.result.is_error for r in seen[0])
     assert EXECUTED == []
+
+
+async def test_the_stored_results_are_the_results_the_model_is_shown() -> None:
+    """Issue 11: a result's stored message shares its dict with the call's record (one
+    `to_dict` a call); what is stored must still be exactly what the model saw."""
+    from handrail.models import dump_messages
+
+    @hr.tool(server="ledger", mutates=False)
+    async def broken(account: str) -> int:
+        """Fail."""
+        raise hr.ToolError("the ledger is closed")
+
+    shown: list[list[dict[str, Any]]] = []
+
+    def final(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
+        shown.append(dump_messages(messages))
+        return reply("done")
+
+    store = hr.Store.memory()
+    result = await agent([
+        calls([("ledger/balance", {"account": "alice"}), ("ledger/nope", {}),
+               ("ledger/balance", {"account": 5}), ("ledger/broken", {"account": "a"})]),
+        call("ledger/balance", {"account": "bob"}), final,
+    ], tools=[balance, transfer, broken]).run("go", store=store)
+    assert isinstance(result.outcome, hr.Completed)
+    stored = await store.messages(result.run_id)
+    stored_results = [m for m in stored if m["kind"] == "tool_result"]
+    assert stored_results == [m for m in shown[0] if m["kind"] == "tool_result"]
+    assert len(stored_results) == 5
+    records = {r.call_id: r.result for r in await store.calls(result.run_id)}
+    assert all(m["result"] == records[m["call_id"]] for m in stored_results)
+
+
+async def test_a_mutating_call_starts_with_its_turn_counted_in_the_stored_run() -> None:
+    """The run committed with a call's STARTED mark holds the turn that asked for it: its
+    step, and times from after the model answered (issue 11: the update made when the
+    model's turn is counted is the one the turn's first write takes)."""
+    store = hr.Store.memory()
+    asked: list[float] = []
+    seen: list[hr.RunRecord] = []
+
+    @hr.tool(server="ledger", name="note")
+    async def note(text: str) -> str:
+        """Write a note."""
+        (run,) = await store.runs()
+        seen.append(run)
+        return "noted"
+
+    def asking(i: int) -> Any:
+        def turn(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
+            asked.append(time.time())
+            return call("ledger/note", {"text": str(i)})
+        return turn
+
+    policy = hr.Policy.default().layer("app").allow(hr.Act.CALL, "ledger/note")
+    result = await agent([asking(0), asking(1), asking(2), reply("done")],
+                         tools=[note], policy=policy).run("notes", store=store)
+    assert isinstance(result.outcome, hr.Completed)
+    assert [r.steps for r in seen] == [1, 2, 3]
+    for run, at in zip(seen, asked, strict=True):
+        assert run.updated_at >= at and run.lease_until > at
 
 
 async def test_policy_denial_records_the_rule_for_the_operator() -> None:

@@ -338,6 +338,28 @@ async def test_ctx_trust_vouches_for_a_value_and_is_recorded() -> None:
                                    "trusted": [{"value": ATTACKER, "by": "ctx.trust"}]}
 
 
+async def test_what_one_call_vouched_for_stays_with_that_call() -> None:
+    """Issue 11: a call's working state starts empty without allocating; `ctx.trust`'s list
+    is made per call, when its context is (a shared one would vouch for later calls too)."""
+    @hr.tool(server="contacts", name="verify", mutates=False)
+    async def verify(address: str, ctx: hr.CallContext) -> str:
+        """Check an address against the address book."""
+        if address == ATTACKER:
+            ctx.trust(address)
+            return "known contact"
+        return "unknown"
+
+    store = hr.Store.memory()
+    turns = [call("contacts/verify", {"address": ATTACKER}),
+             call("contacts/verify", {"address": "someone@example.com"}), reply("done")]
+    result = await mail_agent(tools=(verify,), turns=turns).run("check two", store=store)
+    assert isinstance(result.outcome, hr.Completed)
+    first, second = await store.calls(result.run_id)
+    assert first.provenance == {"output": "untrusted",
+                                "trusted": [{"value": ATTACKER, "by": "ctx.trust"}]}
+    assert second.provenance == {"output": "untrusted", "trusted": []}
+
+
 async def test_sanitizes_trusts_the_declared_output_fields_only() -> None:
     @hr.tool(server="contacts", name="lookup", mutates=False, sanitizes=["/email"])
     async def lookup(name: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -154,6 +155,7 @@ async def test_an_uncontended_write_costs_one_tick_of_the_pace(
         tick(self)
 
     monkeypatch.setattr(_pace._LoopPace, "tick", counted)
+    monkeypatch.setattr(_pace, "HOLD_SECONDS", 0.0)  # every write yields, even alone
     store = Store.memory()
     run = RunRecord(id="r1", task="t", created_at=time.time())
     for step in range(10):
@@ -163,3 +165,139 @@ async def test_an_uncontended_write_costs_one_tick_of_the_pace(
             await anyio.lowlevel.checkpoint()
     assert ticks == 10
     assert (await store.run("r1")).steps == 9
+
+
+async def test_an_uncontended_write_schedules_no_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11: the idle pace's tick ran as a loop callback of its own (~1 µs a write).
+
+    It would run right before the writer's resumption, so the writer runs it when it
+    resumes: a lone run's write schedules its own resumption and nothing else. Contended,
+    the tick keeps its callback (`test_many_writers_resume_a_few_per_loop_iteration`).
+    """
+    import asyncio
+
+    from handrail.store import _pace
+
+    loop = asyncio.get_running_loop()
+    scheduled: list[object] = []
+    call_soon = loop.call_soon
+
+    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        scheduled.append(getattr(callback, "__func__", callback))
+        return call_soon(callback, *args, **kwargs)
+
+    monkeypatch.setattr(_pace, "HOLD_SECONDS", 0.0)  # every write yields, even alone
+    store = Store.memory()
+    run = RunRecord(id="r1", task="t", created_at=time.time())
+    monkeypatch.setattr(loop, "call_soon", counted)
+    for step in range(10):
+        run.steps = step
+        await store.write(Batch(run=run))
+        await anyio.lowlevel.checkpoint()  # as a run awaiting its model in between
+    monkeypatch.undo()
+    assert scheduled, "no write yielded"
+    assert _pace._LoopPace.tick not in scheduled
+    assert (await store.run("r1")).steps == 9
+
+
+def _scheduling_counter(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every callback the running loop is asked to schedule from now on."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    scheduled: list[object] = []
+    call_soon = loop.call_soon
+
+    def counted(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        scheduled.append(callback)
+        return call_soon(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon", counted)
+    return scheduled
+
+
+async def test_a_lone_write_on_an_idle_loop_does_not_yield(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11: a lone run's every write was a loop iteration of its own (~2.5 µs).
+
+    With nothing else ready or due, the iteration a yield ends holds nothing else: the
+    write goes on, until `HOLD_SECONDS` after its last resumption (here: a minute).
+    """
+    from handrail.store import _pace
+
+    monkeypatch.setattr(_pace, "HOLD_SECONDS", 60.0)
+    store = Store.memory()
+    run = RunRecord(id="r1", task="t", created_at=time.time())
+    await store.write(Batch(run=run))  # the first write yields: no resumption to go by
+    scheduled = _scheduling_counter(monkeypatch)
+    for step in range(10):
+        run.steps = step
+        await store.write(Batch(run=run))
+    monkeypatch.undo()
+    assert scheduled == []
+    assert (await store.run("r1")).steps == 9
+
+
+async def test_a_write_yields_to_a_ready_task_or_a_due_timer_within_the_hold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from handrail.store import _pace
+
+    monkeypatch.setattr(_pace, "HOLD_SECONDS", 60.0)
+    store = Store.memory()
+    run = RunRecord(id="r1", task="t", created_at=time.time())
+    await store.write(Batch(run=run))  # resumed just now: within the hold from here on
+    ran = anyio.Event()
+
+    async def other() -> None:
+        ran.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other)
+        await store.write(Batch(run=run))
+        assert ran.is_set(), "the write held the loop while another task was ready"
+
+    loop = asyncio.get_running_loop()
+    await store.write(Batch(run=run))
+    timer = loop.call_at(loop.time() - 1, lambda: None)  # due already
+    scheduled = _scheduling_counter(monkeypatch)
+    await store.write(Batch(run=run))
+    assert scheduled, "the write held the loop while a timer was due"
+    timer.cancel()
+
+    with anyio.CancelScope() as scope:
+        scope.cancel()  # delivered through a ready callback: the write is where it lands
+        await store.write(Batch(run=RunRecord(id="r2", task="t", created_at=time.time())))
+    assert scope.cancelled_caught
+    assert [r.id for r in await store.runs()] == ["r1"]
+
+
+async def test_a_lone_writer_lets_the_loop_poll_within_the_hold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Data waiting on a socket is seen within the hold, however busy a lone writer is."""
+    import asyncio
+    import socket
+
+    from handrail.store import _pace
+
+    monkeypatch.setattr(_pace, "HOLD_SECONDS", 0.002)
+    loop = asyncio.get_running_loop()
+    left, right = socket.socketpair()
+    seen: list[bytes] = []
+    left.setblocking(False)
+    loop.add_reader(left, lambda: seen.append(left.recv(16)))
+    try:
+        store = Store.memory()
+        run = RunRecord(id="r1", task="t", created_at=time.time())
+        right.send(b"x")
+        writes = 0
+        deadline = time.monotonic() + 2.0  # a thousand holds: no loop polls that seldom
+        while not seen and time.monotonic() < deadline:
+            await store.write(Batch(run=run))
+            writes += 1
+        assert seen == [b"x"], f"the loop never polled during {writes} writes"
+    finally:
+        loop.remove_reader(left)
+        left.close()
+        right.close()

@@ -826,7 +826,9 @@ class _Runner:
                 # read (and its coroutine) altogether.
                 existing = ({c.call_id: c for c in await self._turn_records(turn)}
                             if self._resumed else {})
-                first = Batch(run=self._run_update())
+                # Just counted (the model's turn, a moment ago): that update stands.
+                first = Batch(run=self.run if self._counted else self._run_update())
+                self._counted = False
                 if self._pending_message is not None:
                     first.messages.append(self._pending_message)
                     self._pending_message = None
@@ -860,7 +862,7 @@ class _Runner:
                     messages.extend(result.results)
                     result.final.messages.extend(
                         (self.run.id, len(messages) - len(result.results) + i, m)
-                        for i, m in enumerate(dump_messages(result.results)))
+                        for i, m in enumerate(result.dumped))
                     return await self._end(Failed(
                         f"the model sent invalid tool arguments {self.invalid_turns} turns in "
                         f"a row (the budget is {agent.max_invalid_turns}); the run stops "
@@ -869,7 +871,7 @@ class _Runner:
                 messages.extend(result.results)
                 result.final.messages.extend(
                     (self.run.id, start + i, m)
-                    for i, m in enumerate(dump_messages(result.results)))
+                    for i, m in enumerate(result.dumped))
                 if result.final.run is not None or self._run_changed():
                     # Else the turn changed nothing of the run but the times: its lease is the
                     # heartbeat's, its updated_at the next turn's (one row less to commit).
@@ -911,10 +913,13 @@ class _Runner:
                 usage = _checked_usage(response.usage)
             except ModelError as exc:
                 return await self._end(Failed(f"the model failed: {exc}"), RunStatus.FAILED)
-            self._run_update(steps=self.run.steps + 1,
-                             input_tokens=self.run.input_tokens + usage.input_tokens,
-                             output_tokens=self.run.output_tokens + usage.output_tokens,
-                             model_requests=self.run.model_requests + usage.requests)
+            run = self.run
+            run.steps += 1
+            run.input_tokens += usage.input_tokens
+            run.output_tokens += usage.output_tokens
+            run.model_requests += usage.requests
+            self._run_update()
+            self._counted = True
             if self.node is not None:
                 self.node.tree.spend(self.node.path, 1, usage.input_tokens + usage.output_tokens)
             message = response.message
@@ -992,7 +997,7 @@ class _Runner:
             if settled.pause is None:
                 self.messages.extend(settled.results)
                 batch.messages.extend((self.run.id, seq + 1 + i, m)
-                                      for i, m in enumerate(dump_messages(settled.results)))
+                                      for i, m in enumerate(settled.dumped))
             batch.run = self._run_update()
             await self.store.write(batch)
 
@@ -1054,7 +1059,12 @@ class _Runner:
 
     def _invalid_streak(self, records: list[Any]) -> bool:
         """Count turns whose every call had invalid arguments; True once over budget."""
-        if records and all(r.error and r.error.startswith("invalid arguments") for r in records):
+        invalid = bool(records)
+        for r in records:  # a loop, not all() over a generator: this runs every turn
+            if not (r.error and r.error.startswith("invalid arguments")):
+                invalid = False
+                break
+        if invalid:
             self.invalid_turns += 1
             log.log_retry(self.run.id, "every call of the turn had invalid arguments",
                           self.invalid_turns, self.agent.max_invalid_turns)
@@ -1063,6 +1073,8 @@ class _Runner:
         return self.invalid_turns > self.agent.max_invalid_turns
 
     invalid_turns = 0
+    _counted = False
+    """The run was updated with the model's turn just now (its first write may take it)."""
 
     async def _turn_records(self, turn: int) -> list[Any]:
         # Only the first turn driven after a resume can have records from an earlier attempt;

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         ResourceLink,
         Text,
         ToolResult,
+        slot_setter,
     )
     from handrail.tools._context import CallContext, Elicitation, Question
     from handrail.tools._decorator import tool
@@ -140,6 +141,7 @@ _LAZY: dict[str, str] = {
     "raise_body_error": "handrail.tools._handler",
     "resolve_in_workspace": "handrail.tools._workspace",
     "scrub_host_paths": "handrail.tools._paths",
+    "slot_setter": "handrail.tools._content",
     "tool": "handrail.tools._decorator",
     "unguarded_path_arguments": "handrail.tools._paths",
     "unguarded_problems": "handrail.tools._paths",
@@ -208,6 +210,7 @@ __all__ = [
     "raise_body_error",
     "resolve_in_workspace",
     "scrub_host_paths",
+    "slot_setter",
     "tool",
     "unguarded_path_arguments",
     "unguarded_problems",

@@ -26,7 +26,7 @@ import sys
 import types
 import typing
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
@@ -331,7 +331,7 @@ def bind_arguments(
     return _walk_model(model, bind)
 
 
-def decided_paths(actions: list[Action], workspace: str | os.PathLike[str] | None,
+def decided_paths(actions: Sequence[Action], workspace: str | os.PathLike[str] | None,
                   ) -> dict[str, str]:
     """Each READ/WRITE target as given -> its canonical form now (unusable ones left out)."""
     out: dict[str, str] = {}
