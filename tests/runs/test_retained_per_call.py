@@ -18,6 +18,7 @@ import pytest
 
 import handrail as hr
 from handrail.models import Scripted, Turn, call, reply
+from handrail.store import Batch, CallStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -74,3 +75,26 @@ async def test_a_live_run_keeps_nothing_tracked_per_call_beyond_its_conversation
     # Everything else the process gained over 40 calls: the gate's queue and the memory
     # store each made it grow by 2-4 a call. A margin for the run's bounded bookkeeping.
     assert process - conversation < calls // 2, (process, conversation)
+
+
+async def test_a_turn_holds_one_batch_while_its_final_write_waits() -> None:
+    # The final write of a turn waits its turn behind every other run's (the store's
+    # pacer): what a run holds across it is held x1,000 at 1,000 runs, and walked by each
+    # young collector pass. The turn's first batch (committed, or merged into the final
+    # one) is not held there.
+    store = hr.Store.memory()
+    write = store.write
+    held: list[int] = []
+
+    async def counting_write(batch: Batch, *, wait: bool = True) -> None:
+        if batch.calls and all(c.status is CallStatus.FINISHED for c in batch.calls):
+            gc.collect()
+            held.append(sum(type(o) is Batch for o in gc.get_objects()))
+        await write(batch, wait=wait)
+
+    store.write = counting_write  # type: ignore[method-assign]
+    agent = hr.Agent(Scripted([call("add", {"a": 1}), call("add", {"a": 2}), reply("done")]),
+                     [add], policy=hr.Policy.default())
+    result = await agent.run("add things", store=store)
+    assert result.output == "done"
+    assert held == [1, 1]
