@@ -1,12 +1,14 @@
 """`MemoryStore`: the contract in plain dicts, for one process (tests, benchmarks).
 
-A call record and a message are kept packed: the JSON-like values inside them (a record's
-arguments, verdict, result...; a message whole) as one `marshal` blob, unpacked into new
-objects on each read. Builtin values round-trip exactly, nothing a caller keeps can change
-what is stored, and a run's history is a few byte strings per call instead of a dozen
-containers the garbage collector walks on every full pass (issue 11: those passes were a
-fifth of a call's CPU). What marshal refuses (a subclass of a builtin type, an unknown
-object) is kept as before: a shallow copy of the record, a message as given.
+A call record and a message are kept packed: every field of a record (its status as the
+status's value), a message whole, as one `marshal` blob, unpacked into new objects on each
+read. Builtin values round-trip exactly, nothing a caller keeps can change what is stored, and
+a run's history is one byte string per call and per message, which the garbage collector does
+not track, instead of a dozen containers it walks on every full pass (issue 11: those passes
+were a fifth of a call's CPU; issue 24: a record object and its tuple per stored call were a
+sixth of what a full pass walked at 1,000 concurrent runs). What marshal refuses (a subclass
+of a builtin type, an unknown object) is kept as before: a shallow copy of the record, a
+message as given.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import marshal
-import operator
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from handrail.store._pace import Pacer
 from handrail.store.contract import (
     Batch,
     CallRecord,
+    CallStatus,
     PendingItem,
     RunRecord,
     RunStatus,
@@ -40,50 +42,48 @@ __all__ = ["MemoryStore"]
 WRITERS_PER_ITERATION = 4
 """Writers resumed per event-loop iteration (`Pacer`); as the SQLite store's releases."""
 
-_PACKED = ("performed_arguments", "actions", "verdict", "decision", "result", "answers",
-           "provenance")
-"""The fields of a call record that hold containers (what the packed blob carries)."""
+def _call_packers() -> tuple[Any, Any]:
+    """A straight-line packer and unpacker of a call record: every field in one marshal blob.
 
-_pack_fields = operator.attrgetter(*_PACKED)
-
-
-def _unpacked_copier() -> Any:
-    """A straight-line copy of a call record without the packed fields (each None).
-
-    Generated once, as `clone`'s copiers are: a clone and then a `setattr` per packed field
-    cost about a microsecond more a call on the memory store's write (issue 11). Every slot
-    of `CallRecord` is named, so a field added to it is copied (or packed) without a change
-    here.
+    Generated once, as `clone`'s copiers are (a loop over the fields costs a getattr/setattr
+    call each, on the memory store's per-call path). Every slot of `CallRecord` is named, so
+    a field added to it is packed without a change here. The status travels as its value
+    (marshal takes no enum); a status that is not a `CallStatus` raises KeyError, and the
+    record is kept unpacked.
     """
     fields = CallRecord.__slots__
-    source = "def copy(r):\n    n = new(cls)\n" + "".join(
-        f"    n.{name} = None\n" if name in _PACKED else f"    n.{name} = r.{name}\n"
-        for name in fields) + "    return n\n"
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": CallRecord}
+    values = ", ".join(f"status[r.{name}]" if name == "status" else f"r.{name}"
+                       for name in fields)
+    targets = ", ".join(f"n.{name}" for name in fields)
+    source = (f"def pack(r):\n    return dumps(({values},))\n"
+              f"def unpack(b):\n    n = new(cls)\n    {targets}, = loads(b)\n"
+              f"    n.status = by_value[n.status]\n    return n\n")
+    namespace: dict[str, Any] = {
+        "new": object.__new__, "cls": CallRecord, "dumps": marshal.dumps,
+        "loads": marshal.loads, "status": {s: s.value for s in CallStatus},
+        "by_value": {s.value: s for s in CallStatus}}
     exec(source, namespace)
-    return namespace["copy"]
+    return namespace["pack"], namespace["unpack"]
 
 
-_copy_unpacked = _unpacked_copier()
+_pack_fields, _unpack_fields = _call_packers()
 
 
-def _pack_call(record: CallRecord) -> tuple[CallRecord, bytes | None]:
-    """A stored form of `record`: a copy without its containers, and them as one blob."""
+def _pack_call(record: CallRecord) -> bytes | CallRecord:
+    """A stored form of `record`: one byte string (see the module docstring)."""
     try:
-        blob = marshal.dumps(_pack_fields(record))
-    except ValueError:  # not plain builtin values: kept as they are (shared, like clone)
-        return clone(record), None
-    kept: CallRecord = _copy_unpacked(record)
-    return kept, blob
+        blob: bytes = _pack_fields(record)
+    except (ValueError, KeyError):  # not plain builtin values: kept as they are (shared,
+        return clone(record)        # like clone)
+    return blob
 
 
-def _unpack_call(stored: tuple[CallRecord, bytes | None]) -> CallRecord:
-    kept, blob = stored
-    record = clone(kept)
-    if blob is not None:
-        for name, value in zip(_PACKED, marshal.loads(blob), strict=True):
-            setattr(record, name, value)
-    return record
+def _unpack_call(stored: bytes | CallRecord) -> CallRecord:
+    if type(stored) is bytes:
+        record: CallRecord = _unpack_fields(stored)
+        return record
+    assert isinstance(stored, CallRecord)
+    return clone(stored)
 
 
 def _pack_message(message: dict[str, Any]) -> bytes | dict[str, Any]:
@@ -110,7 +110,7 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._messages: dict[str, list[bytes | dict[str, Any]]] = {}
-        self._calls: dict[str, tuple[CallRecord, bytes | None]] = {}
+        self._calls: dict[str, bytes | CallRecord] = {}
         self._run_calls: dict[str, list[str]] = {}
         self._pending: dict[str, PendingItem] = {}
         self._pacer = Pacer(WRITERS_PER_ITERATION)

@@ -1,0 +1,107 @@
+"""Beyond its conversation, a live run keeps at most one GC-tracked object per call.
+
+Issue 24: at 1,000 concurrent runs on one loop, each full collector pass walks every object
+the process holds (0.5 µs each; a pass was 100-350 ms, the loop's worst lag). A live run must
+keep its conversation (the messages the model is sent again each turn), but nothing more per
+call: the gate's queue of outputs waiting for the taint index kept four containers per call
+(an entry, the result dict, its content list, a list of vouched values), the memory store two
+(a record and a tuple). The store's are a byte string now, which the collector does not
+track; the queue keeps at most its entry.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import handrail as hr
+from handrail.models import Scripted, Turn, call, reply
+from handrail.store import Batch, CallStatus
+
+pytestmark = pytest.mark.anyio
+
+CALLS = 60
+FIRST, LAST = 10, 50
+"""The turns at which the process's tracked objects are counted."""
+
+
+@hr.tool(mutates=False)
+async def add(a: int) -> dict[str, Any]:
+    """Add one (a structured result: a dict, as many tools return)."""
+    return {"sum": a + 1, "parts": [a, 1]}
+
+
+def _tracked_in(root: Any) -> int:
+    """Tracked objects reachable from `root`, not counting classes (and what they hold)."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, type) or not gc.is_tracked(obj):
+            continue
+        seen.add(id(obj))
+        stack.extend(gc.get_referents(obj))
+    return len(seen)
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+async def test_a_live_run_keeps_at_most_one_tracked_object_a_call_beyond_its_conversation(
+        store_kind: str, tmp_path: Any) -> None:
+    counts: dict[int, tuple[int, int]] = {}
+
+    def turn(n: int) -> Any:
+        def make(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:
+            if n in (FIRST, LAST):
+                gc.collect()
+                counts[n] = (len(gc.get_objects()), _tracked_in(list(messages)))
+            return call("add", {"a": n}) if n < CALLS else reply("done")
+
+        return make
+
+    store = (hr.Store.memory() if store_kind == "memory"
+             else hr.Store.open(str(tmp_path / "runs.db")))
+    agent = hr.Agent(Scripted([turn(i) for i in range(CALLS + 1)]), [add],
+                     policy=hr.Policy.default(), max_steps=CALLS + 5)
+    result = await agent.run("add things", store=store)
+    await store.close()
+    assert result.output == "done"
+    process = counts[LAST][0] - counts[FIRST][0]
+    conversation = counts[LAST][1] - counts[FIRST][1]
+    calls = LAST - FIRST
+    # The conversation grows by a few objects a call (the messages and their parts).
+    assert conversation >= 4 * calls
+    # Everything else the process gained over 40 calls: at most one object a call (a
+    # queue entry for the taint index, when it holds the result object the history keeps
+    # anyway), with a margin for the run's bounded bookkeeping (the same turns each time).
+    # The gate's queue of result dicts made it grow by 4 a call, the memory store's copies
+    # of the records by 2.
+    assert process - conversation < calls + calls // 2, (process, conversation)
+
+
+async def test_a_turn_holds_one_batch_while_its_final_write_waits() -> None:
+    # The final write of a turn waits its turn behind every other run's (the store's
+    # pacer): what a run holds across it is held x1,000 at 1,000 runs, and walked by each
+    # young collector pass. The turn's first batch (committed, or merged into the final
+    # one) is not held there.
+    store = hr.Store.memory()
+    write = store.write
+    held: list[int] = []
+
+    async def counting_write(batch: Batch, *, wait: bool = True) -> None:
+        if batch.calls and all(c.status is CallStatus.FINISHED for c in batch.calls):
+            gc.collect()
+            held.append(sum(type(o) is Batch for o in gc.get_objects()))
+        await write(batch, wait=wait)
+
+    store.write = counting_write  # type: ignore[method-assign]
+    agent = hr.Agent(Scripted([call("add", {"a": 1}), call("add", {"a": 2}), reply("done")]),
+                     [add], policy=hr.Policy.default())
+    # Batches other tests left alive (a failed test's traceback, say) are not this run's.
+    gc.collect()
+    before = sum(type(o) is Batch for o in gc.get_objects())
+    result = await agent.run("add things", store=store)
+    assert result.output == "done"
+    assert held == [before + 1, before + 1]
