@@ -413,3 +413,34 @@ async def test_the_store_forgets_a_run_once_it_leaves_the_process(tmp_path: Path
         await store.write(Batch(run=run))
         assert (await store.run("r3")).steps == 7
         assert len(await store.runs(limit=100)) == 20
+
+
+async def test_a_running_runs_next_write_commits_two_pages(tmp_path: Path) -> None:
+    """A turn's write commits the run's row page and the log's page, nothing more.
+
+    An UPDATE naming the run's status re-files the row in the `runs_status` index even when
+    the status stays the same: one more page in every commit's WAL write (3 instead of 2 for
+    a lone run's turn). A change of status is still stored, whichever way it goes.
+    """
+    path = tmp_path / "runs.db"
+    async with Store.open(path) as store:
+        run = _run("r1", status=RunStatus.RUNNING)
+        await store.write(Batch(run=run, messages=[("r1", 0, {"k": 0})]))
+        frames = []
+        for i in range(1, 4):
+            _wal_frames(path)  # all copied into the file: the next commit restarts the WAL
+            run.steps = i
+            await store.write(Batch(run=run, messages=[("r1", i, {"k": i})]))
+            frames.append(_wal_frames(path))
+        assert min(frames) == 2, frames
+        for status in (RunStatus.READY, RunStatus.RUNNING, RunStatus.READY):
+            run.status, run.steps = status, run.steps + 1
+            await store.write(Batch(run=run))
+            stored = await store.run("r1")
+            assert (stored.status, stored.steps) == (status, run.steps)
+        run.status = RunStatus.RUNNING
+        for steps in (20, 21):  # written again after it left the process: its whole row
+            run.steps = steps
+            await store.write(Batch(run=run))
+            stored = await store.run("r1")
+            assert (stored.status, stored.steps, stored.task) == (RunStatus.RUNNING, steps, "t")

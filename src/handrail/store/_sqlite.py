@@ -378,7 +378,16 @@ _RUN_MUTABLE = ("status", "updated_at", "outcome", "input_tokens", "output_token
                 "model_requests", "remembered", "steps", "owner", "lease_until", "events")
 # A run's row is updated in place on every turn; the full upsert (which builds the whole row,
 # policy text included, before it finds the conflict) only when the row is not there yet.
-_RUN_UPDATE = "UPDATE runs SET " + ", ".join(f"{c} = ?" for c in _RUN_MUTABLE) + " WHERE id = ?"
+# Both UPDATEs take the same parameters: the mutable columns but the status (?1..?10), the
+# id (?11), the status (?12).
+_RUN_SET = ", ".join(f"{c} = ?{i}" for i, c in enumerate(_RUN_MUTABLE[1:], start=1))
+_RUN_UPDATE = f"UPDATE runs SET {_RUN_SET}, status = ?12 WHERE id = ?11"
+# A run's status rarely changes from one write to the next (a running run's turns). An UPDATE
+# naming the status re-files the row in the `runs_status` index even when the value is the
+# same, and the index's page is one more page each commit writes to the WAL (3 instead of 2
+# for a lone run's turn); this one leaves the status as it is, and matches no row when it
+# differs (the write then runs `_RUN_UPDATE`). Either way the row ends as the record says.
+_RUN_UPDATE_SAME_STATUS = f"UPDATE runs SET {_RUN_SET} WHERE id = ?11 AND status = ?12"
 _RUN_UPSERT = (
     f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 23)}) ON CONFLICT(id) DO "
     "UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _RUN_MUTABLE)
@@ -528,11 +537,16 @@ def _apply_write(run: RunRecord | None, run_update: tuple[Any, ...] | None,
                  inserts: tuple[tuple[str, tuple[Any, ...]], ...],
                  pending: tuple[tuple[Any, ...], ...], db: sqlite3.Connection) -> None:
     """One `write`'s rows, in the group's transaction (`db` last: a `partial` binds the rest)."""
-    if run is not None and run_update is not None and \
-            db.execute(_RUN_UPDATE, run_update).rowcount != 1:
-        # A new run, or (exceptionally) one whose first write was rolled back: the record
-        # as it is now, which is this write's or newer.
-        db.execute(_RUN_UPSERT, run_row if run_row is not None else _run_row(run))
+    if run is not None and run_update is not None:
+        if run_row is not None:
+            # The first write of the run in this process (new, or resumed from another):
+            # the whole row, or its mutable columns when it is there already.
+            db.execute(_RUN_UPSERT, run_row)
+        elif db.execute(_RUN_UPDATE_SAME_STATUS, run_update).rowcount != 1 and \
+                db.execute(_RUN_UPDATE, run_update).rowcount != 1:
+            # (Exceptionally) a run whose first write was rolled back: the record as it is
+            # now, which is this write's or newer.
+            db.execute(_RUN_UPSERT, _run_row(run))
     for sql, params in inserts:
         db.execute(sql, params)
     if pending:
@@ -1045,10 +1059,10 @@ class SQLiteStore(Store):
         run_update: tuple[Any, ...] | None = None
         if run is not None:
             check_run_record(run)
-            run_update = (run.status.value, run.updated_at, _dumps(run.outcome),
-                          run.input_tokens, run.output_tokens, run.model_requests,
-                          _dumps(run.remembered), run.steps, run.owner, run.lease_until,
-                          _dumps(run.events), run.id)
+            run_update = (run.updated_at, _dumps(run.outcome), run.input_tokens,
+                          run.output_tokens, run.model_requests, _dumps(run.remembered),
+                          run.steps, run.owner, run.lease_until, _dumps(run.events), run.id,
+                          run.status.value)
             if run.id not in self._runs_written:
                 # The whole row (policy text included) only for a run this store has not
                 # written yet; every later write of it is the UPDATE of what may change.
