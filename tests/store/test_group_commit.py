@@ -4,6 +4,7 @@ can wait (another process's lock) blocks the event loop."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sqlite3
 import subprocess
@@ -444,3 +445,36 @@ async def test_a_running_runs_next_write_commits_two_pages(tmp_path: Path) -> No
             await store.write(Batch(run=run))
             stored = await store.run("r1")
             assert (stored.status, stored.steps, stored.task) == (RunStatus.RUNNING, steps, "t")
+
+
+async def test_none_in_any_field_of_a_call_record_reads_back_in_its_place(tmp_path: Path
+                                                                          ) -> None:
+    """A call record's None values are written as NULL in the INSERT's text, not bound.
+
+    One INSERT per shape of a write's rows (which of their values are None): each record,
+    with a different field None, must read back with every value in its own column, in one
+    write beside messages, and in writes of their own.
+    """
+    from handrail.store import CallRecord, CallStatus
+
+    full = CallRecord(id="r1:c", run_id="r1", call_id="c", turn=1, index=2, model_name="m",
+                      tool="t/x", arguments='{"a": 1}', arguments_digest="sha256:cd",
+                      performed_arguments={"a": 1}, actions=[{"act": "read"}],
+                      verdict={"effect": "ask"}, decision={"kind": "approve"},
+                      decided_by="ops", status=CallStatus.FINISHED, result={"is_error": False},
+                      disposition="landed", error="e", answers=[{"v": 1}], pending_id="p1",
+                      started_at=7.0, ended_at=8.0, provenance={"output": "trusted"})
+    nullable = [f.name for f in dataclasses.fields(CallRecord)
+                if f.default is None and getattr(full, f.name) is not None]
+    assert len(nullable) >= 10, nullable
+    records = [dataclasses.replace(full, id=f"r1:{name}", call_id=name, **{name: None})
+               for name in nullable]
+    records.append(dataclasses.replace(full, id="r1:none", call_id="none",
+                                       **dict.fromkeys(nullable)))
+    async with Store.open(tmp_path / "runs.db") as store:
+        await store.write(Batch(run=_run("r1"), calls=records[:5],
+                                messages=[("r1", 0, {"k": None}), ("r1", 1, {"k": 1})]))
+        for record in records[5:]:
+            await store.write(Batch(calls=[record], messages=[("r1", 2, {"k": 2})]))
+        assert {r.id: r for r in await store.calls("r1")} == {r.id: r for r in records}
+        assert await store.messages("r1") == [{"k": None}, {"k": 1}, {"k": 2}]

@@ -397,28 +397,42 @@ _RUN_UPSERT = (
 _LOG_ROWS_PER_INSERT = 100
 """Log rows per INSERT statement (25 parameters a call row: far below SQLite's limit)."""
 
-_LOG_VALUES = {0: "(?,?,?,?)", 1: f"({','.join('?' * 25)})"}
-"""The VALUES of one log row: a message (kind, run_id, c0 = seq, c1 = data), a call record
-(kind, run_id, c0..c22 = its columns)."""
-
-_LOG_INSERTS: dict[tuple[int, ...], str] = {}
+_LOG_INSERTS: dict[tuple[Any, ...], str] = {}
+"""The INSERT of each shape of a write's log rows (`_log_insert`), built once."""
 
 
-def _log_insert(rows: list[tuple[Any, ...]]) -> str:
-    """One INSERT for a write's log rows (one statement instead of one per row or kind)."""
-    kinds = tuple(row[0] for row in rows)
-    sql = _LOG_INSERTS.get(kinds)
+def _log_values(shape: int | tuple[bool, ...]) -> str:
+    """The VALUES of one log row of the given shape.
+
+    A message is (kind, run_id, c0 = seq, c1 = data; c2..c22 are NULL), a call record (kind,
+    run_id, c0..c22 = its columns). `shape` is the row's length when it holds no None, else
+    which of its values are None (written as NULL, not bound).
+    """
+    marks = ["?"] * shape if isinstance(shape, int) else ["NULL" if n else "?" for n in shape]
+    return f"({','.join(marks + ['NULL'] * (25 - len(marks)))})"
+
+
+def _log_insert(rows: list[tuple[Any, ...]]) -> tuple[str, tuple[Any, ...]]:
+    """One INSERT for a write's log rows (one statement instead of one per row), and its values.
+
+    A None is written as NULL in the statement's text rather than bound: sqlite3 binds a None
+    through its adapter lookup, which fails an attribute lookup on a type and formats the
+    AttributeError for nothing (~3,000 instructions, a microsecond, a value; a call record
+    holds 5-8 of them, every turn). The shapes of real turns are few: each INSERT is built
+    and prepared once.
+    """
+    shape = tuple([len(row) if None not in row else tuple([v is None for v in row])
+                   for row in rows])
+    sql = _LOG_INSERTS.get(shape)
     if sql is None:
         if len(_LOG_INSERTS) > 256:
             _LOG_INSERTS.clear()  # bounded: the shapes of real turns are few
-        # A message row leaves c2..c22 out: SQL NULLs padded in the text, not bound.
-        pad = ",NULL" * 21
-        values = ",".join(_LOG_VALUES[1] if k else _LOG_VALUES[0][:-1] + pad + ")"
-                          for k in kinds)
-        sql = _LOG_INSERTS[kinds] = (
+        sql = _LOG_INSERTS[shape] = (
             f"INSERT INTO log (kind, run_id, {', '.join(f'c{i}' for i in range(23))}) "
-            f"VALUES {values}")
-    return sql
+            f"VALUES {','.join(_log_values(row) for row in shape)}")
+    return sql, tuple([v for row in rows for v in row if v is not None])
+
+
 _FOLD = (
     # In log order: a later record of the same message or call replaces an earlier one.
     "INSERT OR REPLACE INTO messages (run_id, seq, data) "
@@ -1077,9 +1091,9 @@ class SQLiteStore(Store):
         log += [(1, c.run_id, *_call_row(c)) for c in batch.calls]
         # Built now, as flat tuples of strings and numbers (which the collector stops
         # tracking): the write holds no list, closure or record of the caller's while queued.
-        inserts = tuple([(_log_insert(rows), tuple([v for row in rows for v in row]))
-                         for rows in [log[i:i + _LOG_ROWS_PER_INSERT]
-                                      for i in range(0, len(log), _LOG_ROWS_PER_INSERT)]])
+        inserts = ((_log_insert(log),) if 0 < len(log) <= _LOG_ROWS_PER_INSERT else
+                   tuple([_log_insert(log[i:i + _LOG_ROWS_PER_INSERT])
+                          for i in range(0, len(log), _LOG_ROWS_PER_INSERT)]))
         pending = tuple([_pending_row(p) for p in batch.pending]) if batch.pending else ()
         waiter = self._enqueue(
             functools.partial(_apply_write, run, run_update, run_row, inserts, pending),
