@@ -478,3 +478,67 @@ async def test_none_in_any_field_of_a_call_record_reads_back_in_its_place(tmp_pa
             await store.write(Batch(calls=[record], messages=[("r1", 2, {"k": 2})]))
         assert {r.id: r for r in await store.calls("r1")} == {r.id: r for r in records}
         assert await store.messages("r1") == [{"k": None}, {"k": 1}, {"k": 2}]
+
+
+async def test_a_lone_write_takes_one_loop_iteration(tmp_path: Path) -> None:
+    """A write on an idle store yields once and finds itself committed, as a memory store's.
+
+    Its group's commit is scheduled before the writer's resumption, so both happen in the
+    next iteration: one iteration a write instead of two (a commit, then a wake-up), each
+    ~40,000 instructions of a lone run's turn. Its failure still reaches its writer.
+    """
+    async with Store.open(tmp_path / "runs.db") as store:
+        run = _run("r1")
+        await store.write(Batch(run=run))
+        iterations = 0
+        done = anyio.Event()
+
+        async def ticker() -> None:
+            nonlocal iterations
+            while not done.is_set():
+                iterations += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            await anyio.lowlevel.checkpoint()
+            start = iterations
+            for i in range(20):
+                run.steps = i
+                await store.write(Batch(run=run, messages=[("r1", i, {"k": i})]))
+            spent = iterations - start
+            done.set()
+        assert spent <= 22, spent
+        assert (await store.run("r1")).steps == 19
+        assert len(await store.messages("r1")) == 20
+        with pytest.raises(StoreError, match="FOREIGN KEY"):
+            await store.write(Batch(messages=[("no-such-run", 0, {"k": 1})]))
+        await store.write(Batch(run=run, messages=[("r1", 20, {"k": 20})]))
+        assert len(await store.messages("r1")) == 21
+        # Its commit fails: the writer hears of it.
+        assert isinstance(store, SQLiteStore)
+        real = store._db
+        store._db = _CommitFails(real)  # type: ignore[assignment]
+        with pytest.raises(StoreError, match="rolled back"):
+            await store.write(Batch(run=run, messages=[("r1", 21, {"k": 21})]))
+        store._db = real
+        # Another connection holds the lock: its group goes to the thread, and the writer
+        # returns only once that has committed.
+        other = sqlite3.connect(tmp_path / "runs.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        done = anyio.Event()
+
+        async def write() -> None:
+            await store.write(Batch(run=run, messages=[("r1", 22, {"k": 22})]))
+            done.set()
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                for _ in range(50):
+                    await anyio.lowlevel.checkpoint()
+                assert not done.is_set()
+                other.execute("COMMIT")
+                await done.wait()
+        other.close()
+        assert len(await store.messages("r1")) == 22
