@@ -471,6 +471,8 @@ async def test_none_in_any_field_of_a_call_record_reads_back_in_its_place(tmp_pa
                for name in nullable]
     records.append(dataclasses.replace(full, id="r1:none", call_id="none",
                                        **dict.fromkeys(nullable)))
+    records.append(dataclasses.replace(full, id="r1:empty", call_id="empty", actions=[],
+                                       answers=[], result={}))
     async with Store.open(tmp_path / "runs.db") as store:
         await store.write(Batch(run=_run("r1"), calls=records[:5],
                                 messages=[("r1", 0, {"k": None}), ("r1", 1, {"k": 1})]))

@@ -479,11 +479,24 @@ def _run_row(r: RunRecord, policy_json: str | None = None) -> tuple[Any, ...]:
 
 
 def _call_row(c: CallRecord) -> tuple[Any, ...]:
-    return (c.id, c.run_id, c.call_id, c.turn, c.index, c.model_name, c.tool, c.arguments,
-            c.arguments_digest, _dumps(c.performed_arguments), _dumps(c.actions),
-            _dumps(c.verdict), _dumps(c.decision), c.decided_by, c.status.value,
-            _dumps(c.result), c.disposition, c.error, _dumps(c.answers), c.pending_id,
-            c.started_at, c.ended_at, _dumps(c.provenance))
+    """A call record's log row: kind 1, its run, then its columns (c0..c22).
+
+    Built once per call record a turn writes: `_dumps` inlined (a call less per field) and
+    the status's `_value_` read directly (`Enum.value` is a Python-level property).
+    """
+    enc = _ENCODE
+    actions, answers = c.actions, c.answers
+    return (1, c.run_id, c.id, c.run_id, c.call_id, c.turn, c.index, c.model_name, c.tool,
+            c.arguments, c.arguments_digest,
+            None if c.performed_arguments is None else enc(c.performed_arguments),
+            None if actions is None else "[]" if not actions and type(actions) is list
+            else enc(actions),
+            None if c.verdict is None else enc(c.verdict),
+            None if c.decision is None else enc(c.decision), c.decided_by, c.status._value_,
+            None if c.result is None else enc(c.result), c.disposition, c.error,
+            None if answers is None else "[]" if not answers and type(answers) is list
+            else enc(answers), c.pending_id,
+            c.started_at, c.ended_at, None if c.provenance is None else enc(c.provenance))
 
 
 def _pending_row(p: PendingItem) -> tuple[Any, ...]:
@@ -1091,7 +1104,7 @@ class SQLiteStore(Store):
             run_update = (run.updated_at, _dumps(run.outcome), run.input_tokens,
                           run.output_tokens, run.model_requests, _dumps(run.remembered),
                           run.steps, run.owner, run.lease_until, _dumps(run.events), run.id,
-                          run.status.value)
+                          run.status._value_)
             if run.id not in self._runs_written:
                 # The whole row (policy text included) only for a run this store has not
                 # written yet; every later write of it is the UPDATE of what may change.
@@ -1102,8 +1115,10 @@ class SQLiteStore(Store):
                 # or a long-lived server holds an id for every run it ever served. A later
                 # write of it builds its whole row once more, which its UPDATE makes unneeded.
                 self._runs_written.discard(run.id)
-        log = [(0, r, s, _ENCODE(m)) for r, s, m in batch.messages]
-        log += [(1, c.run_id, *_call_row(c)) for c in batch.calls]
+        enc = _ENCODE
+        log = [(0, r, s, enc(m)) for r, s, m in batch.messages]
+        if batch.calls:
+            log += [_call_row(c) for c in batch.calls]
         # Built now, as flat tuples of strings and numbers (which the collector stops
         # tracking): the write holds no list, closure or record of the caller's while queued.
         inserts = ((_log_insert(log),) if 0 < len(log) <= _LOG_ROWS_PER_INSERT else
