@@ -544,3 +544,40 @@ async def test_a_lone_write_takes_one_loop_iteration(tmp_path: Path) -> None:
                 await done.wait()
         other.close()
         assert len(await store.messages("r1")) == 22
+
+
+class _CountsGroups:
+    """A connection that records how many runs each transaction inserts."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.groups: list[int] = []
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "BEGIN IMMEDIATE":
+            self.groups.append(0)
+        elif sql.startswith("INSERT INTO runs"):
+            self.groups[-1] += 1
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+async def test_a_group_on_the_loop_holds_at_most_loop_group_limit_writes(tmp_path: Path
+                                                                         ) -> None:
+    """A commit on the event loop is bounded: the writes beyond the limit go in later groups."""
+    from handrail.store._sqlite import LOOP_GROUP_LIMIT
+
+    async with Store.open(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+        await store.write(Batch(run=_run("first")))
+        counting = _CountsGroups(store._db)
+        store._db = counting  # type: ignore[assignment]
+        writes = [lambda i=i: store.write(Batch(run=_run(f"r{i}")))
+                  for i in range(3 * LOOP_GROUP_LIMIT)]
+        assert await _concurrently(*writes) == [None] * len(writes)
+        store._db = counting.db
+        assert len(await store.runs(limit=1000)) == 3 * LOOP_GROUP_LIMIT + 1
+    assert sum(counting.groups) == 3 * LOOP_GROUP_LIMIT
+    assert max(counting.groups) == LOOP_GROUP_LIMIT, counting.groups
