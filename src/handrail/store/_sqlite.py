@@ -24,7 +24,9 @@ commit on the thread, and concurrent runs share each fsync.
 Releasing: a group's waiters resume at most `RELEASE_PER_ITERATION` per loop iteration (each
 does a turn of work in that iteration; released at once, 100 runs' would hold the loop for
 one long iteration), and what they write meanwhile joins the next group, committed once they
-all have resumed.
+all have resumed. A write on an idle store (a lone run's turn) needs no waiter: its group's
+commit is scheduled before the writer yields, so in the next iteration the commit runs and
+the writer finds its outcome (one iteration a write instead of two).
 
 Reads run on the store's thread on a second connection (a read's size is not bounded: a run
 with 10,000 calls), after every write issued before them has committed.
