@@ -439,12 +439,34 @@ async def test_a_running_runs_next_write_commits_two_pages(tmp_path: Path) -> No
             await store.write(Batch(run=run))
             stored = await store.run("r1")
             assert (stored.status, stored.steps) == (status, run.steps)
-        run.status = RunStatus.RUNNING
+        # A running run pauses (an outcome), resumes (none), pauses again.
+        for request in ("p1", "p2"):
+            for _ in range(2):
+                run.status, run.outcome = RunStatus.RUNNING, None
+                run.steps += 1
+                await store.write(Batch(run=run))
+            assert (await store.run("r1")).outcome is None
+            # The row says more than the record (changed outside, say): the next write of
+            # the record leaves the row as the record says, whatever it held.
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("UPDATE runs SET outcome = '{}' WHERE id = 'r1'")
+            other.close()
+            await store.write(Batch(run=run))
+            assert (await store.run("r1")).outcome is None
+            run.status = RunStatus.AWAITING_APPROVAL
+            run.outcome = {"kind": "awaiting_approval", "request_id": request}
+            run.steps += 1
+            await store.write(Batch(run=run))
+            stored = await store.run("r1")
+            assert (stored.status, stored.outcome, stored.steps) == (
+                run.status, run.outcome, run.steps)
+        run.status, run.outcome = RunStatus.RUNNING, None
         for steps in (20, 21):  # written again after it left the process: its whole row
             run.steps = steps
             await store.write(Batch(run=run))
             stored = await store.run("r1")
-            assert (stored.status, stored.steps, stored.task) == (RunStatus.RUNNING, steps, "t")
+            assert (stored.status, stored.steps, stored.task, stored.outcome) == (
+                RunStatus.RUNNING, steps, "t", None)
 
 
 async def test_none_in_any_field_of_a_call_record_reads_back_in_its_place(tmp_path: Path

@@ -380,16 +380,25 @@ _RUN_MUTABLE = ("status", "updated_at", "outcome", "input_tokens", "output_token
                 "model_requests", "remembered", "steps", "owner", "lease_until", "events")
 # A run's row is updated in place on every turn; the full upsert (which builds the whole row,
 # policy text included, before it finds the conflict) only when the row is not there yet.
-# Both UPDATEs take the same parameters: the mutable columns but the status (?1..?10), the
-# id (?11), the status (?12).
-_RUN_SET = ", ".join(f"{c} = ?{i}" for i, c in enumerate(_RUN_MUTABLE[1:], start=1))
-_RUN_UPDATE = f"UPDATE runs SET {_RUN_SET}, status = ?12 WHERE id = ?11"
+# Every UPDATE takes the same parameters: the mutable columns but the status and the outcome
+# (?1..?9), the id (?10), the status (?11), and the outcome (?12) unless it is None: then the
+# statement says NULL (sqlite3 binds a None through a failing adapter lookup, ~3,000
+# instructions; a running run's outcome is None on every turn).
+_RUN_HOT = ("updated_at", "input_tokens", "output_tokens", "model_requests", "remembered",
+            "steps", "owner", "lease_until", "events")
+_RUN_SET = ", ".join(f"{c} = ?{i}" for i, c in enumerate(_RUN_HOT, start=1))
 # A run's status rarely changes from one write to the next (a running run's turns). An UPDATE
 # naming the status re-files the row in the `runs_status` index even when the value is the
 # same, and the index's page is one more page each commit writes to the WAL (3 instead of 2
-# for a lone run's turn); this one leaves the status as it is, and matches no row when it
-# differs (the write then runs `_RUN_UPDATE`). Either way the row ends as the record says.
-_RUN_UPDATE_SAME_STATUS = f"UPDATE runs SET {_RUN_SET} WHERE id = ?11 AND status = ?12"
+# for a lone run's turn); the first leaves the status as it is, and matches no row when it
+# differs (the write then runs the second). Either way the row ends as the record says.
+_RUN_UPDATES = {
+    (same_status, has_outcome): (
+        f"UPDATE runs SET {_RUN_SET}, outcome = {'?12' if has_outcome else 'NULL'}"
+        + (" WHERE id = ?10 AND status = ?11" if same_status else
+           ", status = ?11 WHERE id = ?10"))
+    for same_status in (True, False) for has_outcome in (True, False)
+}
 _RUN_UPSERT = (
     f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 23)}) ON CONFLICT(id) DO "
     "UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _RUN_MUTABLE)
@@ -579,8 +588,9 @@ def _apply_write(run: RunRecord | None, run_update: tuple[Any, ...] | None,
             # The first write of the run in this process (new, or resumed from another):
             # the whole row, or its mutable columns when it is there already.
             db.execute(_RUN_UPSERT, run_row)
-        elif db.execute(_RUN_UPDATE_SAME_STATUS, run_update).rowcount != 1 and \
-                db.execute(_RUN_UPDATE, run_update).rowcount != 1:
+        elif db.execute(_RUN_UPDATES[True, len(run_update) == 12], run_update).rowcount != 1 \
+                and db.execute(_RUN_UPDATES[False, len(run_update) == 12],
+                               run_update).rowcount != 1:
             # (Exceptionally) a run whose first write was rolled back: the record as it is
             # now, which is this write's or newer.
             db.execute(_RUN_UPSERT, _run_row(run))
@@ -1106,10 +1116,15 @@ class SQLiteStore(Store):
         run_update: tuple[Any, ...] | None = None
         if run is not None:
             check_run_record(run)
-            run_update = (run.updated_at, _dumps(run.outcome), run.input_tokens,
-                          run.output_tokens, run.model_requests, _dumps(run.remembered),
-                          run.steps, run.owner, run.lease_until, _dumps(run.events), run.id,
-                          run.status._value_)
+            outcome = run.outcome
+            run_update = (
+                (run.updated_at, run.input_tokens, run.output_tokens, run.model_requests,
+                 _dumps(run.remembered), run.steps, run.owner, run.lease_until,
+                 _dumps(run.events), run.id, run.status._value_)
+                if outcome is None else
+                (run.updated_at, run.input_tokens, run.output_tokens, run.model_requests,
+                 _dumps(run.remembered), run.steps, run.owner, run.lease_until,
+                 _dumps(run.events), run.id, run.status._value_, _ENCODE(outcome)))
             if run.id not in self._runs_written:
                 # The whole row (policy text included) only for a run this store has not
                 # written yet; every later write of it is the UPDATE of what may change.
