@@ -904,7 +904,8 @@ class SQLiteStore(Store):
             return
         if self._commit_on_loop and not self._ops[0].maintenance:
             ops = self._ops[:LOOP_GROUP_LIMIT]
-            if any(op.maintenance for op in ops):
+            # (The first is no upkeep: a lone write needs no look.)
+            if len(ops) > 1 and any(op.maintenance for op in ops):
                 # Upkeep takes milliseconds: it goes to the thread with the writes behind it.
                 ops = ops[:next(i for i, op in enumerate(ops) if op.maintenance)]
             del self._ops[:len(ops)]
