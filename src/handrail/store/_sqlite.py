@@ -527,12 +527,9 @@ CHECKPOINT_EVERY = 1024
 """Group commits between two folds of the log (each followed by a PASSIVE checkpoint). Larger
 folds write each table page once for more rows; the WAL grows by a few pages a commit."""
 
-LOOP_GROUP_LIMIT = 32
+LOOP_GROUP_LIMIT = 16
 """At most this many operations per group committed on the event loop (bounds the loop's
-time in one commit to ~0.5 ms; the rest go in the next group). Issue 24, 100 runs on one
-store: 32 rather than 16 made a call ~12,000 instructions cheaper (a transaction's BEGIN,
-COMMIT and bookkeeping shared by twice the writes, each run's row page written once for more
-of them), with the loop's lag set by the paced releases (`RELEASE_PER_ITERATION`) as before."""
+time in one commit to a few hundred µs; the rest go in the next group)."""
 
 RELEASE_PER_ITERATION = 4
 """At most this many waiters of committed writes resume per event-loop iteration; the rest
