@@ -603,3 +603,74 @@ async def test_a_group_on_the_loop_holds_at_most_loop_group_limit_writes(tmp_pat
         assert len(await store.runs(limit=1000)) == 3 * LOOP_GROUP_LIMIT + 1
     assert sum(counting.groups) == 3 * LOOP_GROUP_LIMIT
     assert max(counting.groups) == LOOP_GROUP_LIMIT, counting.groups
+
+
+async def test_a_lone_write_on_an_idle_loop_commits_without_yielding(tmp_path: Path) -> None:
+    """Nothing else on the loop could run: the write commits at once, without a yield.
+
+    With no callback ready, no timer due, and a yield less than `YIELD_HOLD_SECONDS` ago, the
+    iteration a yield would end has nothing else in it (the memory store's pacer follows the
+    same rule). Past the hold, or with something else ready, the write yields as before.
+    """
+    import asyncio
+
+    async with Store.open(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+        run = _run("r1")
+        await store.write(Batch(run=run))
+        loop = asyncio.get_running_loop()
+        scheduled = 0
+        original = loop.call_soon
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal scheduled
+            scheduled += 1
+            return original(*args, **kwargs)
+
+        async def writes(first: int, hold: bool,
+                         timer: Callable[[int], None] | None = None) -> int:
+            nonlocal scheduled
+            scheduled = 0
+            loop.call_soon = counting  # type: ignore[method-assign]
+            try:
+                for i in range(first, first + 10):
+                    # Just yielded (within the hold), or long ago.
+                    store._resumed_at = loop.time() if hold else float("-inf")
+                    if timer is not None:
+                        loop.call_at(loop.time() - 1, timer, i)
+                    run.steps = i
+                    await store.write(Batch(run=run, messages=[("r1", i, {"k": i})]))
+            finally:
+                del loop.call_soon
+            return scheduled
+
+        # (The first may find the test's own callbacks still ready.)
+        assert await writes(0, hold=True) <= 2
+        assert await writes(10, hold=False) >= 20  # its commit, then its resumption
+        stored = await store.run("r1")
+        assert stored.steps == 19
+        assert len(await store.messages("r1")) == 20
+        # A timer due: the write yields to it.
+        fired: list[int] = []
+        assert await writes(30, hold=True, timer=fired.append) >= 20
+        await anyio.lowlevel.checkpoint()
+        assert fired == list(range(30, 40))
+        # Another task ready: each write yields to it, hold or not.
+        ticks = 0
+        done = anyio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            await anyio.lowlevel.checkpoint()
+            before = ticks
+            for i in range(40, 50):
+                store._resumed_at = loop.time()
+                await store.write(Batch(messages=[("r1", i, {"k": i})]))
+            assert ticks - before >= 10
+            done.set()
