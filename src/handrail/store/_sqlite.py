@@ -1178,15 +1178,16 @@ class SQLiteStore(Store):
                 and self._loop is not None and self._loop is _running_loop())
 
     async def _write_direct(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
-        """Queue a write on an idle store, yield once, and find it committed.
+        """Queue a write on an idle store, yield once (or not at all), and find it committed.
 
         The group's commit (`_flush`) is scheduled before this writer's own resumption, so in
         the next iteration it runs first and the writer finds its outcome on the operation:
         one loop iteration a write, as the memory store's yield, instead of two (a commit,
         then a waiter's wake-up). An iteration is ~40,000 instructions (issue 24: a lone
-        run's turn was ~30% dearer on SQLite for its store's machinery alone). When the group
-        did not commit in that iteration (it went to the thread: another connection holds
-        the lock), the writer waits for it as any other does.
+        run's turn was ~30% dearer on SQLite for its store's machinery alone). When nothing
+        else could run in that iteration, the commit runs here instead (below). When the
+        group did not commit (it went to the thread: another connection holds the lock),
+        the writer waits for it as any other does.
         """
         self._check_open()
         loop = self._loop
