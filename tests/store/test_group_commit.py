@@ -4,6 +4,7 @@ can wait (another process's lock) blocks the event loop."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sqlite3
 import subprocess
@@ -413,3 +414,263 @@ async def test_the_store_forgets_a_run_once_it_leaves_the_process(tmp_path: Path
         await store.write(Batch(run=run))
         assert (await store.run("r3")).steps == 7
         assert len(await store.runs(limit=100)) == 20
+
+
+async def test_a_running_runs_next_write_commits_two_pages(tmp_path: Path) -> None:
+    """A turn's write commits the run's row page and the log's page, nothing more.
+
+    An UPDATE naming the run's status re-files the row in the `runs_status` index even when
+    the status stays the same: one more page in every commit's WAL write (3 instead of 2 for
+    a lone run's turn). A change of status is still stored, whichever way it goes.
+    """
+    path = tmp_path / "runs.db"
+    async with Store.open(path) as store:
+        run = _run("r1", status=RunStatus.RUNNING)
+        await store.write(Batch(run=run, messages=[("r1", 0, {"k": 0})]))
+        frames = []
+        for i in range(1, 4):
+            _wal_frames(path)  # all copied into the file: the next commit restarts the WAL
+            run.steps = i
+            await store.write(Batch(run=run, messages=[("r1", i, {"k": i})]))
+            frames.append(_wal_frames(path))
+        assert min(frames) == 2, frames
+        for status in (RunStatus.READY, RunStatus.RUNNING, RunStatus.READY):
+            run.status, run.steps = status, run.steps + 1
+            await store.write(Batch(run=run))
+            stored = await store.run("r1")
+            assert (stored.status, stored.steps) == (status, run.steps)
+        # A running run pauses (an outcome), resumes (none), pauses again.
+        for request in ("p1", "p2"):
+            for _ in range(2):
+                run.status, run.outcome = RunStatus.RUNNING, None
+                run.steps += 1
+                await store.write(Batch(run=run))
+            assert (await store.run("r1")).outcome is None
+            # The row says more than the record (changed outside, say): the next write of
+            # the record leaves the row as the record says, whatever it held.
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("UPDATE runs SET outcome = '{}' WHERE id = 'r1'")
+            other.close()
+            await store.write(Batch(run=run))
+            assert (await store.run("r1")).outcome is None
+            run.status = RunStatus.AWAITING_APPROVAL
+            run.outcome = {"kind": "awaiting_approval", "request_id": request}
+            run.steps += 1
+            await store.write(Batch(run=run))
+            stored = await store.run("r1")
+            assert (stored.status, stored.outcome, stored.steps) == (
+                run.status, run.outcome, run.steps)
+        run.status, run.outcome = RunStatus.RUNNING, None
+        for steps in (20, 21):  # written again after it left the process: its whole row
+            run.steps = steps
+            await store.write(Batch(run=run))
+            stored = await store.run("r1")
+            assert (stored.status, stored.steps, stored.task, stored.outcome) == (
+                RunStatus.RUNNING, steps, "t", None)
+
+
+async def test_none_in_any_field_of_a_call_record_reads_back_in_its_place(tmp_path: Path
+                                                                          ) -> None:
+    """A call record's None values are written as NULL in the INSERT's text, not bound.
+
+    One INSERT per shape of a write's rows (which of their values are None): each record,
+    with a different field None, must read back with every value in its own column, in one
+    write beside messages, and in writes of their own.
+    """
+    from handrail.store import CallRecord, CallStatus
+
+    full = CallRecord(id="r1:c", run_id="r1", call_id="c", turn=1, index=2, model_name="m",
+                      tool="t/x", arguments='{"a": 1}', arguments_digest="sha256:cd",
+                      performed_arguments={"a": 1}, actions=[{"act": "read"}],
+                      verdict={"effect": "ask"}, decision={"kind": "approve"},
+                      decided_by="ops", status=CallStatus.FINISHED, result={"is_error": False},
+                      disposition="landed", error="e", answers=[{"v": 1}], pending_id="p1",
+                      started_at=7.0, ended_at=8.0, provenance={"output": "trusted"})
+    nullable = [f.name for f in dataclasses.fields(CallRecord)
+                if f.default is None and getattr(full, f.name) is not None]
+    assert len(nullable) >= 10, nullable
+    records = [dataclasses.replace(full, id=f"r1:{name}", call_id=name, **{name: None})
+               for name in nullable]
+    records.append(dataclasses.replace(full, id="r1:none", call_id="none",
+                                       **dict.fromkeys(nullable)))
+    records.append(dataclasses.replace(full, id="r1:empty", call_id="empty", actions=[],
+                                       answers=[], result={}))
+    async with Store.open(tmp_path / "runs.db") as store:
+        await store.write(Batch(run=_run("r1"), calls=records[:5],
+                                messages=[("r1", 0, {"k": None}), ("r1", 1, {"k": 1})]))
+        for record in records[5:]:
+            await store.write(Batch(calls=[record], messages=[("r1", 2, {"k": 2})]))
+        assert {r.id: r for r in await store.calls("r1")} == {r.id: r for r in records}
+        assert await store.messages("r1") == [{"k": None}, {"k": 1}, {"k": 2}]
+
+
+async def test_a_lone_write_takes_one_loop_iteration(tmp_path: Path) -> None:
+    """A write on an idle store yields once and finds itself committed, as a memory store's.
+
+    Its group's commit is scheduled before the writer's resumption, so both happen in the
+    next iteration: one iteration a write instead of two (a commit, then a wake-up), each
+    ~40,000 instructions of a lone run's turn. Its failure still reaches its writer.
+    """
+    async with Store.open(tmp_path / "runs.db") as store:
+        run = _run("r1")
+        await store.write(Batch(run=run))
+        iterations = 0
+        done = anyio.Event()
+
+        async def ticker() -> None:
+            nonlocal iterations
+            while not done.is_set():
+                iterations += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            await anyio.lowlevel.checkpoint()
+            start = iterations
+            for i in range(20):
+                run.steps = i
+                await store.write(Batch(run=run, messages=[("r1", i, {"k": i})]))
+            spent = iterations - start
+            done.set()
+        assert spent <= 22, spent
+        assert (await store.run("r1")).steps == 19
+        assert len(await store.messages("r1")) == 20
+        with pytest.raises(StoreError, match="FOREIGN KEY"):
+            await store.write(Batch(messages=[("no-such-run", 0, {"k": 1})]))
+        await store.write(Batch(run=run, messages=[("r1", 20, {"k": 20})]))
+        assert len(await store.messages("r1")) == 21
+        # Its commit fails: the writer hears of it.
+        assert isinstance(store, SQLiteStore)
+        real = store._db
+        store._db = _CommitFails(real)  # type: ignore[assignment]
+        with pytest.raises(StoreError, match="rolled back"):
+            await store.write(Batch(run=run, messages=[("r1", 21, {"k": 21})]))
+        store._db = real
+        # Another connection holds the lock: its group goes to the thread, and the writer
+        # returns only once that has committed.
+        other = sqlite3.connect(tmp_path / "runs.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        done = anyio.Event()
+
+        async def write() -> None:
+            await store.write(Batch(run=run, messages=[("r1", 22, {"k": 22})]))
+            done.set()
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write)
+                for _ in range(50):
+                    await anyio.lowlevel.checkpoint()
+                assert not done.is_set()
+                other.execute("COMMIT")
+                await done.wait()
+        other.close()
+        assert len(await store.messages("r1")) == 22
+
+
+class _CountsGroups:
+    """A connection that records how many runs each transaction inserts."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.groups: list[int] = []
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "BEGIN IMMEDIATE":
+            self.groups.append(0)
+        elif sql.startswith("INSERT INTO runs"):
+            self.groups[-1] += 1
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+async def test_a_group_on_the_loop_holds_at_most_loop_group_limit_writes(tmp_path: Path
+                                                                         ) -> None:
+    """A commit on the event loop is bounded: the writes beyond the limit go in later groups."""
+    from handrail.store._sqlite import LOOP_GROUP_LIMIT
+
+    async with Store.open(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+        await store.write(Batch(run=_run("first")))
+        counting = _CountsGroups(store._db)
+        store._db = counting  # type: ignore[assignment]
+        writes = [lambda i=i: store.write(Batch(run=_run(f"r{i}")))
+                  for i in range(3 * LOOP_GROUP_LIMIT)]
+        assert await _concurrently(*writes) == [None] * len(writes)
+        store._db = counting.db
+        assert len(await store.runs(limit=1000)) == 3 * LOOP_GROUP_LIMIT + 1
+    assert sum(counting.groups) == 3 * LOOP_GROUP_LIMIT
+    assert max(counting.groups) == LOOP_GROUP_LIMIT, counting.groups
+
+
+async def test_a_lone_write_on_an_idle_loop_commits_without_yielding(tmp_path: Path) -> None:
+    """Nothing else on the loop could run: the write commits at once, without a yield.
+
+    With no callback ready, no timer due, and a yield less than `YIELD_HOLD_SECONDS` ago, the
+    iteration a yield would end has nothing else in it (the memory store's pacer follows the
+    same rule). Past the hold, or with something else ready, the write yields as before.
+    """
+    import asyncio
+
+    async with Store.open(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+        run = _run("r1")
+        await store.write(Batch(run=run))
+        loop = asyncio.get_running_loop()
+        scheduled = 0
+        original = loop.call_soon
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal scheduled
+            scheduled += 1
+            return original(*args, **kwargs)
+
+        async def writes(first: int, hold: bool,
+                         timer: Callable[[int], None] | None = None) -> int:
+            nonlocal scheduled
+            scheduled = 0
+            loop.call_soon = counting  # type: ignore[method-assign]
+            try:
+                for i in range(first, first + 10):
+                    # Just yielded (within the hold), or long ago.
+                    store._resumed_at = loop.time() if hold else float("-inf")
+                    if timer is not None:
+                        loop.call_at(loop.time() - 1, timer, i)
+                    run.steps = i
+                    await store.write(Batch(run=run, messages=[("r1", i, {"k": i})]))
+            finally:
+                del loop.call_soon
+            return scheduled
+
+        # (The first may find the test's own callbacks still ready.)
+        assert await writes(0, hold=True) <= 2
+        assert await writes(10, hold=False) >= 20  # its commit, then its resumption
+        stored = await store.run("r1")
+        assert stored.steps == 19
+        assert len(await store.messages("r1")) == 20
+        # A timer due: the write yields to it.
+        fired: list[int] = []
+        assert await writes(30, hold=True, timer=fired.append) >= 20
+        await anyio.lowlevel.checkpoint()
+        assert fired == list(range(30, 40))
+        # Another task ready: each write yields to it, hold or not.
+        ticks = 0
+        done = anyio.Event()
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            await anyio.lowlevel.checkpoint()
+            before = ticks
+            for i in range(40, 50):
+                store._resumed_at = loop.time()
+                await store.write(Batch(messages=[("r1", i, {"k": i})]))
+            assert ticks - before >= 10
+            done.set()

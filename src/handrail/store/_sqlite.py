@@ -24,7 +24,11 @@ commit on the thread, and concurrent runs share each fsync.
 Releasing: a group's waiters resume at most `RELEASE_PER_ITERATION` per loop iteration (each
 does a turn of work in that iteration; released at once, 100 runs' would hold the loop for
 one long iteration), and what they write meanwhile joins the next group, committed once they
-all have resumed.
+all have resumed. A write on an idle store (a lone run's turn) needs no waiter: its group's
+commit is scheduled before the writer yields, so in the next iteration the commit runs and
+the writer finds its outcome (one iteration a write instead of two); and when nothing else
+on the loop could run in that iteration (no callback ready, no timer due) and the store
+yielded less than `YIELD_HOLD_SECONDS` ago, the write commits at once, without a yield.
 
 Reads run on the store's thread on a second connection (a read's size is not bounded: a run
 with 10,000 calls), after every write issued before them has committed.
@@ -378,7 +382,25 @@ _RUN_MUTABLE = ("status", "updated_at", "outcome", "input_tokens", "output_token
                 "model_requests", "remembered", "steps", "owner", "lease_until", "events")
 # A run's row is updated in place on every turn; the full upsert (which builds the whole row,
 # policy text included, before it finds the conflict) only when the row is not there yet.
-_RUN_UPDATE = "UPDATE runs SET " + ", ".join(f"{c} = ?" for c in _RUN_MUTABLE) + " WHERE id = ?"
+# Every UPDATE takes the same parameters: the mutable columns but the status and the outcome
+# (?1..?9), the id (?10), the status (?11), and the outcome (?12) unless it is None: then the
+# statement says NULL (sqlite3 binds a None through a failing adapter lookup, ~3,000
+# instructions; a running run's outcome is None on every turn).
+_RUN_HOT = ("updated_at", "input_tokens", "output_tokens", "model_requests", "remembered",
+            "steps", "owner", "lease_until", "events")
+_RUN_SET = ", ".join(f"{c} = ?{i}" for i, c in enumerate(_RUN_HOT, start=1))
+# A run's status rarely changes from one write to the next (a running run's turns). An UPDATE
+# naming the status re-files the row in the `runs_status` index even when the value is the
+# same, and the index's page is one more page each commit writes to the WAL (3 instead of 2
+# for a lone run's turn); the first leaves the status as it is, and matches no row when it
+# differs (the write then runs the second). Either way the row ends as the record says.
+_RUN_UPDATES = {
+    (same_status, has_outcome): (
+        f"UPDATE runs SET {_RUN_SET}, outcome = {'?12' if has_outcome else 'NULL'}"
+        + (" WHERE id = ?10 AND status = ?11" if same_status else
+           ", status = ?11 WHERE id = ?10"))
+    for same_status in (True, False) for has_outcome in (True, False)
+}
 _RUN_UPSERT = (
     f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 23)}) ON CONFLICT(id) DO "
     "UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in _RUN_MUTABLE)
@@ -388,28 +410,42 @@ _RUN_UPSERT = (
 _LOG_ROWS_PER_INSERT = 100
 """Log rows per INSERT statement (25 parameters a call row: far below SQLite's limit)."""
 
-_LOG_VALUES = {0: "(?,?,?,?)", 1: f"({','.join('?' * 25)})"}
-"""The VALUES of one log row: a message (kind, run_id, c0 = seq, c1 = data), a call record
-(kind, run_id, c0..c22 = its columns)."""
-
-_LOG_INSERTS: dict[tuple[int, ...], str] = {}
+_LOG_INSERTS: dict[tuple[Any, ...], str] = {}
+"""The INSERT of each shape of a write's log rows (`_log_insert`), built once."""
 
 
-def _log_insert(rows: list[tuple[Any, ...]]) -> str:
-    """One INSERT for a write's log rows (one statement instead of one per row or kind)."""
-    kinds = tuple(row[0] for row in rows)
-    sql = _LOG_INSERTS.get(kinds)
+def _log_values(shape: int | tuple[bool, ...]) -> str:
+    """The VALUES of one log row of the given shape.
+
+    A message is (kind, run_id, c0 = seq, c1 = data; c2..c22 are NULL), a call record (kind,
+    run_id, c0..c22 = its columns). `shape` is the row's length when it holds no None, else
+    which of its values are None (written as NULL, not bound).
+    """
+    marks = ["?"] * shape if isinstance(shape, int) else ["NULL" if n else "?" for n in shape]
+    return f"({','.join(marks + ['NULL'] * (25 - len(marks)))})"
+
+
+def _log_insert(rows: list[tuple[Any, ...]]) -> tuple[str, tuple[Any, ...]]:
+    """One INSERT for a write's log rows (one statement instead of one per row), and its values.
+
+    A None is written as NULL in the statement's text rather than bound: sqlite3 binds a None
+    through its adapter lookup, which fails an attribute lookup on a type and formats the
+    AttributeError for nothing (~3,000 instructions, a microsecond, a value; a call record
+    holds 5-8 of them, every turn). The shapes of real turns are few: each INSERT is built
+    and prepared once.
+    """
+    shape = tuple([len(row) if None not in row else tuple([v is None for v in row])
+                   for row in rows])
+    sql = _LOG_INSERTS.get(shape)
     if sql is None:
         if len(_LOG_INSERTS) > 256:
             _LOG_INSERTS.clear()  # bounded: the shapes of real turns are few
-        # A message row leaves c2..c22 out: SQL NULLs padded in the text, not bound.
-        pad = ",NULL" * 21
-        values = ",".join(_LOG_VALUES[1] if k else _LOG_VALUES[0][:-1] + pad + ")"
-                          for k in kinds)
-        sql = _LOG_INSERTS[kinds] = (
+        sql = _LOG_INSERTS[shape] = (
             f"INSERT INTO log (kind, run_id, {', '.join(f'c{i}' for i in range(23))}) "
-            f"VALUES {values}")
-    return sql
+            f"VALUES {','.join(_log_values(row) for row in shape)}")
+    return sql, tuple([v for row in rows for v in row if v is not None])
+
+
 _FOLD = (
     # In log order: a later record of the same message or call replaces an earlier one.
     "INSERT OR REPLACE INTO messages (run_id, seq, data) "
@@ -456,11 +492,24 @@ def _run_row(r: RunRecord, policy_json: str | None = None) -> tuple[Any, ...]:
 
 
 def _call_row(c: CallRecord) -> tuple[Any, ...]:
-    return (c.id, c.run_id, c.call_id, c.turn, c.index, c.model_name, c.tool, c.arguments,
-            c.arguments_digest, _dumps(c.performed_arguments), _dumps(c.actions),
-            _dumps(c.verdict), _dumps(c.decision), c.decided_by, c.status.value,
-            _dumps(c.result), c.disposition, c.error, _dumps(c.answers), c.pending_id,
-            c.started_at, c.ended_at, _dumps(c.provenance))
+    """A call record's log row: kind 1, its run, then its columns (c0..c22).
+
+    Built once per call record a turn writes: `_dumps` inlined (a call less per field) and
+    the status's `_value_` read directly (`Enum.value` is a Python-level property).
+    """
+    enc = _ENCODE
+    actions, answers = c.actions, c.answers
+    return (1, c.run_id, c.id, c.run_id, c.call_id, c.turn, c.index, c.model_name, c.tool,
+            c.arguments, c.arguments_digest,
+            None if c.performed_arguments is None else enc(c.performed_arguments),
+            None if actions is None else "[]" if not actions and type(actions) is list
+            else enc(actions),
+            None if c.verdict is None else enc(c.verdict),
+            None if c.decision is None else enc(c.decision), c.decided_by, c.status._value_,
+            None if c.result is None else enc(c.result), c.disposition, c.error,
+            None if answers is None else "[]" if not answers and type(answers) is list
+            else enc(answers), c.pending_id,
+            c.started_at, c.ended_at, None if c.provenance is None else enc(c.provenance))
 
 
 def _pending_row(p: PendingItem) -> tuple[Any, ...]:
@@ -492,6 +541,20 @@ the whole iteration: the number released, not the commit (tens of µs), sets the
 Issue 24, 100 runs on one store: releasing a whole group of 16 at once made the median
 iteration ~4 ms of CPU; 4 at a time, ~1 ms, with the same throughput."""
 
+YIELD_HOLD_SECONDS = 0.0005
+"""How long writes on an idle store may go on without yielding when nothing else on the loop
+is ready: a lone run's write commits at once instead of after an empty loop iteration, and
+the loop still polls for I/O at least this often plus one turn."""
+
+
+def _timer_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:
+    """Whether a timer of `loop` is due (or the loop keeps its timers where we cannot look)."""
+    scheduled = getattr(loop, "_scheduled", None)
+    if type(scheduled) is not list:
+        return True  # another loop (uvloop): always yield
+    return bool(scheduled) and scheduled[0].when() <= now
+
+
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
@@ -512,15 +575,20 @@ class _Op:
     ones (issue 24: 1,000 runs, the middle generation reached 40,000 objects).
     """
 
-    __slots__ = ("fn", "future", "maintenance")
+    __slots__ = ("direct", "fn", "future", "maintenance", "outcome")
 
     def __init__(self, fn: Callable[[sqlite3.Connection], Any],
                  future: asyncio.Future[Any] | concurrent.futures.Future[Any] | None,
-                 maintenance: bool = False) -> None:
+                 maintenance: bool = False, direct: bool = False) -> None:
         self.fn = fn
         self.future = future
         self.maintenance = maintenance
         """Store upkeep (the fold): its group commits on the thread; its failure is nobody's."""
+        self.direct = direct
+        """Its writer yielded for one iteration (`SQLiteStore._write_direct`) and then reads
+        `outcome`, or, when that is not there yet, sets `future` and waits for it."""
+        self.outcome: tuple[bool, Any] | None = None
+        """A direct operation's outcome, once its group committed: (ok, value or error)."""
 
 
 def _apply_write(run: RunRecord | None, run_update: tuple[Any, ...] | None,
@@ -528,11 +596,17 @@ def _apply_write(run: RunRecord | None, run_update: tuple[Any, ...] | None,
                  inserts: tuple[tuple[str, tuple[Any, ...]], ...],
                  pending: tuple[tuple[Any, ...], ...], db: sqlite3.Connection) -> None:
     """One `write`'s rows, in the group's transaction (`db` last: a `partial` binds the rest)."""
-    if run is not None and run_update is not None and \
-            db.execute(_RUN_UPDATE, run_update).rowcount != 1:
-        # A new run, or (exceptionally) one whose first write was rolled back: the record
-        # as it is now, which is this write's or newer.
-        db.execute(_RUN_UPSERT, run_row if run_row is not None else _run_row(run))
+    if run is not None and run_update is not None:
+        if run_row is not None:
+            # The first write of the run in this process (new, or resumed from another):
+            # the whole row, or its mutable columns when it is there already.
+            db.execute(_RUN_UPSERT, run_row)
+        elif db.execute(_RUN_UPDATES[True, len(run_update) == 12], run_update).rowcount != 1 \
+                and db.execute(_RUN_UPDATES[False, len(run_update) == 12],
+                               run_update).rowcount != 1:
+            # (Exceptionally) a run whose first write was rolled back: the record as it is
+            # now, which is this write's or newer.
+            db.execute(_RUN_UPSERT, _run_row(run))
     for sql, params in inserts:
         db.execute(sql, params)
     if pending:
@@ -821,6 +895,7 @@ class SQLiteStore(Store):
             ops, self._ops = self._ops, []
             for op in ops:
                 op.future = None  # its waiter's loop is gone; a failure surfaces next
+                op.direct = False
             self._commit_blocking(ops)
             self._checkpointing = False
         # Waiters of the old loop that were never resumed: their tasks are gone with it.
@@ -842,7 +917,8 @@ class SQLiteStore(Store):
             return
         if self._commit_on_loop and not self._ops[0].maintenance:
             ops = self._ops[:LOOP_GROUP_LIMIT]
-            if any(op.maintenance for op in ops):
+            # (The first is no upkeep: a lone write needs no look.)
+            if len(ops) > 1 and any(op.maintenance for op in ops):
                 # Upkeep takes milliseconds: it goes to the thread with the writes behind it.
                 ops = ops[:next(i for i, op in enumerate(ops) if op.maintenance)]
             del self._ops[:len(ops)]
@@ -921,10 +997,16 @@ class SQLiteStore(Store):
 
     def _finish(self, ops: list[_Op], outcomes: list[tuple[bool, Any]]) -> None:
         """The group committed: hand each operation's outcome to its waiter."""
+        direct = 0
         for op, (ok, value) in zip(ops, outcomes, strict=True):
             future = op.future
             if future is None:
-                if not ok and not op.maintenance:
+                if op.direct:
+                    # Its writer resumes by itself (in this iteration or the next) and reads
+                    # this: one of the writers this group resumes now.
+                    op.outcome = (ok, value)
+                    direct += 1
+                elif not ok and not op.maintenance:
                     self._background_error = _mapped(self.path, value)
             elif future.done():
                 continue  # its waiter was cancelled; the write itself stands
@@ -936,7 +1018,7 @@ class SQLiteStore(Store):
                 future.set_exception(_mapped(self.path, value))
         pending = self._to_release
         if pending and not self._releasing:
-            if len(pending) <= RELEASE_PER_ITERATION:
+            if len(pending) + direct <= RELEASE_PER_ITERATION:
                 # The common case (one run, or a few): resume them now, nothing to pace.
                 while pending:
                     future, ok, value = pending.popleft()
@@ -946,9 +1028,9 @@ class SQLiteStore(Store):
                         future.set_exception(_mapped(self.path, value))
             else:
                 self._releasing = True
-                self._release()
+                self._release(RELEASE_PER_ITERATION - direct)
 
-    def _release(self) -> None:
+    def _release(self, budget: int = RELEASE_PER_ITERATION) -> None:
         """Resume the next waiters of committed writes (at most one call per loop iteration).
 
         After resuming some it calls itself again in the next iteration, even with none left
@@ -961,7 +1043,7 @@ class SQLiteStore(Store):
                 self._flush_waiting = False
                 self._flush()
             return
-        for _ in range(min(RELEASE_PER_ITERATION, len(pending))):
+        for _ in range(min(budget, len(pending))):
             future, ok, value = pending.popleft()
             if future.done():
                 continue  # its waiter was cancelled; the write itself stands
@@ -1002,7 +1084,10 @@ class SQLiteStore(Store):
             if op.maintenance:
                 self._checkpointing = False
             elif op.future is None:
-                self._background_error = error
+                if op.direct:
+                    op.outcome = (False, error)
+                else:
+                    self._background_error = error
             elif not op.future.done():
                 op.future.set_exception(error)
 
@@ -1045,10 +1130,15 @@ class SQLiteStore(Store):
         run_update: tuple[Any, ...] | None = None
         if run is not None:
             check_run_record(run)
-            run_update = (run.status.value, run.updated_at, _dumps(run.outcome),
-                          run.input_tokens, run.output_tokens, run.model_requests,
-                          _dumps(run.remembered), run.steps, run.owner, run.lease_until,
-                          _dumps(run.events), run.id)
+            outcome = run.outcome
+            run_update = (
+                (run.updated_at, run.input_tokens, run.output_tokens, run.model_requests,
+                 _dumps(run.remembered), run.steps, run.owner, run.lease_until,
+                 _dumps(run.events), run.id, run.status._value_)
+                if outcome is None else
+                (run.updated_at, run.input_tokens, run.output_tokens, run.model_requests,
+                 _dumps(run.remembered), run.steps, run.owner, run.lease_until,
+                 _dumps(run.events), run.id, run.status._value_, _ENCODE(outcome)))
             if run.id not in self._runs_written:
                 # The whole row (policy text included) only for a run this store has not
                 # written yet; every later write of it is the UPDATE of what may change.
@@ -1059,23 +1149,79 @@ class SQLiteStore(Store):
                 # or a long-lived server holds an id for every run it ever served. A later
                 # write of it builds its whole row once more, which its UPDATE makes unneeded.
                 self._runs_written.discard(run.id)
-        log = [(0, r, s, _ENCODE(m)) for r, s, m in batch.messages]
-        log += [(1, c.run_id, *_call_row(c)) for c in batch.calls]
+        enc = _ENCODE
+        log = [(0, r, s, enc(m)) for r, s, m in batch.messages]
+        if batch.calls:
+            log += [_call_row(c) for c in batch.calls]
         # Built now, as flat tuples of strings and numbers (which the collector stops
         # tracking): the write holds no list, closure or record of the caller's while queued.
-        inserts = tuple([(_log_insert(rows), tuple([v for row in rows for v in row]))
-                         for rows in [log[i:i + _LOG_ROWS_PER_INSERT]
-                                      for i in range(0, len(log), _LOG_ROWS_PER_INSERT)]])
+        inserts = ((_log_insert(log),) if 0 < len(log) <= _LOG_ROWS_PER_INSERT else
+                   tuple([_log_insert(log[i:i + _LOG_ROWS_PER_INSERT])
+                          for i in range(0, len(log), _LOG_ROWS_PER_INSERT)]))
         pending = tuple([_pending_row(p) for p in batch.pending]) if batch.pending else ()
-        waiter = self._enqueue(
-            functools.partial(_apply_write, run, run_update, run_row, inserts, pending),
-            wait=wait)
+        fn = functools.partial(_apply_write, run, run_update, run_row, inserts, pending)
+        if wait and self._idle():
+            await self._write_direct(fn)
+            return
+        waiter = self._enqueue(fn, wait=wait)
         if waiter is None:
             return
         if isinstance(waiter, concurrent.futures.Future):
             await _wait(waiter)
         else:
             await waiter
+
+    def _idle(self) -> bool:
+        """Whether a write now would be alone at the head of the next group, on the loop."""
+        return (self._commit_on_loop and not self._ops and not self._scheduled
+                and not self._on_thread and not self._releasing and not self._flush_waiting
+                and self._loop is not None and self._loop is _running_loop())
+
+    async def _write_direct(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        """Queue a write on an idle store, yield once (or not at all), and find it committed.
+
+        The group's commit (`_flush`) is scheduled before this writer's own resumption, so in
+        the next iteration it runs first and the writer finds its outcome on the operation:
+        one loop iteration a write, as the memory store's yield, instead of two (a commit,
+        then a waiter's wake-up). An iteration is ~40,000 instructions (issue 24: a lone
+        run's turn was ~30% dearer on SQLite for its store's machinery alone). When nothing
+        else could run in that iteration, the commit runs here instead (below). When the
+        group did not commit (it went to the thread: another connection holds the lock),
+        the writer waits for it as any other does.
+        """
+        self._check_open()
+        loop = self._loop
+        assert loop is not None
+        op = _Op(fn, None, direct=True)
+        self._ops.append(op)
+        ready = getattr(loop, "_ready", None)
+        now = loop.time()
+        if type(ready) is collections.deque and not ready \
+                and now - self._resumed_at < YIELD_HOLD_SECONDS and \
+                not _timer_due(loop, now):
+            # Nothing else on the loop could run (no callback ready, no timer due, no
+            # cancellation on its way: anyio delivers one through a ready callback), and this
+            # loop yielded less than YIELD_HOLD_SECONDS ago: the iteration a yield would end
+            # has nothing else in it. Commit here and now (the store's own yield rule, as
+            # the memory store's pacer's).
+            self._flush()
+        else:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+            await asyncio.sleep(0)
+            self._resumed_at = loop.time()
+        outcome = op.outcome
+        if outcome is None:
+            waiter: asyncio.Future[Any] = loop.create_future()
+            op.future = waiter
+            await waiter
+            return
+        ok, value = outcome
+        if not ok:
+            raise _mapped(self.path, value)
+
+    _resumed_at = float("-inf")
+    """When a direct write last resumed from its yield (`loop.time()`)."""
 
     async def flush(self) -> None:
         await self._barrier()
