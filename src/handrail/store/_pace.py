@@ -33,10 +33,31 @@ import weakref
 
 import anyio.lowlevel
 
-__all__ = ["HOLD_SECONDS", "Pacer"]
+__all__ = ["HOLD_SECONDS", "Pacer", "nothing_else_to_run"]
 
 HOLD_SECONDS = 0.0005
 """How long a writer may go on without yielding when nothing else on the loop is ready."""
+
+
+def nothing_else_to_run(loop: asyncio.AbstractEventLoop, resumed_at: float) -> bool:
+    """Whether a yield now would end an empty loop iteration, so a write may skip it.
+
+    True when no callback is ready (a task, anyio's delivery of a cancellation), no timer is
+    due, and the writer resumed from its last yield (`resumed_at`, `loop.time()`) less than
+    `HOLD_SECONDS` ago, so the loop still polls for I/O at least that often. False on a loop
+    whose queues cannot be read (uvloop): there a write always yields. The memory store's
+    pacer and the SQLite store's idle write share this rule.
+    """
+    ready = getattr(loop, "_ready", None)
+    if type(ready) is not collections.deque or ready:
+        return False
+    now = loop.time()
+    if now - resumed_at >= HOLD_SECONDS:
+        return False
+    scheduled = getattr(loop, "_scheduled", None)
+    if type(scheduled) is not list:
+        return False
+    return not scheduled or scheduled[0].when() > now
 
 
 class Pacer:
@@ -79,13 +100,8 @@ class Pacer:
             pace = found
             self._last = (loop, pace)
         if pace.slots > 0 and not pace.queue:
-            ready = pace.ready
-            if ready is not None and not ready:
-                now = loop.time()
-                if now - pace.resumed_at < HOLD_SECONDS:
-                    scheduled = loop._scheduled  # type: ignore[attr-defined]
-                    if not scheduled or scheduled[0].when() > now:
-                        return  # nothing else could run: the yield would be an empty iteration
+            if nothing_else_to_run(loop, pace.resumed_at):
+                return  # the yield would be an empty iteration
             pace.slots -= 1
             # What anyio's checkpoint does on asyncio (its cancel scopes cancel the task, which
             # raises here), without looking the backend up again.
@@ -116,15 +132,10 @@ class Pacer:
 class _LoopPace:
     """One event loop's pace: its waiting writers and what is left of this iteration's window."""
 
-    __slots__ = ("loop", "per_iteration", "queue", "ready", "resumed_at", "slots", "ticking")
+    __slots__ = ("loop", "per_iteration", "queue", "resumed_at", "slots", "ticking")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, per_iteration: int) -> None:
         self.loop = loop
-        # asyncio's queue of ready callbacks (one object for the loop's life), if it has one.
-        ready = getattr(loop, "_ready", None)
-        self.ready: collections.deque[object] | None = (
-            ready if isinstance(ready, collections.deque)
-            and isinstance(getattr(loop, "_scheduled", None), list) else None)
         self.resumed_at = float("-inf")  # when a writer last resumed from a yield (loop.time)
         self.per_iteration = per_iteration
         self.queue: collections.deque[asyncio.Future[None]] = collections.deque()

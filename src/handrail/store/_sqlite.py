@@ -28,7 +28,7 @@ all have resumed. A write on an idle store (a lone run's turn) needs no waiter: 
 commit is scheduled before the writer yields, so in the next iteration the commit runs and
 the writer finds its outcome (one iteration a write instead of two); and when nothing else
 on the loop could run in that iteration (no callback ready, no timer due) and the store
-yielded less than `YIELD_HOLD_SECONDS` ago, the write commits at once, without a yield.
+yielded less than `_pace.HOLD_SECONDS` ago, the write commits at once, without a yield.
 
 Reads run on the store's thread on a second connection (a read's size is not bounded: a run
 with 10,000 calls), after every write issued before them has committed.
@@ -69,6 +69,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from handrail.errors import AlreadyDecided, NotFound, SchemaTooNew, StoreError
+from handrail.store._pace import nothing_else_to_run
 from handrail.store._rows import call_from_row as _call_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
@@ -540,20 +541,6 @@ resume in the next ones, in commit order. Each waiter resumed does its run's nex
 the whole iteration: the number released, not the commit (tens of µs), sets the loop's lag.
 Issue 24, 100 runs on one store: releasing a whole group of 16 at once made the median
 iteration ~4 ms of CPU; 4 at a time, ~1 ms, with the same throughput."""
-
-YIELD_HOLD_SECONDS = 0.0005
-"""How long writes on an idle store may go on without yielding when nothing else on the loop
-is ready: a lone run's write commits at once instead of after an empty loop iteration, and
-the loop still polls for I/O at least this often plus one turn."""
-
-
-def _timer_due(loop: asyncio.AbstractEventLoop, now: float) -> bool:
-    """Whether a timer of `loop` is due (or the loop keeps its timers where we cannot look)."""
-    scheduled = getattr(loop, "_scheduled", None)
-    if type(scheduled) is not list:
-        return True  # another loop (uvloop): always yield
-    return bool(scheduled) and scheduled[0].when() <= now
-
 
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
@@ -1194,16 +1181,11 @@ class SQLiteStore(Store):
         assert loop is not None
         op = _Op(fn, None, direct=True)
         self._ops.append(op)
-        ready = getattr(loop, "_ready", None)
-        now = loop.time()
-        if type(ready) is collections.deque and not ready \
-                and now - self._resumed_at < YIELD_HOLD_SECONDS and \
-                not _timer_due(loop, now):
+        if nothing_else_to_run(loop, self._resumed_at):
             # Nothing else on the loop could run (no callback ready, no timer due, no
             # cancellation on its way: anyio delivers one through a ready callback), and this
-            # loop yielded less than YIELD_HOLD_SECONDS ago: the iteration a yield would end
-            # has nothing else in it. Commit here and now (the store's own yield rule, as
-            # the memory store's pacer's).
+            # loop yielded less than HOLD_SECONDS ago: the iteration a yield would end has
+            # nothing else in it. Commit here and now (the memory store's pacer's rule).
             self._flush()
         else:
             self._scheduled = True
