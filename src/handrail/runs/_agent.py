@@ -856,6 +856,9 @@ class _Runner:
                     result.final.messages.append(await self._shown_message(
                         len(messages) - 1, shown))
                     del shown
+                # The turn's assistant message is in its batch from here on (issue 24: not
+                # held twice while the write waits).
+                self._turn_entry = None
                 if self.records is not None:
                     await self.records.answered(result.final.calls)
                 log.log_calls(self.run.id, result.final.calls)
@@ -889,8 +892,12 @@ class _Runner:
                     batch.run = self._run_update()
                 # Committed before the model (or anyone) is shown these results: a run never
                 # reports what a crash could take back. A commit on the loop costs tens of µs.
-                await self.store.write(batch)
+                # The batch is not held here while the write waits its turn: a store that
+                # packs it first (the memory store) lets it go (issue 24).
+                write = self.store.write(batch)
                 del batch
+                await write
+                del write
             elif self.verification is not None and isinstance(last, AssistantMessage):
                 # A final answer (new, or one a resumed run was checking): checked first.
                 ended = await self.verification.step(self)
@@ -971,6 +978,9 @@ class _Runner:
                 return await self._end(Completed(message.text), RunStatus.COMPLETED,
                                        Batch(messages=[entry]))
             self._pending_message = self._turn_entry = entry
+            # Kept by the runner until the turn's batch takes it: not held by this frame too
+            # while the turn's write waits (issue 24).
+            del entry, dumped
 
     async def _final_output(self, final: Any, entry: tuple[str, int, dict[str, Any]]
                             ) -> RunResult | None:
