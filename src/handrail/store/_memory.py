@@ -101,6 +101,32 @@ def _unpack_message(stored: bytes | dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
+_PackedMessage = tuple[str, int, bytes | dict[str, Any]]
+_PackedCall = tuple[str, str, bytes | CallRecord]
+
+
+def _packed(batch: Batch) -> tuple[RunRecord | None, tuple[_PackedMessage, ...],
+                                   tuple[_PackedCall, ...], tuple[PendingItem, ...]]:
+    """`batch` as `MemoryStore.write` keeps it while it waits its turn: packed, checked.
+
+    Its messages and call records packed now (as they are at the call), in tuples of strings,
+    ints and bytes, which leave the collector's tracking at its next pass; its run record
+    checked now (a refused write never waits its turn), copied after the wait (the caller
+    keeps it anyway: no copy held while waiting).
+    """
+    run = batch.run
+    if run is not None:
+        check_run_record(run)
+    # Loops, not comprehensions (a function call each on 3.11).
+    messages: list[_PackedMessage] = []
+    for run_id, seq, message in batch.messages:
+        messages.append((run_id, seq, _pack_message(message)))
+    calls: list[_PackedCall] = []
+    for record in batch.calls:
+        calls.append((record.id, record.run_id, _pack_call(record)))
+    return run, tuple(messages), tuple(calls), tuple(batch.pending)
+
+
 class MemoryStore(Store):
     """Everything in dicts. No awaits inside a change, so each change is atomic."""
 
@@ -122,16 +148,7 @@ class MemoryStore(Store):
         # nearly every run waits here at any moment). A caller that does not keep the batch
         # itself lets it be freed now. What is written is the batch's messages, records and
         # pending items as they were at the call, and its run record as it is after the wait.
-        run = batch.run
-        if run is not None:
-            # Before the wait: a refused write never waits its turn. Copied after it (the
-            # caller's record, which it keeps anyway: no copy held while waiting).
-            check_run_record(run)
-        messages = tuple([(run_id, seq, _pack_message(message))
-                          for run_id, seq, message in batch.messages])
-        calls = tuple([(record.id, record.run_id, _pack_call(record))
-                       for record in batch.calls])
-        pending = tuple(batch.pending)
+        run, messages, calls, pending = _packed(batch)
         del batch
         # Yield to the loop once per write, before the change (which stays atomic, and is not
         # made if the caller is cancelled here): otherwise a run on this store never yields,
