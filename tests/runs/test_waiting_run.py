@@ -118,7 +118,8 @@ async def test_a_run_waiting_in_a_memory_store_write_holds_few_objects() -> None
     kinds = [sorted(type(o).__name__ for o in h) for h in held]
     # The turn's leftovers are dropped before the write: the model's response (and its
     # usage), the gate's turn result (its lists of results and stored results), the list
-    # of the turn's calls.
+    # of the turn's calls; the batch too (the memory store packs it before it waits, and
+    # copies the run record after).
     for names in kinds:
         for gone in ("ModelResponse", "Usage", "TurnResult", "Batch", "CallRecord", "RunRecord"):
             assert gone not in names, (gone, names)
