@@ -842,8 +842,9 @@ class _Runner:
                         raise
                 # Committed, or in `result.final` now. Not held across the final write, which
                 # waits its turn behind the other runs' (issue 24: what every waiting run holds
-                # is what the collector's young passes walk, at 1,000 runs ~40 objects each).
-                del first
+                # is what the collector's young passes walk, at 1,000 runs ~40 objects each);
+                # nor is the list of calls (`tool_calls` makes a new one).
+                del first, calls
                 if result.message_arguments:
                     # From now on the model sees its own call as the store keeps it, in this
                     # process and in any that resumes the run: one history either way.
@@ -851,8 +852,13 @@ class _Runner:
                     messages[-1] = AssistantMessage(tuple(
                         dataclasses.replace(p, arguments=shown[p.id])
                         if type(p) is ToolCall and p.id in shown else p for p in last.parts))
+                    last = messages[-1]  # the message as replaced, not both
                     result.final.messages.append(await self._shown_message(
                         len(messages) - 1, shown))
+                    del shown
+                # The turn's assistant message is in its batch from here on (issue 24: not
+                # held twice while the write waits).
+                self._turn_entry = None
                 if self.records is not None:
                     await self.records.answered(result.final.calls)
                 log.log_calls(self.run.id, result.final.calls)
@@ -876,13 +882,22 @@ class _Runner:
                 result.final.messages.extend(
                     (self.run.id, start + i, m)
                     for i, m in enumerate(result.dumped))
-                if result.final.run is not None or self._run_changed():
+                batch = result.final
+                # Nothing of the turn's result but its batch is held across the write (the
+                # results are in `messages`, their stored forms in the batch).
+                del result
+                if batch.run is not None or self._run_changed():
                     # Else the turn changed nothing of the run but the times: its lease is the
                     # heartbeat's, its updated_at the next turn's (one row less to commit).
-                    result.final.run = self._run_update()
+                    batch.run = self._run_update()
                 # Committed before the model (or anyone) is shown these results: a run never
                 # reports what a crash could take back. A commit on the loop costs tens of µs.
-                await self.store.write(result.final)
+                # The batch is not held here while the write waits its turn: a store that
+                # packs it first (the memory store) lets it go (issue 24).
+                write = self.store.write(batch)
+                del batch
+                await write
+                del write
             elif self.verification is not None and isinstance(last, AssistantMessage):
                 # A final answer (new, or one a resumed run was checking): checked first.
                 ended = await self.verification.step(self)
@@ -936,6 +951,8 @@ class _Runner:
                                "output_tokens": usage.output_tokens}
             dumped["model"] = response.model
             dumped["finish_reason"] = response.finish_reason
+            # Not held across the turn's write: the message is in `messages`, the usage counted.
+            del response
             entry = (self.run.id, seq, dumped)
             if self.on_event is not None:
                 await self._emit("model_turn", text=message.text,
@@ -947,6 +964,7 @@ class _Runner:
                 for c in message.tool_calls:
                     if c.name != getattr(agent.output, "name", None):
                         await self._emit("call_planned", **planned_detail(c))
+            del usage
             final = judge_final(agent.output, message) if agent.output is not None else None
             if final is not None:
                 done = await self._final_output(final, entry)
@@ -960,6 +978,9 @@ class _Runner:
                 return await self._end(Completed(message.text), RunStatus.COMPLETED,
                                        Batch(messages=[entry]))
             self._pending_message = self._turn_entry = entry
+            # Kept by the runner until the turn's batch takes it: not held by this frame too
+            # while the turn's write waits (issue 24).
+            del entry, dumped
 
     async def _final_output(self, final: Any, entry: tuple[str, int, dict[str, Any]]
                             ) -> RunResult | None:

@@ -101,6 +101,32 @@ def _unpack_message(stored: bytes | dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
+_PackedMessage = tuple[str, int, bytes | dict[str, Any]]
+_PackedCall = tuple[str, str, bytes | CallRecord]
+
+
+def _packed(batch: Batch) -> tuple[RunRecord | None, tuple[_PackedMessage, ...],
+                                   tuple[_PackedCall, ...], tuple[PendingItem, ...]]:
+    """`batch` as `MemoryStore.write` keeps it while it waits its turn: packed, checked.
+
+    Its messages and call records packed now (as they are at the call), in tuples of strings,
+    ints and bytes, which leave the collector's tracking at its next pass; its run record
+    checked now (a refused write never waits its turn), copied after the wait (the caller
+    keeps it anyway: no copy held while waiting).
+    """
+    run = batch.run
+    if run is not None:
+        check_run_record(run)
+    # Loops, not comprehensions (a function call each on 3.11).
+    messages: list[_PackedMessage] = []
+    for run_id, seq, message in batch.messages:
+        messages.append((run_id, seq, _pack_message(message)))
+    calls: list[_PackedCall] = []
+    for record in batch.calls:
+        calls.append((record.id, record.run_id, _pack_call(record)))
+    return run, tuple(messages), tuple(calls), tuple(batch.pending)
+
+
 class MemoryStore(Store):
     """Everything in dicts. No awaits inside a change, so each change is atomic."""
 
@@ -116,29 +142,36 @@ class MemoryStore(Store):
         self._pacer = Pacer(WRITERS_PER_ITERATION)
 
     async def write(self, batch: Batch, *, wait: bool = True) -> None:
+        # Packed before the wait, and the batch let go (issue 24): a run waiting here holds
+        # byte strings, which the collector does not track, instead of the batch, its lists,
+        # records and message dicts, which each young pass walks (at 1,000 concurrent runs
+        # nearly every run waits here at any moment). A caller that does not keep the batch
+        # itself lets it be freed now. What is written is the batch's messages, records and
+        # pending items as they were at the call, and its run record as it is after the wait.
+        run, messages, calls, pending = _packed(batch)
+        del batch
         # Yield to the loop once per write, before the change (which stays atomic, and is not
         # made if the caller is cancelled here): otherwise a run on this store never yields,
         # and 100 concurrent runs hold every other task on the loop for ~0.5 s at a time.
         # Paced: a few writers resume per loop iteration, so an iteration is never every
         # run's turn at once (100 runs: 10-35 ms, the loop's lag).
         await self._pacer.yield_()
-        if batch.run is not None:
-            check_run_record(batch.run)
-            self._runs[batch.run.id] = clone(batch.run)
-        for run_id, seq, message in batch.messages:
+        if run is not None:
+            self._runs[run.id] = clone(run)
+        for run_id, seq, packed in messages:
             # seq is the message's position; a replayed write must not duplicate.
             log = self._messages.setdefault(run_id, [])
             if seq == len(log):
-                log.append(_pack_message(message))
+                log.append(packed)
             elif seq < len(log):
-                log[seq] = _pack_message(message)
+                log[seq] = packed
             else:
                 raise AssertionError(f"message seq {seq} leaves a gap after {len(log)}")
-        for record in batch.calls:
-            if record.id not in self._calls:
-                self._run_calls.setdefault(record.run_id, []).append(record.id)
-            self._calls[record.id] = _pack_call(record)
-        for item in batch.pending:
+        for record_id, run_id, stored in calls:
+            if record_id not in self._calls:
+                self._run_calls.setdefault(run_id, []).append(record_id)
+            self._calls[record_id] = stored
+        for item in pending:
             self._pending[item.id] = item
 
     async def run(self, run_id: str) -> RunRecord:
