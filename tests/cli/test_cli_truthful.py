@@ -293,17 +293,30 @@ def test_a_real_ctrl_c_leaves_the_run_ready(paused: tuple[str, str, str], tmp_pa
 
     db, run_id, request_id = paused
     marker = tmp_path / "asked"
-    env = {**os.environ, "HANDRAIL_TEST_MARKER": str(marker),
+    # PYTHONFAULTHANDLER: a process that does not stop dumps every thread's stack on the
+    # SIGABRT below, so a failure says where it hung (seen once, under load, in a full CI run).
+    env = {**os.environ, "HANDRAIL_TEST_MARKER": str(marker), "PYTHONFAULTHANDLER": "1",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     proc = subprocess.Popen([sys.executable, "-m", "handrail.cli", "approve", request_id,
                              "--agent", "cli_agents:hang", "--store", db],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 60
-    while not marker.exists():  # the model was asked: the decision is recorded, the call ran
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():  # the model was asked: the decision is recorded, the call ran
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=45)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate(timeout=15)
+            pytest.fail(f"one Ctrl-C did not stop `handrail approve` within 45 s; its stacks:\n"
+                        f"{err}")
+    finally:
+        if proc.poll() is None:  # never leave it running into the next test
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, (out, err)
     assert "the decision was recorded" in err and f"handrail resume {run_id}" in err
     assert "Traceback" not in err
