@@ -297,9 +297,13 @@ def test_a_real_ctrl_c_leaves_the_run_ready(paused: tuple[str, str, str], tmp_pa
     # SIGABRT below, so a failure says where it hung (seen once, under load, in a full CI run).
     env = {**os.environ, "HANDRAIL_TEST_MARKER": str(marker), "PYTHONFAULTHANDLER": "1",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    # A terminal's Ctrl-C reaches a process whose SIGINT is as Python sets it up: a test run
+    # started in the background (`cmd &` in a script) ignores SIGINT, and its children inherit
+    # that (handrail then rightly leaves it ignored). The child starts with the default.
     proc = subprocess.Popen([sys.executable, "-m", "handrail.cli", "approve", request_id,
                              "--agent", "cli_agents:hang", "--store", db],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():  # the model was asked: the decision is recorded, the call ran
