@@ -140,16 +140,21 @@ def test_a_collector_set_up_by_the_host_is_left_alone(setup: str, label: str) ->
     assert state["frozen"] == state["host_frozen"], label
 
 
+_TIDY = """
+import asyncio, gc, json
+import handrail as hr
+from handrail.models import Scripted, call, reply
+@hr.tool(mutates=True)
+async def tidy(a: int) -> int:
+    return a
+agent = hr.Agent(Scripted([call("tidy", {"a": 1}), reply("done")]), [tidy])
+"""
+"""A mutating tool the default policy asks about: a run pauses, to be resumed elsewhere."""
+
+
 def test_a_process_whose_first_run_is_a_resume_freezes_too(tmp_path: Any) -> None:
     db = tmp_path / "runs.db"
-    made = _probe(f"""
-        import asyncio, json
-        import handrail as hr
-        from handrail.models import Scripted, call, reply
-        @hr.tool(mutates=True)
-        async def tidy(a: int) -> int:
-            return a
-        agent = hr.Agent(Scripted([call("tidy", {{"a": 1}}), reply("done")]), [tidy])
+    made = _probe(_TIDY + textwrap.dedent(f"""
         async def main():
             store = hr.Store.open({str(db)!r})
             result = await agent.run("tidy", store=store)
@@ -158,16 +163,9 @@ def test_a_process_whose_first_run_is_a_resume_freezes_too(tmp_path: Any) -> Non
         result = asyncio.run(main())
         print(json.dumps({{'run': result.run_id,
                           'outcome': type(result.outcome).__name__}}))
-    """)
+    """))
     assert made["outcome"] == "AwaitingApproval"
-    state = _probe(f"""
-        import asyncio, gc, json
-        import handrail as hr
-        from handrail.models import Scripted, call, reply
-        @hr.tool(mutates=True)
-        async def tidy(a: int) -> int:
-            return a
-        agent = hr.Agent(Scripted([call("tidy", {{"a": 1}}), reply("done")]), [tidy])
+    state = _probe(_TIDY + textwrap.dedent(f"""
         async def main():
             store = hr.Store.open({str(db)!r})
             before = gc.get_freeze_count()
@@ -176,6 +174,6 @@ def test_a_process_whose_first_run_is_a_resume_freezes_too(tmp_path: Any) -> Non
             return before
         before = asyncio.run(main())
         print(json.dumps({{'before': before, 'frozen': gc.get_freeze_count()}}))
-    """)
+    """))
     assert state["before"] == 0
     assert state["frozen"] > 1000

@@ -7,10 +7,38 @@ each store count, with a ticker task, the iteration in which each write returned
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import anyio
 import anyio.lowlevel
+
+
+class Ticks:
+    """Loop iterations counted by a ticker task (`counting_iterations`)."""
+
+    count = 0
+
+
+@contextlib.asynccontextmanager
+async def counting_iterations() -> AsyncIterator[Ticks]:
+    """Count the loop's iterations while the block runs (a ticker task, one tick each)."""
+    ticks = Ticks()
+    done = anyio.Event()
+
+    async def ticker() -> None:
+        while not done.is_set():
+            ticks.count += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        await anyio.lowlevel.checkpoint()  # the ticker is running
+        try:
+            yield ticks
+        finally:
+            done.set()
+
 
 Job = Callable[[Callable[[], None]], Awaitable[None]]
 """A writer: it calls the `mark` it is given each time one of its writes has returned."""

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from loop_ticks import resumed_per_iteration
+from loop_ticks import counting_iterations, resumed_per_iteration
 
 from handrail.errors import AlreadyDecided, ConfigError, ResumeRefused, StoreError
 from handrail.store import Batch, PendingItem, RunRecord, RunStatus, Store
@@ -514,24 +514,12 @@ async def test_a_lone_write_takes_one_loop_iteration(tmp_path: Path) -> None:
     async with Store.open(tmp_path / "runs.db") as store:
         run = _run("r1")
         await store.write(Batch(run=run))
-        iterations = 0
-        done = anyio.Event()
-
-        async def ticker() -> None:
-            nonlocal iterations
-            while not done.is_set():
-                iterations += 1
-                await anyio.lowlevel.checkpoint()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
-            await anyio.lowlevel.checkpoint()
-            start = iterations
+        async with counting_iterations() as ticks:
+            start = ticks.count
             for i in range(20):
                 run.steps = i
                 await store.write(Batch(run=run, messages=[("r1", i, {"k": i})]))
-            spent = iterations - start
-            done.set()
+            spent = ticks.count - start
         assert spent <= 22, spent
         assert (await store.run("r1")).steps == 19
         assert len(await store.messages("r1")) == 20
@@ -656,21 +644,9 @@ async def test_a_lone_write_on_an_idle_loop_commits_without_yielding(tmp_path: P
         await anyio.lowlevel.checkpoint()
         assert fired == list(range(30, 40))
         # Another task ready: each write yields to it, hold or not.
-        ticks = 0
-        done = anyio.Event()
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not done.is_set():
-                ticks += 1
-                await anyio.lowlevel.checkpoint()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
-            await anyio.lowlevel.checkpoint()
-            before = ticks
+        async with counting_iterations() as ticks:
+            before = ticks.count
             for i in range(40, 50):
                 store._resumed_at = loop.time()
                 await store.write(Batch(messages=[("r1", i, {"k": i})]))
-            assert ticks - before >= 10
-            done.set()
+            assert ticks.count - before >= 10
