@@ -6,8 +6,6 @@ import dataclasses
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -23,18 +21,6 @@ from handrail.store import (
 )
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        s = Store.memory()
-    elif request.param == "sqlite":
-        s = Store.open(tmp_path / "runs.db")
-    else:
-        s = Store.open(request.getfixturevalue("pg_url"))
-    yield s
-    await s.close()
 
 
 def _run(run_id: str = "r1", **kw: object) -> RunRecord:

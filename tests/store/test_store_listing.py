@@ -10,7 +10,6 @@ runs that continue it, not the newest 1,000 runs decoded.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,6 @@ import pytest
 from handrail.store import Batch, PendingItem, RunRecord, Store
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    if request.param == "memory":
-        s = Store.memory()
-    elif request.param == "sqlite":
-        s = Store.open(tmp_path / "runs.db")
-    else:
-        s = Store.open(request.getfixturevalue("pg_url"))
-    yield s
-    await s.close()
 
 
 def _item(i: int, kind: str = "approval", agent: str = "a", tool: str = "x/y") -> PendingItem:
