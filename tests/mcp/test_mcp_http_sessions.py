@@ -266,7 +266,7 @@ async def test_a_call_in_flight_keeps_its_run_however_long_it_takes() -> None:
     assert run.status is hr.RunStatus.RUNNING
 
 
-@pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan"), "60"])
+@pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan"), "60", True])
 def test_the_idle_limit_is_a_positive_number_of_seconds(bad: Any) -> None:
     with pytest.raises(hr.UserError, match="idle_seconds must be a positive number"):
         _echo_gateway(hr.Store.memory(), idle_seconds=bad)

@@ -10,25 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_taint import Recorder
 
 import handrail as hr
 from handrail.models import Scripted, call, reply
 
 pytestmark = pytest.mark.anyio
-
-
-class Recorder:
-    """An approver that answers every request with `decision` and counts them."""
-
-    name = "recorder"
-
-    def __init__(self, decision: hr.Decision) -> None:
-        self.decision = decision
-        self.requests: list[hr.Request] = []
-
-    async def decide(self, request: hr.Request) -> hr.Decision:
-        self.requests.append(request)
-        return self.decision
 
 
 def _counting_tool() -> tuple[Any, list[int]]:

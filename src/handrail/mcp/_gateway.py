@@ -340,8 +340,8 @@ class Gateway:
                  idle_seconds: float | None = IDLE_SECONDS) -> None:
         if not approval_timeout >= 0:
             raise UserError("approval_timeout must be a non-negative number of seconds")
-        if idle_seconds is not None and not (isinstance(idle_seconds, int | float)
-                                             and 0 < idle_seconds < float("inf")):
+        if idle_seconds is not None and (isinstance(idle_seconds, bool) or not (
+                isinstance(idle_seconds, int | float) and 0 < idle_seconds < float("inf"))):
             raise UserError(f"idle_seconds must be a positive number of seconds (or None: "
                             f"never), not {idle_seconds!r}")
         self.idle_seconds = None if idle_seconds is None else float(idle_seconds)
