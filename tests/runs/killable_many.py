@@ -2,12 +2,12 @@
 
     python killable_many.py DB EFFECTS start RUNS | finish
 
-`start` drives RUNS runs concurrently (three effects each, one per turn). With `KILL_GROUP=K`
-the process SIGKILLs itself inside the K-th group commit that holds at least 10 operations,
-after half of the group's writes have executed and before its COMMIT: a batched commit cut in
-the middle. `finish` resumes every unfinished run (deciding in-doubt calls as an operator who
-looks at the effects file) and prints each run's outcome. An effect appends `K:N` (run K,
-effect N) to EFFECTS.
+`start` drives RUNS runs concurrently (three effects each, one per turn). With `KILL_AT=K` the
+process SIGKILLs itself inside the first group commit of at least 10 operations that reaches
+the K-th operation, after half of the group's writes have executed and before its COMMIT: a
+batched commit cut in the middle. `finish` resumes every unfinished run (deciding in-doubt
+calls as an operator who looks at the effects file) and prints each run's outcome. An effect
+appends `K:N` (run K, effect N) to EFFECTS.
 """
 
 from __future__ import annotations
@@ -29,20 +29,24 @@ from handrail.store import _sqlite
 EFFECTS_PER_RUN = 3
 
 
-def _plant_kill(group: int) -> None:
-    """Die inside the `group`-th large group commit, between its writes and its COMMIT."""
+def _plant_kill(at: int) -> None:
+    """Die inside the first group commit of at least 10 operations that reaches the `at`-th
+    operation committed, between half of its writes and its COMMIT.
+
+    Counted in operations rather than groups: how many a group holds is the store's tuning
+    (`LOOP_GROUP_LIMIT`), and the kill must land at the same point of the work either way.
+    """
     original = _sqlite._apply_group
-    seen = 0
+    done = 0
 
     def apply(db: sqlite3.Connection, ops: list[Any]) -> list[tuple[bool, Any]]:
-        nonlocal seen
-        if len(ops) >= 10:
-            seen += 1
-            if seen == group:
-                db.execute("BEGIN IMMEDIATE")
-                for op in ops[: len(ops) // 2]:
-                    op.fn(db)
-                os.kill(os.getpid(), signal.SIGKILL)
+        nonlocal done
+        done += len(ops)
+        if len(ops) >= 10 and done >= at:
+            db.execute("BEGIN IMMEDIATE")
+            for op in ops[: len(ops) // 2]:
+                op.fn(db)
+            os.kill(os.getpid(), signal.SIGKILL)
         return original(db, ops)
 
     _sqlite._apply_group = apply  # type: ignore[assignment]
@@ -83,8 +87,8 @@ def _landed(effects: str) -> set[str]:
 async def main(argv: list[str]) -> None:
     db, effects, mode, *rest = argv
     agent = build(effects)
-    if os.environ.get("KILL_GROUP"):
-        _plant_kill(int(os.environ["KILL_GROUP"]))
+    if os.environ.get("KILL_AT"):
+        _plant_kill(int(os.environ["KILL_AT"]))
     outcomes: dict[str, str] = {}
     async with hr.Store.open(db) as store:
         if mode == "start":

@@ -570,6 +570,12 @@ class _CountsGroups:
             self.groups[-1] += 1
         return self.db.execute(sql, *args)
 
+    def executemany(self, sql: str, rows: Any) -> Any:
+        rows = list(rows)
+        if sql.startswith("INSERT INTO runs"):
+            self.groups[-1] += len(rows)  # a group's new runs, merged (`_apply_writes`)
+        return self.db.executemany(sql, rows)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.db, name)
 
@@ -650,3 +656,136 @@ async def test_a_lone_write_on_an_idle_loop_commits_without_yielding(tmp_path: P
                 store._resumed_at = loop.time()
                 await store.write(Batch(messages=[("r1", i, {"k": i})]))
             assert ticks.count - before >= 10
+
+
+def _spy_merged(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of each group written merged (`_apply_writes`)."""
+    from handrail.store import _sqlite
+
+    sizes: list[int] = []
+    original = _sqlite._apply_writes
+
+    def spy(db: sqlite3.Connection, writes: list[Any]) -> None:
+        sizes.append(len(writes))
+        original(db, writes)
+
+    monkeypatch.setattr(_sqlite, "_apply_writes", spy)
+    return sizes
+
+
+async def _contents(store: Store, run_ids: list[str]) -> dict[str, Any]:
+    """Everything the store holds of these runs, as a reader sees it."""
+    return {run_id: (await store.run(run_id), await store.messages(run_id),
+                     sorted(await store.calls(run_id), key=lambda c: c.id))
+            for run_id in run_ids} | {"pending": await store.pending()}
+
+
+async def test_a_merged_group_stores_what_each_write_alone_stores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes of distinct runs committed together share one statement per kind of row.
+
+    New runs (their whole row), running runs' turns, a pause with its outcome and pending
+    item, call records with None fields, several messages: written merged in one group, the
+    store holds exactly what it holds when each is written alone.
+    """
+    from handrail.store import CallRecord, CallStatus
+
+    def batches(round_: int) -> list[Batch]:
+        out = []
+        for i in range(12):
+            run = RunRecord(id=f"r{i}", task="t", status=RunStatus.RUNNING,
+                            created_at=1.0 + i)
+            run.steps = round_
+            run.updated_at = 100.0 + round_
+            calls = [CallRecord(id=f"r{i}:c{round_}", run_id=f"r{i}", call_id=f"c{round_}",
+                                turn=round_, index=0, model_name="m", tool="t/x",
+                                arguments='{"a": 1}',
+                                status=CallStatus.FINISHED, result={"n": i},
+                                verdict=None if i % 2 else {"effect": "allow"},
+                                started_at=1.0, ended_at=None if i % 3 else 2.0)]
+            pending = []
+            if round_ == 2 and i % 4 == 0:  # some pause, waiting for a person
+                run.status = RunStatus.AWAITING_APPROVAL
+                run.outcome = {"kind": "awaiting_approval", "request_id": f"p{i}"}
+                pending = [PendingItem(id=f"p{i}", kind="approval", run_id=f"r{i}",
+                                       call_record=f"r{i}:c2", created_at=3.0)]
+            out.append(Batch(run=run, calls=calls, pending=pending, messages=[
+                (f"r{i}", 2 * round_, {"turn": round_, "i": i}),
+                (f"r{i}", 2 * round_ + 1, {"result": i, "none": None})]))
+        return out
+
+    rounds = [batches(r) for r in range(3)]
+    ids = [f"r{i}" for i in range(12)]
+    async with Store.open(tmp_path / "alone.db") as store:
+        for batch_list in rounds:
+            for batch in batch_list:
+                await store.write(batch)
+        alone = await _contents(store, ids)
+    merged = _spy_merged(monkeypatch)
+    async with Store.open(tmp_path / "merged.db") as store:
+        for batch_list in [batches(r) for r in range(3)]:
+            out = await _concurrently(*[functools.partial(store.write, b) for b in batch_list])
+            assert out == [None] * 12
+        together = await _contents(store, ids)
+    assert merged == [12, 12, 12]
+    assert together == alone
+    assert together["r0"][0].status is RunStatus.AWAITING_APPROVAL
+    assert [p.id for p in together["pending"]] == ["p0", "p4", "p8"]
+
+
+async def test_a_row_changed_by_another_process_is_written_as_the_record_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merged UPDATE that finds a run's row not as this process left it is not taken.
+
+    Another process paused r3 meanwhile: the merged statement matches one row fewer than it
+    has writes, and the group is written again one write at a time (each of which knows what
+    to do with a row that differs): every run ends as its record says.
+    """
+    path = tmp_path / "runs.db"
+    merged = _spy_merged(monkeypatch)
+    async with Store.open(path) as store:
+        runs = [_run(f"r{i}", status=RunStatus.RUNNING) for i in range(6)]
+        await _concurrently(*[functools.partial(store.write, Batch(run=r)) for r in runs])
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("UPDATE runs SET status = 'awaiting_approval', steps = 99 "
+                      "WHERE id = 'r3'")
+        other.close()
+        for r in runs:
+            r.steps = 5
+        out = await _concurrently(*[functools.partial(store.write, Batch(run=r))
+                                    for r in runs])
+        assert out == [None] * 6
+        assert merged == [6, 6]
+        for r in runs:
+            stored = await store.run(r.id)
+            assert (stored.status, stored.steps) == (RunStatus.RUNNING, 5), r.id
+
+
+async def test_two_writes_of_one_run_in_a_group_are_written_in_their_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's write(wait=False) and its next write can meet in one group: never merged.
+
+    Merged, the second write's whole row (the run came back after a pause) would go in
+    before the first's UPDATE and be overwritten by it.
+    """
+    merged = _spy_merged(monkeypatch)
+    async with Store.open(tmp_path / "runs.db") as store:
+        run = _run("r1", status=RunStatus.RUNNING)
+        await store.write(Batch(run=run))
+        others = [_run(f"o{i}") for i in range(3)]
+
+        async def pause_then_resume() -> None:
+            run.status, run.steps = RunStatus.READY, 1
+            await store.write(Batch(run=run, messages=[("r1", 0, {"v": "first"})]),
+                              wait=False)
+            run.status, run.steps = RunStatus.RUNNING, 2
+            await store.write(Batch(run=run, messages=[("r1", 0, {"v": "second"})]))
+
+        out = await _concurrently(
+            *[functools.partial(store.write, Batch(run=o)) for o in others],
+            pause_then_resume)
+        assert out == [None] * 4
+        stored = await store.run("r1")
+        assert (stored.status, stored.steps) == (RunStatus.RUNNING, 2)
+        assert await store.messages("r1") == [{"v": "second"}]
+        assert 4 not in merged and 5 not in merged, merged
