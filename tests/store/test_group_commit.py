@@ -271,8 +271,59 @@ def test_a_0001_database_is_migrated_with_its_data(tmp_path: Path) -> None:
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     sql = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
-    assert "WITHOUT ROWID" in sql["calls"] and "WITHOUT ROWID" in sql["messages"]
+    # Clustered by 0002, rowid tables again since 0006 (the fold's bulk inserts).
+    assert "WITHOUT ROWID" not in sql["calls"] and "WITHOUT ROWID" not in sql["messages"]
     assert "log" in sql
+    db.close()
+
+
+def test_a_0005_database_keeps_its_rows_and_its_unfolded_log_through_0006(tmp_path: Path
+                                                                         ) -> None:
+    """0006 rebuilds `calls` and `messages` as rowid tables: every row comes along, and what
+    the log still holds (written before the upgrade, not folded yet) folds into them after."""
+    path = tmp_path / "runs.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE _migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+               "applied_at REAL NOT NULL)")
+    for i, (name, migrate) in enumerate(MIGRATIONS[:5], start=1):
+        migrate(db)
+        db.execute("INSERT INTO _migrations VALUES (?, ?, 0)", (i, name))
+    db.execute("PRAGMA user_version = 5")
+    assert "WITHOUT ROWID" in db.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'calls'").fetchone()[0]
+    db.execute("INSERT INTO runs (id, task, status, created_at, updated_at) "
+               "VALUES ('r1', 't', 'running', 1, 1)")
+    for seq in range(3):
+        db.execute("INSERT INTO messages VALUES ('r1', ?, ?)", (seq, f'{{"k": {seq}}}'))
+    call = ("INSERT INTO {} ({}) VALUES ({})")
+    db.execute(call.format("calls", "id, run_id, call_id, turn, idx, model_name, arguments, "
+                           "actions, status, answers, provenance",
+                           "'r1:a', 'r1', 'a', 0, 0, 'x', '{}', '[]', 'finished', '[]', "
+                           "'{\"output\": \"trusted\"}'"))
+    # Unfolded: a message and a second call record, and a newer record of the first.
+    db.execute("INSERT INTO log (kind, run_id, c0, c1) VALUES (0, 'r1', 3, '{\"k\": 3}')")
+    for record_id, call_id, status in (("r1:b", "b", "started"), ("r1:a", "a", "in_doubt")):
+        db.execute(
+            "INSERT INTO log (kind, run_id, c0, c1, c2, c3, c4, c5, c6, c7, c10, c14, c18) "
+            "VALUES (1, 'r1', ?, 'r1', ?, 1, 0, 'x', 't/x', '{}', '[]', ?, '[]')",
+            (record_id, call_id, status))
+    db.close()
+
+    async def check() -> None:
+        async with Store.open(path) as store:
+            assert await store.messages("r1") == [{"k": 0}, {"k": 1}, {"k": 2}, {"k": 3}]
+            calls = {c.id: c for c in await store.calls("r1")}
+            assert sorted(calls) == ["r1:a", "r1:b"]
+            assert calls["r1:a"].status.value == "in_doubt"
+            assert calls["r1:b"].tool == "t/x"
+
+    anyio.run(check)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 6
+    sql = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+    assert "WITHOUT ROWID" not in sql["calls"] and "WITHOUT ROWID" not in sql["messages"]
+    assert db.execute("SELECT count(*) FROM log").fetchone() == (0,)
     db.close()
 
 
@@ -789,3 +840,35 @@ async def test_two_writes_of_one_run_in_a_group_are_written_in_their_order(
         assert (stored.status, stored.steps) == (RunStatus.RUNNING, 2)
         assert await store.messages("r1") == [{"v": "second"}]
         assert 4 not in merged and 5 not in merged, merged
+
+
+async def test_the_log_is_folded_every_checkpoint_every_writes_however_they_are_grouped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fold comes after so many writes, not so many commits: with groups of tens of
+    writes a count of commits would let the log, and the fold every writer waits for, grow
+    as many times larger."""
+    from handrail.store import _sqlite
+
+    folds: list[int] = []
+    fold_rows = _sqlite._fold_rows
+
+    def counted(db: sqlite3.Connection) -> None:
+        folds.append(db.execute("SELECT count(*) FROM log").fetchone()[0])
+        fold_rows(db)
+
+    monkeypatch.setattr(_sqlite, "_fold_rows", counted)
+    monkeypatch.setattr(_sqlite, "CHECKPOINT_EVERY", 50)
+    async with Store.open(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+        for round_ in range(3):
+            writes = [lambda i=i: store.write(Batch(
+                run=_run(f"r{round_}-{i}"), messages=[(f"r{round_}-{i}", 0, {"i": i})]))
+                for i in range(40)]
+            assert await _concurrently(*writes) == [None] * 40
+            await store.flush()
+            with anyio.fail_after(10):
+                while store._checkpointing:  # the fold and its checkpoint, on the thread
+                    await anyio.sleep(0.01)
+        # 120 writes (and a flush after each 40) in a few groups of up to 40: one fold,
+        # of the 80 messages written by then.
+        assert folds == [80]

@@ -35,7 +35,7 @@ with 10,000 calls), after every write issued before them has committed.
 
 The log: a write appends its messages and call records to the `log` table (one b-tree, written
 at its right edge) instead of updating `messages` and `calls` (three or four pages: a WAL
-commit's cost grows with the pages it writes). Every `CHECKPOINT_EVERY` commits the writer
+commit's cost grows with the pages it writes). Every `CHECKPOINT_EVERY` writes the writer
 folds the log into those tables in a group of its own on the thread; a read of messages or
 calls folds first, and `close` folds what is left, so the tables are complete for every
 reader (another process, plain SQL).
@@ -263,12 +263,47 @@ def _m0005_run_tree(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN depth INTEGER NOT NULL DEFAULT 0")
 
 
+def _m0006_rowid_calls_and_messages(db: sqlite3.Connection) -> None:
+    # Since 0003 only the fold writes `calls` and `messages`, thousands of rows at a time.
+    # Clustered (WITHOUT ROWID) on their keys, a call record (~700 bytes, 5 to a page) went in
+    # among its run's rows: a page split, cells copied, for most rows (13 µs a call record,
+    # 2.4 a message). As rowid tables each row is appended at the table's right edge and only
+    # its key goes in among the others, in the key's index (issue 24: a fold of 60,000 log
+    # rows 408 -> 188 ms; writers wait for the fold, so this is throughput).
+    _script(
+        db,
+        """
+        CREATE TABLE calls_new (
+            id TEXT NOT NULL PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs (id),
+            call_id TEXT NOT NULL, turn INTEGER NOT NULL, idx INTEGER NOT NULL,
+            model_name TEXT NOT NULL, tool TEXT, arguments TEXT NOT NULL, arguments_digest TEXT,
+            performed_arguments TEXT, actions TEXT NOT NULL, verdict TEXT, decision TEXT,
+            decided_by TEXT, status TEXT NOT NULL, result TEXT, disposition TEXT, error TEXT,
+            answers TEXT NOT NULL, pending_id TEXT, started_at REAL, ended_at REAL,
+            provenance TEXT
+        );
+        INSERT INTO calls_new SELECT * FROM calls ORDER BY id;
+        DROP TABLE calls;
+        ALTER TABLE calls_new RENAME TO calls;
+        CREATE INDEX calls_run ON calls (run_id, turn, idx);
+        CREATE TABLE messages_new (
+            run_id TEXT NOT NULL REFERENCES runs (id), seq INTEGER NOT NULL, data TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        );
+        INSERT INTO messages_new SELECT run_id, seq, data FROM messages ORDER BY run_id, seq;
+        DROP TABLE messages;
+        ALTER TABLE messages_new RENAME TO messages;
+        """
+    )
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_clustered_calls_and_messages", _m0002_clustered_calls_and_messages),
     ("0003_log", _m0003_log),
     ("0004_call_provenance", _m0004_call_provenance),
     ("0005_run_tree", _m0005_run_tree),
+    ("0006_rowid_calls_and_messages", _m0006_rowid_calls_and_messages),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`. A new migration
 changes `_CURRENT_SCHEMA` too (a new file is created from it; a test compares the two)."""
@@ -301,12 +336,12 @@ _CURRENT_SCHEMA = """
         performed_arguments TEXT, actions TEXT NOT NULL, verdict TEXT, decision TEXT,
         decided_by TEXT, status TEXT NOT NULL, result TEXT, disposition TEXT, error TEXT,
         answers TEXT NOT NULL, pending_id TEXT, started_at REAL, ended_at REAL, provenance TEXT
-    ) WITHOUT ROWID;
+    );
     CREATE INDEX calls_run ON calls (run_id, turn, idx);
     CREATE TABLE messages (
         run_id TEXT NOT NULL REFERENCES runs (id), seq INTEGER NOT NULL, data TEXT NOT NULL,
         PRIMARY KEY (run_id, seq)
-    ) WITHOUT ROWID;
+    );
     CREATE TABLE log (
         id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id),
         """ + ", ".join(f"c{i}" for i in range(23)) + """
@@ -525,9 +560,13 @@ def _pending_from(row: tuple[Any, ...]) -> PendingItem:
     )
 
 
-CHECKPOINT_EVERY = 1024
-"""Group commits between two folds of the log (each followed by a PASSIVE checkpoint). Larger
-folds write each table page once for more rows; the WAL grows by a few pages a commit."""
+CHECKPOINT_EVERY = 16_384
+"""Operations committed between two folds of the log (each followed by a PASSIVE checkpoint).
+Every writer waits for a fold (it holds the write lock): ~200-250 ms for this many writes of
+a turn each (three log rows), once the tables hold a few hundred thousand rows. Counted in
+operations, not commits: groups of many writes would make each fold, and its wait, as many
+times longer. The WAL grows by ~1 KB a write between two."""
+
 
 LOOP_GROUP_LIMIT = 64
 """At most this many operations per group committed on the event loop; the rest go in the
@@ -856,7 +895,8 @@ class SQLiteStore(Store):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False
         self._on_thread = False
-        self._commits = 0
+        self._written = 0
+        """Operations committed since the last fold."""
         self._checkpointing = False
         self._background_error: BaseException | None = None
         self._runs_written: set[str] = set()
@@ -1016,13 +1056,13 @@ class SQLiteStore(Store):
             except sqlite3.Error as exc:
                 if not _is_busy(exc):
                     self._fail(ops, exc)
-                    self._after_group()
+                    self._after_group(len(ops))
                     return
                 # Another connection holds the write lock: wait for it on the thread.
                 self._ops[:0] = ops
             else:
                 self._finish(ops, outcomes)
-                self._after_group()
+                self._after_group(len(ops))
                 return
         ops, self._ops = self._ops, []
         self._on_thread = True
@@ -1061,11 +1101,12 @@ class SQLiteStore(Store):
             # The log is folded: copy the WAL into the file, off the loop. A PASSIVE
             # checkpoint never takes the write lock, so no writer waits for it.
             self._worker.submit(self._checkpoint)
-        self._after_group()
+        self._after_group(len(ops))
 
-    def _after_group(self) -> None:
-        self._commits += 1
-        if self._commits % CHECKPOINT_EVERY == 0 and not self._checkpointing:
+    def _after_group(self, written: int) -> None:
+        self._written += written
+        if self._written >= CHECKPOINT_EVERY and not self._checkpointing:
+            self._written = 0
             # Upkeep joins the queue like a write: the writer folds the log on its own
             # connection, so nobody contends for the lock (a second connection folding would
             # make the loop's commits fail over to the thread and sleep in SQLite's busy
@@ -1145,8 +1186,9 @@ class SQLiteStore(Store):
     def _commit_on_worker(self, op: _Op) -> None:
         """Commit one operation on the worker (no asyncio loop), with the same upkeep."""
         self._commit_blocking([op])
-        self._commits += 1
-        if self._commits % CHECKPOINT_EVERY == 0:
+        self._written += 1
+        if self._written >= CHECKPOINT_EVERY:
+            self._written = 0
             try:
                 _fold(self._db)
                 self._reader.execute("PRAGMA wal_checkpoint(PASSIVE)")
