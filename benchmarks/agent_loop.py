@@ -33,6 +33,7 @@ Before/after: `--against SRC` (alias `--baseline`) also runs every handrail vari
 # at runtime, and they name locals of the function that defines it.
 import argparse
 import asyncio
+import glob
 import json
 import os
 import statistics
@@ -106,10 +107,13 @@ def _handrail(n: int, store_kind: str, traced: bool = False) -> Callable[[], Any
         else:
             # The option only when asked for: the same script measures builds without it.
             options = {"durability": "fsync"} if store_kind == "fsync" else {}
-            store = hr.Store.open(os.path.join(tmp, f"runs-{time.perf_counter_ns()}.db"),
-                                  **options)
+            path = os.path.join(tmp, f"runs-{time.perf_counter_ns()}.db")
+            store = hr.Store.open(path, **options)
         result = await agent.run("add things", store=store)
         await store.close()
+        if store_kind != "memory":
+            for leftover in glob.glob(path + "*"):  # the file, its WAL and shared memory
+                os.remove(leftover)
         assert result.output == f"done {n}", result.outcome
         return calls
 

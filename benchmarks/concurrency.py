@@ -22,7 +22,12 @@ Reported per row:
   gate's record stage, the store's commit, the scheduling of the next turn).
 
     .venv/bin/python benchmarks/concurrency.py [--reps 3] [--runs 1,10,100,1000]
-        [--gc default,freeze,tuned] [--against OLD/src]
+        [--gc default,freeze,tuned] [--waves 1] [--against OLD/src]
+
+`--waves W` keeps R runs going W times over (a new run as soon as one ends): R x W x 40 calls.
+The default (one wave) measures R runs started together; the SQLite store folds its log every
+`CHECKPOINT_EVERY` writes (16,384), which a wave of 100 x 40 never reaches: `--runs 100
+--waves 30` includes seven folds, the throughput a busy server keeps up.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import asyncio
 import gc
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -67,7 +73,7 @@ def _weighted_p99(stretches: Sequence[float]) -> float:
     return float("nan")
 
 
-async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
+async def _session(store_kind: str, runs: int, tmp: str, waves: int = 1) -> dict[str, Any]:
     import handrail as hr
     from handrail.models import Scripted, Turn, UserMessage, call, reply
 
@@ -143,9 +149,14 @@ async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
             stretches.append(time.thread_time() - c0)
 
     async def one(k: int) -> Any:
-        result = await agent.run(f"add things, run {k}", store=store)
-        if len(steady) == 1:
-            steady.append(time.perf_counter())  # the first run's end closes the window
+        # `waves` runs one after the other in this slot: R runs at a time, a new one as soon
+        # as one ends, as a server sees them (and long enough for the SQLite store's folds).
+        for _ in range(waves):
+            result = await agent.run(f"add things, run {k}", store=store)
+            if len(steady) == 1:
+                steady.append(time.perf_counter())  # the first run's end closes the window
+            if result.output != "done":
+                break
         return result
 
     store = open_store()
@@ -162,7 +173,7 @@ async def _session(store_kind: str, runs: int, tmp: str) -> dict[str, Any]:
     await probe_task
     await store.close()
     assert all(r.output == "done" for r in results), [r.outcome for r in results][:3]
-    assert calls == runs * CALLS_PER_RUN, calls
+    assert calls == runs * CALLS_PER_RUN * waves, calls
     return {"calls_per_s": calls / elapsed, "cpu_us_per_call": 1e6 * cpu / calls,
             "lag_p50_ms": 1e3 * _quantile(lags, 0.5), "lag_p99_ms": 1e3 * _quantile(lags, 0.99),
             "gap_p50_ms": 1e3 * _quantile(gaps, 0.5), "gap_p99_ms": 1e3 * _quantile(gaps, 0.99),
@@ -178,7 +189,7 @@ GC_MODES = {"freeze": " + gc.freeze()", "tuned": " + tune_for_many_runs()"}
 """`--gc` modes other than the collector as it comes, and the suffix of their rows."""
 
 
-def child(store_kind: str, runs: int) -> None:
+def child(store_kind: str, runs: int, waves: int = 1) -> None:
     """One store x one concurrency in this process: warm up, then measure one session."""
     tmp = tempfile.mkdtemp()
     loop = asyncio.new_event_loop()
@@ -203,7 +214,10 @@ def child(store_kind: str, runs: int) -> None:
             gc.set_threshold(gc.get_threshold()[0], gc.get_threshold()[1], 100)
         else:
             tune_for_many_runs()
-    print(json.dumps(loop.run_until_complete(_session(kind, runs, tmp))))
+    try:
+        print(json.dumps(loop.run_until_complete(_session(kind, runs, tmp, waves))))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a file of 10-100 MB a child
 
 
 def main() -> None:
@@ -222,11 +236,18 @@ def main() -> None:
                              "after the warm-up; the --against build must have it)")
     parser.add_argument("--gc-freeze", action="store_true",
                         help="the same as --gc default,freeze")
-    parser.add_argument("--child", nargs=2, metavar=("STORE", "RUNS"), help=argparse.SUPPRESS)
+    parser.add_argument("--waves", type=int, default=1,
+                        help="runs one after the other in each of the R slots (default 1): "
+                             "R at a time, R x WAVES in all; with 30 at R=100, 120,000 calls, "
+                             "long enough to include the SQLite store's folds of its log")
+    parser.add_argument("--child", nargs=3, metavar=("STORE", "RUNS", "WAVES"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]))
+        child(args.child[0], int(args.child[1]), int(args.child[2]))
         return
+    if args.waves < 1:
+        parser.error(f"--waves must be 1 or more, not {args.waves}")
     levels = [int(x) for x in args.runs.split(",")]
     stores = args.stores.split(",")
     unknown = set(["default", "freeze"] if args.gc_freeze else args.gc.split(",")) - {
@@ -273,7 +294,8 @@ def _drive(args: argparse.Namespace, levels: list[int], stores: list[str],
     for rep in range(args.reps):
         for runs in levels:
             for kind in stores:
-                proc = subprocess.run([sys.executable, __file__, "--child", kind, str(runs)],
+                proc = subprocess.run([sys.executable, __file__, "--child", kind, str(runs),
+                                       str(args.waves)],
                                       capture_output=True, text=True, check=False,
                                       env=env_for(kind))
                 if proc.returncode:
@@ -286,8 +308,9 @@ def _drive(args: argparse.Namespace, levels: list[int], stores: list[str],
     def med(kind: str, runs: int, key: str) -> float:
         return statistics.median(r[key] for r in rows[(kind, runs)])
 
-    print(f"\n## {CALLS_PER_RUN} calls per run, one event loop: medians over {args.reps} "
-          f"repeats (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)\n")
+    waves = "" if args.waves == 1 else f", {args.waves} runs one after another per slot"
+    print(f"\n## {CALLS_PER_RUN} calls per run{waves}, one event loop: medians over "
+          f"{args.reps} repeats (python {sys.version.split()[0]}, {os.cpu_count()} CPUs)\n")
     print("| store | runs | calls/s | × memory | × own 1-run | CPU µs/call | "
           "loop lag p50 / p99 ms | steady lag p50 / p99 ms | iteration CPU p99 ms | "
           "turn gap p50 / p99 ms |")

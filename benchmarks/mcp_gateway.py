@@ -281,7 +281,7 @@ async def main(calls: int, reps: int, baseline: str | None, gateway_only: bool) 
                   f"{cpu[old_b] - cpu[variants[0][0]]:+,.0f} µs")
 
 IN_PROCESS_CHILD = '''
-import json, os, sys, tempfile, time
+import json, os, shutil, sys, tempfile, time
 import anyio
 import handrail as hr
 from handrail.mcp import Gateway
@@ -305,6 +305,7 @@ async def main(kind: str, calls: int) -> None:
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     await gateway.close()
     await store.close()
+    shutil.rmtree(folder, ignore_errors=True)
     print(json.dumps({"wall": wall / calls * 1e6, "cpu": cpu / calls * 1e6}))
 
 anyio.run(main, sys.argv[1], int(sys.argv[2]))

@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -449,6 +450,7 @@ def main() -> None:
                 print(f"{kind}, action {action_ms} ms: 4 workers / 1 worker = "
                       f"{rate / rates[kind, action_ms, 1]:.2f}x")
     finally:
+        shutil.rmtree(tmp, ignore_errors=True)
         if server is not None:
             pgserver.stop(server)
 

@@ -861,14 +861,53 @@ async def test_the_log_is_folded_every_checkpoint_every_writes_however_they_are_
     async with Store.open(tmp_path / "runs.db") as store:
         assert isinstance(store, SQLiteStore)
         for round_ in range(3):
-            writes = [lambda i=i: store.write(Batch(
+            writes = [functools.partial(store.write, Batch(
                 run=_run(f"r{round_}-{i}"), messages=[(f"r{round_}-{i}", 0, {"i": i})]))
                 for i in range(40)]
             assert await _concurrently(*writes) == [None] * 40
             await store.flush()
             with anyio.fail_after(10):
-                while store._checkpointing:  # the fold and its checkpoint, on the thread
-                    await anyio.sleep(0.01)
+                while store._checkpointing:  # noqa: ASYNC110 - the fold and its checkpoints
+                    await anyio.sleep(0.01)  # run on the store's thread: nothing to wait on
         # 120 writes (and a flush after each 40) in a few groups of up to 40: one fold,
         # of the 80 messages written by then.
         assert folds == [80]
+
+
+async def test_the_wal_starts_over_after_each_fold_under_steady_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint after a fold runs beside the writers, which append meanwhile; the
+    writer then copies what they added, and the next commit starts the WAL over. Without
+    that last step SQLite never found every frame copied while writes went on, and the WAL
+    grew by a fold cycle's size every cycle (issue 24: 75, 147, 224 MB after three)."""
+    from handrail.store import _sqlite
+
+    monkeypatch.setattr(_sqlite, "CHECKPOINT_EVERY", 200)
+    path = tmp_path / "runs.db"
+    restarts: list[int] = []
+    restart = _sqlite._restart_wal
+
+    def counted(db: sqlite3.Connection) -> None:
+        restart(db)
+        restarts.append(1)
+
+    monkeypatch.setattr(_sqlite, "_restart_wal", counted)
+    sizes: list[int] = []
+    async with Store.open(path) as store:
+        assert isinstance(store, SQLiteStore)
+
+        async def writer(k: int) -> None:
+            run = _run(f"r{k}", status=RunStatus.RUNNING)
+            for i in range(150):
+                run.steps = i
+                await store.write(Batch(run=run, messages=[(f"r{k}", i, {"text": "x" * 400})]))
+                if k == 0 and i % 10 == 0:
+                    sizes.append((path.parent / "runs.db-wal").stat().st_size)
+
+        async with anyio.create_task_group() as tg:
+            for k in range(20):
+                tg.start_soon(writer, k)
+    # 3,000 writes, a fold every 200: the WAL holds one cycle at most, not all of them.
+    assert len(restarts) >= 5, restarts
+    first_cycle = max(sizes[:3])
+    assert max(sizes) < 4 * max(first_cycle, 1), sizes

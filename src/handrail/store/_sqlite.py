@@ -501,6 +501,20 @@ def _fold_rows(db: sqlite3.Connection) -> None:
             db.execute(statement, {"upto": upto})
 
 
+def _restart_wal(db: sqlite3.Connection) -> None:
+    """Checkpoint what the WAL holds beyond the last checkpoint, on the writer's connection.
+
+    Run by the writer between two groups (no write commits meanwhile): once every frame is
+    copied, SQLite starts the WAL over at the next commit (`SQLiteStore._checkpoint`).
+    Best effort: it never fails the writes queued behind it (another process checkpointing
+    makes it busy; the next cycle catches up).
+    """
+    try:
+        db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    except sqlite3.Error:
+        pass
+
+
 def _fold(db: sqlite3.Connection) -> None:
     """Move the log into `messages` and `calls` (one transaction; waits for the lock)."""
     if db.execute("SELECT 1 FROM log LIMIT 1").fetchone() is None:
@@ -1086,6 +1100,11 @@ class SQLiteStore(Store):
         db = self._db
         db.execute(f"PRAGMA busy_timeout={self._busy_ms}")
         try:
+            if ops[0].fn is _restart_wal:
+                # Outside any transaction (a checkpoint cannot run in one), before the
+                # writes queued behind it.
+                _restart_wal(db)
+                return [(True, None), *(_apply_group(db, ops[1:]) if len(ops) > 1 else ())]
             return _apply_group(db, ops)
         finally:
             db.execute("PRAGMA busy_timeout=0")
@@ -1097,7 +1116,9 @@ class SQLiteStore(Store):
             self._fail(ops, outcomes)
         else:
             self._finish(ops, outcomes)
-        if any(op.maintenance for op in ops):
+        if ops[0].fn is _restart_wal:
+            self._checkpointing = False  # the WAL starts over at the next commit
+        elif any(op.maintenance for op in ops):
             # The log is folded: copy the WAL into the file, off the loop. A PASSIVE
             # checkpoint never takes the write lock, so no writer waits for it.
             self._worker.submit(self._checkpoint)
@@ -1118,12 +1139,41 @@ class SQLiteStore(Store):
             self._loop.call_soon(self._flush)
 
     def _checkpoint(self) -> None:
+        """Copy the WAL into the file beside the writers, then start it over.
+
+        On the store's thread; then the writer copies what the writers added meanwhile
+        (`_restart_wal`), and the next commit starts the WAL over. A PASSIVE checkpoint
+        copies the frames there were when it began; the writers append more meanwhile, and
+        SQLite starts the WAL over only once a checkpoint has copied every frame. Under
+        steady load that never happened: the WAL grew by the size of every fold cycle
+        (issue 24: 75, 147, 224 MB after three), and each commit's write extended a file
+        instead of overwriting it (twice the cost of the system call).
+        """
+        loop = self._loop
         try:
             self._reader.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error:
-            pass  # best effort: the next one (or the next open) catches up
-        finally:
+            if loop is not None and not self._closed:
+                loop.call_soon_threadsafe(self._catch_up)
+                return
+        except (sqlite3.Error, RuntimeError):
+            pass  # best effort (RuntimeError: the loop closed): the next one catches up
+        self._checkpointing = False
+
+    def _catch_up(self) -> None:
+        """Queue the checkpoint of what the writers added during the last one (`_checkpoint`).
+
+        It runs as the writer's next operation, on the store's thread: no write commits
+        while it copies, and what it copies is only what came during the first checkpoint
+        (milliseconds), so it finds every frame copied and the next commit starts the WAL
+        over.
+        """
+        if self._closed or self._loop is None:
             self._checkpointing = False
+            return
+        self._ops.insert(0, _Op(_restart_wal, None, maintenance=True))
+        if not self._scheduled and not self._on_thread and not self._flush_waiting:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
 
     def _finish(self, ops: list[_Op], outcomes: list[tuple[bool, Any]]) -> None:
         """The group committed: hand each operation's outcome to its waiter."""
