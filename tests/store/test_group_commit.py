@@ -924,3 +924,93 @@ async def test_the_wal_starts_over_after_each_fold_under_steady_writes(
     assert len(restarts) >= 5, restarts
     first_cycle = max(sizes[:3])
     assert max(sizes) < 4 * max(first_cycle, 1), sizes
+
+
+async def _fold_once(store: SQLiteStore, writes: int, prefix: str) -> None:
+    """Write `writes` runs concurrently (a fold comes due), then wait for the upkeep."""
+    out = await _concurrently(*[functools.partial(store.write, Batch(
+        run=_run(f"{prefix}{i}"), messages=[(f"{prefix}{i}", 0, {"i": i})]))
+        for i in range(writes)])
+    assert out == [None] * writes
+    await store.flush()
+    with anyio.fail_after(10):
+        while store._checkpointing:  # noqa: ASYNC110 - the fold and its checkpoints
+            await anyio.sleep(0.01)  # run on the store's thread: nothing to wait on
+
+
+async def test_the_writer_checks_foreign_keys_again_after_its_fold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer folds with its foreign-key checks off (each log row was checked when it
+    was written): they are on again for the next write, which still may not name a run
+    that is not there."""
+    from handrail.store import _sqlite
+
+    folds: list[int] = []
+    fold_rows = _sqlite._fold_rows
+
+    def counted(db: sqlite3.Connection) -> None:
+        assert db.execute("PRAGMA foreign_keys").fetchone() == (0,)
+        fold_rows(db)
+        folds.append(1)
+
+    monkeypatch.setattr(_sqlite, "_fold_rows", counted)
+    monkeypatch.setattr(_sqlite, "CHECKPOINT_EVERY", 30)
+    async with Store.open(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+        await _fold_once(store, 40, "r")
+        assert folds == [1]
+        with pytest.raises(StoreError, match="FOREIGN KEY"):
+            await store.write(Batch(messages=[("no-such-run", 0, {"k": 1})]))
+        assert len(await store.messages("r3")) == 1
+
+
+async def test_a_failed_fold_fails_no_write_and_the_next_one_folds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fold is the writer's upkeep, in a transaction of its own: when it fails (a full
+    disk, say), the writes queued behind it in its group still commit, and the next fold
+    moves the log."""
+    from handrail.store import _sqlite
+
+    calls: list[str] = []
+    fold_rows = _sqlite._fold_rows
+
+    def fails_once(db: sqlite3.Connection) -> None:
+        if not calls:
+            calls.append("failed")
+            raise sqlite3.OperationalError("disk I/O error")
+        fold_rows(db)
+        calls.append("folded")
+
+    behind: list[int] = []
+    on_thread = SQLiteStore._group_on_thread
+
+    def spy(self: SQLiteStore, ops: list[Any]) -> list[tuple[bool, Any]]:
+        if ops[0].fn is fails_once:
+            behind.append(len(ops) - 1)
+        return on_thread(self, ops)
+
+    monkeypatch.setattr(_sqlite, "_fold_rows", fails_once)
+    monkeypatch.setattr(_sqlite, "CHECKPOINT_EVERY", 150)
+    monkeypatch.setattr(SQLiteStore, "_group_on_thread", spy)
+    path = tmp_path / "runs.db"
+    async with Store.open(path) as store:
+
+        async def writer(k: int) -> None:
+            run = _run(f"r{k}", status=RunStatus.RUNNING)
+            for i in range(4):
+                await store.write(Batch(run=run, messages=[(f"r{k}", i, {"i": i})]))
+
+        async with anyio.create_task_group() as tg:
+            for k in range(100):
+                tg.start_soon(writer, k)
+        assert calls[:1] == ["failed"], calls
+        assert behind[0] > 0, behind  # writes went in the failed fold's group
+        assert isinstance(store, SQLiteStore)
+        await _fold_once(store, 160, "later")  # the next fold comes due, and folds
+        assert calls[:2] == ["failed", "folded"], calls
+        assert len(await store.runs(limit=1000)) == 260
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT count(*) FROM messages").fetchone() == (560,)
+    finally:
+        db.close()
