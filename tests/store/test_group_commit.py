@@ -397,6 +397,38 @@ def test_a_store_serves_one_event_loop_after_another(tmp_path: Path) -> None:
     db.close()
 
 
+def test_a_fold_cycle_cut_short_by_the_loops_end_does_not_stop_the_next_loops_folds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fold's checkpoint hands back to the loop that asked for it; when that loop is gone
+    (its `anyio.run` ended meanwhile) the hand-back never comes, and the store, which does
+    not fold while a cycle is under way, must not wait for it on the next loop."""
+    from handrail.store import _sqlite
+
+    folds: list[int] = []
+    fold_rows = _sqlite._fold_rows
+
+    def counted(db: sqlite3.Connection) -> None:
+        fold_rows(db)
+        folds.append(1)
+
+    monkeypatch.setattr(_sqlite, "_fold_rows", counted)
+    monkeypatch.setattr(_sqlite, "CHECKPOINT_EVERY", 30)
+    store = Store.open(tmp_path / "runs.db")
+    assert isinstance(store, SQLiteStore)
+
+    async def first() -> None:
+        await store.write(Batch(run=_run("r0")))
+        store._checkpointing = True  # a cycle under way, its hand-back lost with this loop
+
+    async def second() -> None:
+        await _fold_once(store, 40, "s")
+        await store.close()
+
+    anyio.run(first)
+    anyio.run(second)
+    assert folds, "the second loop never folded"
+
+
 async def test_a_group_resumes_its_writers_a_few_per_loop_iteration(tmp_path: Path) -> None:
     """Issue 24: 100 runs sharing a commit must not all do their next turn in one iteration.
 

@@ -3,10 +3,13 @@
 Writes: every write (a batch, a decision, a claim) becomes an operation in a queue. The
 queue is committed as one transaction (a group): operations that arrive while a group is
 being committed wait for the next one, and each waiter is released only when the transaction
-holding its write has committed. Operations apply in the order they were issued; each runs
-inside its own SAVEPOINT, so one that fails (a compare-and-swap lost: `AlreadyDecided`,
-`ResumeRefused`) is rolled back alone and the rest of its group commits. When the COMMIT
-itself fails, every operation of the group fails with a `StoreError` and nothing of it stays.
+holding its write has committed. Operations apply in the order they were issued. A group of
+writes of distinct runs is written merged (`_apply_writes`: one statement per kind of row for
+the whole group); when that cannot be taken as it is, or the group holds other operations,
+each runs in turn, and after a failure each inside its own SAVEPOINT, so one that fails (a
+compare-and-swap lost: `AlreadyDecided`, `ResumeRefused`) is rolled back alone and the rest
+of its group commits. When the COMMIT itself fails, every operation of the group fails with
+a `StoreError` and nothing of it stays.
 
 Where a group commits (see "No call that can wait on the event loop" in
 docs/architecture.md): with `durability="process"` (WAL, `synchronous=NORMAL`) a commit is a
@@ -36,13 +39,15 @@ with 10,000 calls), after every write issued before them has committed.
 The log: a write appends its messages and call records to the `log` table (one b-tree, written
 at its right edge) instead of updating `messages` and `calls` (three or four pages: a WAL
 commit's cost grows with the pages it writes). Every `CHECKPOINT_EVERY` writes the writer
-folds the log into those tables in a group of its own on the thread; a read of messages or
-calls folds first, and `close` folds what is left, so the tables are complete for every
-reader (another process, plain SQL).
+folds the log into those tables in a transaction of its own on the thread (`_fold_unchecked`);
+a read of messages or calls folds first, and `close` folds what is left, so the tables are
+complete for every reader (another process, plain SQL).
 
 Checkpoints: the writer never checkpoints on commit (`wal_autocheckpoint=0`); after each fold
-the thread runs a PASSIVE checkpoint on its own connection, off the hot path, which keeps the
-WAL bounded without making a writer wait (a PASSIVE checkpoint takes no write lock). Opening reads
+the thread runs a PASSIVE checkpoint on its own connection, off the hot path, without making
+a writer wait (a PASSIVE checkpoint takes no write lock); then the writer checkpoints what
+the writers added meanwhile (`_restart_wal`), so the next commit starts the WAL over and the
+WAL stays bounded under steady load (`SQLiteStore._checkpoint`). Opening reads
 `user_version` (no write when the schema is current; a new, empty file is created without
 fsyncs under "process" durability, with the current schema in one pass); closing does not
 wait for the last checkpoint (the WAL stays beside the file, complete; the next open uses it).
@@ -1088,20 +1093,21 @@ class SQLiteStore(Store):
 
     def _rebind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Serve a new event loop (a store reused across `anyio.run` calls)."""
-        if self._ops or self._on_thread:
-            # The old loop stopped with writes queued or a group on the thread: finish them
-            # here, before this loop's first operation (exceptional, so blocking is accepted).
-            if self._on_thread:
-                # The worker is FIFO: once this no-op ran, the old group's commit is over (its
-                # hand-back to the old loop may never run: that loop is gone or stopped).
-                self._worker.submit(lambda: None).result()
-                self._on_thread = False
+        if self._ops or self._on_thread or self._checkpointing:
+            # The old loop stopped with writes queued, a group on the thread or upkeep under
+            # way: finish them here, before this loop's first operation (exceptional, so
+            # blocking is accepted). The worker is FIFO: once this no-op ran, what the old
+            # loop left on it is over (a group's commit, a checkpoint), though its hand-back
+            # to the old loop may never run: that loop is gone or stopped.
+            self._worker.submit(lambda: None).result()
+            self._on_thread = False
             ops, self._ops = self._ops, []
             for op in ops:
                 op.future = None  # its waiter's loop is gone; a failure surfaces next
                 op.direct = False
-            self._commit_blocking(ops)
-            self._checkpointing = False
+            if ops:
+                self._commit_blocking(ops)
+            self._checkpointing = False  # else no fold would ever come due again
         # Waiters of the old loop that were never resumed: their tasks are gone with it.
         self._to_release.clear()
         self._releasing = self._flush_waiting = False
