@@ -320,7 +320,7 @@ def test_a_0005_database_keeps_its_rows_and_its_unfolded_log_through_0006(tmp_pa
 
     anyio.run(check)
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) == 6
+    assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) >= 6
     sql = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     assert "WITHOUT ROWID" not in sql["calls"] and "WITHOUT ROWID" not in sql["messages"]
     assert db.execute("SELECT count(*) FROM log").fetchone() == (0,)
@@ -490,7 +490,7 @@ async def test_the_store_forgets_a_run_once_it_leaves_the_process(tmp_path: Path
             await store.write(Batch(run=run))
             run.status = RunStatus.READY  # handed back (an end or a pause alike)
             await store.write(Batch(run=run))
-        assert store._runs_written == set()
+        assert store._runs_written == {}
         # Written again (resumed): stored whole, as the UPDATE it is.
         run = _run("r3", status=RunStatus.RUNNING)
         run.steps = 7
@@ -785,14 +785,16 @@ async def test_a_merged_group_stores_what_each_write_alone_stores(
         for i in range(12):
             run = RunRecord(id=f"r{i}", task="t", status=RunStatus.RUNNING,
                             created_at=1.0 + i)
-            # Every column the UPDATE sets holds its own value: a mix-up shows.
+            # Every column the UPDATE sets holds its own value: a mix-up shows. Round 1 is a
+            # turn (only progress changes: beside the rows), round 2 rewrites every row (new
+            # remembered rules and events), some with a pause.
             run.steps = round_
             run.updated_at = 100.0 + round_
             run.input_tokens, run.output_tokens = 10 * i + round_, 20 * i + round_
             run.model_requests = 30 + round_
-            run.remembered = [{"pattern": f"p{i}.{round_}"}]
-            run.events = [{"event": f"e{i}.{round_}"}]
-            run.owner, run.lease_until = f"host:{i}:{round_}", 1000.0 + i + round_
+            run.remembered = [{"pattern": f"p{i}.{int(round_ >= 2)}"}]
+            run.events = [{"event": f"e{i}.{int(round_ >= 2)}"}]
+            run.owner, run.lease_until = f"host:{i}", 1000.0 + i + round_
             calls = [CallRecord(id=f"r{i}:c{round_}", run_id=f"r{i}", call_id=f"c{round_}",
                                 turn=round_, index=0, model_name="m", tool="t/x",
                                 arguments='{"a": 1}',
@@ -829,13 +831,15 @@ async def test_a_merged_group_stores_what_each_write_alone_stores(
     assert [p.id for p in together["pending"]] == ["p0", "p4", "p8"]
 
 
+@pytest.mark.parametrize("turn", ["progress", "rewrite"])
 async def test_a_row_changed_by_another_process_is_written_as_the_record_says(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A merged UPDATE that finds a run's row not as this process left it is not taken.
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, turn: str) -> None:
+    """A merged write that finds a run's row not as this process left it is not taken.
 
-    Another process paused r3 meanwhile: the merged statement matches one row fewer than it
-    has writes, and the group is written again one write at a time (each of which knows what
-    to do with a row that differs): every run ends as its record says.
+    Another process paused r3 meanwhile: the group's statement (the runs' progress beside
+    their rows, or their rows rewritten when more than progress changed) matches one row
+    fewer than it has writes, and the group is written again one write at a time (each of
+    which knows what to do with a row that differs): every run ends as its record says.
     """
     path = tmp_path / "runs.db"
     merged = _spy_merged(monkeypatch)
@@ -848,13 +852,16 @@ async def test_a_row_changed_by_another_process_is_written_as_the_record_says(
         other.close()
         for r in runs:
             r.steps = 5
+            if turn == "rewrite":
+                r.remembered = [{"pattern": "new"}]
         out = await _concurrently(*[functools.partial(store.write, Batch(run=r))
                                     for r in runs])
         assert out == [None] * 6
         assert merged == [6]  # the second group matched five rows of six: written alone
         for r in runs:
             stored = await store.run(r.id)
-            assert (stored.status, stored.steps) == (RunStatus.RUNNING, 5), r.id
+            assert (stored.status, stored.steps, stored.remembered) == (
+                RunStatus.RUNNING, 5, r.remembered), r.id
 
 
 async def test_two_writes_of_one_run_in_a_group_are_written_in_their_order(
@@ -1046,3 +1053,76 @@ async def test_a_failed_fold_fails_no_write_and_the_next_one_folds(
         assert db.execute("SELECT count(*) FROM messages").fetchone() == (560,)
     finally:
         db.close()
+
+
+def _row(path: Path, run_id: str) -> tuple[Any, ...]:
+    """The run's row as plain SQL reads it: steps, tokens, lease, status."""
+    db = sqlite3.connect(path)
+    try:
+        row = db.execute("SELECT steps, input_tokens, lease_until, status FROM runs WHERE id = ?",
+                         (run_id,)).fetchone()
+        assert row is not None
+        return tuple(row)
+    finally:
+        db.close()
+
+
+async def test_a_turns_progress_is_written_beside_the_run_row_and_read_over_it(
+        tmp_path: Path) -> None:
+    """A running run's turn changes only its progress (steps, tokens, requests, lease,
+    updated_at): written to `run_progress`, not into its ~1 KB row (issue 24: the rows of
+    100 runs were most of what a group's commit wrote). Every read through a store sees it
+    at once; plain SQL sees it in `runs` once the log is folded (on close at the latest)."""
+    path = tmp_path / "runs.db"
+    async with Store.open(path) as store:
+        run = _run("r1", status=RunStatus.RUNNING, owner="host:1:a", policy={"layers": []})
+        await store.write(Batch(run=run))
+        for step in range(1, 4):
+            run.steps, run.input_tokens, run.lease_until = step, 10 * step, 1000.0 + step
+            run.updated_at = 50.0 + step
+            await store.write(Batch(run=run, messages=[("r1", step, {"s": step})]))
+        stored = await store.run("r1")
+        assert (stored.steps, stored.input_tokens, stored.lease_until, stored.updated_at) == (
+            3, 30, 1003.0, 53.0)
+        assert [r.steps for r in await store.runs()] == [3]
+        assert _row(path, "r1")[:3] == (0, 0, 0.0)  # the row as first written
+        # A change of status is written into the row, with the progress of the moment; no
+        # older progress hides it.
+        run.status, run.steps = RunStatus.AWAITING_APPROVAL, 4
+        run.outcome = {"kind": "awaiting_approval", "request_id": "p1"}
+        await store.write(Batch(run=run))
+        stored = await store.run("r1")
+        assert (stored.status, stored.steps, stored.input_tokens) == (
+            RunStatus.AWAITING_APPROVAL, 4, 30)
+        # Running again (a resume): progress beside the row once more.
+        run.status, run.outcome = RunStatus.RUNNING, None
+        await store.write(Batch(run=run))
+        run.steps = 9
+        await store.write(Batch(run=run))
+        assert (await store.run("r1")).steps == 9
+    assert _row(path, "r1") == (9, 30, 1003.0, "running")  # folded on close
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT count(*) FROM run_progress").fetchone() == (0,)
+    finally:
+        db.close()
+
+
+async def test_another_process_sees_a_runs_progress_and_takes_it_over_whole(
+        tmp_path: Path) -> None:
+    """Another store on the file reads the progress over the row (a claim's lease check
+    included), and once it writes the run, its record is the row and the older progress
+    is gone."""
+    path = tmp_path / "runs.db"
+    async with Store.open(path) as first, Store.open(path) as second:
+        run = _run("r1", status=RunStatus.RUNNING, owner="host:1:a")
+        await first.write(Batch(run=run))
+        run.steps, run.lease_until = 5, 2000.0
+        await first.write(Batch(run=run))
+        seen = await second.run("r1")
+        assert (seen.steps, seen.lease_until) == (5, 2000.0)
+        taken = dataclasses.replace(seen, owner="host:2:b", steps=6, lease_until=3000.0)
+        await second.write(Batch(run=taken))  # its first write of the run: the whole row
+        for store in (first, second):
+            stored = await store.run("r1")
+            assert (stored.owner, stored.steps, stored.lease_until) == ("host:2:b", 6, 3000.0)

@@ -36,6 +36,11 @@ yielded less than `_pace.HOLD_SECONDS` ago, the write commits at once, without a
 Reads run on the store's thread on a second connection (a read's size is not bounded: a run
 with 10,000 calls), after every write issued before them has committed.
 
+Progress: a running run's turn that changes only its progress (steps, tokens, requests,
+lease, `updated_at`) writes it to `run_progress` beside its ~1 KB row rather than into it;
+readers take it over the row (`_RUN_SELECT`), a write that rewrites the row deletes it, and
+the fold moves it into `runs`.
+
 The log: a write appends its messages and call records to the `log` table (one b-tree, written
 at its right edge) instead of updating `messages` and `calls` (three or four pages: a WAL
 commit's cost grows with the pages it writes). Every `CHECKPOINT_EVERY` writes the writer
@@ -302,6 +307,15 @@ def _m0006_rowid_calls_and_messages(db: sqlite3.Connection) -> None:
     )
 
 
+def _m0007_run_progress(db: sqlite3.Connection) -> None:
+    # A running run's turn changes only its progress (these six columns); its `runs` row,
+    # ~1 KB with the policy's text, four to a page, was rewritten every turn: with 100 runs
+    # a group's commit wrote ~23 pages of `runs` to the WAL, more than its log rows (issue
+    # 24). The turn's progress goes here instead, 100 runs in two pages; readers take it
+    # over the row (`_RUN_SELECT`), and the fold moves it into `runs`.
+    db.execute(_RUN_PROGRESS_TABLE)
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_clustered_calls_and_messages", _m0002_clustered_calls_and_messages),
@@ -309,9 +323,22 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0004_call_provenance", _m0004_call_provenance),
     ("0005_run_tree", _m0005_run_tree),
     ("0006_rowid_calls_and_messages", _m0006_rowid_calls_and_messages),
+    ("0007_run_progress", _m0007_run_progress),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`. A new migration
 changes `_CURRENT_SCHEMA` too (a new file is created from it; a test compares the two)."""
+
+
+_RUN_PROGRESS_TABLE = """
+    CREATE TABLE run_progress (
+        id TEXT NOT NULL PRIMARY KEY, p_updated_at REAL NOT NULL,
+        p_input_tokens INTEGER NOT NULL, p_output_tokens INTEGER NOT NULL,
+        p_model_requests INTEGER NOT NULL, p_steps INTEGER NOT NULL, p_lease_until REAL NOT NULL
+    ) WITHOUT ROWID
+"""
+"""A running run's progress since its row was last written (migration 0007): its newer
+`updated_at`, token counts, model requests, steps and lease (each turn renews it). No foreign
+key: a row is only written where its run's row is (`_PROGRESS_INSERT`)."""
 
 
 _CURRENT_SCHEMA = """
@@ -350,7 +377,8 @@ _CURRENT_SCHEMA = """
     CREATE TABLE log (
         id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id),
         """ + ", ".join(f"c{i}" for i in range(23)) + """
-    )
+    );
+    """ + _RUN_PROGRESS_TABLE + """
 """
 """The schema every migration in `MIGRATIONS` leads to, created at once in a new, empty file.
 
@@ -404,6 +432,13 @@ _RUN_COLUMNS = (
     "lease_until, events, agent_ref, parent_call_id, depth"
 )
 _EVENTS = _RUN_COLUMNS.split(", ").index("events")
+_RUN_SELECT = ", ".join(
+    "max(updated_at, coalesce(p_updated_at, updated_at))" if c == "updated_at" else
+    f"coalesce(p_{c}, {c})" if c in ("input_tokens", "output_tokens", "model_requests", "steps",
+                                     "lease_until")
+    else c for c in _RUN_COLUMNS.split(", ")) + " FROM runs LEFT JOIN run_progress USING (id)"
+"""A run's columns as readers see them: its row, with its progress since (`run_progress`)
+over it. Used as `SELECT {_RUN_SELECT} WHERE ...`."""
 _PLAIN_TEXT = re.compile(r"[ !#-\[\]-~]+")
 """Text every JSON encoder writes as it is: printable ASCII but the quote and the backslash."""
 _CALL_COLUMNS = (
@@ -499,14 +534,29 @@ _FOLD = (
     # frees the table's pages at once instead of deleting it row by row.
     "DELETE FROM log",
 )
+_FOLD_PROGRESS = (
+    # Runs' progress into their rows (row values and a subquery, not UPDATE ... FROM: SQLite
+    # before 3.33 has none; a fold meets a few hundred runs at most).
+    "UPDATE runs SET (updated_at, input_tokens, output_tokens, model_requests, steps, "
+    "lease_until) = (SELECT max(runs.updated_at, p_updated_at), p_input_tokens, "
+    "p_output_tokens, p_model_requests, p_steps, p_lease_until FROM run_progress "
+    "WHERE run_progress.id = runs.id) "
+    "WHERE id IN (SELECT id FROM run_progress)",
+    "DELETE FROM run_progress",
+)
 
 
 def _fold_rows(db: sqlite3.Connection) -> None:
-    """Move the log into `messages` and `calls`, inside the caller's transaction."""
+    """Move the log into `messages` and `calls`, runs' progress into their rows.
+
+    Inside the caller's transaction.
+    """
     (upto,) = db.execute("SELECT max(id) FROM log").fetchone()
     if upto is not None:
         for statement in _FOLD:
             db.execute(statement, {"upto": upto})
+    for statement in _FOLD_PROGRESS:
+        db.execute(statement)
 
 
 def _fold_unchecked(db: sqlite3.Connection) -> None:
@@ -547,7 +597,8 @@ def _restart_wal(db: sqlite3.Connection) -> None:
 
 def _fold(db: sqlite3.Connection) -> None:
     """Move the log into `messages` and `calls` (one transaction; waits for the lock)."""
-    if db.execute("SELECT 1 FROM log LIMIT 1").fetchone() is None:
+    if db.execute("SELECT 1 FROM log UNION ALL SELECT 1 FROM run_progress LIMIT 1"
+                  ).fetchone() is None:
         return  # nothing to fold: a read, no write
     db.execute("BEGIN IMMEDIATE")
     try:
@@ -680,11 +731,13 @@ class _Write:
     caller's but `run`, read only when its row went missing (below).
     """
 
-    __slots__ = ("pending", "rows", "run", "run_id", "run_row", "run_update", "update_sql")
+    __slots__ = ("pending", "progress", "rows", "run", "run_id", "run_row", "run_update",
+                 "update_sql")
 
     def __init__(self, run: RunRecord | None, run_update: tuple[Any, ...] | None,
                  update_sql: str, run_row: tuple[Any, ...] | None, rows: tuple[Any, ...],
-                 pending: tuple[tuple[Any, ...], ...]) -> None:
+                 pending: tuple[tuple[Any, ...], ...],
+                 progress: tuple[Any, ...] | None = None) -> None:
         self.run = run
         self.run_id = None if run is None else run.id
         self.run_update = run_update
@@ -695,11 +748,16 @@ class _Write:
         self.rows = rows
         """Its log rows (`_log_insert`), in order."""
         self.pending = pending
+        self.progress = progress
+        """A running run's turn that changed only its progress: `_PROGRESS_INSERT`'s
+        parameters. The run's row stays as it is when it is as this process left it."""
 
     def __call__(self, db: sqlite3.Connection) -> None:
         """Write the rows alone, in the group's transaction."""
         run, run_update = self.run, self.run_update
-        if run is not None and run_update is not None:
+        if run is not None and run_update is not None and (
+                self.progress is None
+                or db.execute(_PROGRESS_INSERT, self.progress).rowcount != 1):
             if self.run_row is not None:
                 # The first write of the run in this process (new, or resumed from another):
                 # the whole row, or its mutable columns when it is there already.
@@ -711,11 +769,44 @@ class _Write:
                 # (Exceptionally) a run whose first write was rolled back: the record as it
                 # is now, which is this write's or newer.
                 db.execute(_RUN_UPSERT, _run_row(run))
+            # The row holds the run's progress now: none over it (an older one would hide it).
+            db.execute(_PROGRESS_DELETE, (run.id,))
         rows = self.rows
         for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
             db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
         if self.pending:
             db.executemany(_PENDING_REPLACE, self.pending)
+
+
+_PROGRESS_COLUMNS = ("id, p_updated_at, p_input_tokens, p_output_tokens, p_model_requests, "
+                     "p_steps, p_lease_until")
+_PROGRESS_WHERE = (
+    "EXISTS (SELECT 1 FROM runs WHERE runs.id = {0}1 AND status = 'running' AND outcome IS "
+    "NULL AND owner IS {0}8 AND remembered = {0}9 AND events = {0}10)")
+_PROGRESS_INSERT = (
+    f"INSERT OR REPLACE INTO run_progress ({_PROGRESS_COLUMNS}) SELECT ?1, ?2, ?3, ?4, ?5, ?6, "
+    "?7 WHERE " + _PROGRESS_WHERE.format("?"))
+"""A turn's progress, written only where the run's row is as this process last wrote it
+(running, no outcome, its owner, remembered rules and events): else (another process changed
+the row) it matches nothing, and the write rewrites the row as its record says. Parameters:
+the id, the six progress values (the last the lease), then owner, remembered, events."""
+_PROGRESS_DELETE = "DELETE FROM run_progress WHERE id = ?"
+_UNWRITTEN = object()
+"""`SQLiteStore._runs_written`'s answer for a run it has not written."""
+
+_MERGED_PROGRESS: dict[int, str] = {}
+
+
+def _merged_progress(n: int) -> str:
+    """`_PROGRESS_INSERT` for `n` runs at once."""
+    sql = _MERGED_PROGRESS.get(n)
+    if sql is None:
+        row = f"({','.join('?' * 10)})"
+        sql = _MERGED_PROGRESS[n] = (
+            f"INSERT OR REPLACE INTO run_progress ({_PROGRESS_COLUMNS}) SELECT v.column1, "
+            "v.column2, v.column3, v.column4, v.column5, v.column6, v.column7 FROM (VALUES "
+            f"{','.join([row] * n)}) AS v WHERE " + _PROGRESS_WHERE.format("v.column"))
+    return sql
 
 
 class _Mismatch(Exception):
@@ -735,10 +826,15 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
     """
     updates: dict[str, list[tuple[Any, ...]]] = {}
     upserts: list[tuple[Any, ...]] = []
+    progress: list[tuple[Any, ...]] = []
+    cleared: list[tuple[str]] = []
     rows: list[tuple[Any, ...]] = []
     pending: list[tuple[Any, ...]] = []
     for w in writes:
-        if w.run_update is not None:
+        if w.progress is not None:
+            progress.append(w.progress)
+        elif w.run_update is not None:
+            cleared.append((w.run_update[9],))
             if w.run_row is not None:
                 upserts.append(w.run_row)
             else:
@@ -750,6 +846,15 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
         rows += w.rows
         if w.pending:
             pending += w.pending
+    if progress:
+        if len(progress) == 1:
+            if db.execute(_PROGRESS_INSERT, progress[0]).rowcount != 1:
+                raise _Mismatch
+        elif db.execute(_merged_progress(len(progress)),
+                        tuple([v for p in progress for v in p])).rowcount != len(progress):
+            raise _Mismatch
+    if cleared:
+        db.executemany(_PROGRESS_DELETE, cleared)
     if upserts:
         db.executemany(_RUN_UPSERT, upserts)
     for sql, params in updates.items():
@@ -979,7 +1084,9 @@ class SQLiteStore(Store):
         """Operations committed since the last fold."""
         self._checkpointing = False
         self._background_error: BaseException | None = None
-        self._runs_written: set[str] = set()
+        self._runs_written: dict[str, tuple[Any, ...] | None] = {}
+        """Runs this store has written and that are running, with what their row holds
+        besides their progress (owner, remembered rules, events) as last written."""
         # Committed writes whose waiters have not resumed yet (`_release`), oldest first.
         self._to_release: collections.deque[tuple[asyncio.Future[Any], bool, Any]] = (
             collections.deque())
@@ -1382,34 +1489,46 @@ class SQLiteStore(Store):
         run = batch.run
         run_row: tuple[Any, ...] | None = None
         run_update: tuple[Any, ...] | None = None
+        progress: tuple[Any, ...] | None = None
         update_sql = ""
         if run is not None:
             check_run_record(run)
             outcome = run.outcome
+            remembered, events = _dumps(run.remembered), _dumps(run.events)
             run_update = (
                 (run.updated_at, run.input_tokens, run.output_tokens, run.model_requests,
-                 _dumps(run.remembered), run.steps, run.owner, run.lease_until,
-                 _dumps(run.events), run.id, run.status._value_)
+                 remembered, run.steps, run.owner, run.lease_until, events, run.id,
+                 run.status._value_)
                 if outcome is None else
                 (run.updated_at, run.input_tokens, run.output_tokens, run.model_requests,
-                 _dumps(run.remembered), run.steps, run.owner, run.lease_until,
-                 _dumps(run.events), run.id, run.status._value_, _ENCODE(outcome)))
-            if run.id not in self._runs_written:
+                 remembered, run.steps, run.owner, run.lease_until, events, run.id,
+                 run.status._value_, _ENCODE(outcome)))
+            # What a running run's row holds besides its progress, as this process wrote it.
+            held = ((run.owner, remembered, events)
+                    if run.status is RunStatus.RUNNING and outcome is None else None)
+            last = self._runs_written.get(run.id, _UNWRITTEN)
+            if last is _UNWRITTEN:
                 # The whole row (policy text included) only for a run this store has not
                 # written yet; every later write of it is the UPDATE of what may change.
-                self._runs_written.add(run.id)
                 run_row = _run_row(run)
+            elif held is not None and last == held:
+                # A turn: only its progress changed. Written beside the row, not into it
+                # (`run_progress`, migration 0007), where the row is still as written here.
+                progress = (run.id, run.updated_at, run.input_tokens, run.output_tokens,
+                            run.model_requests, run.steps, run.lease_until, *held)
             else:
                 # Its last write here had it running (else it would have been forgotten,
                 # below): a running run keeps its status (the UPDATE that leaves it alone),
                 # any other status is a change. A row found otherwise (another process's
                 # doing) makes the merged UPDATE match less, and the write alone sorts it out.
                 update_sql = _RUN_UPDATES[run.status is RunStatus.RUNNING, outcome is not None]
-            if run.status is not RunStatus.RUNNING:
+            if run.status is RunStatus.RUNNING:
+                self._runs_written[run.id] = held
+            else:
                 # The run leaves this process's hands (ended, paused, handed back): forget it,
                 # or a long-lived server holds an id for every run it ever served. A later
                 # write of it builds its whole row once more, which its UPDATE makes unneeded.
-                self._runs_written.discard(run.id)
+                self._runs_written.pop(run.id, None)
         enc = _ENCODE
         log = [(0, r, s, enc(m)) for r, s, m in batch.messages]
         if batch.calls:
@@ -1417,7 +1536,7 @@ class SQLiteStore(Store):
         # Built now, as flat tuples of strings and numbers (which the collector stops
         # tracking): the write holds no list, closure or record of the caller's while queued.
         pending = tuple([_pending_row(p) for p in batch.pending]) if batch.pending else ()
-        fn = _Write(run, run_update, update_sql, run_row, tuple(log), pending)
+        fn = _Write(run, run_update, update_sql, run_row, tuple(log), pending, progress)
         if wait and self._idle():
             await self._write_direct(fn)
             return
@@ -1482,7 +1601,7 @@ class SQLiteStore(Store):
 
     async def run(self, run_id: str) -> RunRecord:
         row = await self._read(
-            lambda db: db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?",
+            lambda db: db.execute(f"SELECT {_RUN_SELECT} WHERE id = ?",
                                   (run_id,)).fetchone()
         )
         if row is None:
@@ -1492,9 +1611,9 @@ class SQLiteStore(Store):
     async def runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
         def query(db: sqlite3.Connection) -> list[Any]:
             if status is None:
-                return db.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at DESC "
+                return db.execute(f"SELECT {_RUN_SELECT} ORDER BY created_at DESC "
                                   "LIMIT ?", (limit,)).fetchall()
-            return db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = ? ORDER BY "
+            return db.execute(f"SELECT {_RUN_SELECT} WHERE status = ? ORDER BY "
                               "created_at DESC LIMIT ?", (status.value, limit)).fetchall()
 
         return [_run_from(r) for r in await self._read(query)]
@@ -1509,7 +1628,7 @@ class SQLiteStore(Store):
         if _PLAIN_TEXT.fullmatch(conversation):
             where.append("instr(events, ?) > 0")
             params.append(f'"{conversation}"')
-        sql = (f"SELECT {_RUN_COLUMNS} FROM runs WHERE {' AND '.join(where)} "
+        sql = (f"SELECT {_RUN_SELECT} WHERE {' AND '.join(where)} "
                "ORDER BY created_at, id")
 
         def query(db: sqlite3.Connection) -> list[Any]:
@@ -1622,7 +1741,7 @@ class SQLiteStore(Store):
                 raise AlreadyDecided(
                     f"{item.kind} {item_id} was already decided by {item.decided_by}"
                 )
-            run_row = db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?",
+            run_row = db.execute(f"SELECT {_RUN_SELECT} WHERE id = ?",
                                  (item.run_id,)).fetchone()
             if run_row is not None:
                 still_open = [_pending_from(r) for r in db.execute(
@@ -1641,7 +1760,7 @@ class SQLiteStore(Store):
         lease = self.lease_seconds
 
         def cas(db: sqlite3.Connection) -> RunRecord:
-            row = db.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?",
+            row = db.execute(f"SELECT {_RUN_SELECT} WHERE id = ?",
                              (run_id,)).fetchone()
             if row is None:
                 raise NotFound(f"no run {run_id!r} in {self.path}")
