@@ -404,14 +404,7 @@ def test_a_fold_cycle_cut_short_by_the_loops_end_does_not_stop_the_next_loops_fo
     not fold while a cycle is under way, must not wait for it on the next loop."""
     from handrail.store import _sqlite
 
-    folds: list[int] = []
-    fold_rows = _sqlite._fold_rows
-
-    def counted(db: sqlite3.Connection) -> None:
-        fold_rows(db)
-        folds.append(1)
-
-    monkeypatch.setattr(_sqlite, "_fold_rows", counted)
+    folds = _counting(monkeypatch, "_fold_rows")
     monkeypatch.setattr(_sqlite, "CHECKPOINT_EVERY", 30)
     store = Store.open(tmp_path / "runs.db")
     assert isinstance(store, SQLiteStore)
@@ -741,6 +734,21 @@ async def test_a_lone_write_on_an_idle_loop_commits_without_yielding(tmp_path: P
             assert ticks.count - before >= 10
 
 
+def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Wrap `handrail.store._sqlite.<name>` (a function of the connection) to count its calls."""
+    from handrail.store import _sqlite
+
+    calls: list[int] = []
+    original = getattr(_sqlite, name)
+
+    def counted(db: sqlite3.Connection) -> None:
+        original(db)
+        calls.append(1)
+
+    monkeypatch.setattr(_sqlite, name, counted)
+    return calls
+
+
 def _spy_merged(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record the size of each group written merged (`_apply_writes`) that went through:
     one that raised was written again a write at a time, and is not counted."""
@@ -764,21 +772,27 @@ async def _contents(store: Store, run_ids: list[str]) -> dict[str, Any]:
             for run_id in run_ids} | {"pending": await store.pending()}
 
 
-@pytest.mark.parametrize("update_from", [True, False], ids=["update-from", "executemany"])
+@pytest.mark.parametrize(("update_from", "merged_rows"), [(True, 64), (True, 5), (False, 64)],
+                         ids=["update-from", "update-from-in-chunks-of-5", "executemany"])
 async def test_a_merged_group_stores_what_each_write_alone_stores(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, update_from: bool) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, update_from: bool,
+        merged_rows: int) -> None:
     """Writes of distinct runs committed together share one statement per kind of row.
 
     New runs (their whole row), running runs' turns, a pause with its outcome and pending
     item, call records with None fields, several messages: written merged in one group, the
     store holds exactly what it holds when each is written alone. Runs' rows are updated by
-    one UPDATE ... FROM (VALUES ...), or, on SQLite before 3.33, by one executemany.
+    UPDATE ... FROM (VALUES ...) (or, on SQLite before 3.33, executemany), their progress by
+    one INSERT, each for up to MERGED_ROWS runs.
     """
     from handrail.store import CallRecord, CallStatus, _sqlite
 
     if update_from and not _sqlite._UPDATE_FROM:
         pytest.skip(f"SQLite {sqlite3.sqlite_version} has no UPDATE ... FROM")
     monkeypatch.setattr(_sqlite, "_UPDATE_FROM", update_from)
+    # A merged statement takes MERGED_ROWS rows at most (a group on the store's thread holds
+    # every write queued): with 5, twelve writes go in statements of 5, 5 and 2.
+    monkeypatch.setattr(_sqlite, "MERGED_ROWS", merged_rows)
 
     def batches(round_: int) -> list[Batch]:
         out = []
@@ -936,14 +950,7 @@ async def test_the_wal_starts_over_after_each_fold_under_steady_writes(
 
     monkeypatch.setattr(_sqlite, "CHECKPOINT_EVERY", 200)
     path = tmp_path / "runs.db"
-    restarts: list[int] = []
-    restart = _sqlite._restart_wal
-
-    def counted(db: sqlite3.Connection) -> None:
-        restart(db)
-        restarts.append(1)
-
-    monkeypatch.setattr(_sqlite, "_restart_wal", counted)
+    restarts = _counting(monkeypatch, "_restart_wal")
     sizes: list[int] = []
     async with Store.open(path) as store:
         assert isinstance(store, SQLiteStore)

@@ -65,6 +65,7 @@ import collections
 import concurrent.futures
 import dataclasses
 import datetime as dt
+import functools
 import json
 import queue
 import re
@@ -570,13 +571,7 @@ def _fold_unchecked(db: sqlite3.Connection) -> None:
     """
     db.execute("PRAGMA foreign_keys=OFF")  # outside a transaction: there, it is a no-op
     try:
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            _fold_rows(db)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+        _fold_committed(db)
     finally:
         db.execute("PRAGMA foreign_keys=ON")
 
@@ -595,11 +590,8 @@ def _restart_wal(db: sqlite3.Connection) -> None:
         pass
 
 
-def _fold(db: sqlite3.Connection) -> None:
-    """Move the log into `messages` and `calls` (one transaction; waits for the lock)."""
-    if db.execute("SELECT 1 FROM log UNION ALL SELECT 1 FROM run_progress LIMIT 1"
-                  ).fetchone() is None:
-        return  # nothing to fold: a read, no write
+def _fold_committed(db: sqlite3.Connection) -> None:
+    """`_fold_rows` in a transaction of its own (waits for the lock)."""
     db.execute("BEGIN IMMEDIATE")
     try:
         _fold_rows(db)
@@ -607,6 +599,16 @@ def _fold(db: sqlite3.Connection) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+def _fold(db: sqlite3.Connection) -> None:
+    """Fold what there is to fold (the reader's, before a read and on close)."""
+    if db.execute("SELECT 1 FROM log UNION ALL SELECT 1 FROM run_progress LIMIT 1"
+                  ).fetchone() is None:
+        return  # nothing to fold: a read, no write
+    _fold_committed(db)
+
+
 _PENDING_REPLACE = (
     f"INSERT OR REPLACE INTO pending ({_PENDING_COLUMNS}) VALUES ({','.join('?' * 12)})"
 )
@@ -846,31 +848,40 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
         rows += w.rows
         if w.pending:
             pending += w.pending
-    if progress:
-        if len(progress) == 1:
-            if db.execute(_PROGRESS_INSERT, progress[0]).rowcount != 1:
-                raise _Mismatch
-        elif db.execute(_merged_progress(len(progress)),
-                        tuple([v for p in progress for v in p])).rowcount != len(progress):
-            raise _Mismatch
+    if progress and _merged(db, _PROGRESS_INSERT, _merged_progress, progress) != len(progress):
+        raise _Mismatch
     if cleared:
         db.executemany(_PROGRESS_DELETE, cleared)
     if upserts:
         db.executemany(_RUN_UPSERT, upserts)
     for sql, params in updates.items():
-        if len(params) == 1:
-            if db.execute(sql, params[0]).rowcount != 1:
-                raise _Mismatch
-        elif _UPDATE_FROM:
-            if db.execute(_merged_update(sql, len(params)),
-                          tuple([v for p in params for v in p])).rowcount != len(params):
-                raise _Mismatch
-        elif db.executemany(sql, params).rowcount != len(params):
+        matched = (_merged(db, sql, functools.partial(_merged_update, sql), params)
+                   if _UPDATE_FROM else db.executemany(sql, params).rowcount)
+        if matched != len(params):
             raise _Mismatch
     for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
         db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
     if pending:
         db.executemany(_PENDING_REPLACE, pending)
+
+
+MERGED_ROWS = 64
+"""Rows one merged statement takes at most (`_merged`): a group on the store's thread holds
+every write queued, and SQLite before 3.32 binds at most 999 parameters a statement."""
+
+
+def _merged(db: sqlite3.Connection, one: str, many: Callable[[int], str],
+            rows: list[tuple[Any, ...]]) -> int:
+    """How many rows `one` (for a row) or `many(n)` (for n rows at once) changed.
+
+    `MERGED_ROWS` rows at most a statement.
+    """
+    changed = 0
+    for i in range(0, len(rows), MERGED_ROWS):
+        chunk = rows[i:i + MERGED_ROWS]
+        changed += (db.execute(one, chunk[0]) if len(chunk) == 1 else
+                    db.execute(many(len(chunk)), tuple([v for r in chunk for v in r]))).rowcount
+    return changed
 
 
 _UPDATE_FROM = sqlite3.sqlite_version_info >= (3, 33, 0)
