@@ -110,17 +110,25 @@ from handrail.tools import (
 )
 
 __all__ = [
+    "GOVERNANCE_EVENT",
     "NOT_GRANTED_MESSAGE",
     "RECORD_CONTENTS",
+    "SANDBOX_MODES",
     "CallInDoubt",
+    "ControlChain",
     "DelegatedPause",
     "Gate",
+    "Governance",
     "PausedOnQuestion",
     "PausedOnRequest",
     "RunScope",
     "TurnPause",
     "TurnResult",
     "content_marker",
+    "describe_control",
+    "recorded_governance",
+    "stricter_contents",
+    "stricter_sandbox",
 ]
 
 NOT_GRANTED_MESSAGE = "This tool is not available to this agent."
@@ -182,6 +190,163 @@ class RunScope:
             return
         self.remembered.extend(rules)
         self.policy = self.policy.with_layer_on_top("remembered", list(rules))
+
+
+SANDBOX_MODES = ("off", "auto", "required")
+"""The sandbox modes, weakest first: of two, the later one is the stricter."""
+
+
+def stricter_sandbox(a: str, b: str) -> str:
+    """The stricter of two sandbox modes (`"required"` over `"auto"` over `"off"`)."""
+    return a if SANDBOX_MODES.index(a) >= SANDBOX_MODES.index(b) else b
+
+
+def stricter_contents(a: str, b: str) -> str:
+    """The stricter of two `record_contents` modes: `"digest"` (keeps less) over `"full"`."""
+    return "digest" if "digest" in (a, b) else a
+
+
+class ControlChain:
+    """Several tool controls asked in turn: the first that does not pass decides.
+
+    A tree of agents is governed by its root (docs/subagents.md): a sub-agent's calls go to
+    the root's control first, then to each control below it down to the child's own. A control
+    of a child can only add refusals and holds to its root's, never lift one.
+    """
+
+    def __init__(self, members: Sequence[Control]) -> None:
+        flat: list[Control] = []
+        for member in members:
+            for one in (member.members if isinstance(member, ControlChain) else (member,)):
+                if one not in flat:  # the same control twice is asked once
+                    flat.append(one)
+        self.members: tuple[Control, ...] = tuple(flat)
+        """The controls, root's first."""
+
+    @staticmethod
+    def of(*controls: Control | None) -> Control | None:
+        """The chain of the controls given (None skipped): None, one control, or a chain."""
+        present = ControlChain([c for c in controls if c is not None]).members
+        if not present:
+            return None
+        return present[0] if len(present) == 1 else ControlChain(present)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ControlChain) and other.members == self.members
+
+    def __hash__(self) -> int:
+        return hash(self.members)
+
+    @property
+    def timeout(self) -> float:
+        """The longest the whole chain may take: its members' timeouts together."""
+        # 5 s: `adjudicate`'s default for a control that names no timeout.
+        return sum(float(getattr(m, "timeout", 5.0)) for m in self.members)
+
+    async def adjudicate(self, query: dict[str, Any]) -> ControlVerdict:
+        """Each member's verdict in turn (`adjudicate`); the first that is not a pass."""
+        verdict = ControlVerdict(decision="pass", reason="")
+        for member in self.members:
+            verdict = await adjudicate(member, query)
+            if verdict.decision != "pass":
+                break
+        return verdict
+
+    async def ask(self, query: dict[str, Any]) -> Any:
+        """The chain's answer as one control's (`adjudicate` above keeps a failure's flag)."""
+        verdict = await self.adjudicate(query)
+        return {"decision": verdict.decision, "reason": verdict.reason}
+
+    def describe(self) -> str:
+        """Each member's description, root's first, joined by `then`."""
+        return " then ".join(m.describe() for m in self.members)
+
+
+def describe_control(control: Control | None) -> str | None:
+    """What a run records of its tool control (None: no control)."""
+    return None if control is None else control.describe()
+
+
+GOVERNANCE_EVENT = "governance"
+"""The kind of the event that records a run's governance (see `Governance.event`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Governance:
+    """Everything that decides a run's calls, derived once when the run starts.
+
+    What every door carries (docs/architecture.md): `Agent.run`, a sub-agent's run (its
+    root's governance made stricter by the child's), every resume in any process
+    (`handrail approve`/`deny`/`answer`/`recover`/`resume`, the inbox, `handrail worker`) and
+    each session of `handrail serve`. A door builds its gate's scope with `scope()`, never
+    from local defaults. The run records it: the policy in `RunRecord.policy`, the manifest's
+    digest in `manifest_digest`, the workspace in `workspace`, and the rest in the run's
+    first `governance` event (`event()`), which a resume reads back (`recorded_governance`).
+    """
+
+    policy: Policy
+    """The policy in force (recorded, contained, remembered rules excluded)."""
+    workspace: Path
+    """The absolute workspace every READ/WRITE path is confined to."""
+    manifest: Any = None
+    """The manifest in force (a tree's root's), or None."""
+    control: Control | None = None
+    """The tool control every granted, valid call is put to (a tree: root's first)."""
+    sandbox: str = "auto"
+    """How programs the tools start are confined: "off", "auto" or "required"."""
+    record_contents: str = "digest"
+    """`digest` or `full`: what a finished call's stored contents become."""
+
+    @property
+    def taint(self) -> str:
+        """What a tainted protected argument gets: `ask` or `deny` (the policy's)."""
+        return self.policy.taint
+
+    @property
+    def manifest_digest(self) -> str | None:
+        """The digest of the manifest in force, or None."""
+        return None if self.manifest is None else str(self.manifest.digest)
+
+    def event(self, at: float) -> dict[str, Any]:
+        """The run's `governance` event: what it records beside its policy.
+
+        The workspace, the manifest's digest and the taint mode are repeated here so that
+        one event states the whole value (`handrail show --json` reads it).
+        """
+        return {"kind": GOVERNANCE_EVENT, "workspace": str(self.workspace),
+                "manifest": self.manifest_digest, "control": describe_control(self.control),
+                "sandbox": self.sandbox, "taint": self.taint,
+                "record_contents": self.record_contents, "at": at}
+
+    def scope(self, *, run_id: str, agent: str | None, toolbox: Toolbox, store: Store,
+              approver: Approver, responder: Responder, remembered: Sequence[Rule] = (),
+              **rest: Any) -> RunScope:
+        """The gate's scope of one run under this governance (the one way a door builds it).
+
+        `rest` are the scope's other fields (deps, telemetry, events...), none of which
+        decides a call.
+        """
+        remembered = list(remembered)
+        policy = (self.policy.with_layer_on_top("remembered", remembered) if remembered
+                  else self.policy)
+        return RunScope(run_id=run_id, agent=agent, toolbox=toolbox, policy=policy,
+                        store=store, approver=approver, responder=responder,
+                        workspace=self.workspace, manifest=self.manifest,
+                        remembered=remembered, record_contents=self.record_contents,
+                        sandbox=self.sandbox, control=self.control, **rest)
+
+
+def recorded_governance(events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The governance a run recorded when it started (its first `governance` event), or None.
+
+    Only the run's own event counts: one a tool recorded (`ctx.record_event`) always carries
+    its `call_id`, and is ignored.
+    """
+    for event in events:
+        if isinstance(event, Mapping) and event.get("kind") == GOVERNANCE_EVENT \
+                and "call_id" not in event:
+            return dict(event)
+    return None
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -908,7 +1073,9 @@ class Gate:
         query = {"id": state.call.id, "run_id": scope.run_id, "agent": scope.agent,
                  "tool": str(state.impl.spec.id), "input": dumped,
                  "actions": [_action_record(a) for a in actions]}
-        verdict = await adjudicate(scope.control, query)
+        control = scope.control
+        verdict = (await control.adjudicate(query) if isinstance(control, ControlChain)
+                   else await adjudicate(control, query))
         state.controlled = (digest, verdict)
         return verdict
 

@@ -256,16 +256,40 @@ async def test_the_control_is_asked_again_on_resume_and_for_a_modified_approval(
 async def test_a_control_that_refuses_on_resume_wins_over_the_approval() -> None:
     store = hr.Store.memory()
     big = call("ledger/transfer", {"source": "alice", "target": "bob", "amount": 500})
+    frozen: list[str] = []
+
+    def accounts(query: dict[str, Any]) -> dict[str, Any]:
+        # The same control (the run's recorded one), whose answer changed while it paused.
+        if frozen:
+            return {"decision": "refuse", "reason": "frozen account"}
+        return by_amount(query)
+
+    held = await agent([big, reply("x")], accounts).run("pay", store=store)
+    assert isinstance(held.outcome, hr.AwaitingApproval)
+    frozen.append("bob")
+    done = await hr.resume_with_decision(store, held.outcome.request_id,
+                                         hr.Decision.approve(),
+                                         agent=agent([big, reply("done")], accounts))
+    assert done.outcome == hr.Completed("done") and EXECUTED == []
+
+
+async def test_a_resume_under_another_control_is_refused_naming_it() -> None:
+    """Issue 32: the control is a piece of the run's recorded governance."""
+    store = hr.Store.memory()
+    big = call("ledger/transfer", {"source": "alice", "target": "bob", "amount": 500})
     held = await agent([big, reply("x")], by_amount).run("pay", store=store)
     assert isinstance(held.outcome, hr.AwaitingApproval)
 
-    def now_refuses(query: dict[str, Any]) -> dict[str, Any]:
-        return {"decision": "refuse", "reason": "frozen account"}
+    def another(query: dict[str, Any]) -> dict[str, Any]:
+        return {"decision": "pass", "reason": ""}
 
-    done = await hr.resume_with_decision(store, held.outcome.request_id,
-                                         hr.Decision.approve(),
-                                         agent=agent([big, reply("done")], now_refuses))
-    assert done.outcome == hr.Completed("done") and EXECUTED == []
+    for control in (another, None):
+        with pytest.raises(hr.ResumeRefused, match=r"tool control python test_control\.by_amount"):
+            await hr.resume_with_decision(store, held.outcome.request_id,
+                                          hr.Decision.approve(),
+                                          agent=agent([big, reply("done")], control))
+    assert (await store.pending_item(held.outcome.request_id)).state == "open"
+    assert EXECUTED == []
 
 
 async def test_the_control_sees_only_granted_valid_calls() -> None:

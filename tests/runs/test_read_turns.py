@@ -169,4 +169,4 @@ async def test_what_a_turn_changed_of_the_run_is_committed_with_its_results(tmp_
     async with hr.Store.open(path) as store:
         result = await agent.run("go", store=store)
     assert result.output == "ok", result.outcome
-    assert stored[-1] == ["restarted"]
+    assert stored[-1] == ["governance", "restarted"]  # the run's own, first

@@ -13,7 +13,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any
 
-from handrail.cli._runs import _agent_for, _store_path
+from handrail.cli._runs import _agent_for, _store_path, add_store_option
 from handrail.errors import UserError
 
 if TYPE_CHECKING:
@@ -139,8 +139,7 @@ def register(sub: Any) -> None:
     """Add `handrail inbox` to the `handrail` parser."""
     text = "serve the approvals inbox: a web page to decide what agents wait on"
     p: argparse.ArgumentParser = sub.add_parser("inbox", help=text, description=text)
-    p.add_argument("--store", help="the run store (default: $HANDRAIL_STORE or "
-                                   "./.handrail/runs.db)")
+    add_store_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default "
                                                         "127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks one)")

@@ -32,9 +32,22 @@ if TYPE_CHECKING:
 # The store (and asyncio under it) is imported by the commands that open one: `handrail
 # --help` and every parser built for another command do without (issue 11).
 
-__all__ = ["load_object", "register"]
+__all__ = ["add_store_option", "load_object", "register"]
 
 DEFAULT_STORE = os.path.join(".handrail", "runs.db")
+
+
+def add_store_option(parser: argparse.ArgumentParser, help_text: str | None = None) -> None:
+    """Add the one `--store` option: the same before the command and after it.
+
+    `handrail --store X serve` and `handrail serve --store X` mean the same, on every
+    command that opens a store.
+
+    SUPPRESS: given only before the command, the top-level value stands (a subcommand's own
+    default would silently replace it with another store).
+    """
+    parser.add_argument("--store", default=argparse.SUPPRESS, help=help_text or (
+        "the run store (default: $HANDRAIL_STORE or ./.handrail/runs.db)"))
 
 
 def _store_path(args: argparse.Namespace) -> str:
@@ -741,9 +754,7 @@ def register(sub: Any) -> None:
             agent: bool = False, decides: bool = False) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text,
                                                          description=help_text)
-        # SUPPRESS: given only before the command (`handrail --store X approve`), the
-        # top-level value stands.
-        parser.add_argument("--store", help=store_help, default=argparse.SUPPRESS)
+        add_store_option(parser, store_help)
         if agent:
             parser.add_argument("--agent", metavar="MODULE:OBJECT",
                                 help="the agent that continues the run (default: "

@@ -39,15 +39,19 @@ def register(sub: Any) -> None:
     mode.add_argument("--stdio", action="store_true", help="serve over stdin/stdout (default)")
     mode.add_argument("--http", metavar="HOST:PORT",
                       help="serve streamable HTTP at http://HOST:PORT/mcp")
-    p.add_argument("--store", help="the run store (default: $HANDRAIL_STORE or "
-                   "./.handrail/runs.db); 'memory' keeps runs in this process only (no "
-                   "approval from another process can reach them)")
-    p.add_argument("--workspace", default=".", help="the directory paths are confined to")
+    from handrail.cli._runs import add_store_option
+
+    add_store_option(p, "the run store (default: $HANDRAIL_STORE or ./.handrail/runs.db); "
+                     "'memory' keeps runs in this process only (no approval from another "
+                     "process can reach them)")
+    p.add_argument("--workspace", help="the directory paths are confined to (default: the "
+                   "served agent's workspace, else the current directory)")
     p.add_argument("--approval-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long a call waits for `handrail approve` (default 30)")
-    p.add_argument("--sandbox", choices=("auto", "required", "off"), default="auto",
-                   help="how the manifest's stdio [[servers]] are confined, derived from the "
-                   "policy (docs/sandbox.md; default auto)")
+    p.add_argument("--sandbox", choices=("auto", "required", "off"),
+                   help="how programs are confined (the tools' and the manifest's stdio "
+                   "[[servers]]), derived from the policy (docs/sandbox.md; default: the "
+                   "served agent's, else auto; a stricter agent's wins)")
     p.add_argument("--token-file", help="HTTP: read the bearer token from this file")
     p.add_argument("--idle-timeout", type=_seconds, metavar="SECONDS",
                    help="HTTP: end a client's run after this long without a call, as the "
@@ -73,17 +77,17 @@ def _say(text: str) -> None:
     print(f"handrail serve: {text}", file=sys.stderr, flush=True)
 
 
-def _tools_of(obj: Any) -> tuple[list[Any], Any, Any]:
-    """(tools, policy, manifest) from what MODULE:OBJECT names."""
+def _tools_of(obj: Any) -> tuple[list[Any], Any, Any, Any]:
+    """(tools, policy, manifest, the agent or None) from what MODULE:OBJECT names."""
     from handrail.runs import Agent
     from handrail.tools import Toolbox, ToolImpl, Toolset
 
     if isinstance(obj, Agent):
-        return [obj.toolbox], obj.policy, obj.manifest
+        return [obj.toolbox], obj.policy, obj.manifest, obj
     if isinstance(obj, Toolbox | Toolset | ToolImpl) or hasattr(obj, "__handrail_tool__"):
-        return [obj], None, None
+        return [obj], None, None, None
     if isinstance(obj, list | tuple):
-        return list(obj), None, None
+        return list(obj), None, None, None
     raise UserError(f"handrail serve takes a Toolbox, an Agent, a Toolset or a list of tools, "
                     f"not {type(obj).__name__}")
 
@@ -109,13 +113,16 @@ def _serve(args: argparse.Namespace) -> int:
     from handrail.cli._runs import _store_path, load_object
     from handrail.manifest import Manifest
     from handrail.mcp import Gateway, connect_servers
+    from handrail.policy import Policy
+    from handrail.runs import governance_for
     from handrail.store import Store
+    from handrail.store.contract import redacted_url
     from handrail.tools import Toolbox
 
     tools: list[Any] = []
-    policy = manifest = None
+    policy = manifest = agent = None
     if args.target:
-        tools, policy, manifest = _tools_of(load_object(args.target))
+        tools, policy, manifest, agent = _tools_of(load_object(args.target))
     path = args.manifest or (_DEFAULT_MANIFEST if os.path.exists(_DEFAULT_MANIFEST) else None)
     if path is not None:
         manifest = Manifest.load(path)
@@ -123,6 +130,11 @@ def _serve(args: argparse.Namespace) -> int:
         raise UserError("nothing to serve: name MODULE:OBJECT or a --manifest with [[servers]]")
     if manifest is not None and manifest.policy is not None:
         policy = manifest.policy if policy is None else manifest.policy.contain(policy)
+    # One governance for every session: the served agent's, the manifest's and the flags',
+    # the stricter winning (or a refusal to start, saying which piece).
+    governance, notes = governance_for(agent, policy=policy or Policy.default(),
+                                       manifest=manifest, workspace=args.workspace,
+                                       sandbox=args.sandbox)
     host, port = None, 0
     if args.http:
         host, sep, port_text = args.http.rpartition(":")
@@ -137,20 +149,27 @@ def _serve(args: argparse.Namespace) -> int:
     # Not given: the gateway's default (30 minutes); 0: never.
     idle: dict[str, Any] = ({} if args.idle_timeout is None else
                             {"idle_seconds": args.idle_timeout or None})
+    for note in notes:
+        _say(note)
     if manifest is not None and any(d.command is not None for d in manifest.servers):
         from handrail.cli._demo import sandbox_line
 
-        _say(sandbox_line(args.sandbox))
+        _say(sandbox_line(governance.sandbox))
+    url = "memory" if args.store == "memory" else _store_path(args)
+    _say(f"store {redacted_url(url)}; workspace {governance.workspace}; sandbox "
+         f"{governance.sandbox}"
+         + (f"; control {governance.control.describe()}" if governance.control else ""))
 
     async def main() -> int:
-        store = Store.memory() if args.store == "memory" else Store.open(_store_path(args))
+        store = Store.memory() if url == "memory" else Store.open(url)
         try:
             async with contextlib.AsyncExitStack() as stack:
                 upstream = [] if manifest is None else await stack.enter_async_context(
-                    connect_servers(manifest, policy=policy, workspace=args.workspace,
-                                    sandbox=args.sandbox))
+                    connect_servers(manifest, policy=governance.policy,
+                                    workspace=governance.workspace,
+                                    sandbox=governance.sandbox))
                 gateway = Gateway(Toolbox([*tools, *upstream]), store=store, manifest=manifest,
-                                  policy=policy, workspace=args.workspace,
+                                  governance=governance,
                                   approval_timeout=args.approval_timeout, **idle)
                 names = ", ".join(s.id.model_name for s in gateway.offered()) or "(none)"
                 if host is None:

@@ -88,10 +88,12 @@ class Worker:
     """Takes ready runs from a PostgreSQL store and resumes them, `concurrency` at a time."""
 
     def __init__(self, store: Any, agents: _Agents, *, concurrency: int, poll: float,
-                 grace: float) -> None:
+                 grace: float, url: str = "") -> None:
         from handrail.store.contract import new_owner
 
         self.store = store
+        self.url = url
+        """The store's URL, as given (said, without its password, when the worker starts)."""
         self.agents = agents
         self.concurrency = concurrency
         self.poll = poll
@@ -115,7 +117,10 @@ class Worker:
 
     async def serve(self) -> None:
         """Run until `stopping` is set; then finish (or give up) within the grace period."""
-        _log("worker_started", worker=self.owner, concurrency=self.concurrency)
+        from handrail.store.contract import redacted_url
+
+        _log("worker_started", worker=self.owner, concurrency=self.concurrency,
+             store=redacted_url(str(getattr(self.store, "url", None) or self.url)))
         async with anyio.create_task_group() as runs:
             async with anyio.create_task_group() as helpers:
                 helpers.start_soon(self._listen)
@@ -244,7 +249,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     if args.concurrency < 1:
         raise UserError("--concurrency is at least 1")
-    url = str(args.store or os.environ.get("HANDRAIL_STORE") or DEFAULT_STORE)
+    url = str(getattr(args, "store", None) or os.environ.get("HANDRAIL_STORE")
+              or DEFAULT_STORE)
     agents = _Agents(args.agents or [])
 
     async def main() -> int:
@@ -260,7 +266,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             if args.lease is not None:
                 store.lease_seconds = args.lease
             worker = Worker(store, agents, concurrency=args.concurrency, poll=args.poll,
-                            grace=args.grace)
+                            grace=args.grace, url=url)
             await worker.serve()
         finally:
             with anyio.CancelScope(shield=True):
@@ -274,7 +280,9 @@ def register(sub: Any) -> None:
     """Add `handrail worker` to the `handrail` parser."""
     p = sub.add_parser("worker", help="resume runs that are ready, from a PostgreSQL store",
                        description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--store", help="the run store (default: $HANDRAIL_STORE); postgresql://...")
+    from handrail.cli._runs import add_store_option
+
+    add_store_option(p, "the run store (default: $HANDRAIL_STORE); postgresql://...")
     p.add_argument("--concurrency", type=int, default=4,
                    help="runs resumed at once by this process (default 4)")
     p.add_argument("--agents", nargs="+", metavar="MODULE:OBJECT",

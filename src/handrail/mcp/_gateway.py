@@ -33,7 +33,7 @@ import anyio
 
 from handrail.approval import ResponderNone
 from handrail.errors import NotFound, UserError
-from handrail.gate import Gate, PausedOnQuestion, PausedOnRequest, RunScope
+from handrail.gate import Gate, Governance, PausedOnQuestion, PausedOnRequest, RunScope
 from handrail.manifest import check_against, refusals
 from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.otel import Telemetry, telemetry_from
@@ -330,6 +330,11 @@ class Gateway:
         idle_seconds: A client's run ends after this long without a call in flight
             (default `IDLE_SECONDS`, 30 minutes, the MCP SDK's HTTP session limit; None:
             only when the client leaves or the server stops). See `end_idle`.
+        governance: The whole governance every session's run is under
+            (`handrail.runs.governance_for` derives it from a served agent, the manifest and
+            the flags); when given, `policy` and `workspace` must not be (it has them), and
+            its manifest must be `manifest`. Default: from `policy`, `workspace` and
+            `manifest`, no control, sandbox "auto".
     """
 
     def __init__(self, toolbox: Toolbox, *, store: Store, manifest: Manifest | None = None,
@@ -337,7 +342,8 @@ class Gateway:
                  approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
                  responder: Responder | None = None, name: str | None = None,
                  deps: Any = None, telemetry: Telemetry | Literal[False] | None = None,
-                 idle_seconds: float | None = IDLE_SECONDS) -> None:
+                 idle_seconds: float | None = IDLE_SECONDS,
+                 governance: Governance | None = None) -> None:
         if not approval_timeout >= 0:
             raise UserError("approval_timeout must be a non-negative number of seconds")
         if idle_seconds is not None and (isinstance(idle_seconds, bool) or not (
@@ -354,8 +360,17 @@ class Gateway:
             if manifest.policy is not None:
                 policy = manifest.policy if policy is None else manifest.policy.contain(policy)
             name = name or manifest.agent.name
-        self.policy = policy if policy is not None else Policy.default()
-        self.workspace = Path(workspace).resolve()
+        if governance is not None:
+            if governance.manifest is not manifest:
+                raise UserError("Gateway(governance=...) carries the manifest: pass the same "
+                                "manifest= (or none on either)")
+            self.governance = governance
+        else:
+            self.governance = Governance(
+                policy=policy if policy is not None else Policy.default(),
+                workspace=Path(workspace).resolve(), manifest=manifest)
+        self.policy = self.governance.policy
+        self.workspace = self.governance.workspace
         self.approval_timeout = float(approval_timeout)
         self.responder = responder
         self.name = name or "mcp-gateway"
@@ -424,18 +439,20 @@ class Gateway:
         from handrail.runs import DeferAll
 
         now = time.time()
+        governance = self.governance
         run = RunRecord(
             id=uuid.uuid4().hex[:16], task=f"MCP session of {client}", agent=self.name,
-            status=RunStatus.RUNNING, policy=self.policy.to_dict(),
-            manifest_digest=None if self.manifest is None else str(self.manifest.digest),
-            model=f"mcp:{client}", workspace=str(self.workspace), created_at=now,
-            updated_at=now, owner=new_owner(), lease_until=now + self.store.lease_seconds)
+            status=RunStatus.RUNNING, policy=governance.policy.to_dict(),
+            manifest_digest=governance.manifest_digest, model=f"mcp:{client}",
+            workspace=str(governance.workspace), created_at=now, updated_at=now,
+            owner=new_owner(), lease_until=now + self.store.lease_seconds,
+            events=[governance.event(now)])
         await self.store.write(Batch(run=run))
-        scope = RunScope(run_id=run.id, agent=self.name, toolbox=self.toolbox,
-                         policy=self.policy, store=self.store, approver=DeferAll(),
-                         responder=self.responder or ResponderNone(), workspace=self.workspace,
-                         manifest=self.manifest, deps=self.deps, mark_reads=False,
-                         telemetry=None if self.telemetry is None else self.telemetry.start())
+        scope: RunScope = governance.scope(
+            run_id=run.id, agent=self.name, toolbox=self.toolbox, store=self.store,
+            approver=DeferAll(), responder=self.responder or ResponderNone(), deps=self.deps,
+            mark_reads=False,
+            telemetry=None if self.telemetry is None else self.telemetry.start())
         session = GatewaySession(self, run, scope)
         scope.events = session.call_event
         self.sessions.append(session)

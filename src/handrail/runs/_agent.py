@@ -35,7 +35,16 @@ from handrail.approval import (
     control_from,
 )
 from handrail.errors import ModelError, ModelResponseError, ResumeRefused, UserError
-from handrail.gate import RECORD_CONTENTS, Gate, RunScope
+from handrail.gate import (
+    RECORD_CONTENTS,
+    ControlChain,
+    Gate,
+    Governance,
+    describe_control,
+    recorded_governance,
+    stricter_contents,
+    stricter_sandbox,
+)
 from handrail.host import (
     DEFAULT_HEAD_BYTES,
     DEFAULT_TAIL_BYTES,
@@ -86,6 +95,7 @@ from handrail.runs._subagents import (
     attach,
     plant,
     prepare_resume,
+    tree_tools,
 )
 from handrail.runs._verify import Verification, Verify, check_max_attempts
 from handrail.store import Batch, CallStatus, RunRecord, RunStatus, Store
@@ -348,8 +358,26 @@ class Agent:
             raise UserError(f"sandbox must be 'auto', 'required' or 'off', not {sandbox!r}")
         self.sandbox = sandbox
 
-        self.control = _control(control, manifest, root)
+        self._control_given = _control(control, manifest)
+        self.control = _placed(self._control_given, root)
         self.telemetry: Telemetry | None = telemetry_from(telemetry)
+
+    def control_in(self, workspace: Path) -> Control | None:
+        """This agent's tool control as it runs for a run in `workspace`."""
+        if workspace == self.workspace:
+            return self.control
+        return _placed(self._control_given, workspace)
+
+    def governance(self, policy: Policy | None = None) -> Governance:
+        """What decides this agent's calls in a new run: see `hr.Governance`.
+
+        Args:
+            policy: The run's policy (default this agent's).
+        """
+        return Governance(policy=self.policy if policy is None else policy,
+                          workspace=self.workspace, manifest=self.manifest,
+                          control=self.control, sandbox=self.sandbox,
+                          record_contents=self.record_contents)
 
     max_depth: int = DEFAULT_MAX_DEPTH
     """How many levels of sub-agents a tree rooted at this agent may have (docs/subagents.md);
@@ -385,20 +413,23 @@ class Agent:
         return SubAgentTool(self, name=name, description=description, server=server,
                             input_type=input_type)
 
-    def _reviewed_tools(self, manifest: Any) -> Toolbox:
+    def _reviewed_tools(self, manifest: Any) -> Any:
         """What the manifest is checked against at construction.
 
         The registered tools and, with a host, its tools of now that the manifest grants: a
         grant one of them implements is not drift, and one it does not grant is never offered
-        nor callable (the grant stage refuses it every turn).
+        nor callable (the grant stage refuses it every turn). With sub-agents, the tools of
+        the whole tree too: the root's manifest is in force for every run of its tree.
         """
-        if self.injected is None:
-            return self.toolbox
-        merged = merged_toolbox(self.injected)
-        injected = {str(t.id) for t in self.injected.declared()}
-        return Toolbox([i for i in merged.impls()
-                        if str(i.spec.id) not in injected or manifest.grant(i.spec.id)],
-                       max_argument_bytes=self.toolbox.max_argument_bytes)
+        box = self.toolbox
+        if self.injected is not None:
+            merged = merged_toolbox(self.injected)
+            injected = {str(t.id) for t in self.injected.declared()}
+            box = Toolbox([i for i in merged.impls()
+                           if str(i.spec.id) not in injected or manifest.grant(i.spec.id)],
+                          max_argument_bytes=self.toolbox.max_argument_bytes)
+        below = tree_tools(self)
+        return box if not below else _TreeTools(box, below)
 
     def start(self, task: str, **options: Any) -> RunHandle:
         """A handle on a run of `task` that can be cancelled while it runs.
@@ -509,13 +540,16 @@ class Agent:
         start = await start_messages(self, store, task, continue_run, message_history, now)
         messages = start.messages
         owner = new_owner()
+        # The run's governance, derived once here; every door that continues it carries it.
+        governance = self.governance(start.policy)
         run = RunRecord(
             id=uuid.uuid4().hex[:16], task=task, agent=self.name, status=RunStatus.RUNNING,
             parent_id=parent_run_id, policy=start.policy.to_dict(),
-            manifest_digest=self.manifest_digest, model=self.model.name,
-            workspace=str(self.workspace), created_at=now, updated_at=now, owner=owner,
+            manifest_digest=governance.manifest_digest, model=self.model.name,
+            workspace=str(governance.workspace), created_at=now, updated_at=now, owner=owner,
             lease_until=now + store.lease_seconds, agent_ref=self.ref,
-            events=_contents_event(start.events, self.record_contents, now)
+            events=[governance.event(now),
+                    *_contents_event(start.events, self.record_contents, now)]
             + ([checking.event()] if checking is not None else []),
             remembered=[r.to_dict() for r in start.remembered],
         )
@@ -524,7 +558,7 @@ class Agent:
                           {"kind": "records", "dir": str(self.records_dir), "at": now}]
         dumped = dump_messages(messages)
         await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
-        runner = _Runner(self, store, run, start.policy, start.remembered, messages,
+        runner = _Runner(self, store, run, governance, start.remembered, messages,
                          approver or DeferAll(), responder or ResponderNone(), on_event, verify)
         plant(runner)  # a tree of sub-agents, when this agent delegates
         return await runner.drive(cancel)
@@ -555,7 +589,24 @@ class Agent:
     """The same as `run_stream` (the name another agent framework uses)."""
 
 
-def _control(value: object, manifest: Any, workspace: Path) -> Control | None:
+class _TreeTools:
+    """A root's tools and those of its tree, for the manifest check (ids may repeat)."""
+
+    def __init__(self, box: Toolbox, below: list[ToolImpl]) -> None:
+        self._box = box
+        mine = {id(i) for i in box.impls()}
+        self._impls = [*box.impls(), *(i for i in below if id(i) not in mine)]
+
+    def impls(self) -> list[ToolImpl]:
+        """Every tool of the tree, the root's first."""
+        return self._impls
+
+    def changing(self) -> list[Any]:
+        """The root toolbox's members whose tools may change (MCP servers)."""
+        return list(self._box.changing())
+
+
+def _control(value: object, manifest: Any) -> Control | None:
     """The agent's tool control: the one given, or the manifest's; never a different one."""
     control = control_from(value)
     pinned = None if manifest is None else manifest.control
@@ -569,13 +620,65 @@ def _control(value: object, manifest: Any, workspace: Path) -> Control | None:
                 f"the manifest pins the tool control {wanted!r} ([control] in "
                 f"{manifest.source}), but this agent was given {control.describe()}: pass "
                 "control=None to use the manifest's, or change the manifest (reviewed)")
+    return control
+
+
+def _placed(control: Control | None, workspace: Path) -> Control | None:
+    """`control`, a command one set to run in `workspace` unless it names its own directory."""
     if isinstance(control, CommandControl) and control.cwd is None:
         # A copy: the same CommandControl may serve agents with different workspaces.
         placed = CommandControl(control.argv, timeout=control.timeout,
                                 max_output_bytes=control.max_output_bytes)
         placed.cwd = str(workspace)
-        control = placed
+        return placed
     return control
+
+
+def governance_for(agent: Agent | None, *, policy: Policy, manifest: Any = None,
+                   workspace: str | os.PathLike[str] | None = None,
+                   sandbox: str | None = None) -> tuple[Governance, list[str]]:
+    """The governance of a door that serves tools itself (`handrail serve`), as one value.
+
+    From the served `agent` (when it is one), the `manifest` in force and the door's own
+    flags: the policy given (already the manifest's containing the agent's); the workspace
+    is the agent's (a different `workspace` flag is refused: no stricter choice settles two
+    folders); the tool control is the agent's or the manifest's `[control]` (two different
+    ones are refused); the sandbox mode is the stricter of the agent's and the flag's;
+    `record_contents` is the agent's.
+
+    Returns:
+        The governance, and what the operator should be told about how it was settled.
+
+    Raises:
+        UserError: the flags or the manifest contradict the agent (which piece, and how).
+    """
+    notes: list[str] = []
+    if sandbox is not None and sandbox not in ("off", "auto", "required"):
+        raise UserError(f"sandbox must be 'auto', 'required' or 'off', not {sandbox!r}")
+    if agent is None:
+        root = Path("." if workspace is None else workspace).expanduser().resolve()
+        if not root.is_dir():
+            raise UserError(f"the workspace {str(root)!r} is not a directory")
+        control = _placed(_control(None, manifest), root)
+        return Governance(policy=policy, workspace=root, manifest=manifest, control=control,
+                          sandbox=sandbox or "auto"), notes
+    root = agent.workspace
+    if workspace is not None:
+        asked = Path(workspace).expanduser().resolve()
+        if asked != root:
+            raise UserError(
+                f"the agent works in {str(root)!r} but --workspace says {str(asked)!r}: drop "
+                "--workspace (the agent's workspace is the one its policy was written for), "
+                "or give the agent workspace=")
+    mode = agent.sandbox
+    if sandbox is not None:
+        mode = stricter_sandbox(agent.sandbox, sandbox)
+        if mode != sandbox:
+            notes.append(f"sandbox {mode}: the agent's sandbox={agent.sandbox!r} is stricter "
+                         f"than --sandbox {sandbox}")
+    control = _placed(_control(agent._control_given, manifest), root)
+    return Governance(policy=policy, workspace=root, manifest=manifest, control=control,
+                      sandbox=mode, record_contents=agent.record_contents), notes
 
 
 class _Runner:
@@ -584,7 +687,7 @@ class _Runner:
     node: Node | None = None
     """Its place in a tree of sub-agents (shared budgets, agent path), else None."""
 
-    def __init__(self, agent: Agent, store: Store, run: RunRecord, policy: Policy,
+    def __init__(self, agent: Agent, store: Store, run: RunRecord, governance: Governance,
                  remembered: list[Rule], messages: list[Any], approver: Approver,
                  responder: Responder, on_event: EventCallback | None,
                  verify: Verify | None = None) -> None:
@@ -594,13 +697,12 @@ class _Runner:
         self.messages = messages
         self.on_event = on_event
         self.started = time.monotonic()
-        scope_policy = policy.with_layer_on_top("remembered", remembered) if remembered else policy
-        self.scope = RunScope(
-            run_id=run.id, agent=agent.name, toolbox=agent.toolbox, policy=scope_policy,
-            store=store, approver=approver, responder=responder, workspace=agent.workspace,
-            manifest=agent.manifest, deps=agent.deps, remembered=list(remembered),
-            record_contents=agent.record_contents, sandbox=agent.sandbox,
-            events=self._call_event, control=agent.control,
+        self.governance = governance
+        """What decides this run's calls (derived at its start, or a resume's recorded one)."""
+        self.scope = governance.scope(
+            run_id=run.id, agent=agent.name, toolbox=agent.toolbox, store=store,
+            approver=approver, responder=responder, remembered=remembered, deps=agent.deps,
+            events=self._call_event,
             telemetry=None if agent.telemetry is None else agent.telemetry.start(),
             # A turn of reads commits once, on every store: the memory store too (one write
             # and one yield a turn instead of two; issue 11).
@@ -616,10 +718,10 @@ class _Runner:
         self.toolbox = agent.toolbox
         """This run's tools (a toolset's list may change between turns: `_refresh_tools`)."""
         self._check: Callable[[list[Any]], Mapping[str, str]] | None = None
-        if agent.manifest is not None:  # tools that appear later meet the same check
+        if governance.manifest is not None:  # tools that appear later meet the same check
             from handrail.manifest import refusals
 
-            self._check = functools.partial(refusals, manifest=agent.manifest)
+            self._check = functools.partial(refusals, manifest=governance.manifest)
         self.offered = self.gate.offered()
         if agent.output is not None:
             self.offered.append(agent.output.spec)
@@ -1159,7 +1261,77 @@ def check_resumable(run: RunRecord, agent: Agent, allow_manifest_change: bool
             )
         events.append({"kind": "manifest_changed", "from": run.manifest_digest,
                        "to": agent.manifest_digest, "at": time.time()})
+    if run.depth == 0:  # a sub-agent's run is checked with its tree (`prepare_resume`)
+        resumed_pieces(run, agent, None)
     return events
+
+
+@dataclass(frozen=True, slots=True)
+class _Pieces:
+    """The pieces of a resumed run's governance beside its policy (`resumed_pieces`)."""
+
+    workspace: Path
+    manifest: Any
+    control: Control | None
+    sandbox: str
+    record_contents: str
+    changed: dict[str, Any]
+    """What differs from the recorded value (each piece: recorded, now), for the record."""
+
+
+def resumed_pieces(run: RunRecord, agent: Agent, parent: Governance | None) -> _Pieces:
+    """What a run resumes under: its recorded governance; the agent's only where stricter.
+
+    The workspace is the recorded one (never the resuming process's folder); the tool
+    control must be the recorded one (an added control, where none was recorded, is
+    stricter and taken); the sandbox mode and `record_contents` are the stricter of the
+    recorded and the agent's. A sub-agent's run takes its tree's root's pieces (`parent`).
+    A run recorded before governance was (no `governance` event) resumes under its recorded
+    workspace and its agent's other pieces.
+
+    Raises:
+        ResumeRefused: naming the piece: the recorded workspace is no longer a directory, or
+            the agent's tool control is not the one the run ran under.
+    """
+    recorded = recorded_governance(run.events) or {}
+    changed: dict[str, Any] = {}
+    if parent is not None:
+        workspace = parent.workspace
+    else:
+        text = recorded.get("workspace") or run.workspace
+        workspace = Path(text) if isinstance(text, str) and text else agent.workspace
+        if not workspace.is_absolute() or not workspace.is_dir():
+            raise ResumeRefused(
+                f"run {run.id} cannot be resumed: its workspace {str(workspace)!r} (recorded "
+                "when it started) is no longer a directory; restore it — a run never continues "
+                "in another folder than the one its calls were decided for")
+    if workspace != agent.workspace:
+        changed["workspace"] = {"recorded": str(workspace), "agent": str(agent.workspace)}
+    control = ControlChain.of(None if parent is None else parent.control,
+                              agent.control_in(workspace))
+    described = describe_control(control)
+    if "control" in recorded and recorded["control"] != described:
+        if recorded["control"] is not None:
+            raise ResumeRefused(
+                f"run {run.id} cannot be resumed: it ran under the tool control "
+                f"{recorded['control']}, but the agent resuming it has "
+                f"{described or 'no control'}; resume it with the agent (and control) it ran "
+                "under — nothing was decided or run")
+        changed["control"] = {"recorded": None, "now": described}  # one added: stricter
+    sandbox = agent.sandbox if parent is None else stricter_sandbox(parent.sandbox,
+                                                                    agent.sandbox)
+    contents = (agent.record_contents if parent is None
+                else stricter_contents(parent.record_contents, agent.record_contents))
+    if isinstance(recorded.get("sandbox"), str) and recorded["sandbox"] in ("off", "auto",
+                                                                            "required"):
+        kept = stricter_sandbox(recorded["sandbox"], sandbox)
+        if kept != agent.sandbox:
+            changed["sandbox"] = {"recorded": recorded["sandbox"], "agent": agent.sandbox}
+        sandbox = kept
+    if recorded.get("record_contents") in RECORD_CONTENTS:
+        contents = stricter_contents(str(recorded["record_contents"]), contents)
+    manifest = agent.manifest if parent is None or parent.manifest is None else parent.manifest
+    return _Pieces(workspace, manifest, control, sandbox, contents, changed)
 
 
 async def _decide_and_resume(store: Store, item_id: str, kind: str, decision: dict[str, Any],
@@ -1220,7 +1392,8 @@ def _contained_policy(recorded: dict[str, Any], current: Policy) -> Policy:
 async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver | None,
                   responder: Responder | None, allow_manifest_change: bool,
                   on_event: EventCallback | None, cancel: anyio.Event | None,
-                  node: Node | None = None, bound: Policy | None = None) -> RunResult:
+                  node: Node | None = None, bound: Policy | None = None,
+                  parent: Governance | None = None) -> RunResult:
     collector.freeze_start_up()  # a process whose first run is a resume
     run = await store.run(run_id)
     totals = None
@@ -1232,6 +1405,7 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
             run, _, totals = tree
             run_id = run.id
     events = check_resumable(run, agent, allow_manifest_change)
+    pieces = resumed_pieces(run, agent, parent)
     # The owner is alive in this process from before the claim: a second resume of the same
     # run here, between this claim and the runner starting, must find it driven, not orphaned
     # (else both would claim it and drive it twice). The runner discards it when it ends.
@@ -1239,8 +1413,12 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
     ACTIVE_OWNERS.add(owner)
     try:
         run = await store.claim(run_id, owner)
-        events.append({"kind": "resumed", "at": time.time()})
-        run.events = _contents_event(events, agent.record_contents, time.time())
+        now = time.time()
+        resumed: dict[str, Any] = {"kind": "resumed", "at": now}
+        if pieces.changed:  # where the agent differs from the record: what was kept
+            resumed["governance"] = pieces.changed
+        events.append(resumed)
+        run.events = _contents_event(events, pieces.record_contents, now)
         # The recorded policy stays the boundary; the agent's current policy can only add
         # denies and asks to it (a deny added while paused wins).
         policy = _contained_policy(run.policy or {}, agent.policy)
@@ -1248,7 +1426,12 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
             policy = policy.contain(bound)
         remembered = [Rule.from_dict(r) for r in run.remembered]
         messages = load_messages(await store.messages(run_id))
-        runner = _Runner(agent, store, run, policy, remembered, messages,
+        governance = Governance(policy=policy, workspace=pieces.workspace,
+                                manifest=pieces.manifest, control=pieces.control,
+                                sandbox=pieces.sandbox, record_contents=pieces.record_contents)
+        if recorded_governance(run.events) is None:  # a run from before: recorded from now on
+            run.events = [governance.event(now), *run.events]
+        runner = _Runner(agent, store, run, governance, remembered, messages,
                          approver or DeferAll(), responder or ResponderNone(), on_event)
         runner._resumed = True
         if node is not None:

@@ -38,7 +38,18 @@ from typing import TYPE_CHECKING, Any
 
 from handrail.approval import Approver, Responder
 from handrail.errors import InvalidArguments, Issue, NotFound, ResumeRefused, UserError
-from handrail.gate import CallInDoubt, DelegatedPause, PausedOnQuestion, PausedOnRequest
+from handrail.gate import (
+    CallInDoubt,
+    ControlChain,
+    DelegatedPause,
+    Governance,
+    PausedOnQuestion,
+    PausedOnRequest,
+    describe_control,
+    recorded_governance,
+    stricter_contents,
+    stricter_sandbox,
+)
 from handrail.models import dump_messages
 from handrail.policy import Policy
 from handrail.runs._outcome import outcome_to_dict
@@ -237,9 +248,11 @@ class Node:
     """The root agent's ref: what rebuilds the tree in another process."""
     on_event: Any = None
     """The root's `on_event`: every run of the tree reports to it (see `_forward`)."""
+    governance: Governance | None = None
+    """The governance of this node's run: what its sub-agents' runs are governed under."""
 
     def below(self, name: str, depth: int) -> Node:
-        """The node of a sub-agent `name` of this run, at `depth`."""
+        """The node of a sub-agent `name` of this run, at `depth` (its governance set later)."""
         return Node(tree=self.tree, path=(*self.path, name), depth=depth, store=self.store,
                     approver=self.approver, responder=self.responder, ref=self.ref,
                     on_event=self.on_event)
@@ -276,6 +289,42 @@ def _tree_specs(agent: Agent) -> list[ToolSpec]:
 def sub_agents(agent: Agent) -> list[SubAgentTool]:
     """The sub-agent tools among `agent`'s tools."""
     return [impl for impl in agent.toolbox.impls() if isinstance(impl, SubAgentTool)]
+
+
+def tree_tools(agent: Agent) -> list[Any]:
+    """The tools of every agent below `agent` (each once): what its manifest must cover.
+
+    A tree is governed by its root: the root's manifest grants every call of the tree, so
+    it is checked (drift) against these too, and `handrail manifest check` reviews them.
+    """
+    found: dict[int, Any] = {}
+    seen: set[int] = {id(agent)}
+    stack = [child.agent for child in sub_agents(agent)]
+    while stack:
+        below = stack.pop()
+        if id(below) in seen:
+            continue  # a cycle: `check_tree` refuses it, with the path
+        seen.add(id(below))
+        for impl in below.toolbox.impls():
+            found.setdefault(id(impl), impl)
+        stack.extend(child.agent for child in sub_agents(below))
+    return list(found.values())
+
+
+def child_governance(parent: Governance, policy: Policy, agent: Agent) -> Governance:
+    """A sub-agent's run's governance: its root's, made stricter by the child's own.
+
+    The parent's effective `policy` contains the child's; the root's control is asked first
+    (then the child's own, if any); the sandbox mode and `record_contents` are the stricter;
+    the workspace is the root's; the manifest in force is the root's when it has one (it
+    covers the tree: `tree_tools`), else the child's.
+    """
+    return Governance(
+        policy=policy, workspace=parent.workspace,
+        manifest=parent.manifest if parent.manifest is not None else agent.manifest,
+        control=ControlChain.of(parent.control, agent.control_in(parent.workspace)),
+        sandbox=stricter_sandbox(parent.sandbox, agent.sandbox),
+        record_contents=stricter_contents(parent.record_contents, agent.record_contents))
 
 
 def check_tree(agent: Agent, tool: SubAgentTool | None = None, *,
@@ -323,6 +372,8 @@ def plant(runner: _Runner) -> None:
 
 
 def attach(runner: _Runner, node: Node) -> None:
+    """Put `runner` at `node` of its tree: its sub-agents are governed under its governance."""
+    node.governance = runner.governance
     runner.node = node
     runner.scope.agent_path = node.path
     _LIVE[runner.run.id] = node
@@ -349,14 +400,18 @@ async def _start_child(tool: SubAgentTool, parent: Node, ctx: CallContext, task:
     if parent_policy is None:
         raise UserError("a sub-agent needs its parent's policy (the gate passes it)")
     policy = parent_policy.contain(start.policy)
+    if parent.governance is None:
+        raise UserError("a sub-agent runs inside its parent's governed run")
+    governance = child_governance(parent.governance, policy, agent)
     owner = new_owner()
     run = RunRecord(
         id=run_id, task=task, agent=tool.name, status=RunStatus.RUNNING,
         parent_id=ctx.run_id, parent_call_id=ctx.call_id, depth=depth,
         policy=policy.to_dict(), manifest_digest=agent.manifest_digest, model=agent.model.name,
-        workspace=str(agent.workspace), created_at=now, updated_at=now, owner=owner,
+        workspace=str(governance.workspace), created_at=now, updated_at=now, owner=owner,
         lease_until=now + store.lease_seconds, agent_ref=parent.ref,
-        events=_contents_event([], agent.record_contents, now),
+        events=[governance.event(now),
+                *_contents_event([], governance.record_contents, now)],
     )
     messages = start.messages
     await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in
@@ -365,7 +420,7 @@ async def _start_child(tool: SubAgentTool, parent: Node, ctx: CallContext, task:
     # runs and `handrail show` draws it from these.
     await ctx.record_event("delegated", run=run_id, agent=tool.name, depth=depth)
     node = parent.below(tool.name, depth)
-    runner = _Runner(agent, store, run, policy, [], messages, parent.approver,
+    runner = _Runner(agent, store, run, governance, [], messages, parent.approver,
                      parent.responder, node.forward())
     attach(runner, node)
     return outcome_to_dict((await runner.drive(None)).outcome)
@@ -386,7 +441,7 @@ async def _continue_child(tool: SubAgentTool, parent: Node, ctx: CallContext,
     result = await _resume(parent.store, run.id, agent=tool.agent, approver=parent.approver,
                            responder=parent.responder, allow_manifest_change=False,
                            on_event=node.forward(), cancel=None, node=node,
-                           bound=parent_policy)
+                           bound=parent_policy, parent=parent.governance)
     return outcome_to_dict(result.outcome)
 
 
@@ -422,7 +477,7 @@ async def _refused(store: Store, root: RunRecord, reason: str) -> ResumeRefused:
 
 
 async def _survey(store: Store, run: RunRecord, agent: Agent | None, path: tuple[str, ...],
-                  root: RunRecord, totals: list[int]) -> None:
+                  root: RunRecord, totals: list[int], above: Any = None) -> None:
     """Check each open child under `run` against `agent`'s tools; add up what the tree spent.
 
     With `agent` None the subtree is only counted (every run's steps and tokens). One read
@@ -433,6 +488,8 @@ async def _survey(store: Store, run: RunRecord, agent: Agent | None, path: tuple
     totals[1] += run.input_tokens + run.output_tokens
     if len(path) > 64:
         return
+    # The controls in force for `run`'s calls, root's first (its children's start with them).
+    above = None if agent is None else ControlChain.of(above, agent.control)
     calls = await store.calls(run.id) if agent is not None else []
     by_id = {c.call_id: c for c in calls}
     for call_id, child in (await sub_runs(store, run, calls)).items():
@@ -454,7 +511,14 @@ async def _survey(store: Store, run: RunRecord, agent: Agent | None, path: tuple
                 f"run {root.id} cannot be resumed: its sub-agent {'/'.join(here)} (run "
                 f"{child.id}) ran under manifest {child.manifest_digest}, but that agent's "
                 f"manifest is now {tool.agent.manifest_digest}; nothing was decided or run"))
-        await _survey(store, child, tool.agent, here, root, totals)
+        recorded = (recorded_governance(child.events) or {}).get("control")
+        expected = describe_control(ControlChain.of(above, tool.agent.control))
+        if recorded is not None and recorded != expected:
+            raise await _refused(store, root, (
+                f"run {root.id} cannot be resumed: its sub-agent {'/'.join(here)} (run "
+                f"{child.id}) ran under the tool control {recorded}, but the tree now has "
+                f"{expected or 'no control'}; nothing was decided or run"))
+        await _survey(store, child, tool.agent, here, root, totals, above)
 
 
 async def prepare_resume(store: Store, run: RunRecord, agent: Agent
