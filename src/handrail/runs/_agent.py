@@ -670,7 +670,7 @@ def governance_for(agent: Agent | None, *, policy: Policy, manifest: Any = None,
                 f"the agent works in {str(root)!r} but --workspace says {str(asked)!r}: drop "
                 "--workspace (the agent's workspace is the one its policy was written for), "
                 "or give the agent workspace=")
-    mode = agent.sandbox
+    mode: str = agent.sandbox
     if sandbox is not None:
         mode = stricter_sandbox(agent.sandbox, sandbox)
         if mode != sandbox:
