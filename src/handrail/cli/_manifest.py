@@ -131,7 +131,9 @@ def resolve_toolset(target: str) -> tuple[Any, dict[str, Any]]:
     for attempt in range(2):
         toolbox = getattr(obj, "toolbox", None)
         if _is_toolset(toolbox):
-            return toolbox, _agent_fields(obj)
+            # An agent with sub-agents: its manifest covers the whole tree (issue 32).
+            tree = getattr(obj, "tools_of_tree", None)
+            return (tree() if callable(tree) else toolbox), _agent_fields(obj)
         if _is_toolset(obj):
             return obj, {}
         if isinstance(obj, list | tuple):

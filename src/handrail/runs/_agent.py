@@ -431,6 +431,16 @@ class Agent:
         below = tree_tools(self)
         return box if not below else _TreeTools(box, below)
 
+    def tools_of_tree(self) -> Any:
+        """Every tool a run of this agent can call: its own, and its sub-agents' at every depth.
+
+        What its manifest must grant (the root's manifest is in force for its whole tree,
+        docs/subagents.md), and what `handrail manifest check` and `init` read for an agent
+        with sub-agents: a Toolset (one tool per id, the agent's own first).
+        """
+        below = tree_tools(self)
+        return self.toolbox if not below else _TreeTools(self.toolbox, below)
+
     def start(self, task: str, **options: Any) -> RunHandle:
         """A handle on a run of `task` that can be cancelled while it runs.
 
@@ -594,8 +604,12 @@ class _TreeTools:
 
     def __init__(self, box: Toolbox, below: list[ToolImpl]) -> None:
         self._box = box
-        mine = {id(i) for i in box.impls()}
-        self._impls = [*box.impls(), *(i for i in below if id(i) not in mine)]
+        ids = {str(i.spec.id) for i in box.impls()}
+        self._impls = list(box.impls())
+        for impl in below:  # one tool per id: the manifest grants ids
+            if str(impl.spec.id) not in ids:
+                ids.add(str(impl.spec.id))
+                self._impls.append(impl)
 
     def impls(self) -> list[ToolImpl]:
         """Every tool of the tree, the root's first."""
