@@ -18,14 +18,13 @@ workspace, sandbox "auto", a permissive policy with taint "ask" — only the con
 manifest are the same (they are what such a rebuild shares). Every door must carry the
 run's recorded governance; a door that assembles its own from the rebuilt agent fails.
 
-    python governed.py DB resume REQUEST_ID     # resume with a decision, in this process
+    python -c "import governed, sys; governed.cli(sys.argv[1:])" DB resume REQUEST_ID
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -214,5 +213,8 @@ async def _main(argv: list[str]) -> None:
     print(json.dumps({"outcome": result.outcome.kind}))
 
 
-if __name__ == "__main__":
-    anyio.run(_main, sys.argv[1:])
+def cli(argv: list[str]) -> None:
+    """`python -c "import governed; governed.cli([...])"`: imported as `governed`, so its
+    control is `governed.control` (run as a script it would be `__main__.control`, another
+    control, which a resume refuses)."""
+    anyio.run(_main, argv)

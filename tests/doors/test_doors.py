@@ -161,7 +161,8 @@ async def another_process(piece: str, place: Place) -> list[hr.CallRecord]:
     async with hr.Store.open(place.db) as store:
         item = await start(piece, place, store)
     done = await anyio.run_process(
-        [sys.executable, str(HERE / "governed.py"), str(place.db), "resume", item.id],
+        [sys.executable, "-c", "import sys, governed; governed.cli(sys.argv[1:])",
+         str(place.db), "resume", item.id],
         cwd=place.elsewhere, env=place.env(), check=False)
     assert done.returncode == 0, done.stderr.decode()
     async with hr.Store.open(place.db) as store:
