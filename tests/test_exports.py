@@ -8,7 +8,7 @@ EXPECTED = [
     "CallContext", "CallRecord", "CallStatus", "CallbackApprover", "Cancel", "CancelInteraction",
     "Cancelled", "CommandControl", "Completed", "ConfigError", "Conversation", "Decision",
     "Decline", "Defer", "Deferred", "Deny", "DenyAll", "Disposition", "Effect", "Elicitation",
-    "EmbeddedResource", "ExecArgv", "Failed", "Finished", "FixedResponder", "Grant",
+    "EmbeddedResource", "ExecArgv", "Failed", "Finished", "FixedResponder", "Governance", "Grant",
     "HandlerStateError", "HandrailError", "Image", "InboxApprover", "InjectedTool", "Interaction",
     "InteractionDeclined", "InvalidArguments", "InvalidOutput", "Invoke", "Issue", "Json", "Layer",
     "Manifest", "ManifestDrift", "ManifestError", "ModelError", "NotFound", "NotGranted",

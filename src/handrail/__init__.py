@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         StdinApprover,
         StdinResponder,
     )
+    from handrail.gate import Governance
     from handrail.host import (
         InjectedTool,
         RoutedCall,
@@ -201,6 +202,7 @@ _LAZY: dict[str, str] = {
     "NotVerified": "handrail.runs",
     "Finished": "handrail.tools",
     "FixedResponder": "handrail.approval",
+    "Governance": "handrail.gate",
     "Grant": "handrail.manifest",
     "Image": "handrail.tools",
     "InboxApprover": "handrail.web",
@@ -312,6 +314,7 @@ __all__ = [
     "Failed",
     "Finished",
     "FixedResponder",
+    "Governance",
     "Grant",
     "HandlerStateError",
     "HandrailError",
