@@ -159,3 +159,51 @@ def test_the_global_store_is_the_subcommands_store(command: str) -> None:
     before = build_parser().parse_args(["--store", "X.db", command, *tail])
     after = build_parser().parse_args([command, *tail, "--store", "Y.db"])
     assert before.store == "X.db" and after.store == "Y.db"
+
+
+def _refuse_controlled(query: dict[str, object]) -> dict[str, str]:
+    """A root's control: a write of controlled.txt is refused."""
+    arguments = query["input"]
+    if query["tool"] == "workspace/write_file" and isinstance(arguments, dict) and \
+            arguments.get("path") == "controlled.txt":
+        return {"decision": "refuse", "reason": "controlled"}
+    return {"decision": "pass", "reason": ""}
+
+
+@hr.tool(server="local", name="ping")
+def _ping() -> str:
+    """Mutating: the default policy asks."""
+    return "pong"
+
+
+def _tree(ws: Path, *, root_control: object) -> hr.Agent:
+    allow = (hr.Policy.default().layer("app").allow(hr.Act.WRITE, "**")
+             .allow(hr.Act.CALL, "agents/*"))
+    kid = hr.Agent(Scripted([call("local/ping", {}),
+                             call("workspace/write_file", {"path": "controlled.txt",
+                                                           "content": "x"}),
+                             reply("kid done")]),
+                   [WriteFile, _ping], policy=allow, workspace=ws, name="kid")
+    return hr.Agent(Scripted([call("agents/kid", {"task": "go"}), reply("done")]),
+                    [kid.as_tool()], policy=allow, workspace=ws, name="root",
+                    control=root_control)
+
+
+async def test_a_resumed_tree_is_still_governed_by_its_root(tmp_path: Path) -> None:
+    store = hr.Store.memory()
+    paused = await _tree(tmp_path, root_control=_refuse_controlled).run("go", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    # Another process's tree without the root's control: refused, naming it, nothing decided.
+    with pytest.raises(hr.ResumeRefused, match="tool control"):
+        await hr.resume_with_decision(store, paused.outcome.request_id, hr.Decision.approve(),
+                                      agent=_tree(tmp_path, root_control=None))
+    assert (await store.pending_item(paused.outcome.request_id)).state == "open"
+    done = await hr.resume_with_decision(store, paused.outcome.request_id,
+                                         hr.Decision.approve(),
+                                         agent=_tree(tmp_path, root_control=_refuse_controlled))
+    assert done.outcome == hr.Completed("done")
+    assert not (tmp_path / "controlled.txt").exists()
+    child = [r for r in await store.runs() if r.depth == 1]
+    [write] = [c for c in await store.calls(child[0].id) if c.tool == "workspace/write_file"]
+    assert write.status is hr.CallStatus.REFUSED and write.verdict is not None
+    assert write.verdict["control"]["decision"] == "refuse"
