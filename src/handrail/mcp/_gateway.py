@@ -355,6 +355,9 @@ class Gateway:
         self.toolbox = toolbox
         self.store = store
         self.manifest = manifest
+        if governance is not None and policy is not None:
+            raise UserError("Gateway(governance=...) carries the policy: pass policy= or "
+                            "governance=, not both")
         if manifest is not None:
             check_against(toolbox, manifest)
             if manifest.policy is not None:
