@@ -40,13 +40,24 @@ def test_a_walk_is_reused_only_while_the_folder_is_unchanged(
     (ws / "sub").mkdir(parents=True)
     (ws / "sub" / "a.txt").write_text("a")
     policy = hr.Policy.default()
+
+    def cached() -> set[str]:  # this workspace's folders in the policy's cache
+        return {k.partition("\0")[2] for k in _sandbox._walks.get(policy, {})
+                if k.partition("\0")[0] == str(ws)}
+
     # A fresh folder is "racy": not cached, since a change in the same clock tick would not
     # move its timestamp.
     _sandbox._expand(policy, str(ws))
-    assert not _sandbox._walks.get(policy)
+    assert cached() == set()
     monkeypatch.setattr(_sandbox, "_RACY_NS", -10**18)
     hidden, _ = _sandbox._expand(policy, str(ws))
-    assert hidden == [] and _sandbox._walks[policy]
+    assert hidden == [] and cached() == {"", "sub"}
+    # An equal policy built anew (a run's effective policy) is answered from the same walk; an
+    # unequal one never is.
+    assert _sandbox._walks[hr.Policy.default()] is _sandbox._walks[policy]
+    stricter = hr.Policy.default().layer("t").deny(hr.Act.READ, "sub/a.txt")
+    assert _sandbox._expand(stricter, str(ws))[0] == [("sub/a.txt", False)]
+    assert _sandbox._expand(policy, str(ws))[0] == []
     (ws / "sub" / ".env").write_text("SECRET")
     st = (ws / "sub").stat()
     os.utime(ws / "sub", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a later tick
