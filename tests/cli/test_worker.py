@@ -448,24 +448,37 @@ def test_a_store_error_is_retried_after_a_poll_and_a_refusal_is_not(
         async with Store.open(pg_url) as store:
             worker = Worker(store, _Agents(["worker_agents:AGENT"]), concurrency=2, poll=0.2,
                             grace=5)
+            refused = by_task["approve:b"]
+            # Claims sent once `a` is done and `b` refused: `b` is still READY in the store,
+            # so each is a chance to take it again. Counted, not timed: three of them.
+            after: list[tuple[frozenset[str], list[str]]] = []
+            enough = anyio.Event()
+            real_claim = store.claim_ready
+
+            async def claim(owner: str, limit: int, exclude: frozenset[str] = frozenset(),
+                            **kw: Any) -> Any:
+                settled = worker.resumed >= 1 and refused in worker.refused
+                taken = await real_claim(owner, limit, exclude, **kw)
+                if settled:
+                    after.append((exclude, [r.id for r in taken]))
+                    if len(after) >= 3:
+                        enough.set()
+                return taken
+
+            store.claim_ready = claim
 
             async def until_done() -> None:
                 with anyio.fail_after(60):
-                    # The store is the only witness (the worker signals nothing): polled.
-                    while (await store.run(by_task["approve:a"])).status \
-                            is not RunStatus.COMPLETED or attempts[by_task["approve:b"]] < 1:  # noqa: ASYNC110
-                        await anyio.sleep(0.05)
-                    # Several polls more: the refused run is not taken again.
-                    for _ in range(5):
-                        worker.wake.set()
-                        await anyio.sleep(0.2)
+                    await enough.wait()
                 worker.stopping.set()
                 worker.wake.set()
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(until_done)
                 await worker.serve()
-            assert (await store.run(by_task["approve:b"])).status is RunStatus.READY
+            assert (await store.run(refused)).status is RunStatus.READY
+            assert all(refused in exclude and refused not in taken
+                       for exclude, taken in after), after
 
     anyio.run(main)
     assert attempts == Counter({by_task["approve:a"]: 2, by_task["approve:b"]: 1})
