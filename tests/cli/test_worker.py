@@ -549,3 +549,9 @@ def test_a_worker_resumes_no_more_runs_at_once_than_its_concurrency(
     anyio.run(main)
     assert most == 2
     assert _effects(tmp_path / "effects") == Counter({f"act k{i}": 1 for i in range(5)})
+
+
+def test_a_worker_needs_a_concurrency_of_at_least_one() -> None:
+    out = subprocess.run([*HANDRAIL, "worker", "--store", "postgresql://nobody@/x",
+                          "--concurrency", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "--concurrency is at least 1" in out.stderr, out.stderr

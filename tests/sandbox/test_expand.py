@@ -63,3 +63,34 @@ def test_a_walk_is_reused_only_while_the_folder_is_unchanged(
     os.utime(ws / "sub", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a later tick
     hidden, _ = _sandbox._expand(policy, str(ws))
     assert hidden == [("sub/.env", False)]
+
+
+@pytest.mark.parametrize(("policy", "network"), [
+    (hr.Policy.default(), "none"),
+    (hr.Policy.default().with_defaults(net="ask"), "none"),
+    (hr.Policy.default().layer("x").ask(hr.Act.NET, "example.org"), "none"),
+    (hr.Policy.default().layer("x").deny(hr.Act.NET, "**"), "none"),
+    (hr.Policy.default().layer("x").allow(hr.Act.NET, "example.org"), "host"),
+    (hr.Policy.default().with_defaults(net="allow"), "host"),
+])
+def test_only_an_outright_net_allow_gives_a_program_the_network(policy: hr.Policy,
+                                                                 network: str) -> None:
+    from handrail.sandbox import _sandbox
+
+    # A program cannot ask a person: an ask (default or rule) is no network.
+    assert _sandbox._network(policy) == network
+
+
+def test_a_read_denied_file_inside_a_write_denied_folder_is_hidden(tmp_path: Path) -> None:
+    from handrail.sandbox import _sandbox
+
+    ws = (tmp_path / "ws").resolve()
+    (ws / "locked" / "deeper").mkdir(parents=True)
+    for name in ("locked/plain.txt", "locked/secret.txt", "locked/deeper/key.pem", "open.txt"):
+        (ws / name).write_text("x")
+    policy = (hr.Policy.default().layer("x").deny(hr.Act.WRITE, "locked/**")
+              .deny(hr.Act.WRITE, "locked").deny(hr.Act.READ, "locked/secret.txt"))
+    hidden, read_only = _sandbox._expand(policy, str(ws))
+    assert sorted(hidden) == [("locked/deeper/key.pem", False), ("locked/secret.txt", False)]
+    assert ("locked", True) in read_only
+    assert ("open.txt", False) not in read_only and ("open.txt", False) not in hidden

@@ -338,6 +338,66 @@ def test_a_recovery_is_decided(inbox: Inbox, choice: str, lines: str, expect: st
     assert (log.read_text() if log.exists() else "") == lines
 
 
+def _in_doubt(inbox: Inbox) -> tuple[hr.RunResult, str]:
+    """A run whose approved call was in flight at a crash: (its result, the recovery's id)."""
+    paused = inbox.pause("log/append_line", {"path": "log.txt", "line": "again"})
+
+    async def crash_then_resume(store: hr.Store) -> str:
+        import dataclasses
+
+        import inbox_agents
+
+        (record,) = await store.calls(paused.run_id)
+        await store.decide(record.pending_id or "", hr.Decision.approve().to_dict(), "op")
+        run = await store.run(paused.run_id)
+        await store.write(hr.store.Batch(
+            run=dataclasses.replace(run, status=hr.RunStatus.RUNNING, owner="gone:1:x"),
+            calls=[dataclasses.replace(record, status=hr.CallStatus.STARTED,
+                                       decision=hr.Decision.approve().to_dict())]))
+        again = await hr.resume(store, paused.run_id,
+                                agent=inbox_agents.agent(workspace=str(inbox.workspace)))
+        assert isinstance(again.outcome, hr.AwaitingRecovery)
+        return record.id
+
+    return paused, run_store(inbox.db, crash_then_resume)
+
+
+def test_a_recovery_marked_completed_needs_what_happened(inbox: Inbox) -> None:
+    paused, record_id = _in_doubt(inbox)
+    url = f"/items/{record_id}/recover"
+    for form, says in (({"choice": "completed", "observation": "  "}, "say what happened"),
+                       ({"choice": "maybe", "observation": "x"}, "choose retry, completed"),
+                       ({"choice": "completed", "observation": "x" * (64 * 1024 + 1)},
+                        "longer than")):
+        refused = inbox.post(url, form)
+        assert refused.status_code == 422 and says in refused.text, (form["choice"], says)
+    assert inbox.item(record_id).state == "open"
+    assert inbox.post(url, {"choice": "completed", "observation": "it landed"}
+                      ).status_code == 303
+    run = inbox.finished(paused.run_id)
+    assert run.outcome is not None and "it landed" in run.outcome["output"]
+    assert not (inbox.workspace / "log.txt").exists()  # completed: not performed again
+
+
+def test_edited_arguments_and_reasons_are_bounded_and_must_be_an_object(inbox: Inbox) -> None:
+    paused = inbox.pause(WRITE, {"path": "a.txt", "content": "model's\n"})
+    item = inbox.item_for(paused.run_id)
+    url = f"/items/{item.id}/approve-edited"
+    for arguments in ('["a.txt", "x"]', '"a.txt"', "null"):
+        refused = inbox.post(url, {"arguments": arguments})
+        assert refused.status_code == 422 and "must be a JSON object" in refused.text, arguments
+    # The form itself is bounded first (1 MiB), before anything reads it.
+    huge = inbox.post(url, {"arguments": '{"path": "a.txt", "content": "' + "x" * (1 << 20)})
+    assert huge.status_code == 413 and "at most 1 MiB" in huge.text
+    long_reason = inbox.post(f"/items/{item.id}/deny", {"reason": "no " * 30_000})
+    assert long_reason.status_code == 422 and "longer than" in long_reason.text
+    long_pattern = inbox.post(f"/items/{item.id}/approve",
+                              {"remember": "1", "remember_pattern": "a" * (64 * 1024 + 1)})
+    assert long_pattern.status_code == 422 and "longer than" in long_pattern.text
+    assert inbox.item(item.id).state == "open"
+    assert not (inbox.workspace / "a.txt").exists()
+
+
 # ----------------------------------------------------------------- escaping
 
 
