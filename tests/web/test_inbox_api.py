@@ -398,6 +398,20 @@ def test_edited_arguments_and_reasons_are_bounded_and_must_be_an_object(inbox: I
     assert not (inbox.workspace / "a.txt").exists()
 
 
+def test_a_decision_of_the_wrong_kind_is_refused_for_its_kind(inbox: Inbox) -> None:
+    question = inbox.item_for(inbox.pause("ops/pick_service", {}).run_id)
+    approval = inbox.item_for(inbox.pause(WRITE, {"path": "a.txt", "content": "x"}).run_id)
+    for path, form, item, kind in (
+            (f"/items/{question.id}/approve", {}, question, "approval"),
+            (f"/items/{question.id}/deny", {"reason": "no"}, question, "approval"),
+            (f"/items/{approval.id}/answer", {"choice": "api"}, approval, "question"),
+            (f"/items/{approval.id}/recover", {"choice": "retry"}, approval, "recovery")):
+        refused = inbox.post(path, form)
+        assert refused.status_code == 422, (path, refused.status_code)
+        assert f"is a pending {item.kind}, not a {kind}" in refused.text, (path, refused.text)
+    assert inbox.item(question.id).state == "open" and inbox.item(approval.id).state == "open"
+
+
 # ----------------------------------------------------------------- escaping
 
 
