@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,12 +27,12 @@ def test_leaks_a_grandchild():
     # environment built from scratch but for the marker it inherits.
     keep = {k: v for k, v in os.environ.items() if k.startswith("HANDRAIL_TEST")}
     subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen("
-                    "[sys.executable, '-c', 'import time; time.sleep(120)'])"],
+                    "[sys.executable, '-c', 'import time; time.sleep(120)', 'TOKEN'])"],
                    env={"PATH": os.environ["PATH"], **keep}, check=True)
 
 def test_leaks_a_child():
     global CHILD
-    CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+    CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "TOKEN"],
                              env={"PATH": os.environ["PATH"]})
 
 def test_after():
@@ -39,10 +40,10 @@ def test_after():
 '''
 
 
-def _session(tmp_path: Path, tests: str) -> subprocess.CompletedProcess[str]:
+def _session(tmp_path: Path, tests: str, token: str = "") -> subprocess.CompletedProcess[str]:
     for name in ("conftest.py", "pgserver.py"):
         shutil.copy2(HERE / name, tmp_path / name)
-    (tmp_path / "test_inner.py").write_text(tests)
+    (tmp_path / "test_inner.py").write_text(tests.replace("TOKEN", token))
     env = {**os.environ, "HANDRAIL_TEST_LEFTOVER_WAIT": "1"}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
                            "-p", "no:cacheprovider", "-p", "no:xdist", "-W",
@@ -51,16 +52,17 @@ def _session(tmp_path: Path, tests: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_process_left_running_fails_the_session_and_is_killed(tmp_path: Path) -> None:
-    done = _session(tmp_path, LEAKY)
+    token = f"leak-{uuid.uuid4().hex}"  # its processes, not another test's
+    done = _session(tmp_path, LEAKY, token)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
     assert "4 passed, 1 error" in out, out
     assert "processes left running by the tests (now killed)" in out, out
-    assert out.count("time.sleep(120)") >= 2, out
+    assert out.count(token) >= 2, out
     assert "started during test_inner.py::test_leaks_a_grandchild" in out, out
     assert "started during test_inner.py::test_leaks_a_child" in out, out
     # Killed: nothing of the inner session's runs on (the outer session's check would say so).
-    left = subprocess.run(["pgrep", "-f", "time.sleep(120)"], capture_output=True, text=True)
+    left = subprocess.run(["pgrep", "-f", token], capture_output=True, text=True)
     assert left.stdout == "", left.stdout
 
 
