@@ -94,3 +94,17 @@ def test_a_read_denied_file_inside_a_write_denied_folder_is_hidden(tmp_path: Pat
     assert sorted(hidden) == [("locked/deeper/key.pem", False), ("locked/secret.txt", False)]
     assert ("locked", True) in read_only
     assert ("open.txt", False) not in read_only and ("open.txt", False) not in hidden
+
+
+def test_the_walk_cache_keeps_a_few_policies_at_most(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from handrail.sandbox import _sandbox
+
+    ws = (tmp_path / "ws").resolve()
+    ws.mkdir()
+    monkeypatch.setattr(_sandbox, "_RACY_NS", -10**18)
+    policies = [hr.Policy.default().layer("x").deny(hr.Act.READ, f"f{i}.txt")
+                for i in range(3 * _sandbox._WALKS_KEPT)]
+    for policy in policies:
+        _sandbox._expand(policy, str(ws))
+        assert policy in _sandbox._walks and len(_sandbox._walks) <= _sandbox._WALKS_KEPT
