@@ -32,3 +32,26 @@ def test_a_run_id_is_made_safe_as_well(tmp_path: Path) -> None:
     path = hr.host.record_dir(tmp_path, "../outside", 0, "call_0_0")
     assert path.parent.parent.parent == tmp_path
     assert path.parent.parent.name.startswith("h-")
+
+
+@pytest.mark.anyio
+async def test_input_json_holds_the_arguments_performed_not_the_models(tmp_path: Path) -> None:
+    import json
+    import types
+
+    from handrail.host._records import CallRecords
+
+    records = CallRecords(tmp_path)
+    # An approval that edited the arguments: what runs is what the record says.
+    record = types.SimpleNamespace(id="r1:0:call_0_0", run_id="r1", turn=0, call_id="call_0_0",
+                                   tool="fs/write", arguments='{"path": "model.txt"}',
+                                   performed_arguments={"path": "person.txt"})
+    await records.before_execute(record)
+    written = json.loads((tmp_path / "r1" / "0" / "call_0_0" / "input.json").read_text())
+    assert written == {"id": "call_0_0", "tool": "fs/write", "input": {"path": "person.txt"}}
+    record = types.SimpleNamespace(id="r1:0:call_0_1", run_id="r1", turn=0, call_id="call_0_1",
+                                   tool="fs/write", arguments='{"path": "model.txt"}',
+                                   performed_arguments=None)
+    await records.before_execute(record)
+    written = json.loads((tmp_path / "r1" / "0" / "call_0_1" / "input.json").read_text())
+    assert written["input"] == {"path": "model.txt"}
