@@ -96,7 +96,12 @@ def _stat(pid: int) -> tuple[str, int, float] | None:
 
 
 def _leftovers() -> dict[int, str]:
-    """Live processes this session started (marked, or our children): pid -> command line."""
+    """Processes this session started and left: pid -> what it is.
+
+    Running ones marked with this session's value, or children of this process; and children
+    that exited but were never waited for (a `Popen` without `wait()`: a zombie here, and a
+    ResourceWarning in whichever later test the collector happens to free it).
+    """
     me = os.getpid()
     mark = f"{MARK}={os.environ[MARK]}".encode()
     found: dict[int, str] = {}
@@ -105,8 +110,14 @@ def _leftovers() -> dict[int, str]:
             continue
         pid = int(entry)
         stat = _stat(pid)
-        if stat is None or stat[0] in ("Z", "X"):
-            continue  # gone, or exited and waiting to be reaped: not running
+        if stat is None or stat[0] == "X":
+            continue
+        if stat[0] == "Z":
+            if stat[1] == me:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip() if Path(
+                    f"/proc/{pid}/comm").exists() else "?"
+                found[pid] = f"{comm} (exited, never waited for)"
+            continue
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -152,7 +163,7 @@ def _no_process_left_running() -> Iterator[None]:
             os.waitpid(pid, 0)  # ours: reaped, or it would stay a zombie
         except OSError:
             pass
-    pytest.fail("processes left running by the tests (now killed): stop and wait for every "
+    pytest.fail("processes left by the tests (now killed and reaped): stop and wait for every "
                 "process a test starts, in a finally or a fixture's teardown\n"
                 + "\n".join(lines), pytrace=False)
 

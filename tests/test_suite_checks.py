@@ -35,6 +35,10 @@ def test_leaks_a_child():
     CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "TOKEN"],
                              env={"PATH": os.environ["PATH"]})
 
+def test_forgets_to_wait():
+    global EXITED
+    EXITED = subprocess.Popen([sys.executable, "-c", "pass", "TOKEN"])
+
 def test_after():
     pass
 '''
@@ -56,11 +60,13 @@ def test_a_process_left_running_fails_the_session_and_is_killed(tmp_path: Path) 
     done = _session(tmp_path, LEAKY, token)
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
-    assert "4 passed, 1 error" in out, out
-    assert "processes left running by the tests (now killed)" in out, out
+    assert "5 passed, 1 error" in out, out
+    assert "processes left by the tests (now killed and reaped)" in out, out
     assert out.count(token) >= 2, out
     assert "started during test_inner.py::test_leaks_a_grandchild" in out, out
     assert "started during test_inner.py::test_leaks_a_child" in out, out
+    assert "(exited, never waited for)', started during test_inner.py::test_forgets_to_wait" \
+        in out, out
     # Killed: nothing of the inner session's runs on (the outer session's check would say so).
     left = subprocess.run(["pgrep", "-f", token], capture_output=True, text=True)
     assert left.stdout == "", left.stdout
