@@ -93,6 +93,16 @@ class Server:
             conn.execute(f"CREATE DATABASE {name}".encode())
         return self.url(name)
 
+    def drop_database(self, url: str) -> None:
+        """Drop a database `create_database` made, closing what is still connected to it."""
+        import psycopg
+
+        name = url.partition("?")[0].rpartition("/")[2]
+        if not name.startswith("t_") or not name[2:].isalnum():
+            raise ValueError(f"not a database of create_database(): {url}")
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)".encode())
+
 
 def start(*, durable: bool = False) -> Server:
     """Start a server in a new temporary folder.

@@ -448,25 +448,110 @@ def test_a_store_error_is_retried_after_a_poll_and_a_refusal_is_not(
         async with Store.open(pg_url) as store:
             worker = Worker(store, _Agents(["worker_agents:AGENT"]), concurrency=2, poll=0.2,
                             grace=5)
+            refused = by_task["approve:b"]
+            # Claims sent once `a` is done and `b` refused: `b` is still READY in the store,
+            # so each is a chance to take it again. Counted, not timed: three of them.
+            after: list[tuple[frozenset[str], list[str]]] = []
+            enough = anyio.Event()
+            real_claim = store.claim_ready
+
+            async def claim(owner: str, limit: int, exclude: frozenset[str] = frozenset(),
+                            **kw: Any) -> Any:
+                settled = worker.resumed >= 1 and refused in worker.refused
+                taken = await real_claim(owner, limit, exclude, **kw)
+                if settled:
+                    after.append((exclude, [r.id for r in taken]))
+                    if len(after) >= 3:
+                        enough.set()
+                return taken
+
+            store.claim_ready = claim
 
             async def until_done() -> None:
                 with anyio.fail_after(60):
-                    # The store is the only witness (the worker signals nothing): polled.
-                    while (await store.run(by_task["approve:a"])).status \
-                            is not RunStatus.COMPLETED or attempts[by_task["approve:b"]] < 1:  # noqa: ASYNC110
-                        await anyio.sleep(0.05)
-                    # Several polls more: the refused run is not taken again.
-                    for _ in range(5):
-                        worker.wake.set()
-                        await anyio.sleep(0.2)
+                    await enough.wait()
                 worker.stopping.set()
                 worker.wake.set()
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(until_done)
                 await worker.serve()
-            assert (await store.run(by_task["approve:b"])).status is RunStatus.READY
+            assert (await store.run(refused)).status is RunStatus.READY
+            assert all(refused in exclude and refused not in taken
+                       for exclude, taken in after), after
 
     anyio.run(main)
     assert attempts == Counter({by_task["approve:a"]: 2, by_task["approve:b"]: 1})
     assert _effects(tmp_path / "effects") == Counter({"act a": 1})
+
+
+def test_a_worker_resumes_no_more_runs_at_once_than_its_concurrency(
+        tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--concurrency 2` with five runs decided: two resumes at a time, and no claim asks
+    for more runs than the slots free when it is sent."""
+    import handrail.runs
+    from handrail.cli._worker import Worker, _Agents
+
+    monkeypatch.setenv("EFFECTS", str(tmp_path / "effects"))
+    runs = anyio.run(_start_runs, pg_url, [f"approve:k{i}" for i in range(5)])
+    anyio.run(_decide_all_pending, pg_url, runs)
+    real = handrail.runs.resume
+    in_flight: list[str] = []
+    most = 0
+
+    async def main() -> None:
+        go, two, done = anyio.Event(), anyio.Event(), anyio.Event()
+        finished: list[str] = []
+
+        async def held(store: Any, run_id: str, **kw: Any) -> Any:
+            nonlocal most
+            in_flight.append(run_id)
+            most = max(most, len(in_flight))
+            if len(in_flight) == 2:
+                two.set()
+            try:
+                await go.wait()  # the first two stay in progress until both are
+                result = await real(store, run_id, **kw)
+                finished.append(run_id)
+                if len(finished) == 5:
+                    done.set()
+                return result
+            finally:
+                in_flight.remove(run_id)
+
+        monkeypatch.setattr(handrail.runs, "resume", held)
+        async with Store.open(pg_url) as store:
+            worker = Worker(store, _Agents(["worker_agents:AGENT"]), concurrency=2, poll=0.2,
+                            grace=5)
+            claims: list[tuple[int, int]] = []  # (runs asked for, runs being resumed then)
+            real_claim = store.claim_ready
+
+            async def claim(owner: str, limit: int, exclude: frozenset[str] = frozenset(),
+                            **kw: Any) -> Any:
+                claims.append((limit, len(worker.active)))
+                return await real_claim(owner, limit, exclude, **kw)
+
+            store.claim_ready = claim
+
+            async def drive() -> None:
+                with anyio.fail_after(120):
+                    await two.wait()
+                    go.set()
+                    await done.wait()
+                worker.stopping.set()
+                worker.wake.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drive)
+                await worker.serve()
+            assert claims and all(limit + active <= 2 for limit, active in claims), claims
+
+    anyio.run(main)
+    assert most == 2
+    assert _effects(tmp_path / "effects") == Counter({f"act k{i}": 1 for i in range(5)})
+
+
+def test_a_worker_needs_a_concurrency_of_at_least_one() -> None:
+    out = subprocess.run([*HANDRAIL, "worker", "--store", "postgresql://nobody@/x",
+                          "--concurrency", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "--concurrency is at least 1" in out.stderr, out.stderr

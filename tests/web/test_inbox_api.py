@@ -6,6 +6,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -337,6 +338,80 @@ def test_a_recovery_is_decided(inbox: Inbox, choice: str, lines: str, expect: st
     assert (log.read_text() if log.exists() else "") == lines
 
 
+def _in_doubt(inbox: Inbox) -> tuple[hr.RunResult, str]:
+    """A run whose approved call was in flight at a crash: (its result, the recovery's id)."""
+    paused = inbox.pause("log/append_line", {"path": "log.txt", "line": "again"})
+
+    async def crash_then_resume(store: hr.Store) -> str:
+        import dataclasses
+
+        import inbox_agents
+
+        (record,) = await store.calls(paused.run_id)
+        await store.decide(record.pending_id or "", hr.Decision.approve().to_dict(), "op")
+        run = await store.run(paused.run_id)
+        await store.write(hr.store.Batch(
+            run=dataclasses.replace(run, status=hr.RunStatus.RUNNING, owner="gone:1:x"),
+            calls=[dataclasses.replace(record, status=hr.CallStatus.STARTED,
+                                       decision=hr.Decision.approve().to_dict())]))
+        again = await hr.resume(store, paused.run_id,
+                                agent=inbox_agents.agent(workspace=str(inbox.workspace)))
+        assert isinstance(again.outcome, hr.AwaitingRecovery)
+        return record.id
+
+    return paused, run_store(inbox.db, crash_then_resume)
+
+
+def test_a_recovery_marked_completed_needs_what_happened(inbox: Inbox) -> None:
+    paused, record_id = _in_doubt(inbox)
+    url = f"/items/{record_id}/recover"
+    for form, says in (({"choice": "completed", "observation": "  "}, "say what happened"),
+                       ({"choice": "maybe", "observation": "x"}, "choose retry, completed"),
+                       ({"choice": "completed", "observation": "x" * (64 * 1024 + 1)},
+                        "longer than")):
+        refused = inbox.post(url, form)
+        assert refused.status_code == 422 and says in refused.text, (form["choice"], says)
+    assert inbox.item(record_id).state == "open"
+    assert inbox.post(url, {"choice": "completed", "observation": "it landed"}
+                      ).status_code == 303
+    run = inbox.finished(paused.run_id)
+    assert run.outcome is not None and "it landed" in run.outcome["output"]
+    assert not (inbox.workspace / "log.txt").exists()  # completed: not performed again
+
+
+def test_edited_arguments_and_reasons_are_bounded_and_must_be_an_object(inbox: Inbox) -> None:
+    paused = inbox.pause(WRITE, {"path": "a.txt", "content": "model's\n"})
+    item = inbox.item_for(paused.run_id)
+    url = f"/items/{item.id}/approve-edited"
+    for arguments in ('["a.txt", "x"]', '"a.txt"', "null"):
+        refused = inbox.post(url, {"arguments": arguments})
+        assert refused.status_code == 422 and "must be a JSON object" in refused.text, arguments
+    # The form itself is bounded first (1 MiB), before anything reads it.
+    huge = inbox.post(url, {"arguments": '{"path": "a.txt", "content": "' + "x" * (1 << 20)})
+    assert huge.status_code == 413 and "at most 1 MiB" in huge.text
+    long_reason = inbox.post(f"/items/{item.id}/deny", {"reason": "no " * 30_000})
+    assert long_reason.status_code == 422 and "longer than" in long_reason.text
+    long_pattern = inbox.post(f"/items/{item.id}/approve",
+                              {"remember": "1", "remember_pattern": "a" * (64 * 1024 + 1)})
+    assert long_pattern.status_code == 422 and "longer than" in long_pattern.text
+    assert inbox.item(item.id).state == "open"
+    assert not (inbox.workspace / "a.txt").exists()
+
+
+def test_a_decision_of_the_wrong_kind_is_refused_for_its_kind(inbox: Inbox) -> None:
+    question = inbox.item_for(inbox.pause("ops/pick_service", {}).run_id)
+    approval = inbox.item_for(inbox.pause(WRITE, {"path": "a.txt", "content": "x"}).run_id)
+    for path, form, item, kind in (
+            (f"/items/{question.id}/approve", {}, question, "approval"),
+            (f"/items/{question.id}/deny", {"reason": "no"}, question, "approval"),
+            (f"/items/{approval.id}/answer", {"choice": "api"}, approval, "question"),
+            (f"/items/{approval.id}/recover", {"choice": "retry"}, approval, "recovery")):
+        refused = inbox.post(path, form)
+        assert refused.status_code == 422, (path, refused.status_code)
+        assert f"is a pending {item.kind}, not a {kind}" in refused.text, (path, refused.text)
+    assert inbox.item(question.id).state == "open" and inbox.item(approval.id).state == "open"
+
+
 # ----------------------------------------------------------------- escaping
 
 
@@ -356,7 +431,26 @@ def test_what_a_model_wrote_is_shown_as_text(inbox: Inbox) -> None:
 # -------------------------------------------------------------- the 1,000
 
 
-def test_a_thousand_pending_items_render_their_first_page_under_a_second(inbox: Inbox) -> None:
+class _CountingStore:
+    """A store that counts the awaited calls the app makes on it (the page's queries)."""
+
+    def __init__(self, store: hr.Store) -> None:
+        self._store = store
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._store, name)
+        if not callable(value) or name.startswith("_"):
+            return value
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return value(*args, **kwargs)
+
+        return counted
+
+
+def _seed_pending(db: Path, count: int) -> None:
     async def seed(store: hr.Store) -> None:
         now = time.time()
         run = hr.RunRecord(id="bulk", task="bulk", agent="bulk-agent",
@@ -367,21 +461,55 @@ def test_a_thousand_pending_items_render_their_first_page_under_a_second(inbox: 
                                 payload={"act": "write", "target": f"f{i}.txt",
                                          "arguments": {"path": f"f{i}.txt", "content": "x"}},
                                 created_at=now - 1000 + i)
-                 for i in range(1000)]
+                 for i in range(count)]
         await store.write(hr.store.Batch(run=run, pending=items))
 
-    run_store(inbox.db, seed)
-    timings = []
-    for _ in range(3):
-        started = time.perf_counter()
-        response = inbox.client.get("/")
-        timings.append(time.perf_counter() - started)
-        assert response.status_code == 200
-    html = response.text
+    run_store(db, seed)
+
+
+def _first_page_calls(tmp_path: Path, count: int, page: str = "/") -> tuple[list[str], str]:
+    """The store calls one request for `page` makes with `count` pending items, and its HTML."""
+    import inbox_agents
+
+    from handrail.web import create_app
+
+    db = tmp_path / f"runs-{count}.db"
+    _seed_pending(db, count)
+    store = _CountingStore(hr.Store.open(db))
+    app = create_app(store, agent_for=inbox_agents.by_ref,  # type: ignore[arg-type]
+                     login_tokens=(TOKEN,), default_user="alice")
+    with TestClient(app, base_url="http://127.0.0.1:8765") as client:
+        login(client)
+        store.calls.clear()
+        response = client.get(page)
+        assert response.status_code == 200, response.text
+        return list(store.calls), response.text
+
+
+def test_a_thousand_pending_items_show_fifty_a_page_newest_first(inbox: Inbox) -> None:
+    # The time it takes is a figure, not a promise here: benchmarks/inbox.py measures it.
+    _seed_pending(inbox.db, 1000)
+    html = inbox.client.get("/").text
     assert "1000 pending" in html and "page 1 of 20" in html
-    assert "req-0999" in html and "req-0000" not in html  # newest first, 50 a page
-    print(f"first page with 1,000 pending: median {sorted(timings)[1] * 1000:.0f} ms")
-    assert sorted(timings)[1] < 1.0
+    shown = re.findall(r'data-id="(req-\d{4})"', html)
+    assert shown == [f"req-{i:04d}" for i in range(999, 949, -1)]  # newest first, 50 a page
+    last = inbox.client.get("/?page=20").text
+    assert re.findall(r'data-id="(req-\d{4})"', last) == [f"req-{i:04d}"
+                                                         for i in range(49, -1, -1)]
+    # Out of range: clamped to the last page, never an empty page or an error.
+    assert "page 20 of 20" in inbox.client.get("/?page=9999").text
+    assert "page 1 of 20" in inbox.client.get("/?page=-3").text
+    assert "page 1 of 20" in inbox.client.get("/?page=two").text
+
+
+def test_the_first_page_asks_the_store_the_same_few_questions_for_ten_items_or_a_thousand(
+        tmp_path: Path) -> None:
+    few, few_html = _first_page_calls(tmp_path, 10)
+    many, many_html = _first_page_calls(tmp_path, 1000)
+    assert "10 pending" in few_html and "1000 pending" in many_html
+    # No query per item: what a page costs does not grow with the pending list.
+    assert many == few, (few, many)
+    assert len(many) <= 3, many
 
 
 # ------------------------------------------------------------------- misc

@@ -329,8 +329,9 @@ def test_keyboard_alone_labels_and_a_narrow_window(server: Server, page: Any) ->
                                              "reason": "not by keyboard today"}
 
 
-def test_a_thousand_pending_items_render_the_first_page_under_a_second(
+def test_a_thousand_pending_items_show_the_newest_fifty_on_the_first_page(
         server: Server, page: Any) -> None:
+    # How long the page takes is a figure (benchmarks/inbox.py), not something asserted here.
     async def seed(store: hr.Store) -> None:
         now = time.time()
         run = hr.RunRecord(id="bulk", task="bulk", agent="bulk-agent",
@@ -345,13 +346,12 @@ def test_a_thousand_pending_items_render_the_first_page_under_a_second(
         await store.write(hr.store.Batch(run=run, pending=items))
 
     run_store(server.db, seed)
-    timings = []
-    for _ in range(3):
-        started = time.perf_counter()
-        page.goto(origin(server) + "/", wait_until="load")
-        timings.append(time.perf_counter() - started)
+    page.goto(origin(server) + "/", wait_until="load")
     expect(page.locator("#count")).to_contain_text("page 1 of")
     expect(page.locator("#item-bulk-0999")).to_be_visible()
-    median = sorted(timings)[1]
-    print(f"browser: first page with 1,000+ pending loaded in {median * 1000:.0f} ms (median)")
-    assert median < 1.0
+    expect(page.locator("li.item")).to_have_count(50)
+    # Fifty a page, newest first: the other tests' items (newer) first, then the newest bulk.
+    ids = page.locator("li.item").evaluate_all("els => els.map(e => e.dataset.id)")
+    bulk = [i for i in ids if i.startswith("bulk-")]
+    assert len(ids) == 50 and ids[len(ids) - len(bulk):] == bulk, ids
+    assert bulk == [f"bulk-{i:04d}" for i in range(999, 999 - len(bulk), -1)], ids

@@ -33,7 +33,6 @@ import shutil
 import subprocess
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -187,11 +186,12 @@ was. The rule git uses for its index ("racily clean")."""
 
 # policy -> {folder: (its stamp, its entries as (rel, is_dir, kind))}. Entries of a folder
 # depend only on its names, so an unchanged stamp means an unchanged answer: a re-walk costs
-# one stat per folder. Keyed weakly by the policy object (a run keeps one until it remembers
-# a rule, and a new policy starts afresh).
-_walks: weakref.WeakKeyDictionary[Policy, dict[str, tuple[_DirStamp, list[tuple[str, bool,
-                                                                                 _Kind]]]]]
-_walks = weakref.WeakKeyDictionary()
+# one stat per folder. Keyed by the policy's value, like its compiled form (every run builds
+# its effective policy anew, most often equal to the last run's), and held strongly: what is
+# cached does not depend on which equal policy the garbage collector has not yet freed.
+# _WALKS_KEPT policies at most (then every walk is dropped, and walked again as used).
+_walks: dict[Policy, dict[str, tuple[_DirStamp, list[tuple[str, bool, _Kind]]]]] = {}
+_WALKS_KEPT = 4
 _walks_lock = threading.Lock()
 
 
@@ -225,7 +225,11 @@ def _expand(policy: Policy, root: str) -> tuple[list[tuple[str, bool]], list[tup
     hidden: list[tuple[str, bool]] = []
     read_only: list[tuple[str, bool]] = []
     with _walks_lock:
-        known = _walks.setdefault(policy, {})
+        known = _walks.get(policy)
+        if known is None:
+            if len(_walks) >= _WALKS_KEPT:
+                _walks.clear()
+            known = _walks[policy] = {}
     now = time.time_ns()
     seen = 0
     stack = [""]
