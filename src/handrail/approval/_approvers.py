@@ -156,7 +156,11 @@ class StdinApprover:
             )
         # Exactly `y` (either case): anything else, "yes" and a stray keystroke included, is
         # a denial. Approving a side effect should take a deliberate answer.
-        if answer is not None and answer.strip().lower() == "y":
+        if answer is None:
+            # End of input: nobody is there to decide. A denial would be recorded, and read
+            # by the model, as a person's; the run pauses for one instead.
+            return Decision.defer()
+        if answer.strip().lower() == "y":
             return Decision.approve()
         return Decision.deny("denied by the operator")
 

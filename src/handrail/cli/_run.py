@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 from handrail.cli._display import printable
 from handrail.errors import UserError
@@ -46,6 +47,13 @@ class _PausingResponder:
         return await self.inner.answer(question)
 
 
+def _is_terminal(stream: TextIO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):  # closed, or a stand-in without a file
+        return False
+
+
 def _agent(obj: Any, ref: str, model: str | None) -> Any:
     from handrail.runs import Agent
     from handrail.tools import Toolbox, Toolset
@@ -73,6 +81,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from handrail.store import Store
 
     agent = _agent(load_object(args.target), args.target, args.model)
+    if not args.defer and args.approve == "ask" and not _is_terminal(sys.stdin):
+        # Nobody can answer: a denial "by the operator" would be a lie in a person's name,
+        # and the model would read it as one. The run pauses instead, and says how to decide.
+        print("handrail: stdin is not a terminal, so nobody here can answer: a call to "
+              "approve or a question pauses the run (as with --defer; --approve all|deny "
+              "decides without asking)", file=sys.stderr)
+        args.defer = True
     printer = None if args.json else TerminalPrinter()
     approver: Any = None
     responder: Any = None

@@ -124,6 +124,9 @@ def load_object(ref: str) -> Any:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise UserError(f"cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the user's module failed as it ran (a missing env var, say)
+        raise UserError(f"importing {module_name!r} failed: {type(exc).__name__}: "
+                        f"{exc}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -186,27 +189,55 @@ def _ago(ts: float | None) -> str:
     return f"{int(delta)}s ago"
 
 
-def _print_outcome(result: Any) -> None:
+EXIT_PAUSED = 3
+"""The exit code of a command whose run waits for a person again (as `handrail run`)."""
+
+
+def store_option(args: argparse.Namespace) -> str:
+    """` --store PATH` when the store was given on the command line, for printed commands."""
+    import shlex
+
+    store = getattr(args, "store", None)
+    return f" --store {printable(shlex.quote(str(store)))}" if store else ""
+
+
+def _print_outcome(result: Any, args: argparse.Namespace) -> int:
+    """How the run ended, the commands that continue it; the exit code (docs/cli.md)."""
     outcome = result.outcome
     out = Out()
     kind = outcome.kind
     run = printable(result.run_id)
+    tail = store_option(args)
+    code = EXIT_PAUSED
     if kind == "completed":
         out.print(f"{style('green', f'run {run} completed')}: {printable(outcome.output)}")
+        code = 0
     elif kind == "awaiting_approval":
-        out.print(style("yellow", f"run {run} waits for approval "
-                                  f"{printable(outcome.request_id)}"))
+        rid = printable(outcome.request_id)
+        out.print(style("yellow", f"run {run} waits for approval {rid}") + "; decide with:")
+        out.print(f"  handrail approve {rid}{tail}")
+        out.print(f"  handrail deny {rid} --reason 'not now'{tail}")
     elif kind == "awaiting_answer":
-        out.print(style("yellow", f"run {run} waits for an answer to "
-                                  f"{printable(outcome.question_id)}"))
+        qid = printable(outcome.question_id)
+        out.print(style("yellow", f"run {run} waits for an answer to {qid}") + "; answer with:")
+        out.print(f"  handrail answer {qid} 'the answer'{tail}")
     elif kind == "awaiting_recovery":
-        out.print(style("yellow", f"run {run}: call {printable(outcome.call_id)} was in flight "
-                                  "at a crash; decide with `handrail recover`"))
+        cid = printable(outcome.call_id)
+        out.print(style("yellow", f"run {run}: call {cid} was in flight when its process "
+                                  "died; it may or may not have acted. Decide with one of:"))
+        out.print(f"  handrail recover {cid} --retry{tail}")
+        out.print(f"  handrail recover {cid} --completed 'what it did'{tail}")
+        out.print(f"  handrail recover {cid} --abort{tail}")
+        out.print("(--retry runs it again, --completed says it happened and gives the model "
+                  "that result, --abort gives up on it)")
     elif kind == "failed":
         out.print(f"{style('red', f'run {run} failed')}: {printable(outcome.error)}")
+        code = 1
     else:
         out.print(f"run {run} {kind}: {printable(getattr(outcome, 'reason', ''))}")
+        code = 1
     out.flush()
+    return code
 
 
 def _status_text(run: RunRecord) -> str:
@@ -217,7 +248,7 @@ def _status_text(run: RunRecord) -> str:
     if run.status is RunStatus.READY:
         last = run.events[-1] if run.events else {}
         if last.get("kind") == "interrupted":
-            return "ready (stopped on an error; resume continues it)"
+            return f"ready ({_interruption(last)}; resume continues it)"
         return "ready (decided, not yet continued)"
     verification = (run.outcome or {}).get("verification")
     if run.status is RunStatus.FAILED and isinstance(verification, dict):
@@ -227,6 +258,27 @@ def _status_text(run: RunRecord) -> str:
             and not is_owner_alive(run.owner):
         return "stopped (its process is gone; resume continues it)"
     return str(run.status.value)
+
+
+def _interruption(event: dict[str, Any]) -> str:
+    """What stopped a run, from its `interrupted` event: Ctrl-C, a cancellation, an error."""
+    error = str(event.get("error") or "")
+    if error.startswith("KeyboardInterrupt"):
+        return "interrupted by Ctrl-C"
+    if error.startswith(("CancelledError", "Cancelled")):
+        return "cancelled"
+    return "stopped on an error"
+
+
+def _stopped(run: RunRecord, now: float) -> bool:
+    """Whether a RUNNING run's process is gone (on this host), or its lease has lapsed."""
+    from handrail.store.contract import is_owner_alive, owner_is_on_this_host
+
+    if not run.owner:
+        return True
+    if owner_is_on_this_host(run.owner):
+        return not is_owner_alive(run.owner)
+    return run.lease_until < now
 
 
 # ------------------------------------------------------------------ queries
@@ -397,7 +449,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
                 out.print(f"{style('magenta', 'user')} {_short(m['text'], 200)}")
         for event in run.events:
             if event.get("kind") == "interrupted":
-                out.print(f"\n{style('red', 'stopped on an error')}: "
+                out.print(f"\n{style('red', _interruption(event))}: "
                           f"{printable(event.get('error'))}")
         if run.outcome:
             out.print(f"\noutcome: {printable_json(run.outcome)}")
@@ -493,6 +545,8 @@ PENDING_PAGE = 50
 """How many open items `handrail pending` shows a person unless told (`--limit N`, `--all`)."""
 _READY_SHOWN = 20
 """How many ready runs `handrail pending` names after the items (the newest)."""
+_RUNNING_READ = 200
+"""How many running runs `handrail pending` reads to find those whose process is gone."""
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
@@ -514,25 +568,34 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                        for p in shown)
             return 0
         out = Out()
-        if not total:
-            out.print("nothing is pending")
         for p in shown:
             _print_item(out, p)
         if len(shown) < total:
             out.print(f"\n{len(shown):,} of {total:,} open items shown, oldest first: "
                       "`handrail pending --all` lists every one (`--limit N` the first N, "
                       "`--json` every one for a script)")
-        # Runs that wait for nobody but a `resume` (decided, or stopped on an error): said, so
-        # "nothing is pending" never hides a run that has not finished.
+        # Runs that wait for nobody but a `resume` (decided, stopped on an error or Ctrl-C,
+        # or whose process is gone): said, so "nothing is pending" never hides a run that has
+        # not finished.
         from handrail.store import RunStatus
 
         ready = await store.runs(status=RunStatus.READY, limit=_READY_SHOWN + 1)
-        for run in ready[:_READY_SHOWN]:
-            out.print(f"run {printable(run.id)} is {_status_text(run)}: handrail resume "
-                      f"{printable(run.id)}")
-        if len(ready) > _READY_SHOWN:
-            out.print(f"more runs are ready than these {_READY_SHOWN}: handrail runs --status "
-                      "ready")
+        now = time.time()
+        running = await store.runs(status=RunStatus.RUNNING, limit=_RUNNING_READ)
+        stopped = [r for r in running if _stopped(r, now)]
+        waiting = [*stopped, *ready][:_READY_SHOWN]
+        if not total:
+            out.print("nothing is pending" if not waiting else
+                      "nothing waits for a person, but these runs have not finished:")
+        tail = store_option(args)
+        for run in waiting:
+            state = _status_text(run) if run.status is RunStatus.READY else \
+                "stopped (its process is gone, or its lease lapsed; resume continues it)"
+            out.print(f"run {printable(run.id)} is {state}: "
+                      f"`handrail resume {printable(run.id)}{tail}`")
+        if len(stopped) + len(ready) > _READY_SHOWN:
+            out.print(f"more runs wait for a resume than these {_READY_SHOWN}: handrail runs "
+                      "--status ready (and --status running)")
         out.flush()
         return 0
 
@@ -617,18 +680,22 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
             out = Out()
             from handrail.store import RunStatus
 
-            if after.status is RunStatus.READY:
+            if after.status is RunStatus.READY and served_by_workers(store):
                 out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} is "
-                          f"ready: continue it with: handrail resume {printable(run.id)} "
-                          "--agent MODULE:OBJECT")
+                          "ready: a worker (`handrail worker`) serving this store continues "
+                          "it")
+            elif after.status is RunStatus.READY:
+                out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} is "
+                          "ready; continue it with:")
+                out.print(f"  handrail resume {printable(run.id)}{_agent_option(args, run)}"
+                          f"{store_option(args)}")
             else:  # another of its items is still open
                 out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} "
                           f"still waits: {_status_text(after)} — see handrail pending")
             out.flush()
             return 0
         result = await resume(store, run.id, agent=agent)
-        _print_outcome(result)
-        return 0
+        return _print_outcome(result, args)
 
     try:
         return _run_async(go, args)
@@ -686,8 +753,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         started.append(run.id)
         result = await resume(store, run.id, agent=agent,
                               allow_manifest_change=args.allow_manifest_change)
-        _print_outcome(result)
-        return 0
+        return _print_outcome(result, args)
 
     try:
         return _run_async(go, args)
@@ -698,6 +764,23 @@ def _cmd_resume(args: argparse.Namespace) -> int:
             raise
         _say_ready(started[0], exc, "")
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
+
+
+def served_by_workers(store: Store) -> bool:
+    """Whether `handrail worker` processes continue this store's runs (PostgreSQL)."""
+    return callable(getattr(store, "claim_ready", None))
+
+
+def _agent_option(args: argparse.Namespace, run: RunRecord) -> str:
+    """` --agent REF` for a printed `handrail resume`, when the run's record does not say it."""
+    import shlex
+
+    given = getattr(args, "agent", None)
+    if given:
+        return f" --agent {printable(shlex.quote(given))}"
+    if run.agent_ref or os.environ.get("HANDRAIL_AGENT"):
+        return ""
+    return " --agent MODULE:OBJECT   (the run recorded no agent: name the one that builds it)"
 
 
 def _say_ready(run_id: str, exc: BaseException, recorded: str) -> None:
