@@ -191,6 +191,8 @@ def test_after_a_kill_pending_says_so_and_the_recover_hints_work(project: Path,
     assert f"run {run_id} is stopped" in pending.stdout
     resumed = paste(project, _only(hints(pending.stdout), "handrail resume "))
     assert resumed.returncode == 3, (resumed.stdout, resumed.stderr)  # a call in doubt
+    listed = cli(project, "pending").stdout
+    assert "started_at" not in listed and re.search(r"in doubt: started 20\d\d-", listed), listed
     found = hints(resumed.stdout)
     recover = [h for h in found if h.startswith("handrail recover ")]
     assert {h.split()[3] for h in recover} == {"--retry", "--completed", "--abort"}, found

@@ -107,10 +107,12 @@ def sandbox_line(mode: str) -> str:
         return (f"sandbox: {mode} — bubblewrap unusable ({why}): Landlock ABI {version} "
                 "instead (writes outside the workspace and TCP denied; READ denies NOT "
                 "enforced" + ("; programs refused where that matters)" if mode == "required"
-                              else ")"))
+                              else "); each call that was not confined as the policy says is "
+                              "marked"))
     if mode == "required":
         return f"sandbox: required — programs will be refused: {why}; no Landlock either"
-    return f"sandbox: auto — programs run UNCONFINED here: {why}; no Landlock either"
+    return (f"sandbox: auto — programs run UNCONFINED here: {why}; no Landlock either "
+            "(sandbox='required' refuses to start them instead)")
 
 
 def run_demo(store_path: str, *, keep: bool = False) -> int:

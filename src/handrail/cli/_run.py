@@ -54,6 +54,17 @@ def _is_terminal(stream: TextIO | None) -> bool:
         return False
 
 
+def _confinement_warning(agent: Any) -> str | None:
+    """The demo's sandbox line when programs this agent starts would not be fully confined."""
+    from handrail.cli._demo import sandbox_line
+    from handrail.sandbox import find_bwrap
+
+    mode = getattr(agent, "sandbox", "auto")
+    if mode != "off" and find_bwrap()[0] is not None:
+        return None
+    return sandbox_line(mode)
+
+
 def _agent(obj: Any, ref: str, model: str | None) -> Any:
     from handrail.runs import Agent
     from handrail.tools import Toolbox, Toolset
@@ -88,6 +99,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
               "approve or a question pauses the run (as with --defer; --approve all|deny "
               "decides without asking)", file=sys.stderr)
         args.defer = True
+    warning = _confinement_warning(agent)
+    if warning:
+        # Before anything runs: a person who followed the README on a machine without
+        # bubblewrap learns here, not from a record later, that programs run unconfined.
+        print(f"handrail: {printable(warning)}", file=sys.stderr)
     printer = None if args.json else TerminalPrinter()
     approver: Any = None
     responder: Any = None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from handrail.cli._display import Out, argv_text, printable, printable_json, style, table
 from handrail.errors import HandrailError, UserError
+from handrail.runs._program import confinement_note, program_of, result_confinement, text_lines
 
 if TYPE_CHECKING:
     from handrail.store import RunRecord, RunStatus, Store
@@ -199,6 +200,11 @@ def store_option(args: argparse.Namespace) -> str:
 
     store = getattr(args, "store", None)
     return f" --store {printable(shlex.quote(str(store)))}" if store else ""
+
+
+def _when(ts: float) -> str:
+    """A time for a person: the UTC date and time, and how long ago."""
+    return (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) + f" ({_ago(ts)})")
 
 
 def _print_outcome(result: Any, args: argparse.Namespace) -> int:
@@ -398,6 +404,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
         out.print(f"{style('bold', f'run {printable(run.id)}')} — {_status_text(run)} — agent "
                   f"{printable(run.agent or '-')} — model {printable(run.model or '-')}")
         out.print(f"task: {printable(run.task)}")
+        if run.created_at:
+            out.print(f"started: {_when(run.created_at)}"
+                      + (f"; last change {_when(run.updated_at)}"
+                         if run.updated_at and run.updated_at - run.created_at >= 1 else ""))
         if len(runs) > 1:
             out.print("conversation: " + " -> ".join(
                 f"{style('bold', printable(r.id))} (this)" if r.id == run.id else
@@ -535,10 +545,39 @@ def _print_call(out: Out, c: Any, indent: str = "") -> None:
         out.print(f"{indent}    decision: {printable(c.decision.get('kind'))} by "
                   f"{printable(c.decided_by)}")
     result = c.result or {}
-    texts = [i.get("text", "") for i in result.get("content", []) if i.get("kind") == "text"]
-    out.print(f"{indent}    status: {printable(c.status.value)}"
-              + (f" — result: {_short(' '.join(texts), 120)}" if texts else "")
+    program = program_of(result)
+    exited = ""
+    if program is not None:
+        exited = (" — timed out" if program["timed_out"] else
+                  f" — exit code {printable(program['exit_code'])}")
+    out.print(f"{indent}    status: {printable(c.status.value)}{exited}"
               + (f" ({printable(c.disposition)})" if c.disposition else ""))
+    note = confinement_note(result_confinement(result))
+    if note:
+        out.print(f"{indent}    {style('bold red', 'sandbox')}: {printable(note)}")
+    if program is not None:
+        if program["note"]:
+            out.print(f"{indent}    note: {printable(program['note'])}")
+        for name in ("stdout", "stderr"):
+            if program[name].strip():
+                out.print(f"{indent}    {name}:")
+                _print_lines(out, program[name], f"{indent}      ")
+        return
+    content: Any = result.get("content")
+    if not isinstance(content, list):
+        content = []
+    texts = [str(i.get("text", "")) for i in content
+             if isinstance(i, dict) and i.get("kind") == "text"]
+    text = "\n".join(t for t in texts if t)
+    if text.strip():
+        out.print(f"{indent}    result:")
+        _print_lines(out, text, f"{indent}      ")
+
+
+def _print_lines(out: Out, text: str, indent: str) -> None:
+    """A tool's or a program's text as the lines it is: each escaped, the whole bounded."""
+    for line in text_lines(text):
+        out.print(f"{indent}{printable(line)}")
 
 
 PENDING_PAGE = 50
@@ -633,7 +672,11 @@ def _print_item(out: Out, p: Any) -> None:
         if payload.get("tool_missing"):
             out.print(f"    {style('red', 'its tool is not in the agent that resumed it')}: "
                       "retry needs an agent that has it")
-        out.print(f"    in doubt: {_cut(printable_json(payload), 200)}")
+        started = payload.get("started_at")
+        out.print("    in doubt: started "
+                  f"{_when(started) if isinstance(started, int | float) else 'at an unknown time'}"
+                  ", in flight when its process died; it may or may not have acted")
+        out.print(f"    arguments: {_cut(printable_json(payload.get('arguments')), 200)}")
 
 
 # ---------------------------------------------------------------- decisions
