@@ -137,10 +137,20 @@ async def test_stdin_approver_shows_a_diff_and_needs_y(tmp_path: Path) -> None:
     shown = out.getvalue()
     assert "write src/app.py" in shown and "-old" in shown and "+new" in shown
     assert "\x1b" not in shown and "\\x1b[2Jhidden" in shown  # escapes cannot restyle
-    assert "Approve? [y/N]" in shown
-    for answer in ("n\n", "yep\n", "yes\n", "\n", ""):
+    assert "Approve? [y/N/a]" in shown
+    for answer in ("n\n", "yep\n", "yes\n", "\n"):
         d = await StdinApprover(input=io.StringIO(answer), output=io.StringIO()).decide(request)
-        assert isinstance(d, Deny), answer
+        assert isinstance(d, Deny) and d.reason == "denied by the operator", answer
+    # The reason a person types is the one the model reads.
+    d = await StdinApprover(input=io.StringIO("n\nnot in src\n"),
+                            output=io.StringIO()).decide(request)
+    assert isinstance(d, Deny) and d.reason == "not in src"
+    # "a": approved, and the same write allowed for the rest of the run.
+    d = await StdinApprover(input=io.StringIO("a\n"), output=io.StringIO()).decide(request)
+    assert isinstance(d, Approve) and d.remember == ("src/app.py",)
+    # End of input: nobody there; deferred, never denied in a person's name.
+    d = await StdinApprover(input=io.StringIO(""), output=io.StringIO()).decide(request)
+    assert d.kind == "defer"
 
 
 async def test_stdin_approver_new_file_and_binary(tmp_path: Path) -> None:
