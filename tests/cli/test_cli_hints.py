@@ -236,8 +236,8 @@ def test_stdin_approver_at_end_of_input_defers_never_denies() -> None:
     assert decision.kind == "defer"
 
 
-@pytest.mark.slow
-def test_a_ctrl_c_d_run_is_not_called_stopped_on_an_error(tmp_path: Path) -> None:
+def _paused_cli_agents_run(tmp_path: Path) -> tuple[str, str]:
+    """A store (path) holding a run of `cli_agents:working` paused on an approval; its id."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     db = str(tmp_path / "runs.db")
@@ -251,7 +251,27 @@ def test_a_ctrl_c_d_run_is_not_called_stopped_on_an_error(tmp_path: Path) -> Non
                     print(result.outcome.request_id)
             anyio.run(go)""")], capture_output=True, text=True, env=cli_agents_env(),
         timeout=120, check=True)
-    request_id = made.stdout.strip()
+    return db, made.stdout.strip()
+
+
+@pytest.mark.slow
+def test_when_the_run_cannot_continue_the_printed_resume_works(tmp_path: Path) -> None:
+    db, request_id = _paused_cli_agents_run(tmp_path)
+    failed = subprocess.run([*HANDRAIL, "approve", request_id, "--agent", "cli_agents:no_key",
+                             "--store", db], capture_output=True, text=True,
+                            env=cli_agents_env(), timeout=120, cwd=tmp_path)
+    assert failed.returncode == 1 and "OPENAI_API_KEY" in failed.stderr
+    (resume,) = [h for h in hints(failed.stderr) if h.startswith("handrail resume ")]
+    assert f"--store {db}" in resume
+    words = shlex.split(resume)
+    done = subprocess.run([*HANDRAIL, *words[1:]], capture_output=True, text=True,
+                          env=cli_agents_env(), timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and "completed" in done.stdout, (done.stdout, done.stderr)
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_d_run_is_not_called_stopped_on_an_error(tmp_path: Path) -> None:
+    db, request_id = _paused_cli_agents_run(tmp_path)
     stopped = subprocess.run([*HANDRAIL, "approve", request_id, "--agent",
                               "cli_agents:interrupted", "--store", db], capture_output=True,
                              text=True, env=cli_agents_env(), timeout=120)

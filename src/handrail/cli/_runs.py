@@ -734,7 +734,8 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
                           f"{store_option(args)}")
             else:  # another of its items is still open
                 out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} "
-                          f"still waits: {_status_text(after)} — see handrail pending")
+                          f"still waits: {_status_text(after)} — see `handrail pending"
+                          f"{store_option(args)}`")
             out.flush()
             return 0
         result = await resume(store, run.id, agent=agent)
@@ -746,7 +747,8 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
         if not state.get("recorded"):
             raise
         _say_ready(state["run"], exc,
-                   f"the decision was recorded (by {printable(decided_by)}), but ")
+                   f"the decision was recorded (by {printable(decided_by)}), but ",
+                   store_option(args))
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
 
 
@@ -805,7 +807,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     except (Exception, KeyboardInterrupt) as exc:
         if not started:
             raise
-        _say_ready(started[0], exc, "")
+        _say_ready(started[0], exc, "", store_option(args))
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
 
 
@@ -826,13 +828,13 @@ def _agent_option(args: argparse.Namespace, run: RunRecord) -> str:
     return " --agent MODULE:OBJECT   (the run recorded no agent: name the one that builds it)"
 
 
-def _say_ready(run_id: str, exc: BaseException, recorded: str) -> None:
+def _say_ready(run_id: str, exc: BaseException, recorded: str, tail: str = "") -> None:
     """Tell the person the run did not continue, that it is READY, and what to do next."""
     what = ("interrupted" if isinstance(exc, KeyboardInterrupt)
             else str(exc) if isinstance(exc, HandrailError) else f"{type(exc).__name__}: {exc}")
     print(f"handrail: {recorded}run {run_id} could not continue: {printable(what)}\n"
           f"handrail: run {run_id} is ready; fix that, then continue it with: "
-          f"handrail resume {run_id}", file=sys.stderr)
+          f"`handrail resume {run_id}{tail}`", file=sys.stderr)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
