@@ -200,3 +200,35 @@ async def test_responders() -> None:
         got = await StdinResponder(input=io.StringIO(line), output=out).answer(q)
         assert got == expected, line
         assert "1. savings" in out.getvalue() and "two match" in out.getvalue()
+
+
+async def test_allow_for_this_run_is_offered_only_for_an_exact_target() -> None:
+    """A glob character in a target would make "allow for this run" allow more than was
+    shown; an argv is never turned into a pattern."""
+    for request in (make_request(target="src/*.py"), make_request(target="src/[ab].py"),
+                    make_request(act=hr.Act.EXEC, target="git status", content=None,
+                                 actions=(hr.Action(hr.Act.EXEC, ("git", "status")),))):
+        out = io.StringIO()
+        d = await StdinApprover(input=io.StringIO("a\n"), output=out).decide(request)
+        assert isinstance(d, Deny), request.target
+        assert "[y/N/a]" not in out.getvalue() and "[y/N]" in out.getvalue()
+
+
+async def test_an_edit_file_request_shows_the_edit_as_a_diff(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\nbeta\nalpha beta\n")
+    edit = make_request(tool="workspace/edit_file", target="notes.txt", content=None,
+                        workspace=str(tmp_path),
+                        arguments={"path": "notes.txt", "old": "alpha\nbeta",
+                                   "new": "alpha\ngamma"})
+    out = io.StringIO()
+    await StdinApprover(input=io.StringIO("n\n"), output=out).decide(edit)
+    assert "-beta" in out.getvalue() and "+gamma" in out.getvalue()
+    # `old` occurring twice (overlaps counted, as edit_file counts them): the edit will be
+    # refused, and no diff pretends otherwise.
+    twice = make_request(tool="workspace/edit_file", target="notes.txt", content=None,
+                         workspace=str(tmp_path),
+                         arguments={"path": "notes.txt", "old": "alpha", "new": "x"})
+    out = io.StringIO()
+    await StdinApprover(input=io.StringIO("n\n"), output=out).decide(twice)
+    assert "no diff" in out.getvalue() and "more than once" in out.getvalue()
+    assert "+x" not in out.getvalue()

@@ -58,6 +58,15 @@ HINTS = textwrap.dedent('''
         return f"moved to {target}"
 
 
+    @hr.tool(server="ops", interactions={"question"}, mutates=False)
+    async def ask_name(ctx: hr.CallContext) -> str:
+        """Ask for a name, then greet it."""
+        name = await ctx.ask(hr.Question("Which name?"))
+        return f"hello {name}"
+
+
+    asker = hr.Agent(Scripted([call("ops/ask_name", {}), reply("greeted")]), [ask_name],
+                     name="asker")
     twice = hr.Agent(Scripted([call("ledger/transfer", {"target": "bob", "amount": 5}),
                                call("ledger/transfer", {"target": "carol", "amount": 7}),
                                reply("paid both")]), [transfer], name="twice")
@@ -320,3 +329,15 @@ def test_on_a_store_workers_serve_no_resume_says_a_worker_continues(
     out = capsys.readouterr().out
     assert "a worker" in out and "handrail worker" in out
     assert "handrail resume" not in out and "MODULE:OBJECT" not in out
+
+
+@pytest.mark.slow
+def test_the_answer_hint_works(project: Path) -> None:
+    run = cli(project, "run", "hints:asker", "greet", "--defer")
+    assert run.returncode == 3, (run.stdout, run.stderr)
+    answered = paste(project, _only(hints(run.stdout), "handrail answer "))
+    assert answered.returncode == 0, (answered.stdout, answered.stderr)
+    assert "completed" in answered.stdout
+    (listed,) = json.loads(cli(project, "runs", "--json").stdout)
+    shown = json.loads(cli(project, "show", listed["id"], "--json").stdout)
+    assert "hello your answer" in json.dumps(shown["calls"])

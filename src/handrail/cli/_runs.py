@@ -226,7 +226,7 @@ def _print_outcome(result: Any, args: argparse.Namespace) -> int:
     elif kind == "awaiting_answer":
         qid = printable(outcome.question_id)
         out.print(style("yellow", f"run {run} waits for an answer to {qid}") + "; answer with:")
-        out.print(f"  handrail answer {qid} 'the answer'{tail}")
+        out.print(f"  handrail answer {qid} 'your answer'{tail}")
     elif kind == "awaiting_recovery":
         cid = printable(outcome.call_id)
         out.print(style("yellow", f"run {run}: call {cid} was in flight when its process "

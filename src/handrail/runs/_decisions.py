@@ -19,7 +19,7 @@ from handrail.tools import check_argument_payload
 __all__ = ["check_decision", "record_decision", "without_contents", "wrong_kind"]
 
 _COMMAND = {"approval": "handrail approve {id}` (or `handrail deny {id} --reason 'not now'",
-            "question": "handrail answer {id} 'the answer'",
+            "question": "handrail answer {id} 'your answer'",
             "recovery": "handrail recover {id} --retry` (or `--completed 'what it did'`, "
                         "`--abort`"}
 _NAME = {"approval": "an approval", "question": "a question", "recovery": "a recovery"}

@@ -178,8 +178,8 @@ def next_step(outcome: RunOutcome, run_id: str, *, in_memory: bool = False) -> s
                 f"hr.resume_with_decision(store, {outcome.request_id!r}, ...){lost}")
     if isinstance(outcome, AwaitingAnswer):
         return (f"a tool asked a question: answer with `handrail answer {outcome.question_id} "
-                f"TEXT`, or hr.resume_with_answer(store, {outcome.question_id!r}, text, ...)"
-                f"{lost}")
+                f"'your answer'`, or hr.resume_with_answer(store, {outcome.question_id!r}, "
+                f"text, ...){lost}")
     if isinstance(outcome, AwaitingRecovery):
         return (f"call {outcome.call_id} was in flight when its process died: decide with "
                 f"`handrail recover {outcome.call_id} --retry` (run it again), `handrail "
