@@ -3,7 +3,9 @@
 The object is an `hr.Agent`, or tools (a Toolbox, a Toolset, a list of tools) run with
 `--model`. The run is shown live (`hr.TerminalPrinter`); approvals and tools' questions are
 asked at the terminal (`StdinApprover`, `StdinResponder`) unless `--defer` (or
-`--approve all|deny`). When the run pauses, the command that continues it is printed.
+`--approve all|deny`). When stdin is not a terminal nobody can answer, so the run pauses as
+with `--defer` (never a denial in a person's name). When the run pauses, the command that
+continues it is printed. When programs would run unconfined, that is said before the run.
 
 Exit codes: 0 completed, 1 failed or cancelled (or an error), 3 paused for a person.
 """
