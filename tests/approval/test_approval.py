@@ -232,3 +232,10 @@ async def test_an_edit_file_request_shows_the_edit_as_a_diff(tmp_path: Path) -> 
     await StdinApprover(input=io.StringIO("n\n"), output=out).decide(twice)
     assert "no diff" in out.getvalue() and "more than once" in out.getvalue()
     assert "+x" not in out.getvalue()
+    (tmp_path / "overlap.txt").write_text("aaa\n")  # "aa" occurs twice, overlapping
+    overlap = make_request(tool="workspace/edit_file", target="overlap.txt", content=None,
+                           workspace=str(tmp_path),
+                           arguments={"path": "overlap.txt", "old": "aa", "new": "b"})
+    out = io.StringIO()
+    await StdinApprover(input=io.StringIO("n\n"), output=out).decide(overlap)
+    assert "no diff" in out.getvalue() and "+ba" not in out.getvalue()
