@@ -137,10 +137,20 @@ async def test_stdin_approver_shows_a_diff_and_needs_y(tmp_path: Path) -> None:
     shown = out.getvalue()
     assert "write src/app.py" in shown and "-old" in shown and "+new" in shown
     assert "\x1b" not in shown and "\\x1b[2Jhidden" in shown  # escapes cannot restyle
-    assert "Approve? [y/N]" in shown
-    for answer in ("n\n", "yep\n", "yes\n", "\n", ""):
+    assert "Approve? [y/N/a]" in shown
+    for answer in ("n\n", "yep\n", "yes\n", "\n"):
         d = await StdinApprover(input=io.StringIO(answer), output=io.StringIO()).decide(request)
-        assert isinstance(d, Deny), answer
+        assert isinstance(d, Deny) and d.reason == "denied by the operator", answer
+    # The reason a person types is the one the model reads.
+    d = await StdinApprover(input=io.StringIO("n\nnot in src\n"),
+                            output=io.StringIO()).decide(request)
+    assert isinstance(d, Deny) and d.reason == "not in src"
+    # "a": approved, and the same write allowed for the rest of the run.
+    d = await StdinApprover(input=io.StringIO("a\n"), output=io.StringIO()).decide(request)
+    assert isinstance(d, Approve) and d.remember == ("src/app.py",)
+    # End of input: nobody there; deferred, never denied in a person's name.
+    d = await StdinApprover(input=io.StringIO(""), output=io.StringIO()).decide(request)
+    assert d.kind == "defer"
 
 
 async def test_stdin_approver_new_file_and_binary(tmp_path: Path) -> None:
@@ -190,3 +200,42 @@ async def test_responders() -> None:
         got = await StdinResponder(input=io.StringIO(line), output=out).answer(q)
         assert got == expected, line
         assert "1. savings" in out.getvalue() and "two match" in out.getvalue()
+
+
+async def test_allow_for_this_run_is_offered_only_for_an_exact_target() -> None:
+    """A glob character in a target would make "allow for this run" allow more than was
+    shown; an argv is never turned into a pattern."""
+    for request in (make_request(target="src/*.py"), make_request(target="src/[ab].py"),
+                    make_request(act=hr.Act.EXEC, target="git status", content=None,
+                                 actions=(hr.Action(hr.Act.EXEC, ("git", "status")),))):
+        out = io.StringIO()
+        d = await StdinApprover(input=io.StringIO("a\n"), output=out).decide(request)
+        assert isinstance(d, Deny), request.target
+        assert "[y/N/a]" not in out.getvalue() and "[y/N]" in out.getvalue()
+
+
+async def test_an_edit_file_request_shows_the_edit_as_a_diff(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\nbeta\nalpha beta\n")
+    edit = make_request(tool="workspace/edit_file", target="notes.txt", content=None,
+                        workspace=str(tmp_path),
+                        arguments={"path": "notes.txt", "old": "alpha\nbeta",
+                                   "new": "alpha\ngamma"})
+    out = io.StringIO()
+    await StdinApprover(input=io.StringIO("n\n"), output=out).decide(edit)
+    assert "-beta" in out.getvalue() and "+gamma" in out.getvalue()
+    # `old` occurring twice (overlaps counted, as edit_file counts them): the edit will be
+    # refused, and no diff pretends otherwise.
+    twice = make_request(tool="workspace/edit_file", target="notes.txt", content=None,
+                         workspace=str(tmp_path),
+                         arguments={"path": "notes.txt", "old": "alpha", "new": "x"})
+    out = io.StringIO()
+    await StdinApprover(input=io.StringIO("n\n"), output=out).decide(twice)
+    assert "no diff" in out.getvalue() and "more than once" in out.getvalue()
+    assert "+x" not in out.getvalue()
+    (tmp_path / "overlap.txt").write_text("aaa\n")  # "aa" occurs twice, overlapping
+    overlap = make_request(tool="workspace/edit_file", target="overlap.txt", content=None,
+                           workspace=str(tmp_path),
+                           arguments={"path": "overlap.txt", "old": "aa", "new": "b"})
+    out = io.StringIO()
+    await StdinApprover(input=io.StringIO("n\n"), output=out).decide(overlap)
+    assert "no diff" in out.getvalue() and "+ba" not in out.getvalue()

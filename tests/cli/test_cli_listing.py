@@ -267,8 +267,8 @@ def test_pending_says_when_more_runs_are_ready_than_it_names(
     code, out, err = _cli(capsys, "pending", "--store", str(db))
     assert code == 0, err
     assert len(re.findall(r"^run ready-\d+ is ready", out, re.MULTILINE)) == 20
-    assert "more runs are ready" not in out
+    assert "more runs wait for a resume" not in out
     anyio.run(ready, 21)
     code, out, _ = _cli(capsys, "pending", "--store", str(db))
     assert len(re.findall(r"^run ready-\d+ is ready", out, re.MULTILINE)) == 20
-    assert "more runs are ready than these 20: handrail runs --status ready" in out
+    assert "more runs wait for a resume than these 20: handrail runs --status ready" in out

@@ -95,6 +95,8 @@ def test_the_demo_workspace_is_removed_when_the_run_ends_unless_kept(tmp_path: P
     run_id = re.search(r" show (\S+)", demo.stdout)
     assert workspace and request and run_id
     assert Path(workspace.group(1)).is_dir()  # the paused run still needs it
+    # Its closing lines say how to keep the workspace to look at NOTES.md afterwards.
+    assert "demo --keep` keeps it" in demo.stdout.strip().splitlines()[-1]
     assert cli(tmp_path, "approve", request.group(1)).returncode == 0
     assert not Path(workspace.group(1)).exists()
     shown = cli(tmp_path, "show", run_id.group(1))
@@ -106,3 +108,4 @@ def test_the_demo_workspace_is_removed_when_the_run_ends_unless_kept(tmp_path: P
     assert workspace and request
     assert cli(tmp_path, "approve", request.group(1)).returncode == 0
     assert (Path(workspace.group(1)) / "NOTES.md").is_file()
+    assert kept.stdout.strip().splitlines()[-1].startswith("The workspace is kept")

@@ -78,7 +78,7 @@ def test_run_asks_in_the_terminal_and_y_approves(tmp_path: Path) -> None:
     os.close(secondary)
     seen = bytearray()
     try:
-        read_until(primary, b"Approve? [y/N]", seen)
+        read_until(primary, b"Approve? [y/N", seen)
         assert b"ledger/transfer" in seen
         os.write(primary, b"y\n")
         drain(primary, seen)
@@ -137,3 +137,61 @@ def test_run_refuses_tools_without_a_model_and_a_model_for_an_agent(tmp_path: Pa
                             cwd=tmp_path, capture_output=True, text=True, env=env(), timeout=60)
     assert denied.returncode == 0, denied.stderr
     assert not (tmp_path / "effects.txt").exists()
+
+
+EDITS = textwrap.dedent('''
+    import handrail as hr
+    from handrail.builtin import workspace_tools
+    from handrail.models import Scripted, call, reply
+
+    agent = hr.Agent(Scripted([
+        call("workspace/edit_file", {"path": "README.md", "old": "hello", "new": "goodbye"}),
+        call("workspace/write_file", {"path": "NOTES.md", "content": "one\\n"}),
+        call("workspace/write_file", {"path": "NOTES.md", "content": "two\\n"}),
+        reply("done")]), workspace_tools(), policy=hr.Policy.default(), workspace=".")
+''')
+
+
+@pytest.mark.slow
+def test_the_terminal_approver_shows_an_edit_s_diff_takes_a_reason_and_allows_for_the_run(
+        tmp_path: Path) -> None:
+    """Story: `n` denied with a fixed reason; edit_file showed no diff (write_file did); there
+    was no "allow for this run" at the terminal (the inbox has remember)."""
+    (tmp_path / "edits.py").write_text(EDITS)
+    (tmp_path / "README.md").write_text("hello world\n")
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "handrail.cli", "run", "edits:agent", "tidy"],
+        cwd=tmp_path, stdin=secondary, stdout=secondary, stderr=secondary, env=env(),
+        close_fds=True)
+    os.close(secondary)
+    seen = bytearray()
+    try:
+        read_until(primary, b"Approve? [y/N/a]", seen)
+        assert b"-hello world" in seen and b"+goodbye world" in seen  # the edit, as a diff
+        os.write(primary, b"n\n")
+        read_until(primary, b"Why?", seen)
+        os.write(primary, b"keep the greeting\n")
+        read_until(primary, b"NOTES.md for the rest of this run\r\nApprove? [y/N/a]", seen)
+        os.write(primary, b"a\n")
+        drain(primary, seen)
+        assert proc.wait(timeout=60) == 0, bytes(seen)
+    finally:
+        os.close(primary)
+        if proc.poll() is None:
+            proc.kill()
+    text = bytes(seen).decode(errors="replace")
+    assert text.count("Approve?") == 2  # the second write was allowed without asking
+    assert (tmp_path / "README.md").read_text() == "hello world\n"
+    assert (tmp_path / "NOTES.md").read_text() == "two\n"
+    runs = json.loads(subprocess.run([sys.executable, "-m", "handrail.cli", "runs", "--json"],
+                                     cwd=tmp_path, capture_output=True, text=True, env=env(),
+                                     timeout=60).stdout)
+    shown = json.loads(subprocess.run(
+        [sys.executable, "-m", "handrail.cli", "show", runs[0]["id"], "--json"], cwd=tmp_path,
+        capture_output=True, text=True, env=env(), timeout=60).stdout)
+    edit = shown["calls"][0]
+    assert edit["decision"]["kind"] == "deny"
+    assert "keep the greeting" in json.dumps(edit)
+    assert shown["calls"][1]["decision"]["remember"] == ["NOTES.md"]
+    assert shown["calls"][2]["decision"] is None  # allowed by the remembered rule

@@ -208,8 +208,9 @@ def test_answer_without_resume_leaves_a_ready_run(
     code, out, _ = _run_cli(capsys, "runs", "--store", db)
     assert "ready (decided, not yet continued)" in out
     code, out, _ = _run_cli(capsys, "pending", "--store", db)
-    assert out.splitlines() == ["nothing is pending", f"run {run_id} is ready (decided, not yet "
-                                f"continued): handrail resume {run_id}"]
+    assert out.splitlines() == ["nothing waits for a person, but these runs have not finished:",
+                                f"run {run_id} is ready (decided, not yet continued): "
+                                f"`handrail resume {run_id} --store {db}`"]
 
 
 def test_recover_retry_without_the_tool_keeps_the_call_in_doubt(
@@ -231,7 +232,7 @@ def test_recover_retry_without_the_tool_keeps_the_call_in_doubt(
     call_id = anyio.run(crash)
     code, out, err = _run_cli(capsys, "resume", run_id, "--agent", "cli_agents:working",
                               "--store", db)
-    assert code == 0 and "was in flight" in out, err
+    assert code == 3 and "was in flight" in out, err
     code, out, err = _run_cli(capsys, "recover", call_id, "--retry",
                               "--agent", "cli_agents:without_exec", "--store", db)
     assert code == 1 and "stays in doubt" in err and "completed" not in out

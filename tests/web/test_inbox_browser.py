@@ -355,3 +355,75 @@ def test_a_thousand_pending_items_show_the_newest_fifty_on_the_first_page(
     bulk = [i for i in ids if i.startswith("bulk-")]
     assert len(ids) == 50 and ids[len(ids) - len(bulk):] == bulk, ids
     assert bulk == [f"bulk-{i:04d}" for i in range(999, 999 - len(bulk), -1)], ids
+
+
+def test_several_approvals_are_decided_at_once_each_on_its_own(server: Server, page: Any
+                                                               ) -> None:
+    """Story: ten approvals were ten page visits. Ticked together, each is still its own
+    compare-and-swap and record: one decided elsewhere meanwhile is left as it was."""
+    paused = [server.pause(WRITE, {"path": f"bulk-{i}.txt", "content": f"bulk {i}\n"})
+              for i in range(3)]
+    items = [server.item_of(p.run_id) for p in paused]
+    page.goto(origin(server) + "/")
+    for item in items:
+        page.locator(f"#pick-{item.id}").check()
+    # The list refreshes by itself when another item arrives: the ticks survive it.
+    extra = server.pause(WRITE, {"path": "bulk-extra.txt", "content": "x\n"})
+    extra_item = server.item_of(extra.run_id)
+    expect(page.locator(f"#item-{extra_item.id}")).to_be_visible()
+    for item in items:
+        expect(page.locator(f"#pick-{item.id}")).to_be_checked()
+    expect(page.locator(f"#pick-{extra_item.id}")).not_to_be_checked()
+    # Meanwhile someone else decides the last one (another process, the same store).
+    run_store(server.db, lambda s: s.decide(items[2].id, hr.Decision.deny("no").to_dict(),
+                                            "bob"))
+    page.get_by_role("button", name="Approve selected").click()
+    expect(page.locator("#bulk-summary")).to_contain_text("2 of 3 decided")
+    expect(page.locator(f".bulk-refused[data-id='{items[2].id}']")).to_contain_text(
+        "already decided by bob")
+    for i, item in enumerate(items[:2]):
+        expect(page.locator(f".bulk-ok[data-id='{item.id}']")).to_be_visible()
+        done = server.item(item.id)
+        assert (done.state, done.decided_by) != ("open", None)
+        assert done.decided_by == "alice"
+        for _ in range(200):
+            if (server.workspace / f"bulk-{i}.txt").exists():
+                break
+            time.sleep(0.05)
+        assert (server.workspace / f"bulk-{i}.txt").read_text() == f"bulk {i}\n"
+    assert server.item(items[2].id).decided_by == "bob"
+    assert server.item(extra_item.id).state == "open"  # not ticked, not decided
+    # Denying together needs the reason the model will read.
+    page.goto(origin(server) + "/")
+    page.locator(f"#pick-{extra_item.id}").check()
+    page.get_by_role("button", name="Deny selected").click()
+    expect(page.locator("#bulk-error")).to_contain_text("needs a reason")
+    assert server.item(extra_item.id).state == "open"
+    page.goto(origin(server) + "/")
+    page.locator(f"#pick-{extra_item.id}").check()
+    page.get_by_label("Reason to deny them (the model reads it)").fill("not today")
+    page.get_by_role("button", name="Deny selected").click()
+    expect(page.locator("#bulk-summary")).to_contain_text("1 of 1 decided")
+    assert server.item(extra_item.id).decision == {"kind": "deny", "reason": "not today"}
+
+
+def test_a_program_s_exit_code_output_and_confinement_are_beside_its_call(
+        server: Server, page: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Story: the inbox showed an exec's call with no output, and nothing said the program ran
+    unconfined (no bubblewrap, no Landlock) though its record did."""
+    import handrail.sandbox._landlock
+
+    monkeypatch.setenv("HANDRAIL_BWRAP", str(server.workspace / "no-bwrap-here"))
+    monkeypatch.setattr(handrail.sandbox._landlock, "abi", lambda: 0)
+    script = "printf 'out one\\nout two\\n'; printf 'bad <b>thing</b>\\n' >&2; exit 4"
+    task = json.dumps({"tool": "workspace/exec", "arguments": {"argv": ["sh", "-c", script]}})
+    agent = inbox_agents.agent(workspace=str(server.workspace))
+    result = run_store(server.db, lambda s: agent.run(task, store=s, approver=hr.ApproveAll()))
+    assert isinstance(result.outcome, hr.Completed)
+    page.goto(origin(server) + f"/runs/{result.run_id}")
+    call = page.locator(".call", has_text="workspace/exec")
+    expect(call).to_contain_text("exit code 4")
+    expect(call.locator(".sandbox-warning")).to_contain_text("UNCONFINED")
+    expect(call.locator(".sandbox-warning")).to_contain_text("install bubblewrap")
+    expect(call.locator(".program-stdout")).to_have_text("out one\nout two")
+    expect(call.locator(".program-stderr")).to_have_text("bad <b>thing</b>")  # text, not HTML

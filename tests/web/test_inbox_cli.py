@@ -63,8 +63,11 @@ def test_it_prints_a_one_time_login_link_and_guards_everything_else(db: Path) ->
             if found:
                 url = found.group(1)
                 break
+        # Story: the link works once, and a second person learnt it from a failed sign-in.
+        note = proc.stdout.readline()
         watchdog.cancel()
         assert url is not None
+        assert "signs in once" in note and "--token-file" in note, note
         with urllib.request.urlopen(f"{url}/login") as response:
             assert response.status == 200
             assert "Content-Security-Policy" in response.headers

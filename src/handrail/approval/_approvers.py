@@ -6,8 +6,8 @@ import difflib
 import inspect
 import os
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Protocol, TextIO, runtime_checkable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TextIO, runtime_checkable
 
 import anyio
 import anyio.to_thread
@@ -87,6 +87,7 @@ class CallbackApprover:
 
 
 _MAX_DIFF_LINES = 400
+_MAX_REASON = 2000
 _MAX_FILE_BYTES = 1 << 20
 
 
@@ -130,11 +131,44 @@ def render_diff(target: str, old: bytes | None, new: bytes) -> str:
     return printable(out)
 
 
-class StdinApprover:
-    """Asks at the terminal; only `y` (or `yes`) approves, anything else denies.
+_GLOB = frozenset("*?[]{}\\!")
+_DEFAULT_REASON = "denied by the operator"
 
-    Shows the act and target and, for a write, a unified diff against the current file
-    (control characters escaped, so what the model wrote cannot restyle the terminal).
+
+def _rememberable(request: Request) -> str | None:
+    """The pattern "allow for this run" remembers: exactly this target, or None.
+
+    Offered only where the pattern can name exactly the one target: a path, host or tool
+    without glob characters. An argv is never turned into a pattern (a program's rules match
+    in ways a one-key answer should not decide).
+    """
+    actions = request.actions or (Action(request.act, request.target, request.content),)
+    if len(actions) != 1 or actions[0].act is Act.EXEC:
+        return None
+    target = actions[0].target
+    if not isinstance(target, str) or not target or any(c in _GLOB for c in target) \
+            or not target.isprintable() or len(target) > 1000:
+        return None
+    from handrail.errors import PolicyError
+    from handrail.policy._patterns import compile_pattern
+
+    try:
+        compile_pattern(actions[0].act, target)
+    except PolicyError:
+        return None
+    return target
+
+
+class StdinApprover:
+    """Asks at the terminal: `y` approves, `a` also allows the same for the rest of the run.
+
+    Anything else denies, with a reason the person types (the model reads it).
+
+    Shows the act and target and, for a write, a unified diff against the current file (for
+    `edit_file`, the file as the edit would leave it); control characters escaped, so what the
+    model wrote cannot restyle the terminal. At the end of input (no terminal, a closed
+    stdin) nobody is there to decide: the request is deferred (the run pauses), never denied
+    in a person's name.
 
     Reads in a worker thread, so the event loop keeps running; concurrent requests (from
     several agents) are asked one at a time.
@@ -146,19 +180,33 @@ class StdinApprover:
         self._lock: anyio.Lock | None = None
 
     async def decide(self, request: Request) -> Decision:
-        """Show the request, read one line, approve on `y`."""
+        """Show the request, read the answer (and a reason for a denial)."""
         text = await self._render(request)
+        pattern = _rememberable(request)
+        choices = "[y/N/a]" if pattern is not None else "[y/N]"
+        if pattern is not None:
+            text += (f"  a: approve, and allow {printable(request.act.value)} "
+                     f"{printable(pattern)} for the rest of this run\n")
         if self._lock is None:
             self._lock = anyio.Lock()
+        output, input = self._output or sys.stdout, self._input or sys.stdin
         async with self._lock:
-            answer = await ask_line(
-                self._output or sys.stdout, self._input or sys.stdin, text + "Approve? [y/N] "
-            )
-        # Exactly `y` (either case): anything else, "yes" and a stray keystroke included, is
-        # a denial. Approving a side effect should take a deliberate answer.
-        if answer is not None and answer.strip().lower() == "y":
-            return Decision.approve()
-        return Decision.deny("denied by the operator")
+            answer = await ask_line(output, input, text + f"Approve? {choices} ")
+            if answer is None:
+                # End of input: nobody is there to decide. A denial would be recorded, and
+                # read by the model, as a person's; the run pauses for one instead.
+                return Decision.defer()
+            # Exactly `y` (either case): anything else, "yes" and a stray keystroke included,
+            # is a denial. Approving a side effect should take a deliberate answer.
+            choice = answer.strip().lower()
+            if choice == "y":
+                return Decision.approve()
+            if choice == "a" and pattern is not None:
+                return Decision.approve(remember=(pattern,))
+            reason = await ask_line(output, input, "Why? (the model reads this; Enter for "
+                                                   f"{_DEFAULT_REASON!r}) ")
+        reason = (reason or "").strip()[:_MAX_REASON]
+        return Decision.deny(reason or _DEFAULT_REASON)
 
     async def _render(self, request: Request) -> str:
         actions = request.actions or (Action(request.act, request.target, request.content),)
@@ -177,4 +225,35 @@ class StdinApprover:
                     _read_current, os.path.join(root, action.target)
                 )
                 parts.append(render_diff(action.target, old, action.content))
+            elif action.act is Act.WRITE and request.tool == "workspace/edit_file":
+                assert isinstance(action.target, str)
+                root = request.workspace or os.getcwd()
+                old = await anyio.to_thread.run_sync(
+                    _read_current, os.path.join(root, action.target)
+                )
+                parts.append(_edit_diff(action.target, old, request.arguments))
         return "".join(parts)
+
+
+def _edit_diff(target: str, current: bytes | None, arguments: Mapping[str, Any]) -> str:
+    """`edit_file`'s change as a diff: the file now, and as the edit would leave it.
+
+    The edit itself re-reads the file when it runs (and refuses unless `old` occurs exactly
+    once then); this shows what it would do to the file as it is now.
+    """
+    old, new = arguments.get("old"), arguments.get("new")
+    if not isinstance(old, str) or not isinstance(new, str) or not old:
+        return "  (no diff: the edit's arguments are not text)\n"
+    text = None if current is None else _decode(current)
+    if text is None:
+        return ("  (no diff: the file does not exist; the edit will be refused)\n"
+                if current is None else "  (no diff: the file is not UTF-8 text)\n")
+    # Overlapping occurrences counted, as edit_file counts them.
+    found, at = 0, text.find(old)
+    while at != -1 and found < 2:
+        found, at = found + 1, text.find(old, at + 1)
+    if found != 1:
+        where = "more than once" if found else "nowhere"
+        return (f"  (no diff: the text to replace occurs {where} in the file now; the edit "
+                "will be refused unless that changes)\n")
+    return render_diff(target, current, text.replace(old, new, 1).encode("utf-8"))

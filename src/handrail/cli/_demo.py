@@ -107,10 +107,12 @@ def sandbox_line(mode: str) -> str:
         return (f"sandbox: {mode} — bubblewrap unusable ({why}): Landlock ABI {version} "
                 "instead (writes outside the workspace and TCP denied; READ denies NOT "
                 "enforced" + ("; programs refused where that matters)" if mode == "required"
-                              else ")"))
+                              else "); each call that was not confined as the policy says is "
+                              "marked"))
     if mode == "required":
         return f"sandbox: required — programs will be refused: {why}; no Landlock either"
-    return f"sandbox: auto — programs run UNCONFINED here: {why}; no Landlock either"
+    return (f"sandbox: auto — programs run UNCONFINED here: {why}; no Landlock either "
+            "(sandbox='required' refuses to start them instead)")
 
 
 def run_demo(store_path: str, *, keep: bool = False) -> int:
@@ -150,6 +152,11 @@ def run_demo(store_path: str, *, keep: bool = False) -> int:
         console.print(f"\nor deny it (the model reads the reason):\n\n  {cmd} deny "
                       f"{outcome.request_id} --reason 'not now' --no-resume{store_arg}\n"
                       f"  {cmd} resume {result.run_id}{store_arg}")
+        if keep:
+            console.print(f"\nThe workspace is kept: once approved, NOTES.md is in {root}")
+        else:
+            console.print(f"\nThe workspace is removed when the run ends, so NOTES.md cannot be "
+                          f"looked at afterwards: `{cmd} demo --keep` keeps it.")
         return 0
     console.print(f"unexpected outcome: {outcome}")
     if not keep:

@@ -111,7 +111,12 @@ def _cmd_inbox(args: argparse.Namespace) -> int:
                       "here)", flush=True)
             print(f"open http://{shown}:{port}/login?token={one_time}", flush=True)
             if reusable:
-                print("or sign in with the token from the token file", flush=True)
+                print("(that link signs in once; anyone else signs in with the token from the "
+                      "token file)", flush=True)
+            else:
+                print("(that link signs in once, in one browser: for a second person or "
+                      "browser, start the inbox with --token-file FILE, a token that keeps "
+                      "working)", flush=True)
             config = uvicorn.Config(app, log_level=args.log_level, access_log=False,
                                     lifespan="on", server_header=False)
             server = uvicorn.Server(config)

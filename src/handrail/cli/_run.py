@@ -3,7 +3,9 @@
 The object is an `hr.Agent`, or tools (a Toolbox, a Toolset, a list of tools) run with
 `--model`. The run is shown live (`hr.TerminalPrinter`); approvals and tools' questions are
 asked at the terminal (`StdinApprover`, `StdinResponder`) unless `--defer` (or
-`--approve all|deny`). When the run pauses, the command that continues it is printed.
+`--approve all|deny`). When stdin is not a terminal nobody can answer, so the run pauses as
+with `--defer` (never a denial in a person's name). When the run pauses, the command that
+continues it is printed. When programs would run unconfined, that is said before the run.
 
 Exit codes: 0 completed, 1 failed or cancelled (or an error), 3 paused for a person.
 """
@@ -12,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 from handrail.cli._display import printable
 from handrail.errors import UserError
@@ -46,6 +49,24 @@ class _PausingResponder:
         return await self.inner.answer(question)
 
 
+def _is_terminal(stream: TextIO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):  # closed, or a stand-in without a file
+        return False
+
+
+def _confinement_warning(agent: Any) -> str | None:
+    """The demo's sandbox line when programs this agent starts would not be fully confined."""
+    from handrail.cli._demo import sandbox_line
+    from handrail.sandbox import find_bwrap
+
+    mode = getattr(agent, "sandbox", "auto")
+    if mode != "off" and find_bwrap()[0] is not None:
+        return None
+    return sandbox_line(mode)
+
+
 def _agent(obj: Any, ref: str, model: str | None) -> Any:
     from handrail.runs import Agent
     from handrail.tools import Toolbox, Toolset
@@ -73,6 +94,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from handrail.store import Store
 
     agent = _agent(load_object(args.target), args.target, args.model)
+    if not args.defer and args.approve == "ask" and not _is_terminal(sys.stdin):
+        # Nobody can answer: a denial "by the operator" would be a lie in a person's name,
+        # and the model would read it as one. The run pauses instead, and says how to decide.
+        print("handrail: stdin is not a terminal, so nobody here can answer: a call to "
+              "approve or a question pauses the run (as with --defer; --approve all|deny "
+              "decides without asking)", file=sys.stderr)
+        args.defer = True
+    warning = _confinement_warning(agent)
+    if warning:
+        # Before anything runs: a person who followed the README on a machine without
+        # bubblewrap learns here, not from a record later, that programs run unconfined.
+        print(f"handrail: {printable(warning)}", file=sys.stderr)
     printer = None if args.json else TerminalPrinter()
     approver: Any = None
     responder: Any = None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from handrail.cli._display import Out, argv_text, printable, printable_json, style, table
 from handrail.errors import HandrailError, UserError
+from handrail.runs._program import confinement_note, program_of, result_confinement, text_lines
 
 if TYPE_CHECKING:
     from handrail.store import RunRecord, RunStatus, Store
@@ -137,6 +138,9 @@ def load_object(ref: str) -> Any:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise UserError(f"cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the user's module failed as it ran (a missing env var, say)
+        raise UserError(f"importing {module_name!r} failed: {type(exc).__name__}: "
+                        f"{exc}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -199,27 +203,60 @@ def _ago(ts: float | None) -> str:
     return f"{int(delta)}s ago"
 
 
-def _print_outcome(result: Any) -> None:
+EXIT_PAUSED = 3
+"""The exit code of a command whose run waits for a person again (as `handrail run`)."""
+
+
+def store_option(args: argparse.Namespace) -> str:
+    """` --store PATH` when the store was given on the command line, for printed commands."""
+    import shlex
+
+    store = getattr(args, "store", None)
+    return f" --store {printable(shlex.quote(str(store)))}" if store else ""
+
+
+def _when(ts: float) -> str:
+    """A time for a person: the UTC date and time, and how long ago."""
+    return (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) + f" ({_ago(ts)})")
+
+
+def _print_outcome(result: Any, args: argparse.Namespace) -> int:
+    """How the run ended, the commands that continue it; the exit code (docs/cli.md)."""
     outcome = result.outcome
     out = Out()
     kind = outcome.kind
     run = printable(result.run_id)
+    tail = store_option(args)
+    code = EXIT_PAUSED
     if kind == "completed":
         out.print(f"{style('green', f'run {run} completed')}: {printable(outcome.output)}")
+        code = 0
     elif kind == "awaiting_approval":
-        out.print(style("yellow", f"run {run} waits for approval "
-                                  f"{printable(outcome.request_id)}"))
+        rid = printable(outcome.request_id)
+        out.print(style("yellow", f"run {run} waits for approval {rid}") + "; decide with:")
+        out.print(f"  handrail approve {rid}{tail}")
+        out.print(f"  handrail deny {rid} --reason 'not now'{tail}")
     elif kind == "awaiting_answer":
-        out.print(style("yellow", f"run {run} waits for an answer to "
-                                  f"{printable(outcome.question_id)}"))
+        qid = printable(outcome.question_id)
+        out.print(style("yellow", f"run {run} waits for an answer to {qid}") + "; answer with:")
+        out.print(f"  handrail answer {qid} 'your answer'{tail}")
     elif kind == "awaiting_recovery":
-        out.print(style("yellow", f"run {run}: call {printable(outcome.call_id)} was in flight "
-                                  "at a crash; decide with `handrail recover`"))
+        cid = printable(outcome.call_id)
+        out.print(style("yellow", f"run {run}: call {cid} was in flight when its process "
+                                  "died; it may or may not have acted. Decide with one of:"))
+        out.print(f"  handrail recover {cid} --retry{tail}")
+        out.print(f"  handrail recover {cid} --completed 'what it did'{tail}")
+        out.print(f"  handrail recover {cid} --abort{tail}")
+        out.print("(--retry runs it again, --completed says it happened and gives the model "
+                  "that result, --abort gives up on it)")
     elif kind == "failed":
         out.print(f"{style('red', f'run {run} failed')}: {printable(outcome.error)}")
+        code = 1
     else:
         out.print(f"run {run} {kind}: {printable(getattr(outcome, 'reason', ''))}")
+        code = 1
     out.flush()
+    return code
 
 
 def _status_text(run: RunRecord) -> str:
@@ -230,7 +267,7 @@ def _status_text(run: RunRecord) -> str:
     if run.status is RunStatus.READY:
         last = run.events[-1] if run.events else {}
         if last.get("kind") == "interrupted":
-            return "ready (stopped on an error; resume continues it)"
+            return f"ready ({_interruption(last)}; resume continues it)"
         return "ready (decided, not yet continued)"
     verification = (run.outcome or {}).get("verification")
     if run.status is RunStatus.FAILED and isinstance(verification, dict):
@@ -240,6 +277,27 @@ def _status_text(run: RunRecord) -> str:
             and not is_owner_alive(run.owner):
         return "stopped (its process is gone; resume continues it)"
     return str(run.status.value)
+
+
+def _interruption(event: dict[str, Any]) -> str:
+    """What stopped a run, from its `interrupted` event: Ctrl-C, a cancellation, an error."""
+    error = str(event.get("error") or "")
+    if error.startswith("KeyboardInterrupt"):
+        return "interrupted by Ctrl-C"
+    if error.startswith(("CancelledError", "Cancelled")):
+        return "cancelled"
+    return "stopped on an error"
+
+
+def _stopped(run: RunRecord, now: float) -> bool:
+    """Whether a RUNNING run's process is gone (on this host), or its lease has lapsed."""
+    from handrail.store.contract import is_owner_alive, owner_is_on_this_host
+
+    if not run.owner:
+        return True
+    if owner_is_on_this_host(run.owner):
+        return not is_owner_alive(run.owner)
+    return run.lease_until < now
 
 
 # ------------------------------------------------------------------ queries
@@ -359,6 +417,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
         out.print(f"{style('bold', f'run {printable(run.id)}')} — {_status_text(run)} — agent "
                   f"{printable(run.agent or '-')} — model {printable(run.model or '-')}")
         out.print(f"task: {printable(run.task)}")
+        if run.created_at:
+            out.print(f"started: {_when(run.created_at)}"
+                      + (f"; last change {_when(run.updated_at)}"
+                         if run.updated_at and run.updated_at - run.created_at >= 1 else ""))
         if len(runs) > 1:
             out.print("conversation: " + " -> ".join(
                 f"{style('bold', printable(r.id))} (this)" if r.id == run.id else
@@ -410,7 +472,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
                 out.print(f"{style('magenta', 'user')} {_short(m['text'], 200)}")
         for event in run.events:
             if event.get("kind") == "interrupted":
-                out.print(f"\n{style('red', 'stopped on an error')}: "
+                out.print(f"\n{style('red', _interruption(event))}: "
                           f"{printable(event.get('error'))}")
         if run.outcome:
             out.print(f"\noutcome: {printable_json(run.outcome)}")
@@ -496,16 +558,47 @@ def _print_call(out: Out, c: Any, indent: str = "") -> None:
         out.print(f"{indent}    decision: {printable(c.decision.get('kind'))} by "
                   f"{printable(c.decided_by)}")
     result = c.result or {}
-    texts = [i.get("text", "") for i in result.get("content", []) if i.get("kind") == "text"]
-    out.print(f"{indent}    status: {printable(c.status.value)}"
-              + (f" — result: {_short(' '.join(texts), 120)}" if texts else "")
+    program = program_of(result)
+    exited = ""
+    if program is not None:
+        exited = (" — timed out" if program["timed_out"] else
+                  f" — exit code {printable(program['exit_code'])}")
+    out.print(f"{indent}    status: {printable(c.status.value)}{exited}"
               + (f" ({printable(c.disposition)})" if c.disposition else ""))
+    note = confinement_note(result_confinement(result))
+    if note:
+        out.print(f"{indent}    {style('bold red', 'sandbox')}: {printable(note)}")
+    if program is not None:
+        if program["note"]:
+            out.print(f"{indent}    note: {printable(program['note'])}")
+        for name in ("stdout", "stderr"):
+            if program[name].strip():
+                out.print(f"{indent}    {name}:")
+                _print_lines(out, program[name], f"{indent}      ")
+        return
+    content: Any = result.get("content")
+    if not isinstance(content, list):
+        content = []
+    texts = [str(i.get("text", "")) for i in content
+             if isinstance(i, dict) and i.get("kind") == "text"]
+    text = "\n".join(t for t in texts if t)
+    if text.strip():
+        out.print(f"{indent}    result:")
+        _print_lines(out, text, f"{indent}      ")
+
+
+def _print_lines(out: Out, text: str, indent: str) -> None:
+    """A tool's or a program's text as the lines it is: each escaped, the whole bounded."""
+    for line in text_lines(text):
+        out.print(f"{indent}{printable(line)}")
 
 
 PENDING_PAGE = 50
 """How many open items `handrail pending` shows a person unless told (`--limit N`, `--all`)."""
 _READY_SHOWN = 20
 """How many ready runs `handrail pending` names after the items (the newest)."""
+_RUNNING_READ = 200
+"""How many running runs `handrail pending` reads to find those whose process is gone."""
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
@@ -527,25 +620,34 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                        for p in shown)
             return 0
         out = Out()
-        if not total:
-            out.print("nothing is pending")
         for p in shown:
             _print_item(out, p)
         if len(shown) < total:
             out.print(f"\n{len(shown):,} of {total:,} open items shown, oldest first: "
                       "`handrail pending --all` lists every one (`--limit N` the first N, "
                       "`--json` every one for a script)")
-        # Runs that wait for nobody but a `resume` (decided, or stopped on an error): said, so
-        # "nothing is pending" never hides a run that has not finished.
+        # Runs that wait for nobody but a `resume` (decided, stopped on an error or Ctrl-C,
+        # or whose process is gone): said, so "nothing is pending" never hides a run that has
+        # not finished.
         from handrail.store import RunStatus
 
         ready = await store.runs(status=RunStatus.READY, limit=_READY_SHOWN + 1)
-        for run in ready[:_READY_SHOWN]:
-            out.print(f"run {printable(run.id)} is {_status_text(run)}: handrail resume "
-                      f"{printable(run.id)}")
-        if len(ready) > _READY_SHOWN:
-            out.print(f"more runs are ready than these {_READY_SHOWN}: handrail runs --status "
-                      "ready")
+        now = time.time()
+        running = await store.runs(status=RunStatus.RUNNING, limit=_RUNNING_READ)
+        stopped = [r for r in running if _stopped(r, now)]
+        waiting = [*stopped, *ready][:_READY_SHOWN]
+        if not total:
+            out.print("nothing is pending" if not waiting else
+                      "nothing waits for a person, but these runs have not finished:")
+        tail = store_option(args)
+        for run in waiting:
+            state = _status_text(run) if run.status is RunStatus.READY else \
+                "stopped (its process is gone, or its lease lapsed; resume continues it)"
+            out.print(f"run {printable(run.id)} is {state}: "
+                      f"`handrail resume {printable(run.id)}{tail}`")
+        if len(stopped) + len(ready) > _READY_SHOWN:
+            out.print(f"more runs wait for a resume than these {_READY_SHOWN}: handrail runs "
+                      "--status ready (and --status running)")
         out.flush()
         return 0
 
@@ -583,7 +685,11 @@ def _print_item(out: Out, p: Any) -> None:
         if payload.get("tool_missing"):
             out.print(f"    {style('red', 'its tool is not in the agent that resumed it')}: "
                       "retry needs an agent that has it")
-        out.print(f"    in doubt: {_cut(printable_json(payload), 200)}")
+        started = payload.get("started_at")
+        out.print("    in doubt: started "
+                  f"{_when(started) if isinstance(started, int | float) else 'at an unknown time'}"
+                  ", in flight when its process died; it may or may not have acted")
+        out.print(f"    arguments: {_cut(printable_json(payload.get('arguments')), 200)}")
 
 
 # ---------------------------------------------------------------- decisions
@@ -630,18 +736,23 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
             out = Out()
             from handrail.store import RunStatus
 
-            if after.status is RunStatus.READY:
+            if after.status is RunStatus.READY and served_by_workers(store):
                 out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} is "
-                          f"ready: continue it with: handrail resume {printable(run.id)} "
-                          "--agent MODULE:OBJECT")
+                          "ready: a worker (`handrail worker`) serving this store continues "
+                          "it")
+            elif after.status is RunStatus.READY:
+                out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} is "
+                          "ready; continue it with:")
+                out.print(f"  handrail resume {printable(run.id)}{_agent_option(args, run)}"
+                          f"{store_option(args)}")
             else:  # another of its items is still open
                 out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} "
-                          f"still waits: {_status_text(after)} — see handrail pending")
+                          f"still waits: {_status_text(after)} — see `handrail pending"
+                          f"{store_option(args)}`")
             out.flush()
             return 0
         result = await resume(store, run.id, agent=agent)
-        _print_outcome(result)
-        return 0
+        return _print_outcome(result, args)
 
     try:
         return _run_async(go, args)
@@ -649,7 +760,8 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
         if not state.get("recorded"):
             raise
         _say_ready(state["run"], exc,
-                   f"the decision was recorded (by {printable(decided_by)}), but ")
+                   f"the decision was recorded (by {printable(decided_by)}), but ",
+                   store_option(args))
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
 
 
@@ -699,8 +811,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         started.append(run.id)
         result = await resume(store, run.id, agent=agent,
                               allow_manifest_change=args.allow_manifest_change)
-        _print_outcome(result)
-        return 0
+        return _print_outcome(result, args)
 
     try:
         return _run_async(go, args)
@@ -709,17 +820,34 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     except (Exception, KeyboardInterrupt) as exc:
         if not started:
             raise
-        _say_ready(started[0], exc, "")
+        _say_ready(started[0], exc, "", store_option(args))
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
 
 
-def _say_ready(run_id: str, exc: BaseException, recorded: str) -> None:
+def served_by_workers(store: Store) -> bool:
+    """Whether `handrail worker` processes continue this store's runs (PostgreSQL)."""
+    return callable(getattr(store, "claim_ready", None))
+
+
+def _agent_option(args: argparse.Namespace, run: RunRecord) -> str:
+    """` --agent REF` for a printed `handrail resume`, when the run's record does not say it."""
+    import shlex
+
+    given = getattr(args, "agent", None)
+    if given:
+        return f" --agent {printable(shlex.quote(given))}"
+    if run.agent_ref or os.environ.get("HANDRAIL_AGENT"):
+        return ""
+    return " --agent MODULE:OBJECT   (the run recorded no agent: name the one that builds it)"
+
+
+def _say_ready(run_id: str, exc: BaseException, recorded: str, tail: str = "") -> None:
     """Tell the person the run did not continue, that it is READY, and what to do next."""
     what = ("interrupted" if isinstance(exc, KeyboardInterrupt)
             else str(exc) if isinstance(exc, HandrailError) else f"{type(exc).__name__}: {exc}")
     print(f"handrail: {recorded}run {run_id} could not continue: {printable(what)}\n"
           f"handrail: run {run_id} is ready; fix that, then continue it with: "
-          f"handrail resume {run_id}", file=sys.stderr)
+          f"`handrail resume {run_id}{tail}`", file=sys.stderr)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

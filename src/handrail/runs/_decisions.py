@@ -18,9 +18,10 @@ from handrail.tools import check_argument_payload
 
 __all__ = ["check_decision", "record_decision", "without_contents", "wrong_kind"]
 
-_COMMAND = {"approval": "handrail approve ID (or deny ID --reason TEXT)",
-            "question": "handrail answer ID TEXT",
-            "recovery": "handrail recover ID --retry|--completed TEXT|--abort"}
+_COMMAND = {"approval": "handrail approve {id}` (or `handrail deny {id} --reason 'not now'",
+            "question": "handrail answer {id} 'your answer'",
+            "recovery": "handrail recover {id} --retry` (or `--completed 'what it did'`, "
+                        "`--abort`"}
 _NAME = {"approval": "an approval", "question": "a question", "recovery": "a recovery"}
 
 
@@ -28,7 +29,7 @@ def wrong_kind(item: PendingItem, kind: str) -> UserError:
     """The error for deciding an item as the wrong kind, naming the command that fits it."""
     return UserError(
         f"{item.id} is {_NAME.get(item.kind, item.kind)}, not {_NAME.get(kind, kind)}: "
-        f"use `{_COMMAND.get(item.kind, 'handrail pending')}`"
+        f"use `{_COMMAND.get(item.kind, 'handrail pending').format(id=item.id)}`"
     )
 
 

@@ -36,6 +36,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from handrail.errors import UserError
+from handrail.runs._program import confinement_note, program_of, result_confinement
 
 if TYPE_CHECKING:
     from handrail.runs._agent import RunEvent
@@ -82,6 +83,12 @@ class CallFinishedDetail(TypedDict):
     """The result's text as the model sees it (at most 2000 characters)."""
     error: str | None
     """The operator-facing error, if any."""
+    program: dict[str, Any] | None
+    """For a call that ran a program (`exec`): `exit_code`, `timed_out`, `note`, and the
+    last lines of `stdout` and `stderr` (at most 2000 characters each); else None."""
+    sandbox: str | None
+    """A warning when the call's program ran unconfined, or with policy denies the sandbox
+    could not enforce (what to install); None when it was confined, or ran no program."""
 
 
 class UsageDetail(TypedDict):
@@ -95,6 +102,9 @@ class UsageDetail(TypedDict):
     """The run's input tokens so far."""
     total_output_tokens: int
     """The run's output tokens so far."""
+
+
+
 
 
 def _bounded(text: str | None) -> str | None:
@@ -121,7 +131,18 @@ def call_detail(record: Any) -> CallFinishedDetail:
             "status": record.status.value,
             "verdict": (record.verdict or {}).get("effect"),
             "decision": (record.decision or {}).get("kind"),
-            "duration": duration, "result": _bounded(text), "error": _bounded(record.error)}
+            "duration": duration, "result": _bounded(text), "error": _bounded(record.error),
+            "program": _program_detail(result),
+            "sandbox": confinement_note(result_confinement(result))}
+
+
+def _program_detail(result: Any) -> dict[str, Any] | None:
+    program = program_of(result)
+    if program is None:
+        return None
+    # The end of the output is what a person looks at first (the error, the summary).
+    return {**program, "stdout": program["stdout"][-MAX_DETAIL_TEXT:],
+            "stderr": program["stderr"][-MAX_DETAIL_TEXT:]}
 
 
 Start = Callable[[Callable[["RunEvent"], Awaitable[None]]], Awaitable["RunResult"]]

@@ -173,15 +173,18 @@ def next_step(outcome: RunOutcome, run_id: str, *, in_memory: bool = False) -> s
     lost = _LOST if in_memory else ""
     if isinstance(outcome, AwaitingApproval):
         return (f"an action waits for approval: approve with `handrail approve "
-                f"{outcome.request_id}` (or `handrail deny {outcome.request_id}`), or "
+                f"{outcome.request_id}` (or `handrail deny {outcome.request_id} --reason "
+                f"'not now'`: the model reads the reason), or "
                 f"hr.resume_with_decision(store, {outcome.request_id!r}, ...){lost}")
     if isinstance(outcome, AwaitingAnswer):
         return (f"a tool asked a question: answer with `handrail answer {outcome.question_id} "
-                f"TEXT`, or hr.resume_with_answer(store, {outcome.question_id!r}, text, ...)"
-                f"{lost}")
+                f"'your answer'`, or hr.resume_with_answer(store, {outcome.question_id!r}, "
+                f"text, ...){lost}")
     if isinstance(outcome, AwaitingRecovery):
         return (f"call {outcome.call_id} was in flight when its process died: decide with "
-                f"`handrail recover {outcome.call_id} --retry|--completed TEXT|--abort`, or "
+                f"`handrail recover {outcome.call_id} --retry` (run it again), `handrail "
+                f"recover {outcome.call_id} --completed 'what it did'` (it happened) or "
+                f"`handrail recover {outcome.call_id} --abort` (give up on it), or "
                 f"hr.resume_with_recovery(store, {outcome.call_id!r}, ...){lost}")
     if isinstance(outcome, Failed):
         return f"the run failed: {outcome.error}"

@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from handrail.runs._agent import RunEvent
+from handrail.runs._program import text_lines
 
 __all__ = ["TerminalPrinter"]
 
 _STYLE = {"allow": "green", "ask": "yellow", "deny": "red"}
+_PROGRAM_TAIL = 5
+"""The last lines of a program's stdout and stderr the live view shows (`show` has more)."""
 
 
 def _plain(text: object, limit: int = 300) -> str:
@@ -55,6 +58,19 @@ class TerminalPrinter:
             self._status.stop()
             self._status = None
 
+    def _program(self, program: dict[str, Any]) -> None:
+        """The end of a program's output: the lines a person looks at first."""
+        if program.get("note"):
+            self.console.print(f"    [yellow]{_plain(program['note'])}[/]")
+        for name in ("stdout", "stderr"):
+            text = program.get(name)
+            if not isinstance(text, str) or not text.strip():
+                continue
+            lines = text_lines(text, head=0, tail=_PROGRAM_TAIL, width=200)
+            self.console.print(f"    [dim]{name}:[/]")
+            for line in lines:
+                self.console.print(f"      {_plain(line, 200)}")
+
     def __call__(self, event: RunEvent) -> None:
         """Show one event."""
         d = event.detail
@@ -81,11 +97,21 @@ class TerminalPrinter:
             duration = d.get("duration")
             took = f" {duration * 1000:.0f}ms" if isinstance(duration, float) else ""
             decision = f" ({_plain(d['decision'])})" if d.get("decision") else ""
+            program = d.get("program")
+            exited = ""
+            if isinstance(program, dict):
+                exited = (" timed out" if program.get("timed_out") else
+                          f" exit code {_plain(program.get('exit_code'))}")
             console.print(f"  [{style}]{_plain(verdict)}[/]{decision} {_plain(d.get('tool'))} "
-                          f"{_plain(d.get('status'))}{took}")
+                          f"{_plain(d.get('status'))}{took}{exited}")
+            if d.get("sandbox"):
+                console.print(f"    [bold red]{_plain(d['sandbox'], 400)}[/]")
+            if isinstance(program, dict):
+                self._program(program)
             shown = d.get("error") or d.get("result")
             if shown:
-                console.print(f"    [dim]{_plain(shown, 200)}[/]")
+                for line in text_lines(str(shown), head=3, tail=3, width=200):
+                    console.print(f"    [dim]{_plain(line, 200)}[/]")
         elif event.kind in ("paused", "finished"):
             self.pause()
             outcome = d.get("outcome") or {}

@@ -51,6 +51,8 @@ SECURITY_HEADERS: dict[str, str] = {
 """Sent with every response."""
 
 MAX_FORM_BYTES = 1 << 20
+MAX_BULK = 40
+"""The most approvals one bulk decision takes (a form holds at most 50 fields)."""
 
 AGES = {"": None, "1m": 60.0, "10m": 600.0, "1h": 3600.0, "1d": 86400.0}
 """The age filter's choices: older than ..."""
@@ -322,6 +324,42 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
         return await inbox.recover(item_id, session.user, field(form, "choice"),
                                    field(form, "observation"))
 
+    async def bulk(request: Request, session: Session) -> Response:
+        """Several approvals decided at once: each its own compare-and-swap and record.
+
+        One item already decided (or refused) elsewhere does not stop the others: the page
+        says, item by item, what became of each.
+        """
+        form: FormData = request.scope["form_obj"]
+        ids = list(dict.fromkeys(v for v in form.getlist("item") if isinstance(v, str)))
+        action = field(form, "action")
+        reason = field(form, "reason")
+        error = None
+        if action not in ("approve", "deny"):
+            error = "choose Approve selected or Deny selected"
+        elif not ids:
+            error = "select at least one approval (the boxes beside the items)"
+        elif len(ids) > MAX_BULK:
+            error = f"at most {MAX_BULK} items at once; select fewer"
+        elif action == "deny" and not reason.strip():
+            error = "a denial needs a reason: the model reads it and can adapt"
+        if error is not None:
+            return render(request, "bulk.html", status=422, error=error, results=[],
+                          action=action)
+        results = []
+        for item_id in ids:
+            try:
+                if action == "approve":
+                    message = await inbox.approve(item_id, session.user)
+                else:
+                    message = await inbox.deny(item_id, session.user, reason)
+                results.append({"id": item_id, "ok": True, "message": message})
+            except Refused as exc:
+                results.append({"id": item_id, "ok": False,
+                                "message": "no such pending item" if exc.status == 404
+                                else exc.message})
+        return render(request, "bulk.html", error=None, results=results, action=action)
+
     # -------------------------------------------------------------- run
 
     async def run_context(request: Request) -> dict[str, Any] | None:
@@ -373,6 +411,7 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
         Route("/logout", post(logout), methods=["POST"]),
         Route("/", guarded(index)),
         Route("/fragments/items", guarded(list_fragment, api=True)),
+        Route("/items/bulk", post(bulk), methods=["POST"]),
         Route("/items/{item_id}", guarded(item_get)),
         Route("/api/items/{item_id}", guarded(item_state, api=True)),
         Route("/items/{item_id}/approve", post(decision_endpoint(do_approve)),

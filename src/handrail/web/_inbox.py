@@ -57,6 +57,7 @@ from handrail.runs import (
     resume_with_recovery,
     tree_of,
 )
+from handrail.runs._program import confinement_note, program_of, result_confinement, text_lines
 from handrail.store import PendingItem, RunRecord, Store
 from handrail.tools import Act, ToolImpl
 
@@ -644,7 +645,19 @@ def _call_view(c: Any) -> dict[str, Any]:
         "decision": (c.decision or {}).get("kind"), "decided_by": c.decided_by,
         "result": _short(" ".join(texts), 2000), "is_error": bool(result.get("is_error")),
         "disposition": c.disposition,
+        # A program's exit code and output, and a warning when it ran unconfined (or with
+        # denies the sandbox could not enforce): beside the call, as `handrail show` has them.
+        "program": _program_view(result),
+        "sandbox": confinement_note(result_confinement(result)),
     }
+
+
+def _program_view(result: Any) -> dict[str, Any] | None:
+    program = program_of(result)
+    if program is None:
+        return None
+    return {**program, "stdout": "\n".join(text_lines(program["stdout"])),
+            "stderr": "\n".join(text_lines(program["stderr"]))}
 
 
 def _read_current(path: Path) -> bytes | None:

@@ -27,7 +27,13 @@
   function replaceKeepingFocus(container, html) {
     const active = document.activeElement;
     const focusedId = active && container.contains(active) ? active.id : null;
+    // The ticks of a selection survive the list's refresh (an item gone is simply gone).
+    const picked = Array.from(container.querySelectorAll("input.pick:checked")).map(
+      function (box) { return box.value; });
     container.innerHTML = html;
+    container.querySelectorAll("input.pick").forEach(function (box) {
+      if (picked.indexOf(box.value) !== -1) box.checked = true;
+    });
     // The region replaced is not a live region (a new one is not announced); this one stays.
     const note = document.getElementById("live-note");
     const summary = container.querySelector("#count, #run-status");
