@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,19 @@ def median_ms(fn: Callable[[], object], reps: int) -> float:
         fn()
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
+
+
+def alternately(argvs: dict[str, list[str]], cwd: Path, reps: int) -> dict[str, float]:
+    """{name: median ms} of spawning each argv, the argvs taken in turn (load hits all)."""
+    times: dict[str, list[float]] = {name: [] for name in argvs}
+    for argv in argvs.values():
+        subprocess.run(argv, cwd=cwd, check=True)
+    for _ in range(reps):
+        for name, argv in argvs.items():
+            start = time.perf_counter()
+            subprocess.run(argv, cwd=cwd, check=True)
+            times[name].append((time.perf_counter() - start) * 1000)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def cpu_seconds() -> float:
@@ -105,9 +119,21 @@ def main() -> None:
         true = ["/bin/true"]
         rows.append(("spawn /bin/true directly", median_ms(
             lambda: subprocess.run(true, cwd=small, check=True), reps)))
-        prefixed = build(policy, small, bwrap).argv(true)
+        sandbox = build(policy, small, bwrap)
+        prefixed = sandbox.argv(true)
         rows.append(("spawn /bin/true in bwrap (prefix built)", median_ms(
             lambda: subprocess.run(prefixed, cwd=small, check=True), reps)))
+        # Issue 33's costs, each pair measured alternately: the socket filter (a /bin/sh
+        # that opens it, bwrap loading it) and the reaping launcher of sandbox "off".
+        unfiltered = replace(sandbox, seccomp=None).argv(true)
+        reaped = wrap(true, policy=policy, workspace=small, mode="off")[0]
+        for name, ms in alternately({
+                "spawn /bin/true in bwrap without the socket filter": unfiltered,
+                "spawn /bin/true in bwrap with the socket filter": prefixed,
+                "spawn /bin/true directly (again)": true,
+                "spawn /bin/true through the reaping launcher (sandbox off)": reaped,
+        }, small, reps).items():
+            rows.append((name, ms))
         if _landlock.abi():
             landlocked = _landlock.launcher_argv(true, writable=[str(small)], deny_tcp=True)
             rows.append(("spawn /bin/true under the Landlock launcher", median_ms(

@@ -55,12 +55,14 @@ async def serve_http(root: Path, *args: str) -> AsyncIterator[HttpServer]:
             async for chunk in process.stderr:
                 said += chunk.decode()
                 url = re.search(r"at (http://\S+/mcp)", said)
-                token = re.search(r"bearer token: (\S+)", said)
-                if url and token:
+                where = re.search(r"bearer token: in (\S+)", said)
+                if url and where:
                     break
             else:
                 pytest.fail(f"handrail serve --http said only: {said}")
-        yield HttpServer(url.group(1), token.group(1), root)
+        token = Path(where.group(1)).read_text().strip()  # serve prints where, never what
+        assert token not in said
+        yield HttpServer(url.group(1), token, root)
     finally:
         process.terminate()
         with anyio.move_on_after(10):
@@ -132,6 +134,7 @@ async def test_no_auth_is_refused_off_loopback(tmp_path: Path) -> None:
 async def test_a_short_token_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "handrail.toml").write_text(MANIFEST)
     (tmp_path / "token").write_text("short\n")
+    (tmp_path / "token").chmod(0o600)
     done = await anyio.run_process(
         [sys.executable, "-m", "handrail.cli", "serve", "serve_tools:box", "--http",
          "127.0.0.1:0", "--token-file", str(tmp_path / "token")],

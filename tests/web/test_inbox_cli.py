@@ -36,9 +36,23 @@ def test_a_short_token_file_is_refused(db: Path, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     token = tmp_path / "token"
     token.write_text("short\n")
+    token.chmod(0o600)
     assert main(["inbox", "--store", str(db), "--host", "0.0.0.0", "--token-file",
                  str(token)]) == 1
     assert "shorter than 16" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_a_token_file_others_can_read_is_refused(db: Path, tmp_path: Path, mode: int,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 33: as ssh refuses a private key others can read.
+    token = tmp_path / "token"
+    token.write_text("team-token-0123456789abcdef\n")
+    token.chmod(mode)
+    assert main(["inbox", "--store", str(db), "--host", "0.0.0.0", "--token-file",
+                 str(token)]) == 1
+    err = capsys.readouterr().err
+    assert "can be read by other users" in err and f"chmod 600 {token}" in err
 
 
 def test_a_missing_store_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

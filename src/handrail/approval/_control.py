@@ -12,9 +12,11 @@ and answers `{"decision": "pass" | "refuse" | "hold", "reason": "..."}`. It can 
 things stricter: a pass still goes through the policy and any approval; a refuse is a
 model-visible error (not sent); a hold parks the run for a person like a deferred approval.
 
-It fails closed: a control that raises, crashes, exits non-zero, answers something that is not
-exactly one such object, answers too much, or takes longer than its timeout refuses the call,
-and the call's record says why. It must be side-effect free: it is asked again when a held or
+It fails closed: a control that raises (anything, `SystemExit` included), crashes, exits
+non-zero, answers something that is not exactly one such object (a repeated key included),
+answers too much, or takes longer than its timeout (whatever it answers later) refuses the
+call, and the call's record says why. It gets a copy of the query: changing it changes
+nothing. It must be side-effect free: it is asked again when a held or
 paused call is resumed, and for an approval that modifies the arguments.
 
 `CommandControl` runs an external program (any language); a Python callable (sync or async,
@@ -25,6 +27,7 @@ which is killed when it times out, is cancelled, or has answered.
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import json
 import math
@@ -245,7 +248,7 @@ class CommandControl:
             raise ControlFailed(f"it must print exactly one JSON line, it printed "
                                 f"{len(lines)}{said}")
         try:
-            return json.loads(lines[0])
+            return json.loads(lines[0], object_pairs_hook=_no_duplicates)
         except ValueError:
             raise ControlFailed(f"its output is not JSON: {lines[0][:200]!r}") from None
 
@@ -382,17 +385,50 @@ def check_answer(answer: object) -> ControlVerdict:
 async def adjudicate(control: Control, query: dict[str, Any]) -> ControlVerdict:
     """Ask `control` about one call, within its timeout; every failure is a refusal.
 
-    An outside cancellation is never swallowed (a command's process group is killed first).
+    The control gets a deep copy of `query`: whatever it does to it changes neither the
+    record, nor the approval request, nor what runs (it can only make things stricter).
+    Past the deadline the call is refused whatever the control then answers (a coroutine
+    that swallowed the cancellation, or blocked the loop and never awaited). A control that
+    raises anything, `SystemExit`, `KeyboardInterrupt` and a `CancelledError` of its own
+    included, refuses the call; an outside cancellation is never swallowed (a command's
+    process group is killed first).
     """
     timeout = _timeout_of(control)
     answer: Any = None
-    with anyio.move_on_after(timeout) as scope:
+    deadline = anyio.current_time() + timeout
+    with anyio.CancelScope(deadline=deadline) as scope:
         try:
-            answer = await control.ask(query)
+            answer = await control.ask(copy.deepcopy(query))
         except ControlFailed as exc:
             return _refused(f"the tool control failed: {exc}")
         except Exception as exc:  # boundary: the control's own code failing refuses the call
             return _refused(f"the tool control failed: {type(exc).__name__}: {exc}")
-    if scope.cancelled_caught:
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()) and (
+                    scope.cancel_called or _cancelled_from_outside()):
+                raise  # our deadline (handled below) or an outside cancel: not the control's
+            return _refused(f"the tool control failed: {type(exc).__name__}: {exc}")
+    if scope.cancel_called or anyio.current_time() >= deadline:
         return _refused(f"the tool control timed out after {timeout:g}s")
     return check_answer(answer)
+
+
+def _cancelled_from_outside() -> bool:
+    """Whether this task has a cancellation pending (asyncio counts them; trio's are real)."""
+    try:
+        import asyncio
+
+        task = asyncio.current_task()
+    except RuntimeError:  # not under asyncio: a Cancelled there comes from a cancellation
+        return True
+    return task is None or task.cancelling() > 0
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            # Which one a reader takes differs between parsers: neither can be trusted.
+            raise ControlFailed(f"its answer has a duplicate key {key[:100]!r}")
+        out[key] = value
+    return out

@@ -120,8 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = func(args)
         sys.stdout.flush()
     except HandrailError as exc:
-        # A message can quote what a model chose (an id, a path): printable, like the rest.
-        print(f"handrail: error: {printable(exc)}", file=sys.stderr)
+        # A message can quote what a model chose (an id, a path): printable, like the rest,
+        # a line at a time (a multi-line message keeps its lines; each one after the first
+        # is indented, so none can pass for a line of its own).
+        lines = str(exc).split("\n")
+        print(f"handrail: error: {printable(lines[0])}", file=sys.stderr)
+        for line in lines[1:]:
+            print(f"  {printable(line)}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         # The reader went away (`handrail runs --json | head`): end quietly. Python would

@@ -39,16 +39,9 @@ def _is_loopback(host: str) -> bool:
 
 
 def _read_token_file(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            token = fh.read().strip()
-    except OSError as exc:
-        raise UserError(f"cannot read the token file {path!r}: {exc}") from None
-    if len(token) < 16:
-        raise UserError(f"the token in {path!r} is shorter than 16 characters; put a long "
-                        "random token there (e.g. `python -c 'import secrets; "
-                        "print(secrets.token_urlsafe(32))'`)")
-    return token
+    from handrail.cli._token_file import read_token_file
+
+    return read_token_file(path)
 
 
 def _bind(host: str, port: int) -> socket.socket:

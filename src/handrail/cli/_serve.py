@@ -92,21 +92,20 @@ def _tools_of(obj: Any) -> tuple[list[Any], Any, Any, Any]:
                     f"not {type(obj).__name__}")
 
 
-def _token(args: argparse.Namespace) -> str | None:
+def _token(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """(the bearer token, the file it is in when serve made it); (None, None): --no-auth."""
+    from handrail.cli._token_file import read_token_file, write_token_file
+
     if args.no_auth:
-        return None
+        return None, None
     if args.token_file:
-        try:
-            with open(args.token_file, encoding="utf-8") as f:
-                token = f.read().strip()
-        except OSError as exc:
-            raise UserError(f"cannot read --token-file {args.token_file}: {exc.strerror}") from exc
-        if len(token) < 16:
-            raise UserError(f"the token in {args.token_file} is shorter than 16 characters")
-        return token
+        return read_token_file(args.token_file), None
     import secrets
 
-    return secrets.token_urlsafe(32)
+    # Printed, a token would land in the service's logs: it goes into a private file, and
+    # serve prints where that file is.
+    token = secrets.token_urlsafe(32)
+    return token, write_token_file(token, prefix="handrail-serve-")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -142,7 +141,6 @@ def _serve(args: argparse.Namespace) -> int:
             raise UserError(f"--http takes HOST:PORT, got {args.http!r}")
         host = host or "127.0.0.1"  # `:8765` means loopback, never every interface
         port = int(port_text)
-    token = _token(args) if args.http else None
     if args.idle_timeout is not None and not args.http:
         raise UserError("--idle-timeout is for --http clients (a stdio client is the "
                         "process's one client: its run ends when it closes the pipe)")
@@ -159,6 +157,9 @@ def _serve(args: argparse.Namespace) -> int:
     _say(f"store {redacted_url(url)}; workspace {governance.workspace}; sandbox "
          f"{governance.sandbox}"
          + (f"; control {governance.control.describe()}" if governance.control else ""))
+
+    token, made = _token(args) if args.http else (None, None)
+    where = made or args.token_file
 
     async def main() -> int:
         store = Store.memory() if url == "memory" else Store.open(url)
@@ -178,11 +179,25 @@ def _serve(args: argparse.Namespace) -> int:
                 else:
                     from handrail.mcp import serve_http
 
-                    await serve_http(gateway, host, port, token=token, announce=_say)
+                    await serve_http(gateway, host, port, token=token, announce=_say,
+                                     token_file=where)
         finally:
             await store.close()
         return 0
 
     import anyio
 
-    return anyio.run(main)
+    if made is not None:
+        import signal
+
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            # uvicorn stops on SIGTERM, then raises it again with the handler it found:
+            # this one lets the token file below be removed before the process ends.
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        return anyio.run(main)
+    finally:
+        if made is not None:
+            from handrail.cli._token_file import remove_token_file
+
+            remove_token_file(made)

@@ -9,7 +9,9 @@ The workspace `exec` tool and `SubprocessTool` both run programs through `run_pr
   never exit), each kept as its first `head` and last `tail` bytes, with totals, and in full
   (up to `RECORD_LIMIT_BYTES`) when a disk record wants it;
 - on the deadline, or when the call is cancelled from outside: SIGTERM to the group, a grace
-  period, then SIGKILL to the group (children that ignore SIGTERM included).
+  period, then SIGKILL to every descendant and to the group (children that ignore SIGTERM
+  included; those in a session of their own too, which the launcher of `handrail.sandbox`
+  keeps below the program as a subreaper).
 
 Cancellation: an outside cancellation is never swallowed; the group is terminated and the
 process reaped under a shielded scope bounded by the grace period, then it propagates.
@@ -78,6 +80,7 @@ def kill_all_now() -> None:
     then reaps its own program as usual.
     """
     for process in list(_LIVE.values()):
+        _kill_tree(process.pid)
         _signal_group(process, signal.SIGKILL)
 
 
@@ -269,10 +272,18 @@ async def run_process(
     status_read = status_write = -1
     spawned = False
     if bwrap:
+        from handrail.sandbox._sandbox import SECCOMP_FD, bwrap_index
+
         status_read, status_write = os.pipe()
+        if status_write == SECCOMP_FD:  # the trampoline opens the filter there
+            moved = os.dup(status_write)
+            os.close(status_write)
+            status_write = moved
         os.set_blocking(status_read, False)
-        # bwrap's options are not positional: this one goes right after the executable.
-        argv = [argv[0], "--json-status-fd", str(status_write), *argv[1:]]
+        # bwrap's options are not positional: this one goes right after the executable
+        # (which follows the trampoline that opens its seccomp filter, when there is one).
+        at = bwrap_index(argv) + 1
+        argv = [*argv[:at], "--json-status-fd", str(status_write), *argv[at:]]
     try:
         # Shielded: a cancel that landed while the spawn was awaited would lose the process
         # (started, never registered, never killed: its tree outlives the call). The spawn is
@@ -434,8 +445,19 @@ async def _terminate(process: Process, grace: float, capture: ProcessCapture) ->
         # Polling is the only way to see a process group empty; it is bounded by `grace`.
         while _group_alive(pgid):  # noqa: ASYNC110 - no event tells a group is empty
             await anyio.sleep(0.02)
+    # Before the leader goes: under the launcher (sandbox "off", Landlock) it is a subreaper
+    # holding every descendant, `setsid()` ones included, in its tree; killed first, they
+    # would be re-parented to init and outlive the call.
+    await anyio.to_thread.run_sync(_kill_tree, pgid)
     _signal_group(process, signal.SIGKILL)
     await process.wait()
+
+
+def _kill_tree(pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        from handrail.sandbox._landlock import kill_descendants
+
+        kill_descendants(pid, reap=False)  # their parents reap them, not this process
 
 
 def _signal_group(process: Process, sig: signal.Signals) -> None:

@@ -9,12 +9,16 @@ file in the same folder, fsync, rename, fsync of the folder.
 
 A tool that has its program's raw bytes (a subprocess, a routed capture) hands them over with
 `current_call()`: the record keeps them exactly (as text when they are UTF-8, else
-`{"base64": ...}`), the model sees a bounded projection naming the record's path.
+`{"base64": ...}`), the model sees a bounded projection naming the record's path. Each stream
+takes at most `RECORD_LIMIT_BYTES` of the file, escaped form included (a byte JSON escapes as
+six counts six), written a chunk at a time; one cut there is listed under `cut` with the
+bytes kept and the total.
 """
 
 from __future__ import annotations
 
 import base64
+import codecs
 import contextlib
 import contextvars
 import hashlib
@@ -25,10 +29,11 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import anyio.to_thread
 
+from handrail.host import _process
 from handrail.host._process import Projection
 
 __all__ = ["CallRecords", "CallSlot", "current_call", "record_dir"]
@@ -85,19 +90,89 @@ def current_call() -> CallSlot | None:
     return _CURRENT.get()
 
 
-def _bytes_field(data: bytes) -> Any:
+_CHUNK = 64 * 1024
+
+
+def _write_stream(fh: BinaryIO, data: bytes, limit: int) -> int:
+    r"""Write `data` as one JSON value (text when UTF-8, else base64), at most `limit` bytes.
+
+    The bound is on what lands in the file: JSON escapes a control byte as six (`\u0001` for 0x01),
+    so a bound on the raw bytes alone would let 64 MiB of them become 384 MiB on disk, and
+    the whole escaped string in memory. Written a chunk at a time (memory stays at a chunk).
+
+    Returns:
+        How many bytes of `data` the value holds (less than `len(data)`: cut).
+    """
+    start = fh.tell()
+    view = memoryview(data)
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    room = limit - 2  # the quotes
+    kept = 0
+    fh.write(b'"')
     try:
-        return data.decode("utf-8")
+        for at in range(0, len(view), _CHUNK):
+            piece = view[at:at + _CHUNK]
+            text = decoder.decode(piece, final=at + _CHUNK >= len(view))
+            escaped = json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8")
+            if len(escaped) > room:
+                # The longest prefix whose escaped form fits (a character never split).
+                low, high = 0, len(text)
+                while low < high:
+                    mid = (low + high + 1) // 2
+                    size = len(json.dumps(text[:mid], ensure_ascii=False).encode("utf-8")) - 2
+                    low, high = (mid, high) if size <= room else (low, mid - 1)
+                fh.write(json.dumps(text[:low], ensure_ascii=False)[1:-1].encode("utf-8"))
+                fh.write(b'"')
+                return kept + len(text[:low].encode("utf-8"))
+            fh.write(escaped)
+            room -= len(escaped)
+            kept += len(piece)
+        decoder.decode(b"", final=True)
     except UnicodeDecodeError:
-        return {"base64": base64.b64encode(data).decode("ascii")}
+        fh.seek(start)
+        fh.truncate()
+        return _write_base64(fh, view, limit)
+    fh.write(b'"')
+    return len(view)
 
 
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+def _write_base64(fh: BinaryIO, view: memoryview, limit: int) -> int:
+    head, tail = b'{"base64": "', b'"}'
+    fits = max(limit - len(head) - len(tail), 0) // 4 * 3
+    kept = min(len(view), fits)
+    fh.write(head)
+    step = _CHUNK // 3 * 3
+    for at in range(0, kept, step):
+        fh.write(base64.b64encode(view[at:min(at + step, kept)]))
+    fh.write(tail)
+    return kept
+
+
+def _write_atomic(path: Path, data: dict[str, Any], *,
+                  streams: dict[str, bytes] | None = None) -> None:
+    """Write `data` as JSON atomically; `streams` first, each bounded as `_write_stream` says.
+
+    A stream cut by the bound is listed under `cut` with the bytes kept and the total.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, ensure_ascii=False, indent=1)
+        with os.fdopen(fd, "wb") as fh:
+            if streams:
+                limit = _process.RECORD_LIMIT_BYTES
+                cut: dict[str, Any] = {}
+                fh.write(b"{")
+                for name, raw in streams.items():
+                    fh.write(json.dumps(name).encode() + b": ")
+                    kept = _write_stream(fh, raw, limit)
+                    if kept < len(raw):
+                        cut[name] = {"kept_bytes": kept, "total_bytes": len(raw)}
+                    fh.write(b",\n")
+                rest = {**data, **({"cut": cut} if cut else {})}
+                fh.write(json.dumps(rest, ensure_ascii=False, indent=1)[1:].lstrip()
+                         .encode("utf-8"))
+            else:
+                fh.write(json.dumps(data, ensure_ascii=False, indent=1).encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -184,9 +259,8 @@ class CallRecords:
         source = (slot.source if slot is not None and slot.source
                   else metadata.get("handrail.source")
                   or ("gate" if status == "refused" else "registered"))
-        _write_atomic(path / "output.json", {
-            "stdout": _bytes_field(stdout),
-            "stderr": _bytes_field(stderr),
+        _write_atomic(path / "output.json", streams={"stdout": stdout, "stderr": stderr},
+                      data={
             "exit_code": exit_code,
             "signal": sig,
             "started": record.started_at,

@@ -16,6 +16,9 @@ mounts sit on top of earlier ones):
 - every entry the policy denies for WRITE (and does not hide) read-only;
 - no network (`--unshare-net`, only a loopback of its own) unless the policy allows NET for
   something; then the host's network, with a warning in the record;
+- with no network, no unix-domain socket either (a seccomp filter, `_seccomp`): a path
+  socket outside (PostgreSQL's, docker's, D-Bus) is reached through the read-only root
+  without any write, so the network namespace alone does not cut it;
 - its own pid, ipc and session (`--new-session`: no TIOCSTI into our terminal), and it dies
   with the process that started it (`--die-with-parent`).
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import shutil
 import subprocess
 import threading
@@ -40,7 +44,7 @@ from typing import Any, Literal
 
 from handrail.errors import HandrailError
 from handrail.policy import Act, Effect, Policy, workspace_root
-from handrail.sandbox import _landlock
+from handrail.sandbox import _landlock, _seccomp
 
 __all__ = ["BWRAP_ENV", "MAX_WALK_ENTRIES", "SANDBOX_MODES", "Sandbox", "SandboxUnavailable",
            "build", "find_bwrap", "wrap"]
@@ -89,10 +93,20 @@ class Sandbox:
     """`none`: a network namespace of its own; `host`: the host's network (policy allows NET)."""
     warnings: tuple[str, ...] = field(default=())
     """What the confinement does not cover, for the record."""
+    seccomp: str | None = None
+    """A path holding the seccomp filter bwrap loads (`_seccomp.sealed_path`); None: none."""
 
     def argv(self, program_argv: Sequence[str]) -> list[str]:
-        """The argv that runs `program_argv` inside this sandbox."""
-        return [*self.prefix, "--", *program_argv]
+        """The argv that runs `program_argv` inside this sandbox.
+
+        With a seccomp filter, bwrap is started through `/bin/sh` (about 1 ms), which opens
+        the filter as fd 9 for bwrap's `--seccomp 9`: the argv then needs no descriptor
+        passed by whoever spawns it (the MCP SDK spawns stdio servers itself).
+        """
+        if self.seccomp is None:
+            return [*self.prefix, "--", *program_argv]
+        return [*TRAMPOLINE, self.seccomp, self.prefix[0], "--seccomp", str(SECCOMP_FD),
+                *self.prefix[1:], "--", *program_argv]
 
     def starting_in(self, cwd: str | os.PathLike[str]) -> Sandbox:
         """This sandbox with the program started in `cwd` instead of the workspace's root.
@@ -118,10 +132,30 @@ class Sandbox:
             "mode": mode,
             "mechanism": "bwrap",
             "network": self.network,
+            **({"sockets": "unix-domain sockets refused (seccomp)"}
+               if self.seccomp is not None else {}),
             "hidden": list(self.hidden),
             "read_only": list(self.read_only),
             "warnings": list(self.warnings),
         }
+
+
+REAPED = "reaped: every descendant dies with the program (a subreaper launcher)"
+"""The record's `descendants` where the program runs under the launcher (off, Landlock)."""
+
+_NO_FILTER = (f"no seccomp filter for this architecture ({platform.machine()}): "
+              "unix-domain sockets outside the sandbox (PostgreSQL's, docker's, D-Bus) are "
+              "reachable")
+
+SECCOMP_FD = 9
+"""The descriptor the trampoline opens the seccomp filter on, for bwrap's `--seccomp`."""
+TRAMPOLINE = ("/bin/sh", "-c", f'exec "$@" {SECCOMP_FD}<"$0"')
+"""The start of a bwrap argv with a filter: the filter's path, then bwrap's own argv."""
+
+
+def bwrap_index(argv: Sequence[str]) -> int:
+    """Where the bwrap executable is in an argv `wrap` returned (after the trampoline)."""
+    return len(TRAMPOLINE) + 1 if tuple(argv[:len(TRAMPOLINE)]) == TRAMPOLINE else 0
 
 
 _probe_lock = threading.Lock()
@@ -287,11 +321,16 @@ def build(policy: Policy, workspace: str | os.PathLike[str], bwrap: str, *,
     ]
     network = _network(policy)
     warnings: list[str] = []
+    seccomp: str | None = None
     if network == "none":
         prefix.append("--unshare-net")
+        seccomp = _seccomp.sealed_path("unix")
+        if seccomp is None:
+            warnings.append(_NO_FILTER)
     else:
         warnings.append("the policy allows NET for something: the program has the host's "
-                        "network, unfiltered (its NET denies are not enforced on it)")
+                        "network, unfiltered (its NET denies are not enforced on it; "
+                        "unix-domain sockets outside are reachable too)")
     parts = Path(root).parts
     top: str | None = None
     if len(parts) > 3 and parts[:2] == ("/", "tmp"):
@@ -324,7 +363,9 @@ def build(policy: Policy, workspace: str | os.PathLike[str], bwrap: str, *,
             prefix += ["--ro-bind", "/dev/null", path]
     prefix += ["--chdir", root]
     return Sandbox(tuple(prefix), root, tuple(r for r, _ in hidden),
-                   tuple(r for r, _ in read_only), network, tuple(warnings))
+                   tuple(r for r, _ in read_only), network, tuple(warnings), seccomp)
+
+
 
 
 def wrap(
@@ -354,8 +395,12 @@ def wrap(
     if mode not in SANDBOX_MODES:
         raise ValueError(f"sandbox mode must be one of {SANDBOX_MODES}, not {mode!r}")
     if mode == "off":
-        return list(argv), {"mode": "off", "mechanism": "none",
-                            "warnings": ["sandbox='off': the program ran unconfined"]}
+        # Unconfined, but not immortal: every descendant dies with the program (the launcher
+        # is a subreaper; a `setsid()` child cannot slip out of the call's timeout and kill).
+        return (_landlock.launcher_argv(list(argv), writable=[], deny_tcp=False,
+                                        landlock=False),
+                {"mode": "off", "mechanism": "none", "descendants": REAPED,
+                 "warnings": ["sandbox='off': the program ran unconfined"]})
     bwrap, why = find_bwrap()
     if bwrap is None:
         return _landlock_or_nothing(argv, policy if policy is not None else Policy.default(),
@@ -365,6 +410,9 @@ def wrap(
                     programs=_needed_from_tmp(argv, root, arguments=not model_argv))
     if cwd is not None:
         sandbox = sandbox.starting_in(cwd)
+    if mode == "required" and sandbox.network == "none" and sandbox.seccomp is None:
+        raise SandboxUnavailable(f"sandbox='required' and the program cannot be confined as "
+                                 f"the policy says: {_NO_FILTER}; nothing was started")
     return sandbox.argv(argv), sandbox.record(mode)
 
 
@@ -457,8 +505,14 @@ def _landlock_or_nothing(argv: Sequence[str], policy: Policy,
         gaps.append(f"{len(read_only)} WRITE-denied path(s) in the workspace stay writable "
                     f"({', '.join(r for r, _ in read_only[:5])}"
                     f"{', ...' if len(read_only) > 5 else ''})")
-    if network == "none" and version < 4:
-        gaps.append(f"the network is not restricted (Landlock ABI {version}; TCP needs 4)")
+    # Without a network namespace, only a seccomp filter on socket() keeps UDP, unix-domain
+    # and every other family in (Landlock cuts TCP only, from ABI 4).
+    seccomp = _seccomp.build("all") if network == "none" else None
+    if network == "none" and seccomp is None:
+        gaps.append(f"no seccomp filter for this architecture ({platform.machine()}): "
+                    "unix-domain and UDP sockets reach the host"
+                    + (f", and TCP too (Landlock ABI {version}; TCP needs 4)"
+                       if version < 4 else ""))
     if mode == "required" and gaps:
         raise SandboxUnavailable(
             f"sandbox='required' and the program cannot be confined as the policy says: "
@@ -470,10 +524,13 @@ def _landlock_or_nothing(argv: Sequence[str], policy: Policy,
     if network == "host":
         warnings.append("the policy allows NET for something: the program has the host's "
                         "network, unfiltered (its NET denies are not enforced on it)")
-    elif version >= 4:
+    elif seccomp is None and version >= 4:
         warnings.append("TCP is denied; UDP and other protocols are not restricted by Landlock")
     wrapped = _landlock.launcher_argv(list(argv), writable=[root],
-                                      deny_tcp=network == "none")
+                                      deny_tcp=network == "none", seccomp=seccomp)
     return wrapped, {"mode": mode, "mechanism": "landlock", "network": network,
+                     "descendants": REAPED,
+                     **({"sockets": "every socket() refused (seccomp); socketpair allowed"}
+                        if seccomp is not None else {}),
                      "hidden": [], "read_only": [], "not_enforced": [r for r, _ in hidden]
                      + [r for r, _ in read_only], "warnings": warnings}

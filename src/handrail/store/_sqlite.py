@@ -67,6 +67,7 @@ import dataclasses
 import datetime as dt
 import functools
 import json
+import os
 import queue
 import re
 import sqlite3
@@ -1045,6 +1046,25 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
+
+def _create_private(path: Path) -> None:
+    """Create the store's folder (0700) and file (0600) when they do not exist yet.
+
+    The store holds pending writes' bytes and tool output; SQLite creates `-wal` and `-shm`
+    with the database file's mode, so a private file keeps all three private. An existing
+    file or folder keeps its mode (an operator may have chosen to share it with a group).
+    """
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not path.exists():
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return  # another process made it meanwhile
+        except OSError:
+            return  # SQLite's own open then says what is wrong
+        os.close(fd)
+
 class SQLiteStore(Store):
     """A store in one SQLite file (created and migrated on open).
 
@@ -1064,7 +1084,7 @@ class SQLiteStore(Store):
         self._busy_ms = int(busy_timeout * 1000)
         memory = self.path == ":memory:"
         if not memory:
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _create_private(Path(self.path).expanduser())
         try:
             db = self._db = self._connect()
             synchronous = "PRAGMA synchronous=" + ("FULL" if durability == "fsync" else "NORMAL")

@@ -41,6 +41,7 @@ from handrail.errors import (
     UserError,
 )
 from handrail.policy import (
+    Action,
     Effect,
     OutsideWorkspace,
     Policy,
@@ -296,9 +297,11 @@ class Inbox:
         payload = item.payload
         if item.kind == "approval":
             workspace = payload.get("workspace") or (run.workspace if run else None)
+            readable = _read_policy(run, agent)
             for action in _payload_actions(payload):
                 diff = await anyio.to_thread.run_sync(
-                    _action_diff, action, workspace, item.tool, payload.get("arguments"))
+                    _action_diff, action, workspace, item.tool, payload.get("arguments"),
+                    readable)
                 actions.append(ActionView(act=str(action.get("act")),
                                           target=_target_text(action.get("target")), diff=diff))
             arguments: Any = payload.get("arguments")
@@ -480,7 +483,7 @@ class Inbox:
                      "content": None if action.content is None
                      else base64.b64encode(action.content).decode("ascii")}
             diff = await anyio.to_thread.run_sync(_action_diff, shown, workspace, item.tool,
-                                                  dumped)
+                                                  dumped, policy)
             views.append(ActionView(act=action.act.value, target=target, diff=diff))
         canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"),
                                ensure_ascii=False)
@@ -670,9 +673,30 @@ def _read_current(path: Path) -> bytes | None:
         return b""
 
 
+def _read_policy(run: RunRecord | None, agent: Any) -> Policy:
+    """The policy that decides whether the inbox may show a file's current contents.
+
+    The run's recorded policy (and its remembered rules) within the agent's; without a
+    recorded one, the default policy (its secrets layer hides `.env` and kin).
+    """
+    policy = Policy.from_dict(run.policy) if run is not None and run.policy else \
+        Policy.default()
+    if agent is not None and getattr(agent, "policy", None) is not None:
+        policy = policy.contain(agent.policy)
+    if run is not None and run.remembered:
+        policy = policy.with_layer_on_top("remembered",
+                                          [Rule.from_dict(r) for r in run.remembered])
+    return policy
+
+
 def _action_diff(action: dict[str, Any], workspace: str | None, tool: str | None,
-                 arguments: Any) -> list[DiffLine]:
-    """The diff a write would make against the file as it is now (runs in a thread)."""
+                 arguments: Any, policy: Policy | None = None) -> list[DiffLine]:
+    """The diff a write would make against the file as it is now (runs in a thread).
+
+    A file the policy denies for READ is never read: everyone signed in to the inbox
+    would see its contents in the diff (a write to `.env` is exactly what to look at twice,
+    but not by showing the secret).
+    """
     if action.get("act") != "write":
         return []
     target = action.get("target")
@@ -682,6 +706,13 @@ def _action_diff(action: dict[str, Any], workspace: str | None, tool: str | None
         path = resolve_in_workspace(target, workspace)
     except (OutsideWorkspace, UncanonicalPath):
         return [DiffLine("note", "no diff: the target is outside the workspace")]
+    try:
+        denied = policy is None or policy.check(Action(Act.READ, target), workspace=workspace,
+                                                mutates=False).effect is Effect.DENY
+    except HandrailError:
+        denied = True  # not decidable: not shown
+    if denied:
+        return [DiffLine("note", "no diff: the current file is READ-denied")]
     old = _read_current(path)
     content = action.get("content")
     if content:
