@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
@@ -33,6 +33,7 @@ from handrail.errors import (
 from handrail.manifest import ArgumentAction, ServerDecl
 from handrail.mcp._content import DEFAULT_MAX_RESULT_BYTES, from_mcp_result
 from handrail.mcp._errors import map_mcp_error, require_sdk
+from handrail.mcp._relay import RELAY, Relay
 from handrail.tools import (
     Act,
     Action,
@@ -170,6 +171,7 @@ class MCPToolset:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         sandbox: str = "auto",
+        auth: Any = None,
     ) -> None:
         from handrail.sandbox import SANDBOX_MODES
 
@@ -185,6 +187,10 @@ class MCPToolset:
                             "(streamable HTTP)")
         if isinstance(args, str):
             raise UserError(f"MCP server '{name}': args is a list of strings, not one string")
+        if auth is not None and (url is None or not _is_httpx_auth(auth)):
+            raise UserError(f"MCP server '{name}': auth is for an HTTP server (url=), and is an "
+                            "httpx.Auth such as the SDK's mcp.client.auth.OAuthClientProvider, "
+                            f"not {type(auth).__name__}")
         self.command = command
         self.args = tuple(str(a) for a in args)
         self.env = dict(env or {})
@@ -225,6 +231,10 @@ class MCPToolset:
         self._watchers: list[Callable[[], Awaitable[None]]] = []
         self.server_info: Any = None
         """What the server says about itself (recorded, never used as its name)."""
+        self.server_capabilities: Any = None
+        """What the server declared it serves (`resources`, `prompts`...), from its handshake."""
+        self.auth = auth
+        self._resource_watchers: list[Callable[[str], Awaitable[None]]] = []
         self.tools_changed = False
         """True once the server announced `tools/list_changed`, until the list is re-read."""
         self.list_changed = anyio.Event()
@@ -426,7 +436,9 @@ class MCPToolset:
                     session = await self._open(stack)
                     # Only awaits inside: the transports' task groups are entered above.
                     with anyio.fail_after(self.connect_timeout):
-                        self.server_info = (await session.initialize()).server_info
+                        init = await session.initialize()
+                        self.server_info = init.server_info
+                        self.server_capabilities = init.capabilities
                         listed = await self._list(session)
                     if not started:
                         self._impls = self._build(listed)
@@ -474,17 +486,24 @@ class MCPToolset:
             from mcp.shared._httpx_utils import create_mcp_http_client
 
             client = await stack.enter_async_context(
-                create_mcp_http_client(headers=self.headers or None))
+                create_mcp_http_client(headers=self.headers or None, auth=self.auth))
             streams = await stack.enter_async_context(
                 streamable_http_client(self.url or "", http_client=client))
         read, write = streams[0], streams[1]
         return await stack.enter_async_context(
             ClientSession(read, write, message_handler=self._on_message,
-                          elicitation_callback=self._on_elicit))
+                          elicitation_callback=self._on_elicit,
+                          sampling_callback=self._on_sampling,
+                          logging_callback=self._on_log))
 
     async def _on_message(self, message: Any) -> None:
         import mcp_types as t
 
+        if isinstance(message, t.ResourceUpdatedNotification):
+            if self._tg is not None:
+                for watcher in self._resource_watchers:
+                    self._tg.start_soon(watcher, str(message.params.uri))
+            return
         if isinstance(message, t.ToolListChangedNotification):
             self.tools_changed = True
             self.list_changed.set()
@@ -694,13 +713,19 @@ class MCPToolset:
         scope = anyio.CancelScope(deadline=anyio.current_time() + timeout
                                   if timeout is not None else float("inf"))
         send, receive = anyio.create_memory_object_stream[tuple[str, Any]](4)
+        relay = RELAY.get()  # the gateway's client request this call serves, if any
+        in_flight = _InFlight(send, scope, relay)
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            in_flight.heard.add("progress")
             if timeout is not None and scope.deadline != float("inf"):
                 scope.deadline = anyio.current_time() + timeout
+            text = None if message is None else str(message)[:1000]
             if ctx is not None:  # to the run's on_event, as `call_progress`
-                await ctx.report_progress(progress, total,
-                                          None if message is None else str(message)[:1000])
+                await ctx.report_progress(progress, total, text)
+            if relay is not None:  # and to the gateway's client, for its own request
+                with contextlib.suppress(Exception):  # boundary: a client gone is not told
+                    await relay.progress(progress, total, text)
 
         async def request() -> None:
             call = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,
@@ -716,7 +741,6 @@ class MCPToolset:
                                            anyio.ClosedResourceError):
                 await send.send(outcome)
 
-        in_flight = _InFlight(send, scope)
         self._in_flight.append(in_flight)
         try:
             self._tg.start_soon(request)
@@ -733,8 +757,17 @@ class MCPToolset:
             self._in_flight.remove(in_flight)
             scope.cancel()  # an abandoned body (cancelled, paused) takes its request along
         if kind == "error":
-            raise map_mcp_error(value, tool=tool_id, server=self.name,
-                                stderr_tail=self.stderr_tail()) from value
+            error = map_mcp_error(value, tool=tool_id, server=self.name,
+                                  stderr_tail=self.stderr_tail())
+            if in_flight.heard and error.disposition is Disposition.NOT_SENT:
+                # The server was at work on this call (it reported progress, logged, asked):
+                # an error now is not a refusal of the arguments, and it may have acted.
+                raise TransportError(
+                    f"MCP server '{self.name}' failed '{tool_id}' after it had begun (it sent "
+                    f"{', '.join(sorted(in_flight.heard))} during the call): {error}; it may "
+                    "have acted, so the call is in doubt", disposition=Disposition.IN_DOUBT,
+                ) from value
+            raise error from value
         if kind == "timeout":  # the deadline passed: the SDK sent notifications/cancelled
             raise ToolTimeout(f"MCP server '{self.name}' did not finish '{tool_id}' within "
                               f"{timeout}s (nor report progress)")
@@ -768,6 +801,10 @@ class MCPToolset:
             # With several calls in flight nothing says which one asks; an answer meant for
             # one call must never reach another, so the server is told no.
             return t.ElicitResult(action="decline")
+        call = self._in_flight[0]
+        call.heard.add("a form")
+        if call.relay is not None and call.relay.declares("elicitation"):
+            return await self._relay_elicit(call, params)
         reply_send, reply_receive = anyio.create_memory_object_stream[Any](1)
         try:
             await self._in_flight[0].send.send(("elicit", (params, reply_send)))
@@ -784,10 +821,126 @@ class MCPToolset:
                 reply_send.close()
 
 
+    async def _relay_elicit(self, call: _InFlight, params: Any) -> Any:
+        """A form for the gateway's client's own user, who declared it can show one."""
+        import mcp_types as t
+
+        relay = call.relay
+        assert relay is not None
+        saved = call.scope.deadline
+        call.scope.deadline = float("inf")  # a person is not the server being slow
+        try:
+            result = await relay.elicit(params)
+        except Exception as exc:  # boundary: the client failed the form; the server is told
+            await relay.record("mcp_elicitation", server=self.name, relayed="client",
+                               action="cancel", error=f"{type(exc).__name__}: {exc}"[:500])
+            return t.ElicitResult(action="cancel")
+        finally:
+            if self.timeout is not None and saved != float("inf"):
+                call.scope.deadline = anyio.current_time() + self.timeout
+        await relay.record("mcp_elicitation", server=self.name, relayed="client",
+                           action=str(result.action),
+                           message=str(getattr(params, "message", ""))[:500])
+        return result
+
+    async def _on_sampling(self, context: Any, params: Any) -> Any:
+        """An upstream's `sampling/createMessage`: the gateway's client's model, if allowed.
+
+        Only within a call `handrail serve` relays, to a client that declared `sampling`,
+        and when the policy allows `call <server>/sampling/createMessage` (a model call made
+        for the server). Each is a `mcp_sampling` event of the client's run.
+        """
+        import mcp_types as t
+
+        from handrail.policy import Effect
+
+        call = self._in_flight[0] if len(self._in_flight) == 1 else None
+        if call is not None:
+            call.heard.add("a sampling request")
+        relay = call.relay if call is not None else None
+        if relay is None or not relay.declares("sampling"):
+            why = ("no client that can sample is behind this call" if relay is None
+                   else "the MCP client did not declare sampling")
+            if relay is not None:
+                await relay.record("mcp_sampling", server=self.name, relayed=None, refused=why)
+            return t.ErrorData(code=-32600, message=f"handrail: sampling refused: {why}")
+        action = Action(Act.CALL, f"{self.name}/sampling/createMessage")
+        policy = self.policy
+        if policy is not None:
+            verdict = policy.check(action, workspace=self.workspace, mutates=False)
+            if verdict.effect is not Effect.ALLOW:
+                why = f"the policy does not allow '{action.describe()}' ({verdict.reason})"
+                await relay.record("mcp_sampling", server=self.name, relayed=None, refused=why)
+                return t.ErrorData(code=-32600, message=f"handrail: sampling refused: {why}")
+        saved = call.scope.deadline if call is not None else None
+        if call is not None:
+            call.scope.deadline = float("inf")  # the client's model is not the server
+        try:
+            result = await relay.sample(params)
+        except Exception as exc:  # boundary: the client's failure goes to the server
+            await relay.record("mcp_sampling", server=self.name, relayed="client",
+                               error=f"{type(exc).__name__}: {exc}"[:500])
+            return t.ErrorData(code=-32603, message=f"the client's sampling failed: {exc}"[:500])
+        finally:
+            if call is not None and self.timeout is not None and saved != float("inf"):
+                call.scope.deadline = anyio.current_time() + self.timeout
+        await relay.record("mcp_sampling", server=self.name, relayed="client",
+                           max_tokens=getattr(params, "max_tokens", None),
+                           model=str(getattr(result, "model", ""))[:200])
+        return result
+
+    async def _on_log(self, params: Any) -> None:
+        """An upstream's log message: to the gateway's client of the one call in flight."""
+        call = self._in_flight[0] if len(self._in_flight) == 1 else None
+        if call is None:
+            return
+        call.heard.add("a log message")
+        if call.relay is not None:
+            with contextlib.suppress(Exception):  # boundary: a client gone is not told
+                await call.relay.log(str(params.level), params.data, params.logger)
+
+    # -- what else the server serves (for `handrail serve`) ----------------------------------
+
+    def serves(self, capability: str) -> bool:
+        """Whether the server declared `capability` (resources, prompts, completions...)."""
+        return getattr(self.server_capabilities, capability, None) is not None
+
+    def watch_resources(self, callback: Callable[[str], Awaitable[None]]) -> None:
+        """Call `callback(uri)` at each `notifications/resources/updated` of the server."""
+        self._resource_watchers.append(callback)
+
+    async def forward(self, method: str, **params: Any) -> Any:
+        """Send one request of the session's (`list_resources`, `read_resource`...).
+
+        Bounded by `connect_timeout`; the SDK's error, or a `TransportError` when the
+        server is gone, is the caller's to map.
+        """
+        import warnings
+
+        session = await self._live_session(method, None)
+        with anyio.fail_after(self.connect_timeout), warnings.catch_warnings():
+            # Logging and resource subscriptions are deprecated at 2026-07-28; a server of
+            # the handshake era still speaks them, and its client asked for them.
+            warnings.simplefilter("ignore")
+            return await getattr(session, method)(**params)
+
+
 @dataclass(eq=False)
 class _InFlight:
     send: Any
     scope: anyio.CancelScope
+    relay: Relay | None = None
+    """The gateway client request the call serves (`handrail serve`), else None."""
+    heard: set[str] = field(default_factory=set)
+    """What the server sent during the call (progress, a log message, a form...)."""
+
+
+def _is_httpx_auth(auth: object) -> bool:
+    try:
+        import httpx2
+    except ImportError:  # an SDK without its own httpx: the usual one
+        import httpx as httpx2  # type: ignore[no-redef]
+    return isinstance(auth, httpx2.Auth)
 
 
 def _definition(tool: mcp_types.Tool) -> bytes:

@@ -35,6 +35,8 @@ from handrail.approval import ResponderNone
 from handrail.errors import NotFound, UserError
 from handrail.gate import Gate, PausedOnQuestion, PausedOnRequest, RunScope
 from handrail.manifest import check_against, refusals
+from handrail.mcp._carry import Carried, client_names, keeps_names
+from handrail.mcp._relay import RELAY, Relay
 from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.otel import Telemetry, telemetry_from
 from handrail.policy import Policy
@@ -261,6 +263,10 @@ class GatewaySession:
                    if r.turn == parked.turn}
         return await self._drive(key, parked.turn, parked.call, records)
 
+    async def write_events(self) -> None:
+        """Write the run's row now (its events: a resource read is not a turn)."""
+        await self.gateway.store.write(Batch(run=self._update()))
+
     async def call_event(self, kind: str, record: bool, **detail: Any) -> None:
         """A tool's event: kept in the session's run when asked (written with the turn)."""
         if record:
@@ -376,6 +382,7 @@ class Gateway:
         self._check = (None if manifest is None else
                        functools.partial(refusals, manifest=manifest))
         self._watch(toolbox)
+        self.client_names(strict=True)  # two tools shown by one name: refused at start
 
     def _watch(self, toolbox: Toolbox) -> None:
         """Be told when an upstream MCP server announces `tools/list_changed`."""
@@ -448,12 +455,14 @@ class Gateway:
         import mcp_types as t
 
         tools = []
+        shown = {model: name for name, model in self.client_names().items()}
         for spec in self.offered():
             output = dict(spec.output_schema) if spec.output_schema is not None else None
             if output is not None and output.get("type") != "object":
                 output = None  # MCP output schemas describe objects; the text still carries it
             tools.append(t.Tool(
-                name=spec.id.model_name, description=spec.description,
+                name=shown.get(spec.id.model_name, spec.id.model_name),
+                description=spec.description,
                 input_schema=dict(spec.input_schema), output_schema=output,
                 annotations=t.ToolAnnotations(read_only_hint=not spec.mutates,
                                               idempotent_hint=spec.idempotent)))
@@ -534,7 +543,14 @@ class Gateway:
 
         async def call_tool(ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
             session = await session_for(ctx)
-            result = await session.call(params.name, params.arguments)
+            name = self.client_names().get(params.name, params.name)
+            # What an upstream server sends during the call (progress, log messages, a
+            # sampling request, a form) is relayed to this request's client.
+            token = RELAY.set(Relay(ctx, session.call_event))
+            try:
+                result = await session.call(name, params.arguments)
+            finally:
+                RELAY.reset(token)
             return to_mcp_result(result)
 
         class GatewayServer(Server[Any]):
@@ -548,9 +564,26 @@ class Gateway:
                     notification_options or NotificationOptions(tools_changed=True),
                     experimental_capabilities, extensions)
 
-        return GatewayServer(self.name, version="handrail", on_list_tools=list_tools,
-                             on_call_tool=call_tool,
-                             on_subscriptions_listen=ListenHandler(self._subscriptions))
+        server = GatewayServer(self.name, version="handrail", on_list_tools=list_tools,
+                               on_call_tool=call_tool,
+                               on_subscriptions_listen=ListenHandler(self._subscriptions))
+        Carried(self, session_for).register(server)
+        return server
+
+    def client_names(self, *, strict: bool = False) -> dict[str, str]:
+        """The names MCP clients see, each to the tool's model-facing name (`client_names`).
+
+        An upstream server's tools keep their own names where its `[[servers]]` entry says
+        `names = "upstream"` (the default for a manifest with one server); others are shown
+        as models see them (`server--tool`). Cached per tool list.
+        """
+        toolbox = self.toolbox
+        cached: tuple[Toolbox, dict[str, str]] | None = getattr(self, "_names_cache", None)
+        if cached is not None and cached[0] is toolbox:
+            return cached[1]
+        names = client_names(self.offered(), keeps_names(self), strict=strict)
+        self._names_cache = (toolbox, names)
+        return names
 
     async def end_client(self, key: tuple[Any, ...]) -> None:
         """The client `key` (`client_key`) ended its session: end its run now.
