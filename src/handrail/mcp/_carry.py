@@ -2,10 +2,11 @@
 
 The gateway serves what its upstream MCP servers serve, each request routed to the server
 that offers the thing, and governed: reading a resource is an action the policy decides
-(`read <path>` for a `file://` URI, `call <server>/<uri>` otherwise), getting a prompt is
-`call <server>/prompt/<name>`; both are decided as reads (`mutates=False`), anything but
-*allow* is refused (nobody is there to approve a read the client makes on its own), and each
-is an event of the client's run (`mcp_resource_read`, `mcp_prompt_get`).
+(`read <path>` for a `file://` URI, `call <server>/<scheme>/<rest of the URI>` otherwise),
+getting a prompt is `call <server>/prompt/<name>`; both are decided as reads
+(`mutates=False`), anything but *allow* is refused (nobody is there to approve a read the
+client makes on its own), and each is an event of the client's run (`mcp_resource_read`,
+`mcp_prompt_get`).
 
 And how its tools and prompts are named to its clients (`client_names`): a `[[servers]]`
 entry's `names` ("upstream", the default for a manifest with one server: the server's own
@@ -15,6 +16,7 @@ name are refused when the gateway starts.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -125,7 +127,10 @@ class Carried:
         parts = urllib.parse.urlsplit(uri)
         if parts.scheme == "file":
             return Action(Act.READ, urllib.parse.unquote(parts.path) or "/")
-        return Action(Act.CALL, f"{server}/{uri}")
+        # `call server/scheme/rest`: the URI's segments, empty ones dropped, so a pattern
+        # can name them (`test://docs/a` is `call ref/test/docs/a`; `call:ref/test/**`).
+        rest = "/".join(p for p in re.split(r"[/:]+", uri[len(parts.scheme):]) if p)
+        return Action(Act.CALL, "/".join(p for p in (server, parts.scheme or "uri", rest) if p))
 
     async def decide(self, ctx: Any, kind: str, action: Action, **detail: Any) -> None:
         """The policy's verdict on a read the client asks for; recorded; refused unless allow.

@@ -151,6 +151,10 @@ class MCPToolset:
         sandbox: How a stdio server is confined (docs/sandbox.md): "auto", "required" or
             "off", derived from `policy` and `workspace` at each start like the programs of
             an agent's tools; how is in `confinement` and in every call's metadata.
+        auth: For an HTTP server, an `httpx2.Auth` that authorizes its requests: the SDK's
+            `mcp.client.auth.OAuthClientProvider` (or its client-credentials and
+            identity-assertion providers). Every host the flow reaches is a NET action the
+            policy decides; a server that answers 401 without it says where to authorize.
     """
 
     def __init__(
@@ -235,6 +239,7 @@ class MCPToolset:
         """What the server declared it serves (`resources`, `prompts`...), from its handshake."""
         self.auth = auth
         self._resource_watchers: list[Callable[[str], Awaitable[None]]] = []
+        self._hosts_allowed: set[str] = set()
         self.tools_changed = False
         """True once the server announced `tools/list_changed`, until the list is re-read."""
         self.list_changed = anyio.Event()
@@ -254,9 +259,9 @@ class MCPToolset:
 
     @classmethod
     def http(cls, url: str, *, name: str, headers: Mapping[str, str] | None = None,
-             **options: Any) -> MCPToolset:
-        """A server reached over streamable HTTP."""
-        return cls(name=name, url=url, headers=headers, **options)
+             auth: Any = None, **options: Any) -> MCPToolset:
+        """A server reached over streamable HTTP (`auth`: an OAuth provider; see the class)."""
+        return cls(name=name, url=url, headers=headers, auth=auth, **options)
 
     @classmethod
     def from_manifest(cls, decl: ServerDecl, *, manifest: Manifest | None = None,
@@ -346,6 +351,29 @@ class MCPToolset:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         return Action(Act.NET, f"{host}:{port}")
 
+    async def _check_host(self, request: Any) -> None:
+        """An HTTP request of the session's: its host must be one the policy allows."""
+        from handrail.policy import Effect, Policy
+
+        url = request.url
+        port = url.port or (443 if url.scheme == "https" else 80)
+        target = f"{url.host}:{port}"
+        if target in self._hosts_allowed:
+            return
+        policy = self.policy if self.policy is not None else Policy.default()
+        action = Action(Act.NET, target)
+        verdict = policy.check(action, workspace=self.workspace)
+        if verdict.effect is not Effect.ALLOW:
+            self.events.append({"kind": "mcp_host_refused", "server": self.name,
+                                "target": target, "at": time.time()})
+            raise ConfigError(
+                f"MCP server '{self.name}': reaching {target} (for {url.path[:200]!r}) is "
+                f"'{action.describe()}', which the policy does not allow "
+                f"({verdict.effect.value}: {verdict.reason}); nothing was sent there. An "
+                "OAuth flow reaches the server's authorization server: allow it explicitly, "
+                f"e.g. policy.layer('mcp').allow('net', {target!r})")
+        self._hosts_allowed.add(target)
+
     def _check_start(self) -> None:
         from handrail.policy import Effect, Policy
 
@@ -376,7 +404,7 @@ class MCPToolset:
                 # The failure is worded before the server's stderr is closed: its tail (why
                 # it did not start) goes into the message.
                 if isinstance(exc, Exception) and not isinstance(exc, UserError | ToolError):
-                    raise self._start_failure(exc) from exc
+                    raise self._start_failure(exc, await self._auth_hint()) from exc
                 raise
             finally:
                 self._close_stderr()
@@ -415,13 +443,45 @@ class MCPToolset:
             return ""
         return "".join(ch if ch.isprintable() or ch == "\n" else "?" for ch in text).strip()
 
-    def _start_failure(self, exc: BaseException) -> UserError:
+    async def _auth_hint(self) -> str | None:
+        """Why an HTTP server refused to start a session, when it is authorization.
+
+        Asked once more, plainly, after a failed start: a 401 names the server's protected
+        resource metadata in its `WWW-Authenticate` header (RFC 9728), which says where to
+        authorize. None when the server did not answer 401 (or could not be asked).
+        """
+        if self.url is None:
+            return None
+        import re
+
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        body = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
+        try:
+            with anyio.fail_after(min(self.connect_timeout, 10)):
+                async with create_mcp_http_client(headers=self.headers or None) as http:
+                    response = await http.post(self.url, json=body, headers={
+                        "accept": "application/json, text/event-stream"})
+        except Exception:  # boundary: the hint is a courtesy; the failure is reported anyway
+            return None
+        if response.status_code != 401:
+            return None
+        challenge = response.headers.get("www-authenticate", "")
+        found = re.search(r'resource_metadata="([^"]{1,2000})"', challenge)
+        where = (f"resource metadata at {found.group(1)}" if found
+                 else "it names no resource metadata")
+        given = " (the auth given was refused)" if self.auth is not None else ""
+        return (f"the server requires authorization ({where}){given}; give "
+                "MCPToolset.http(..., auth=...) an OAuth provider, e.g. the SDK's "
+                "mcp.client.auth.OAuthClientProvider")
+
+    def _start_failure(self, exc: BaseException, hint: str | None = None) -> UserError:
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
             exc = exc.exceptions[0]  # the transports' task groups wrap the one cause
         tail = self.stderr_tail()
         how = (f"command {' '.join((self.command or '', *self.args))!r}"
                if self.command is not None else f"url {self.url!r}")
-        reason = ("it did not answer within "
+        reason = (hint if hint is not None else "it did not answer within "
                   f"{self.connect_timeout}s" if isinstance(exc, TimeoutError)
                   else f"{type(exc).__name__}: {exc}")
         return UserError(f"MCP server '{self.name}' ({how}) failed to start: {reason}"
@@ -487,6 +547,9 @@ class MCPToolset:
 
             client = await stack.enter_async_context(
                 create_mcp_http_client(headers=self.headers or None, auth=self.auth))
+            # Every host the session reaches (an OAuth flow's authorization server, its
+            # metadata, a redirect) is a NET action the policy decides, as the start was.
+            client.event_hooks["request"].append(self._check_host)
             streams = await stack.enter_async_context(
                 streamable_http_client(self.url or "", http_client=client))
         read, write = streams[0], streams[1]
@@ -693,6 +756,7 @@ class MCPToolset:
         Cancelling this body cancels the request (the SDK tells the server).
         """
         import mcp_types as t
+        from mcp.shared.exceptions import MCPError
 
         tool_id = str(tool.spec.id)
         session = await self._live_session(tool_id, ctx)
@@ -762,11 +826,13 @@ class MCPToolset:
             if in_flight.heard and error.disposition is Disposition.NOT_SENT:
                 # The server was at work on this call (it reported progress, logged, asked):
                 # an error now is not a refusal of the arguments, and it may have acted.
+                said = (f"error {value.code}: {value.message}"[:1000]
+                        if isinstance(value, MCPError) else f"{type(value).__name__}")
                 raise TransportError(
                     f"MCP server '{self.name}' failed '{tool_id}' after it had begun (it sent "
-                    f"{', '.join(sorted(in_flight.heard))} during the call): {error}; it may "
-                    "have acted, so the call is in doubt", disposition=Disposition.IN_DOUBT,
-                ) from value
+                    f"{', '.join(sorted(in_flight.heard))} during the call), with {said}; "
+                    "it may have acted, so the call is in doubt",
+                    disposition=Disposition.IN_DOUBT) from value
             raise error from value
         if kind == "timeout":  # the deadline passed: the SDK sent notifications/cancelled
             raise ToolTimeout(f"MCP server '{self.name}' did not finish '{tool_id}' within "

@@ -34,9 +34,18 @@ class Relay:
         self._record = record
 
     def declares(self, capability: str) -> bool:
-        """Whether the gateway's client declared `capability` (`sampling`, `elicitation`)."""
-        caps = getattr(self.ctx.session, "client_capabilities", None)
-        return getattr(caps, capability, None) is not None
+        """Whether the client declared `capability` (`sampling`, `elicitation`), and can be asked.
+
+        A stateless-era client (2026-07-28) has no channel for a request of the server's
+        during a call, so it is not relayed to.
+        """
+        session = self.ctx.session
+        caps = getattr(session, "client_capabilities", None)
+        if getattr(caps, capability, None) is None:
+            return False
+        connection = getattr(session, "_connection", None)
+        return bool(getattr(session, "can_send_request", False)
+                    or getattr(connection, "has_standalone_channel", False))
 
     async def record(self, kind: str, **detail: Any) -> None:
         """Keep an event in the client's run (with the turn being written)."""
@@ -56,23 +65,31 @@ class Relay:
             await self.ctx.session.send_log_message(level, data, logger,
                                                     related_request_id=self.ctx.request_id)
 
+    def _metadata(self) -> Any:
+        """The request's own channel where it has one, else the connection's.
+
+        Streamable HTTP: the POST's stream; stdio, an in-process client: the connection.
+        """
+        from mcp.shared.message import ServerMessageMetadata
+
+        if getattr(self.ctx.session, "can_send_request", True):
+            return ServerMessageMetadata(related_request_id=self.ctx.request_id)
+        return None
+
     async def sample(self, params: Any) -> Any:
         """Put an upstream's `sampling/createMessage` to the client's model; its result."""
         import mcp_types as t
-        from mcp.shared.message import ServerMessageMetadata
 
         return await self.ctx.session.send_request(
             t.CreateMessageRequest(params=params), t.CreateMessageResult,
-            metadata=ServerMessageMetadata(related_request_id=self.ctx.request_id))
+            metadata=self._metadata())
 
     async def elicit(self, params: Any) -> Any:
         """Put an upstream's form (`elicitation/create`) to the client's user; its result."""
         import mcp_types as t
-        from mcp.shared.message import ServerMessageMetadata
 
         return await self.ctx.session.send_request(
-            t.ElicitRequest(params=params), t.ElicitResult,
-            metadata=ServerMessageMetadata(related_request_id=self.ctx.request_id))
+            t.ElicitRequest(params=params), t.ElicitResult, metadata=self._metadata())
 
 
 RELAY: contextvars.ContextVar[Relay | None] = contextvars.ContextVar("handrail_mcp_relay",
