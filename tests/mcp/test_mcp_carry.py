@@ -255,3 +255,55 @@ async def test_auth_is_an_httpx_auth_for_an_http_server() -> None:
         hr.mcp.MCPToolset.stdio("x", name="s", auth=object())
     with pytest.raises(hr.UserError, match=r"is an httpx\.Auth"):
         hr.mcp.MCPToolset.http("http://127.0.0.1:1/mcp", name="s", auth="token")
+
+
+# -- a call that waits for a person ----------------------------------------------------------
+
+
+@hr.tool()
+async def launch(target: str) -> str:
+    """Launch something (mutating: the default policy asks)."""
+    return f"launched {target}"
+
+
+LAUNCH = '[[tools]]\nref = "local/launch"\ndescription = "Launch."\n'
+
+
+async def test_a_waiting_call_tells_its_client_what_it_waits_for_and_where_to_decide(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import handrail.mcp._gateway as gateway_module
+
+    monkeypatch.setattr(gateway_module, "WAIT_PROGRESS_SECONDS", 0.05)
+    told: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        told.append(str(message))
+
+    gateway = Gateway(hr.Toolbox([launch]), store=hr.Store.memory(),
+                      manifest=hr.Manifest.from_toml(LAUNCH), approval_timeout=0.3)
+    async with Client(gateway.server()) as client:
+        result = await client.call_tool("launch", {"target": "moon"},
+                                        progress_callback=on_progress)
+    request_id = text_of(result).removeprefix("awaiting approval: request ")
+    assert told and all(f"handrail approve {request_id}" in m for m in told)
+    assert "waiting for a person to approve request" in told[0]
+
+
+async def test_a_parked_call_whose_session_ended_expires_and_is_recorded() -> None:
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([launch]), store=store,
+                      manifest=hr.Manifest.from_toml(LAUNCH), approval_timeout=0.05)
+    session = await gateway.open_session("test")
+    result = await session.call("launch", {"target": "moon"})
+    request_id = result.render_text().removeprefix("awaiting approval: request ")
+    await session.close()
+    item = await store.pending_item(request_id)
+    assert item.state == "decided" and item.decision is not None
+    assert item.decision["kind"] == "deny" and "expired" in item.decision["reason"]
+    [record] = await store.calls(session.run_id)
+    assert record.disposition == Disposition.NOT_SENT.value
+    run = await store.run(session.run_id)
+    assert run.status is hr.RunStatus.COMPLETED
+    assert [e["request_id"] for e in run.events if e["kind"] == "mcp_call_expired"] == [
+        request_id]
+    assert await store.pending() == []

@@ -57,6 +57,8 @@ DEFAULT_APPROVAL_TIMEOUT = 30.0
 """Seconds a call that needs approval waits for a decision before the client is told so."""
 POLL_SECONDS = 0.1
 """How often a waiting call reads the store for a decision made by another process."""
+WAIT_PROGRESS_SECONDS = 5.0
+"""How often a call waiting for a person tells its client so (a progress notification)."""
 MAX_SESSIONS = 1024
 """Clients (runs) one server keeps open at once; past it, the idlest session's run ends."""
 
@@ -147,6 +149,36 @@ class GatewaySession:
     def run_id(self) -> str:
         """The run this session's calls are recorded in."""
         return self.run.id
+
+    async def _expire_parked(self, why: str) -> None:
+        """The session ends: a parked call nobody approved yet expires, recorded.
+
+        Nothing would resume it (a new session is a new run; `handrail resume` has no agent
+        for a gateway's run), so its request is denied "expired" and the call re-entered
+        once through the gate, which records the refusal (NOT_SENT) and the run can complete.
+        A request already decided but not yet re-entered stays as it is.
+        """
+        from handrail.approval import Decision
+        from handrail.errors import AlreadyDecided
+
+        store = self.gateway.store
+        for key, parked in list(self._parked.items()):
+            if not parked.what.startswith("approval") or parked.lock.locked():
+                continue  # a question (an answer is a person's text), or being re-entered
+            reason = (f"expired: {why} before anyone decided (the call was not run; "
+                      "make it again in a new session)")
+            try:
+                await store.decide(parked.request_id, Decision.deny(reason).to_dict(),
+                                   "handrail serve (the session ended)")
+            except (AlreadyDecided, NotFound):
+                continue
+            self.run.events.append({"kind": "mcp_call_expired", "at": time.time(),
+                                    "request_id": parked.request_id,
+                                    "tool": parked.call.name, "why": why})
+            records = {r.call_id: r for r in await store.calls(self.run_id)
+                       if r.turn == parked.turn}
+            with anyio.CancelScope(shield=True):
+                await self._drive(key, parked.turn, parked.call, records)
 
     def use_tools(self, toolbox: Toolbox, change: dict[str, Any]) -> None:
         """From the next call on, resolve against `toolbox`; the change joins the run's events."""
@@ -246,9 +278,17 @@ class GatewaySession:
             await self.gateway.store.write(batch)
 
     async def _wait(self, key: tuple[str, str], parked: _Parked) -> ToolResult:
-        """Wait for the parked call's decision; then re-enter it through the gate, once."""
+        """Wait for the parked call's decision; then re-enter it through the gate, once.
+
+        While it waits, the client's request (when it gave a progress token) gets a progress
+        notification every `WAIT_PROGRESS_SECONDS`, naming what is waited for and where a
+        person decides it: a desktop client shows it instead of a silent hang.
+        """
         store = self.gateway.store
-        deadline = anyio.current_time() + self.gateway.approval_timeout
+        started = anyio.current_time()
+        deadline = started + self.gateway.approval_timeout
+        relay = RELAY.get()
+        told = -WAIT_PROGRESS_SECONDS
         while True:
             try:
                 item = await store.pending_item(parked.request_id)
@@ -256,8 +296,13 @@ class GatewaySession:
                 item = None
             if item is None or item.state != "open":
                 break
-            if anyio.current_time() >= deadline:
+            now = anyio.current_time()
+            if now >= deadline:
                 return ToolResult.error(f"awaiting {parked.what} {parked.request_id}")
+            if relay is not None and now - started - told >= WAIT_PROGRESS_SECONDS:
+                told = now - started
+                with contextlib.suppress(Exception):  # boundary: a client gone is not told
+                    await relay.progress(round(told, 1), None, _waiting_message(parked))
             await anyio.sleep(POLL_SECONDS)
         records = {r.call_id: r for r in await store.calls(self.run_id)
                    if r.turn == parked.turn}
@@ -307,6 +352,7 @@ class GatewaySession:
         """
         from handrail.runs import AwaitingApproval, Completed, outcome_to_dict
 
+        await self._expire_parked(why)
         if self._parked:
             parked = next(iter(self._parked.values()))
             self.run.status = RunStatus.AWAITING_APPROVAL
@@ -667,6 +713,16 @@ class Gateway:
         sessions, self.sessions = self.sessions, []
         for session in sessions:
             await session.close()
+
+
+def _waiting_message(parked: _Parked) -> str:
+    """What a client's user is shown while a call waits for a person."""
+    if parked.what.startswith("approval"):
+        return (f"waiting for a person to approve request {parked.request_id} "
+                f"({parked.call.name}): `handrail approve {parked.request_id}` or "
+                "`handrail deny`, or the inbox (`handrail inbox`)")
+    return (f"waiting for an answer to question {parked.request_id} ({parked.call.name}): "
+            f"`handrail answer {parked.request_id} TEXT`, or the inbox (`handrail inbox`)")
 
 
 def build_toolbox(tools: Sequence[object]) -> Toolbox:
