@@ -589,7 +589,7 @@ class Gateway:
 
         async def call_tool(ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
             session = await session_for(ctx)
-            name = self.client_names().get(params.name, params.name)
+            name = self.client_shown_to_model(params.name)
             # What an upstream server sends during the call (progress, log messages, a
             # sampling request, a form) is relayed to this request's client.
             token = RELAY.set(Relay(ctx, session.call_event))
@@ -615,6 +615,26 @@ class Gateway:
                                on_subscriptions_listen=ListenHandler(self._subscriptions))
         Carried(self, session_for).register(server)
         return server
+
+    def client_shown_to_model(self, shown: str) -> str:
+        """The model-facing name of the tool a client calls by `shown`.
+
+        A tool no longer offered (withdrawn, refused) of a server that keeps its names is
+        found too, so the client gets the reason rather than "no such tool".
+        """
+        found = self.client_names().get(shown)
+        if found is not None:
+            return found
+        from handrail.tools import ToolId
+
+        for server in keeps_names(self):
+            try:
+                candidate = ToolId(server, shown).model_name
+            except UserError:
+                continue
+            if self.toolbox.withdrawn(candidate) is not None:
+                return candidate
+        return shown
 
     def client_names(self, *, strict: bool = False) -> dict[str, str]:
         """The names MCP clients see, each to the tool's model-facing name (`client_names`).
