@@ -32,6 +32,7 @@ allow = ["exec:{server} --repository {repo}"]
 
 [[servers]]
 name = "git"
+names = "prefixed"            # shown as models see them (issue 36: default upstream)
 command = "{server}"
 args = ["--repository", "{repo}"]
 

@@ -34,6 +34,7 @@ mutates = false
 
 [[servers]]
 name = "fs"
+names = "prefixed"            # shown as models see them (issue 36: default upstream)
 command = "{command}"
 args = ["{workspace}"]
 

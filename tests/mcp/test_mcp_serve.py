@@ -170,6 +170,7 @@ allow = ["exec:{python} {server}", "call:fx/*"]
 
 [[servers]]
 name = "fx"
+names = "prefixed"            # shown as models see them (issue 36: default upstream)
 command = "{python}"
 args = ["{server}"]
 """

@@ -55,8 +55,9 @@ def register(subparsers: Any) -> None:
         "[policy], [budgets] and every grant that did not change are kept as written. Prints "
         "a summary and a diff; review it like any change.",
     )
-    update.add_argument("target", metavar="MODULE:OBJECT",
-                        help="a Toolbox, an Agent, a list of tools, or a callable returning one")
+    update.add_argument("target", metavar="MODULE:OBJECT", nargs="?",
+                        help="a Toolbox, an Agent, a list of tools, or a callable returning one "
+                             "(not needed for a manifest whose tools are its [[servers]]')")
     update.add_argument("--manifest", default=_DEFAULT_PATH,
                         help=f"the manifest to update (default {_DEFAULT_PATH})")
     update.add_argument("--dry-run", action="store_true",
@@ -67,8 +68,9 @@ def register(subparsers: Any) -> None:
         "check",
         help="exit 1 listing every way the code has drifted from the manifest (for CI)",
     )
-    check.add_argument("target", metavar="MODULE:OBJECT",
-                       help="a Toolbox, an Agent, a list of tools, or a callable returning one")
+    check.add_argument("target", metavar="MODULE:OBJECT", nargs="?",
+                       help="a Toolbox, an Agent, a list of tools, or a callable returning one "
+                            "(not needed for a manifest whose tools are its [[servers]]')")
     check.add_argument("--manifest", default=_DEFAULT_PATH,
                        help=f"the manifest to check against (default {_DEFAULT_PATH})")
     check.add_argument("--strict", action="store_true",
@@ -210,16 +212,20 @@ def _update(args: argparse.Namespace) -> int:
             old_text = f.read()
     except FileNotFoundError:
         raise UserError(f"{args.manifest} does not exist; write one with `handrail manifest "
-                        f"init {args.target}`") from None
+                        f"init {args.target or 'MODULE:OBJECT'}`") from None
     except OSError as exc:
         raise UserError(f"cannot read the manifest {args.manifest}: {exc.strerror}") from exc
-    toolbox, agent = resolve_toolset(args.target)
+    toolbox, agent = _target_or_servers(args.target, old_text, args.manifest)
+    if _declares_servers(old_text, args.manifest):
+        # The servers' tools are the manifest's too: a grant a server offers is kept.
+        toolbox = _with_server_tools(toolbox, old_text, args.manifest)
     result = update(old_text, toolbox, agent, source=args.manifest)
     if not result.changes:
-        print(f"{args.manifest} is up to date with {args.target} ({result.manifest.digest})")
+        print(f"{args.manifest} is up to date with {args.target or 'its servers'} "
+              f"({result.manifest.digest})")
         return 0
     print(f"{args.manifest}: {len(result.changes)} change{'s' if len(result.changes) != 1 else ''}"
-          f" from {args.target}:")
+          f" from {args.target or 'its servers'}:")
     for change in result.changes:
         print(f"  - {change}")
     if result.note:
@@ -243,12 +249,12 @@ def _check(args: argparse.Namespace) -> int:
 
     try:
         manifest = Manifest.load(args.manifest)
-        toolbox, agent = resolve_toolset(args.target)
+        toolbox, agent = _target_or_servers(args.target, manifest, args.manifest)
     except HandrailError as exc:
         if not args.json:
             raise
         # A CI step reading --json gets JSON whatever went wrong.
-        json.dump({"ok": False, "manifest": args.manifest, "target": args.target,
+        json.dump({"ok": False, "manifest": args.manifest, "target": args.target or None,
                    "error": str(exc)}, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
         return 1
@@ -284,9 +290,53 @@ def _check(args: argparse.Namespace) -> int:
             print(f"  - {problem}")
     if errors:
         return 1
-    print(f"OK: {args.target} matches {args.manifest} ({len(manifest.grants)} tools, "
-          f"{manifest.digest})")
+    what = args.target or f"the {len(manifest.servers)} server(s) it declares"
+    print(f"OK: {what} match{'es' if args.target else ''} {args.manifest} "
+          f"({len(manifest.grants)} tools, {manifest.digest})")
     return 0
+
+
+def _target_or_servers(target: str | None, manifest: Any, path: str,
+                       ) -> tuple[Any, dict[str, Any]]:
+    """The code named on the command line, or none for a manifest of `[[servers]]` only.
+
+    Raises:
+        UserError: no MODULE:OBJECT, and the manifest declares no servers either.
+    """
+    if target:
+        return resolve_toolset(target)
+    if not _declares_servers(manifest, path):
+        raise UserError(f"name the code to compare with {path} (MODULE:OBJECT): it declares "
+                        "no [[servers]] whose tools could be checked on their own")
+    from handrail.tools import Toolbox
+
+    return Toolbox([]), {}
+
+
+def _declares_servers(manifest: Any, path: str) -> bool:
+    from handrail.manifest import Manifest
+
+    if isinstance(manifest, str):
+        manifest = Manifest.from_toml(manifest, source=path)
+    return bool(manifest.servers)
+
+
+def _with_server_tools(toolbox: Any, text: str, path: str) -> Any:
+    """`toolbox` and the tools of the manifest's `[[servers]]`, started for the while."""
+    import anyio
+
+    from handrail.manifest import Manifest
+    from handrail.mcp import connect_servers
+    from handrail.tools import Toolbox
+
+    manifest = Manifest.from_toml(text, source=path)
+
+    async def listed() -> Any:
+        async with connect_servers(manifest) as toolsets:
+            # Read while connected; the specs are what `update` compares.
+            return Toolbox([toolbox, *[i for t in toolsets for i in t.impls()]])
+
+    return anyio.run(listed)
 
 
 def _count(problems: list[Any]) -> str:

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SERVER_KEYS", "ArgumentAction", "ServerDecl", "parse_servers"]
 
-SERVER_KEYS = ("name", "command", "args", "env", "cwd", "url", "headers", "timeout", "actions")
+SERVER_KEYS = ("name", "command", "args", "env", "cwd", "url", "headers", "timeout", "actions",
+               "names")
 """The keys a `[[servers]]` entry accepts."""
 
 
@@ -70,6 +71,10 @@ class ArgumentAction:
         return {"act": self.act.value, "argument": self.argument, "content": self.content}
 
 
+NAMES = (None, "upstream", "prefixed")
+"""The values of a `[[servers]]` entry's `names` (None: not stated)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ServerDecl:
     """One `[[servers]]` entry: how to reach an MCP server, and its tools' argument actions."""
@@ -92,6 +97,10 @@ class ServerDecl:
     """Per-call seconds; None for the default."""
     actions: Mapping[str, tuple[ArgumentAction, ...]] = field(default_factory=dict)
     """Per tool name: the actions its calls touch, taken from their arguments."""
+    names: str | None = None
+    """How `handrail serve` shows its tools and prompts to MCP clients: "upstream" (the
+    server's own names), "prefixed" (`<name>--<tool>`, the model-facing encoding); None: the
+    default, "upstream" when the manifest declares one server, else "prefixed"."""
 
     def __post_init__(self) -> None:
         try:
@@ -101,18 +110,24 @@ class ServerDecl:
         if (self.command is None) == (self.url is None):
             raise ManifestError(f"server '{self.name}' needs exactly one of command = "
                                 "(a stdio server) or url = (an HTTP server)")
+        if self.names not in NAMES:
+            raise ManifestError(f"server '{self.name}': names must be one of "
+                                f"{', '.join(repr(n) for n in NAMES if n)}, not {self.names!r}")
         object.__setattr__(self, "args", tuple(self.args))
         object.__setattr__(self, "actions", {k: tuple(v) for k, v in self.actions.items()})
 
     def canonical(self) -> dict[str, Any]:
         """JSON form, for the digest (headers left out: they carry credentials)."""
-        return {
+        out = {
             "name": self.name, "command": self.command, "args": list(self.args),
             "env": dict(sorted(self.env.items())), "cwd": self.cwd, "url": self.url,
             "timeout": self.timeout,
             "actions": {tool: [a.canonical() for a in acts]
                         for tool, acts in sorted(self.actions.items())},
         }
+        if self.names is not None:  # only when stated: older manifests keep their digest
+            out["names"] = self.names
+        return out
 
 
 def _strings(value: Any) -> bool:
@@ -156,6 +171,10 @@ def parse_servers(reader: Any, entries: Any) -> list[ServerDecl]:
         for key in ("env", "headers"):
             if key in entry and not _string_table(entry[key]):
                 bad(key, "must be a table of strings")
+        names = entry.get("names")
+        if names not in NAMES:
+            bad("names", 'must be "upstream" (the server\'s own tool names, to MCP clients) '
+                'or "prefixed" (<server>--<tool>)')
         timeout = entry.get("timeout")
         if timeout is not None and not (type(timeout) in (int, float) and math.isfinite(timeout)
                                         and timeout > 0):
@@ -191,7 +210,8 @@ def parse_servers(reader: Any, entries: Any) -> list[ServerDecl]:
                 name=name, command=entry.get("command"), args=tuple(entry.get("args", ())),
                 env=dict(entry.get("env", {})), cwd=entry.get("cwd"), url=entry.get("url"),
                 headers=dict(entry.get("headers", {})),
-                timeout=None if timeout is None else float(timeout), actions=actions))
+                timeout=None if timeout is None else float(timeout), actions=actions,
+                names=names))
         except ManifestError as exc:
             reader.error(path, f"{exc}")
     return out

@@ -7,12 +7,13 @@ meaning changes, removed only when nothing implements it, and new grants are app
 last one; every other line of the file stays byte for byte. What the update decides:
 
 - a tool in the code and not granted: granted as `init` would write it;
-- a grant nothing implements: removed;
+- a grant nothing implements: removed (unless it says `awaited = true`);
 - a grant's `arguments` and `output` follow the code (except where the tool leaves its
   arguments to the grant), `mutates`/`idempotent` only ever get stricter, and a description a
   person wrote is kept (one the grant lacks comes from the code);
 - for an Agent: `[agent]` instructions and model follow the code, a written name is kept;
-- `[policy]` and `[budgets]` are never touched.
+- `[policy]` (its `extends` too), `[budgets]`, `[control]` and `[[servers]]` are never
+  touched.
 
 A file whose grants are not written as `[[tools]]` tables (`tools = [...]`), or a merge whose
 result would not mean exactly the intended manifest, is rewritten whole instead (the note says
@@ -21,6 +22,7 @@ so: its comments are lost).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Mapping
@@ -135,7 +137,7 @@ def update(old_text: str, toolbox: Toolset | SpecSource, agent: Mapping[str, Any
             replaced[index] = merged
             changes.extend(_grant_changes(before, merged))
     for index, grant in enumerate(old.grants):
-        if grant.ref not in implemented:
+        if grant.ref not in implemented and not grant.awaited:
             removed.append(index)
             changes.append(f"'{grant.ref}': grant removed (nothing implements it)")
         else:
@@ -150,8 +152,9 @@ def update(old_text: str, toolbox: Toolset | SpecSource, agent: Mapping[str, Any
         for name in ("name", "instructions", "model"):
             if getattr(section, name) != getattr(old.agent, name):
                 changes.append(f"[agent] {name} taken from the code")
-    intended = Manifest(agent=section, grants=tuple(grants), policy=old.policy,
-                        budgets=old.budgets, source=source)
+    # Everything but the grants and [agent] is the old manifest's, as written: its policy
+    # (never inlined), budgets, control and [[servers]].
+    intended = dataclasses.replace(old, agent=section, grants=tuple(grants))
     if not changes:
         return Updated(old_text, old_text, old)
 

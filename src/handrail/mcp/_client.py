@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
@@ -33,6 +33,7 @@ from handrail.errors import (
 from handrail.manifest import ArgumentAction, ServerDecl
 from handrail.mcp._content import DEFAULT_MAX_RESULT_BYTES, from_mcp_result
 from handrail.mcp._errors import map_mcp_error, require_sdk
+from handrail.mcp._relay import RELAY, Relay
 from handrail.tools import (
     Act,
     Action,
@@ -150,6 +151,10 @@ class MCPToolset:
         sandbox: How a stdio server is confined (docs/sandbox.md): "auto", "required" or
             "off", derived from `policy` and `workspace` at each start like the programs of
             an agent's tools; how is in `confinement` and in every call's metadata.
+        auth: For an HTTP server, an `httpx2.Auth` that authorizes its requests: the SDK's
+            `mcp.client.auth.OAuthClientProvider` (or its client-credentials and
+            identity-assertion providers). Every host the flow reaches is a NET action the
+            policy decides; a server that answers 401 without it says where to authorize.
     """
 
     def __init__(
@@ -170,6 +175,7 @@ class MCPToolset:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         sandbox: str = "auto",
+        auth: Any = None,
     ) -> None:
         from handrail.sandbox import SANDBOX_MODES
 
@@ -185,6 +191,10 @@ class MCPToolset:
                             "(streamable HTTP)")
         if isinstance(args, str):
             raise UserError(f"MCP server '{name}': args is a list of strings, not one string")
+        if auth is not None and (url is None or not _is_httpx_auth(auth)):
+            raise UserError(f"MCP server '{name}': auth is for an HTTP server (url=), and is an "
+                            "httpx.Auth such as the SDK's mcp.client.auth.OAuthClientProvider, "
+                            f"not {type(auth).__name__}")
         self.command = command
         self.args = tuple(str(a) for a in args)
         self.env = dict(env or {})
@@ -225,6 +235,11 @@ class MCPToolset:
         self._watchers: list[Callable[[], Awaitable[None]]] = []
         self.server_info: Any = None
         """What the server says about itself (recorded, never used as its name)."""
+        self.server_capabilities: Any = None
+        """What the server declared it serves (`resources`, `prompts`...), from its handshake."""
+        self.auth = auth
+        self._resource_watchers: list[Callable[[str], Awaitable[None]]] = []
+        self._hosts_allowed: set[str] = set()
         self.tools_changed = False
         """True once the server announced `tools/list_changed`, until the list is re-read."""
         self.list_changed = anyio.Event()
@@ -244,9 +259,9 @@ class MCPToolset:
 
     @classmethod
     def http(cls, url: str, *, name: str, headers: Mapping[str, str] | None = None,
-             **options: Any) -> MCPToolset:
-        """A server reached over streamable HTTP."""
-        return cls(name=name, url=url, headers=headers, **options)
+             auth: Any = None, **options: Any) -> MCPToolset:
+        """A server reached over streamable HTTP (`auth`: an OAuth provider; see the class)."""
+        return cls(name=name, url=url, headers=headers, auth=auth, **options)
 
     @classmethod
     def from_manifest(cls, decl: ServerDecl, *, manifest: Manifest | None = None,
@@ -336,6 +351,29 @@ class MCPToolset:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         return Action(Act.NET, f"{host}:{port}")
 
+    async def _check_host(self, request: Any) -> None:
+        """An HTTP request of the session's: its host must be one the policy allows."""
+        from handrail.policy import Effect, Policy
+
+        url = request.url
+        port = url.port or (443 if url.scheme == "https" else 80)
+        target = f"{url.host}:{port}"
+        if target in self._hosts_allowed:
+            return
+        policy = self.policy if self.policy is not None else Policy.default()
+        action = Action(Act.NET, target)
+        verdict = policy.check(action, workspace=self.workspace)
+        if verdict.effect is not Effect.ALLOW:
+            self.events.append({"kind": "mcp_host_refused", "server": self.name,
+                                "target": target, "at": time.time()})
+            raise ConfigError(
+                f"MCP server '{self.name}': reaching {target} (for {url.path[:200]!r}) is "
+                f"'{action.describe()}', which the policy does not allow "
+                f"({verdict.effect.value}: {verdict.reason}); nothing was sent there. An "
+                "OAuth flow reaches the server's authorization server: allow it explicitly, "
+                f"e.g. policy.layer('mcp').allow('net', {target!r})")
+        self._hosts_allowed.add(target)
+
     def _check_start(self) -> None:
         from handrail.policy import Effect, Policy
 
@@ -366,7 +404,7 @@ class MCPToolset:
                 # The failure is worded before the server's stderr is closed: its tail (why
                 # it did not start) goes into the message.
                 if isinstance(exc, Exception) and not isinstance(exc, UserError | ToolError):
-                    raise self._start_failure(exc) from exc
+                    raise self._start_failure(exc, await self._auth_hint()) from exc
                 raise
             finally:
                 self._close_stderr()
@@ -405,13 +443,45 @@ class MCPToolset:
             return ""
         return "".join(ch if ch.isprintable() or ch == "\n" else "?" for ch in text).strip()
 
-    def _start_failure(self, exc: BaseException) -> UserError:
+    async def _auth_hint(self) -> str | None:
+        """Why an HTTP server refused to start a session, when it is authorization.
+
+        Asked once more, plainly, after a failed start: a 401 names the server's protected
+        resource metadata in its `WWW-Authenticate` header (RFC 9728), which says where to
+        authorize. None when the server did not answer 401 (or could not be asked).
+        """
+        if self.url is None:
+            return None
+        import re
+
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        body = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
+        try:
+            with anyio.fail_after(min(self.connect_timeout, 10)):
+                async with create_mcp_http_client(headers=self.headers or None) as http:
+                    response = await http.post(self.url, json=body, headers={
+                        "accept": "application/json, text/event-stream"})
+        except Exception:  # boundary: the hint is a courtesy; the failure is reported anyway
+            return None
+        if response.status_code != 401:
+            return None
+        challenge = response.headers.get("www-authenticate", "")
+        found = re.search(r'resource_metadata="([^"]{1,2000})"', challenge)
+        where = (f"resource metadata at {found.group(1)}" if found
+                 else "it names no resource metadata")
+        given = " (the auth given was refused)" if self.auth is not None else ""
+        return (f"the server requires authorization ({where}){given}; give "
+                "MCPToolset.http(..., auth=...) an OAuth provider, e.g. the SDK's "
+                "mcp.client.auth.OAuthClientProvider")
+
+    def _start_failure(self, exc: BaseException, hint: str | None = None) -> UserError:
         while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
             exc = exc.exceptions[0]  # the transports' task groups wrap the one cause
         tail = self.stderr_tail()
         how = (f"command {' '.join((self.command or '', *self.args))!r}"
                if self.command is not None else f"url {self.url!r}")
-        reason = ("it did not answer within "
+        reason = (hint if hint is not None else "it did not answer within "
                   f"{self.connect_timeout}s" if isinstance(exc, TimeoutError)
                   else f"{type(exc).__name__}: {exc}")
         return UserError(f"MCP server '{self.name}' ({how}) failed to start: {reason}"
@@ -426,7 +496,9 @@ class MCPToolset:
                     session = await self._open(stack)
                     # Only awaits inside: the transports' task groups are entered above.
                     with anyio.fail_after(self.connect_timeout):
-                        self.server_info = (await session.initialize()).server_info
+                        init = await session.initialize()
+                        self.server_info = init.server_info
+                        self.server_capabilities = init.capabilities
                         listed = await self._list(session)
                     if not started:
                         self._impls = self._build(listed)
@@ -474,17 +546,27 @@ class MCPToolset:
             from mcp.shared._httpx_utils import create_mcp_http_client
 
             client = await stack.enter_async_context(
-                create_mcp_http_client(headers=self.headers or None))
+                create_mcp_http_client(headers=self.headers or None, auth=self.auth))
+            # Every host the session reaches (an OAuth flow's authorization server, its
+            # metadata, a redirect) is a NET action the policy decides, as the start was.
+            client.event_hooks["request"].append(self._check_host)
             streams = await stack.enter_async_context(
                 streamable_http_client(self.url or "", http_client=client))
         read, write = streams[0], streams[1]
         return await stack.enter_async_context(
             ClientSession(read, write, message_handler=self._on_message,
-                          elicitation_callback=self._on_elicit))
+                          elicitation_callback=self._on_elicit,
+                          sampling_callback=self._on_sampling,
+                          logging_callback=self._on_log))
 
     async def _on_message(self, message: Any) -> None:
         import mcp_types as t
 
+        if isinstance(message, t.ResourceUpdatedNotification):
+            if self._tg is not None:
+                for watcher in self._resource_watchers:
+                    self._tg.start_soon(watcher, str(message.params.uri))
+            return
         if isinstance(message, t.ToolListChangedNotification):
             self.tools_changed = True
             self.list_changed.set()
@@ -674,6 +756,7 @@ class MCPToolset:
         Cancelling this body cancels the request (the SDK tells the server).
         """
         import mcp_types as t
+        from mcp.shared.exceptions import MCPError
 
         tool_id = str(tool.spec.id)
         session = await self._live_session(tool_id, ctx)
@@ -694,13 +777,19 @@ class MCPToolset:
         scope = anyio.CancelScope(deadline=anyio.current_time() + timeout
                                   if timeout is not None else float("inf"))
         send, receive = anyio.create_memory_object_stream[tuple[str, Any]](4)
+        relay = RELAY.get()  # the gateway's client request this call serves, if any
+        in_flight = _InFlight(send, scope, relay)
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            in_flight.heard.add("progress")
             if timeout is not None and scope.deadline != float("inf"):
                 scope.deadline = anyio.current_time() + timeout
+            text = None if message is None else str(message)[:1000]
             if ctx is not None:  # to the run's on_event, as `call_progress`
-                await ctx.report_progress(progress, total,
-                                          None if message is None else str(message)[:1000])
+                await ctx.report_progress(progress, total, text)
+            if relay is not None:  # and to the gateway's client, for its own request
+                with contextlib.suppress(Exception):  # boundary: a client gone is not told
+                    await relay.progress(progress, total, text)
 
         async def request() -> None:
             call = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,
@@ -716,7 +805,6 @@ class MCPToolset:
                                            anyio.ClosedResourceError):
                 await send.send(outcome)
 
-        in_flight = _InFlight(send, scope)
         self._in_flight.append(in_flight)
         try:
             self._tg.start_soon(request)
@@ -733,8 +821,19 @@ class MCPToolset:
             self._in_flight.remove(in_flight)
             scope.cancel()  # an abandoned body (cancelled, paused) takes its request along
         if kind == "error":
-            raise map_mcp_error(value, tool=tool_id, server=self.name,
-                                stderr_tail=self.stderr_tail()) from value
+            error = map_mcp_error(value, tool=tool_id, server=self.name,
+                                  stderr_tail=self.stderr_tail())
+            if in_flight.heard and error.disposition is Disposition.NOT_SENT:
+                # The server was at work on this call (it reported progress, logged, asked):
+                # an error now is not a refusal of the arguments, and it may have acted.
+                said = (f"error {value.code}: {value.message}"[:1000]
+                        if isinstance(value, MCPError) else f"{type(value).__name__}")
+                raise TransportError(
+                    f"MCP server '{self.name}' failed '{tool_id}' after it had begun (it sent "
+                    f"{', '.join(sorted(in_flight.heard))} during the call), with {said}; "
+                    "it may have acted, so the call is in doubt",
+                    disposition=Disposition.IN_DOUBT) from value
+            raise error from value
         if kind == "timeout":  # the deadline passed: the SDK sent notifications/cancelled
             raise ToolTimeout(f"MCP server '{self.name}' did not finish '{tool_id}' within "
                               f"{timeout}s (nor report progress)")
@@ -768,6 +867,10 @@ class MCPToolset:
             # With several calls in flight nothing says which one asks; an answer meant for
             # one call must never reach another, so the server is told no.
             return t.ElicitResult(action="decline")
+        call = self._in_flight[0]
+        call.heard.add("a form")
+        if call.relay is not None and call.relay.declares("elicitation"):
+            return await self._relay_elicit(call, params)
         reply_send, reply_receive = anyio.create_memory_object_stream[Any](1)
         try:
             await self._in_flight[0].send.send(("elicit", (params, reply_send)))
@@ -784,10 +887,126 @@ class MCPToolset:
                 reply_send.close()
 
 
+    async def _relay_elicit(self, call: _InFlight, params: Any) -> Any:
+        """A form for the gateway's client's own user, who declared it can show one."""
+        import mcp_types as t
+
+        relay = call.relay
+        assert relay is not None
+        saved = call.scope.deadline
+        call.scope.deadline = float("inf")  # a person is not the server being slow
+        try:
+            result = await relay.elicit(params)
+        except Exception as exc:  # boundary: the client failed the form; the server is told
+            await relay.record("mcp_elicitation", server=self.name, relayed="client",
+                               action="cancel", error=f"{type(exc).__name__}: {exc}"[:500])
+            return t.ElicitResult(action="cancel")
+        finally:
+            if self.timeout is not None and saved != float("inf"):
+                call.scope.deadline = anyio.current_time() + self.timeout
+        await relay.record("mcp_elicitation", server=self.name, relayed="client",
+                           action=str(result.action),
+                           message=str(getattr(params, "message", ""))[:500])
+        return result
+
+    async def _on_sampling(self, context: Any, params: Any) -> Any:
+        """An upstream's `sampling/createMessage`: the gateway's client's model, if allowed.
+
+        Only within a call `handrail serve` relays, to a client that declared `sampling`,
+        and when the policy allows `call <server>/sampling/createMessage` (a model call made
+        for the server). Each is a `mcp_sampling` event of the client's run.
+        """
+        import mcp_types as t
+
+        from handrail.policy import Effect
+
+        call = self._in_flight[0] if len(self._in_flight) == 1 else None
+        if call is not None:
+            call.heard.add("a sampling request")
+        relay = call.relay if call is not None else None
+        if relay is None or not relay.declares("sampling"):
+            why = ("no client that can sample is behind this call" if relay is None
+                   else "the MCP client did not declare sampling")
+            if relay is not None:
+                await relay.record("mcp_sampling", server=self.name, relayed=None, refused=why)
+            return t.ErrorData(code=-32600, message=f"handrail: sampling refused: {why}")
+        action = Action(Act.CALL, f"{self.name}/sampling/createMessage")
+        policy = self.policy
+        if policy is not None:
+            verdict = policy.check(action, workspace=self.workspace, mutates=False)
+            if verdict.effect is not Effect.ALLOW:
+                why = f"the policy does not allow '{action.describe()}' ({verdict.reason})"
+                await relay.record("mcp_sampling", server=self.name, relayed=None, refused=why)
+                return t.ErrorData(code=-32600, message=f"handrail: sampling refused: {why}")
+        saved = call.scope.deadline if call is not None else None
+        if call is not None:
+            call.scope.deadline = float("inf")  # the client's model is not the server
+        try:
+            result = await relay.sample(params)
+        except Exception as exc:  # boundary: the client's failure goes to the server
+            await relay.record("mcp_sampling", server=self.name, relayed="client",
+                               error=f"{type(exc).__name__}: {exc}"[:500])
+            return t.ErrorData(code=-32603, message=f"the client's sampling failed: {exc}"[:500])
+        finally:
+            if call is not None and self.timeout is not None and saved != float("inf"):
+                call.scope.deadline = anyio.current_time() + self.timeout
+        await relay.record("mcp_sampling", server=self.name, relayed="client",
+                           max_tokens=getattr(params, "max_tokens", None),
+                           model=str(getattr(result, "model", ""))[:200])
+        return result
+
+    async def _on_log(self, params: Any) -> None:
+        """An upstream's log message: to the gateway's client of the one call in flight."""
+        call = self._in_flight[0] if len(self._in_flight) == 1 else None
+        if call is None:
+            return
+        call.heard.add("a log message")
+        if call.relay is not None:
+            with contextlib.suppress(Exception):  # boundary: a client gone is not told
+                await call.relay.log(str(params.level), params.data, params.logger)
+
+    # -- what else the server serves (for `handrail serve`) ----------------------------------
+
+    def serves(self, capability: str) -> bool:
+        """Whether the server declared `capability` (resources, prompts, completions...)."""
+        return getattr(self.server_capabilities, capability, None) is not None
+
+    def watch_resources(self, callback: Callable[[str], Awaitable[None]]) -> None:
+        """Call `callback(uri)` at each `notifications/resources/updated` of the server."""
+        self._resource_watchers.append(callback)
+
+    async def forward(self, method: str, **params: Any) -> Any:
+        """Send one request of the session's (`list_resources`, `read_resource`...).
+
+        Bounded by `connect_timeout`; the SDK's error, or a `TransportError` when the
+        server is gone, is the caller's to map.
+        """
+        import warnings
+
+        session = await self._live_session(method, None)
+        with anyio.fail_after(self.connect_timeout), warnings.catch_warnings():
+            # Logging and resource subscriptions are deprecated at 2026-07-28; a server of
+            # the handshake era still speaks them, and its client asked for them.
+            warnings.simplefilter("ignore")
+            return await getattr(session, method)(**params)
+
+
 @dataclass(eq=False)
 class _InFlight:
     send: Any
     scope: anyio.CancelScope
+    relay: Relay | None = None
+    """The gateway client request the call serves (`handrail serve`), else None."""
+    heard: set[str] = field(default_factory=set)
+    """What the server sent during the call (progress, a log message, a form...)."""
+
+
+def _is_httpx_auth(auth: object) -> bool:
+    try:
+        import httpx2
+    except ImportError:  # an SDK without its own httpx: the usual one
+        import httpx as httpx2  # type: ignore[no-redef]
+    return isinstance(auth, httpx2.Auth)
 
 
 def _definition(tool: mcp_types.Tool) -> bytes:

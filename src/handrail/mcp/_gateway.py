@@ -35,6 +35,8 @@ from handrail.approval import ResponderNone
 from handrail.errors import NotFound, UserError
 from handrail.gate import Gate, Governance, PausedOnQuestion, PausedOnRequest, RunScope
 from handrail.manifest import check_against, refusals
+from handrail.mcp._carry import Carried, client_names, keeps_names
+from handrail.mcp._relay import RELAY, Relay
 from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.otel import Telemetry, telemetry_from
 from handrail.policy import Policy
@@ -55,6 +57,8 @@ DEFAULT_APPROVAL_TIMEOUT = 30.0
 """Seconds a call that needs approval waits for a decision before the client is told so."""
 POLL_SECONDS = 0.1
 """How often a waiting call reads the store for a decision made by another process."""
+WAIT_PROGRESS_SECONDS = 5.0
+"""How often a call waiting for a person tells its client so (a progress notification)."""
 MAX_SESSIONS = 1024
 """Clients (runs) one server keeps open at once; past it, the idlest session's run ends."""
 
@@ -145,6 +149,36 @@ class GatewaySession:
     def run_id(self) -> str:
         """The run this session's calls are recorded in."""
         return self.run.id
+
+    async def _expire_parked(self, why: str) -> None:
+        """The session ends: a parked call nobody approved yet expires, recorded.
+
+        Nothing would resume it (a new session is a new run; `handrail resume` has no agent
+        for a gateway's run), so its request is denied "expired" and the call re-entered
+        once through the gate, which records the refusal (NOT_SENT) and the run can complete.
+        A request already decided but not yet re-entered stays as it is.
+        """
+        from handrail.approval import Decision
+        from handrail.errors import AlreadyDecided
+
+        store = self.gateway.store
+        for key, parked in list(self._parked.items()):
+            if not parked.what.startswith("approval") or parked.lock.locked():
+                continue  # a question (an answer is a person's text), or being re-entered
+            reason = (f"expired: {why} before anyone decided (the call was not run; "
+                      "make it again in a new session)")
+            try:
+                await store.decide(parked.request_id, Decision.deny(reason).to_dict(),
+                                   "handrail serve (the session ended)")
+            except (AlreadyDecided, NotFound):
+                continue
+            self.run.events.append({"kind": "mcp_call_expired", "at": time.time(),
+                                    "request_id": parked.request_id,
+                                    "tool": parked.call.name, "why": why})
+            records = {r.call_id: r for r in await store.calls(self.run_id)
+                       if r.turn == parked.turn}
+            with anyio.CancelScope(shield=True):
+                await self._drive(key, parked.turn, parked.call, records)
 
     def use_tools(self, toolbox: Toolbox, change: dict[str, Any]) -> None:
         """From the next call on, resolve against `toolbox`; the change joins the run's events."""
@@ -244,9 +278,17 @@ class GatewaySession:
             await self.gateway.store.write(batch)
 
     async def _wait(self, key: tuple[str, str], parked: _Parked) -> ToolResult:
-        """Wait for the parked call's decision; then re-enter it through the gate, once."""
+        """Wait for the parked call's decision; then re-enter it through the gate, once.
+
+        While it waits, the client's request (when it gave a progress token) gets a progress
+        notification every `WAIT_PROGRESS_SECONDS`, naming what is waited for and where a
+        person decides it: a desktop client shows it instead of a silent hang.
+        """
         store = self.gateway.store
-        deadline = anyio.current_time() + self.gateway.approval_timeout
+        started = anyio.current_time()
+        deadline = started + self.gateway.approval_timeout
+        relay = RELAY.get()
+        told = -WAIT_PROGRESS_SECONDS
         while True:
             try:
                 item = await store.pending_item(parked.request_id)
@@ -254,12 +296,21 @@ class GatewaySession:
                 item = None
             if item is None or item.state != "open":
                 break
-            if anyio.current_time() >= deadline:
+            now = anyio.current_time()
+            if now >= deadline:
                 return ToolResult.error(f"awaiting {parked.what} {parked.request_id}")
+            if relay is not None and now - started - told >= WAIT_PROGRESS_SECONDS:
+                told = now - started
+                with contextlib.suppress(Exception):  # boundary: a client gone is not told
+                    await relay.progress(round(told, 1), None, _waiting_message(parked))
             await anyio.sleep(POLL_SECONDS)
         records = {r.call_id: r for r in await store.calls(self.run_id)
                    if r.turn == parked.turn}
         return await self._drive(key, parked.turn, parked.call, records)
+
+    async def write_events(self) -> None:
+        """Write the run's row now (its events: a resource read is not a turn)."""
+        await self.gateway.store.write(Batch(run=self._update()))
 
     async def call_event(self, kind: str, record: bool, **detail: Any) -> None:
         """A tool's event: kept in the session's run when asked (written with the turn)."""
@@ -301,6 +352,7 @@ class GatewaySession:
         """
         from handrail.runs import AwaitingApproval, Completed, outcome_to_dict
 
+        await self._expire_parked(why)
         if self._parked:
             parked = next(iter(self._parked.values()))
             self.run.status = RunStatus.AWAITING_APPROVAL
@@ -394,6 +446,7 @@ class Gateway:
         self._check = (None if manifest is None else
                        functools.partial(refusals, manifest=manifest))
         self._watch(toolbox)
+        self.client_names(strict=True)  # two tools shown by one name: refused at start
 
     def _watch(self, toolbox: Toolbox) -> None:
         """Be told when an upstream MCP server announces `tools/list_changed`."""
@@ -468,12 +521,14 @@ class Gateway:
         import mcp_types as t
 
         tools = []
+        shown = {model: name for name, model in self.client_names().items()}
         for spec in self.offered():
             output = dict(spec.output_schema) if spec.output_schema is not None else None
             if output is not None and output.get("type") != "object":
                 output = None  # MCP output schemas describe objects; the text still carries it
             tools.append(t.Tool(
-                name=spec.id.model_name, description=spec.description,
+                name=shown.get(spec.id.model_name, spec.id.model_name),
+                description=spec.description,
                 input_schema=dict(spec.input_schema), output_schema=output,
                 annotations=t.ToolAnnotations(read_only_hint=not spec.mutates,
                                               idempotent_hint=spec.idempotent)))
@@ -554,7 +609,14 @@ class Gateway:
 
         async def call_tool(ctx: Any, params: t.CallToolRequestParams) -> t.CallToolResult:
             session = await session_for(ctx)
-            result = await session.call(params.name, params.arguments)
+            name = self.client_shown_to_model(params.name)
+            # What an upstream server sends during the call (progress, log messages, a
+            # sampling request, a form) is relayed to this request's client.
+            token = RELAY.set(Relay(ctx, session.call_event))
+            try:
+                result = await session.call(name, params.arguments)
+            finally:
+                RELAY.reset(token)
             return to_mcp_result(result)
 
         class GatewayServer(Server[Any]):
@@ -568,9 +630,46 @@ class Gateway:
                     notification_options or NotificationOptions(tools_changed=True),
                     experimental_capabilities, extensions)
 
-        return GatewayServer(self.name, version="handrail", on_list_tools=list_tools,
-                             on_call_tool=call_tool,
-                             on_subscriptions_listen=ListenHandler(self._subscriptions))
+        server = GatewayServer(self.name, version="handrail", on_list_tools=list_tools,
+                               on_call_tool=call_tool,
+                               on_subscriptions_listen=ListenHandler(self._subscriptions))
+        Carried(self, session_for).register(server)
+        return server
+
+    def client_shown_to_model(self, shown: str) -> str:
+        """The model-facing name of the tool a client calls by `shown`.
+
+        A tool no longer offered (withdrawn, refused) of a server that keeps its names is
+        found too, so the client gets the reason rather than "no such tool".
+        """
+        found = self.client_names().get(shown)
+        if found is not None:
+            return found
+        from handrail.tools import ToolId
+
+        for server in keeps_names(self):
+            try:
+                candidate = ToolId(server, shown).model_name
+            except UserError:
+                continue
+            if self.toolbox.withdrawn(candidate) is not None:
+                return candidate
+        return shown
+
+    def client_names(self, *, strict: bool = False) -> dict[str, str]:
+        """The names MCP clients see, each to the tool's model-facing name (`client_names`).
+
+        An upstream server's tools keep their own names where its `[[servers]]` entry says
+        `names = "upstream"` (the default for a manifest with one server); others are shown
+        as models see them (`server--tool`). Cached per tool list.
+        """
+        toolbox = self.toolbox
+        cached: tuple[Toolbox, dict[str, str]] | None = getattr(self, "_names_cache", None)
+        if cached is not None and cached[0] is toolbox:
+            return cached[1]
+        names = client_names(self.offered(), keeps_names(self), strict=strict)
+        self._names_cache = (toolbox, names)
+        return names
 
     async def end_client(self, key: tuple[Any, ...]) -> None:
         """The client `key` (`client_key`) ended its session: end its run now.
@@ -654,6 +753,16 @@ class Gateway:
         sessions, self.sessions = self.sessions, []
         for session in sessions:
             await session.close()
+
+
+def _waiting_message(parked: _Parked) -> str:
+    """What a client's user is shown while a call waits for a person."""
+    if parked.what.startswith("approval"):
+        return (f"waiting for a person to approve request {parked.request_id} "
+                f"({parked.call.name}): `handrail approve {parked.request_id}` or "
+                "`handrail deny`, or the inbox (`handrail inbox`)")
+    return (f"waiting for an answer to question {parked.request_id} ({parked.call.name}): "
+            f"`handrail answer {parked.request_id} TEXT`, or the inbox (`handrail inbox`)")
 
 
 def build_toolbox(tools: Sequence[object]) -> Toolbox:
