@@ -72,7 +72,8 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -599,6 +600,31 @@ def _fold_committed(db: sqlite3.Connection) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+_HISTORY_CHUNK = 400
+"""Runs whose calls `call_history` reads in one query (SQLite binds 999 parameters at most
+before 3.32)."""
+
+
+def _history_calls(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list[CallRecord]]:
+    """The calls of runs `ids` by run, in order.
+
+    The table's rows, with the log's not folded yet over them (a later log row of a call
+    replaces an earlier one, as `_fold_rows` does).
+    """
+    marks = ",".join("?" * len(ids))
+    rows: dict[str, tuple[Any, ...]] = {}
+    for row in db.execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id IN ({marks})", ids):
+        rows[row[0]] = row
+    log = db.execute(f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log "
+                     f"WHERE kind = 1 AND run_id IN ({marks}) ORDER BY id", ids).fetchall()
+    for row in log:
+        rows[row[0]] = row
+    out: dict[str, list[CallRecord]] = {}
+    for row in sorted(rows.values(), key=lambda r: (r[3], r[4])):
+        out.setdefault(row[1], []).append(_call_from(row))
+    return out
 
 
 def _fold(db: sqlite3.Connection) -> None:
@@ -1659,6 +1685,49 @@ class SQLiteStore(Store):
             "SELECT id FROM runs WHERE id >= ? AND substr(id, 1, ?) = ? ORDER BY id LIMIT ?",
             (prefix, len(prefix), prefix, max(limit, 0))).fetchall())
         return [str(r[0]) for r in rows]
+
+    async def call_history(self, *, since: float = 0.0,
+                           ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
+        # On a connection of its own, opened read-only (`mode=ro`, `query_only`): never the
+        # reader's, which folds the log before it reads calls (a write). The log's call rows
+        # not folded yet are laid over the table's, as the fold would; one read transaction
+        # holds the snapshot from the first run to the last call.
+        if self.path == ":memory:":
+            async for pair in super().call_history(since=since):
+                yield pair
+            return
+        await self._barrier()
+        path = self.path
+
+        def connect() -> sqlite3.Connection:
+            uri = "file:" + urllib.parse.quote(str(Path(path).expanduser().resolve()))
+            db = sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None,
+                                 check_same_thread=False, timeout=self._busy_ms / 1000)
+            db.execute("PRAGMA query_only=1")
+            db.execute("BEGIN")
+            return db
+
+        def mapped(fn: Callable[[], T]) -> T:
+            try:
+                return fn()
+            except sqlite3.Error as exc:
+                raise _mapped(path, exc) from exc
+
+        db = await anyio.to_thread.run_sync(lambda: mapped(connect))
+        try:
+            runs = await anyio.to_thread.run_sync(lambda: mapped(lambda: [
+                _run_from(r) for r in db.execute(
+                    f"SELECT {_RUN_SELECT} WHERE created_at >= ? ORDER BY created_at, id",
+                    (since,))]))
+            for start in range(0, len(runs), _HISTORY_CHUNK):
+                chunk = runs[start:start + _HISTORY_CHUNK]
+                ids = [r.id for r in chunk]
+                calls = await anyio.to_thread.run_sync(
+                    lambda ids=ids: mapped(lambda: _history_calls(db, ids)))  # type: ignore[misc]
+                for run in chunk:
+                    yield run, calls.get(run.id, [])
+        finally:
+            await anyio.to_thread.run_sync(db.close)
 
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
         rows = await self._read(
