@@ -66,6 +66,10 @@ _ACTS = {a.value: a for a in Act}
 _SINCE = re.compile(r"([0-9]{1,9})([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _MAX_AGENT = 1000
+SUGGESTED_LAYER = "suggested"
+"""The layer of a suggested policy that holds its allow rules."""
+DENIED_LAYER = "denied-by-person"
+"""The layer of a suggested policy that denies what a person denied in the record."""
 GENERALISE_AT = 3
 """How many distinct files of one folder an agent must have been let touch (with the same act)
 before `suggest` allows the folder (`dir/*`) instead of naming each file."""
@@ -613,12 +617,13 @@ def suggest_from(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], *,
                  agent: str | None = None) -> Suggestion:
     """The least policy that lets the recorded calls through, from runs and their calls.
 
-    Allows exactly the targets the record shows allowed or approved; a folder (`dir/*`) only
-    when `GENERALISE_AT` or more of its files were let through with the same act and no
-    denied, refused or pending target of that act lies in it (never the root). Keeps every
-    deny rule of the recorded runs' policies and the `secrets` layer; asks for everything
-    else (a default stricter than ask, NET's deny, stays). Ask rules are dropped: they would
-    ask for what the record shows let through.
+    Allows exactly the targets the record shows allowed or approved (layer `suggested`); a
+    folder (`dir/*`) only when `GENERALISE_AT` or more of its files were let through with the
+    same act and no denied, refused or pending target of that act lies in it (never the
+    root). Keeps every deny rule of the recorded runs' policies and the `secrets` layer, and
+    denies exactly what a person denied and nothing let through (layer `denied-by-person`);
+    asks for everything else (a default stricter than ask, NET's deny, stays). Ask rules are
+    dropped: they would ask for what the record shows let through.
 
     Raises:
         UserError: `agent` is malformed, or no run of it is in `history`; or the record holds
@@ -684,8 +689,21 @@ def suggest_from(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], *,
         allowed[act, glob] = None
         generalised.append(f"{act.value}:{glob}")
     rules = tuple(Rule(act, pattern, Effect.ALLOW) for act, pattern in allowed)
+    # What a person refused (and nobody let through anywhere in the record) stays refused:
+    # denying it exactly is tighter than asking again, and is what the record shows.
+    refused: dict[tuple[Act, str], None] = {}
+    for call in prepared:
+        if call.outcome != "denied":
+            continue
+        for action in call.actions:
+            denied = (action.act, _pattern(action))
+            if not action.confined and denied not in allowed:
+                refused[denied] = None
     layers = [Layer(name, tuple(kept)) for name, kept in deny_layers.items()]
-    layers.append(Layer("suggested", rules))
+    if refused:
+        layers.append(Layer(DENIED_LAYER, tuple(Rule(act, pattern, Effect.DENY)
+                                               for act, pattern in refused)))
+    layers.append(Layer(SUGGESTED_LAYER, rules))
     policy = Policy(layers=tuple(layers), defaults=defaults)
     if taint == "deny":
         policy = policy.with_taint("deny")

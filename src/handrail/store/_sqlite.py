@@ -1130,6 +1130,9 @@ class SQLiteStore(Store):
         self._releasing = False
         self._flush_waiting = False
         self._closed = False
+        self._wrote = False
+        """Whether this store queued a write: only then does `close` fold the log (a store
+        that only read, like `handrail policy what-if`, leaves the file as it found it)."""
 
     def _connect(self) -> sqlite3.Connection:
         # Opening may meet a lock held for a moment (another connection's last close
@@ -1219,6 +1222,7 @@ class SQLiteStore(Store):
                  ) -> asyncio.Future[T] | concurrent.futures.Future[T] | None:
         """Queue one write operation; returns what to await for its outcome."""
         self._check_open()
+        self._wrote = True
         loop = _running_loop()
         if loop is None:
             # Not asyncio (trio): every group commits on the thread, one operation each.
@@ -1867,9 +1871,11 @@ class SQLiteStore(Store):
         try:
             await self.flush()
             # Fold the log now (milliseconds at most: what came since the last fold), so the
-            # tables are complete for plain SQL readers after this process is gone.
-            reader = self._reader
-            await _wait(self._worker.submit(lambda: self._mapped_call(_fold, reader)))
+            # tables are complete for plain SQL readers after this process is gone. A store
+            # that wrote nothing leaves that to the writer (or the next read of calls).
+            if self._wrote:
+                reader = self._reader
+                await _wait(self._worker.submit(lambda: self._mapped_call(_fold, reader)))
         finally:
             self._closed = True
             reader, db = self._reader, self._db
