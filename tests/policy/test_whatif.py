@@ -244,7 +244,7 @@ async def test_suggest_for_one_agent_covers_only_its_calls(recorded: Recorded) -
                if r.effect is hr.Effect.ALLOW}
     assert allowed == {"read:src/util.py", "write:tests/test_util.py"}
     assert helper.runs == RUNS
-    with pytest.raises(hr.UserError, match="no recorded run of agent 'nobody'.*coder"):
+    with pytest.raises(hr.UserError, match=r"no recorded run of agent 'nobody'.*coder"):
         hr.policy.suggest_from(recorded.history, agent="nobody")
 
 
