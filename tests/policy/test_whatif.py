@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import whatif_agent as wa
 
@@ -324,3 +327,75 @@ def _aged(run: RunRecord, seconds: float) -> RunRecord:
     from dataclasses import replace
 
     return replace(run, created_at=run.created_at - seconds)
+
+
+# -- the command ----------------------------------------------------------------------
+
+
+async def _handrail(*argv: str, cwd: Path) -> tuple[int, str, str]:
+    done = await anyio.run_process([sys.executable, "-m", "handrail.cli", *argv], cwd=cwd,
+                                   check=False, env={**os.environ, "NO_COLOR": "1"})
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def test_the_command_gates_a_policy_change(tmp_path: Path, recorded: Recorded) -> None:
+    db = str(recorded.db)
+    (tmp_path / "tight.toml").write_text(tighter(recorded.port).to_toml())
+    (tmp_path / "same.toml").write_text(wa.current(recorded.port).to_toml())
+    code, out, err = await _handrail("policy", "what-if", "tight.toml", "--store", db,
+                                     cwd=tmp_path)
+    assert code == 1, err
+    assert "FAIL: " in out and "GATING" in out and "src/app.py" in out
+    assert "rule deny write 'src/**' in layer 'review'" in out
+    code, out, err = await _handrail("policy", "what-if", "tight.toml", "--store", db, "--json",
+                                     cwd=tmp_path)
+    assert code == 1
+    data = json.loads(out)
+    assert data == {"proposed": "tight.toml",
+                    **json.loads(json.dumps(hr.policy.replay(
+                        recorded.history, tighter(recorded.port)).to_dict()))}
+    code, out, err = await _handrail("policy", "what-if", "same.toml", "--store", db,
+                                     cwd=tmp_path)
+    assert (code, err) == (0, "") and "Nothing flips" in out
+    # Filters: one agent, a window.
+    code, out, _ = await _handrail("policy", "what-if", "tight.toml", "--store", db, "--json",
+                                   "--agent", "coder/helper", "--since", "1d", cwd=tmp_path)
+    assert json.loads(out)["runs"] == RUNS
+
+
+async def test_the_command_says_what_was_wrong(tmp_path: Path, recorded: Recorded) -> None:
+    db = str(recorded.db)
+    (tmp_path / "tight.toml").write_text(tighter(recorded.port).to_toml())
+    (tmp_path / "bad.toml").write_text('[[layers]]\nname = "x"\nallow = ["wirte:src/**"]\n')
+    for argv, says in (
+            (("what-if", "missing.toml"), "cannot read the proposed policy missing.toml"),
+            (("what-if", "bad.toml"), "unknown act 'wirte'"),
+            (("what-if", "tight.toml", "--since", "soon"), "neither an age"),
+            (("what-if", "tight.toml", "--agent", "nobody"), "no recorded run of agent"),
+            (("suggest", "--agent", "nobody"), "no recorded run of agent"),
+            (("suggest", "-o", str(tmp_path)), "is a folder")):
+        code, _, err = await _handrail("policy", *argv, "--store", db, cwd=tmp_path)
+        assert code == 1 and says in err, (argv, err)
+    code, _, err = await _handrail("policy", "what-if", "tight.toml", "--store",
+                                   str(tmp_path / "none.db"), cwd=tmp_path)
+    assert code == 1 and "no handrail store" in err
+    assert not (tmp_path / "none.db").exists()
+
+
+async def test_the_suggested_policy_passes_its_own_what_if(tmp_path: Path,
+                                                           recorded: Recorded) -> None:
+    db = str(recorded.db)
+    before = _digest(recorded.db)
+    code, _, err = await _handrail("policy", "suggest", "--store", db, "-o", "least.toml",
+                                   cwd=tmp_path)
+    assert code == 0 and "wrote least.toml" in err
+    policy = hr.Policy.load(tmp_path / "least.toml")
+    assert policy == hr.policy.suggest_from(recorded.history).policy
+    code, out, err = await _handrail("policy", "what-if", "least.toml", "--store", db,
+                                     "--json", cwd=tmp_path)
+    assert code == 0, out
+    assert not [f for f in json.loads(out)["flips"] if f["after"] == "deny"
+                and f["outcome"] in ("allowed", "approved")]
+    code, out, _ = await _handrail("policy", "suggest", "--store", db, cwd=tmp_path)
+    assert code == 0 and hr.Policy.from_toml(out) == policy
+    assert _digest(recorded.db) == before
