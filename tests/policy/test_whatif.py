@@ -102,8 +102,10 @@ def tighter(port: int) -> hr.Policy:
 
 
 def looser(port: int) -> hr.Policy:
-    """Every write is allowed, any host may be fetched (the deny rules still hold)."""
-    return wa.current(port).layer("open").allow(hr.Act.WRITE, "**").allow(hr.Act.NET, "**")
+    """Every write is allowed, any host may be fetched, `ls` may run (the deny rules still
+    hold)."""
+    return (wa.current(port).layer("open").allow(hr.Act.WRITE, "**").allow(hr.Act.NET, "**")
+            .allow(hr.Act.EXEC, "ls **"))
 
 
 async def test_the_record_is_realistic(recorded: Recorded) -> None:
@@ -167,6 +169,11 @@ async def test_a_loosening_fails_when_it_allows_what_was_refused(recorded: Recor
     # (src/generated) and the secrets layer still hold.
     assert ("refused", "example.com:443") in loosened
     assert ("denied", "docs/plan.md") in loosened
+    assert ("denied", "/usr/bin/ls -a") in loosened or ("denied", "/bin/ls -a") in loosened
+    # A call with two actions (read README.md, write docs/README.md) a person denied: both
+    # now allowed, the verdict names the first (as `check_all` does).
+    assert [(f.tool, f.target) for f in report.gating if f.tool == "repo/copy"] == [
+        ("repo/copy", "README.md")] * RUNS
     assert not any(f.target in ("src/generated/out.py", ".env") for f in report.flips)
     data = report.to_dict()
     assert json.loads(json.dumps(data)) == data

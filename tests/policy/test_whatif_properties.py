@@ -138,3 +138,62 @@ def test_suggest_allows_what_was_let_through_and_nothing_refused(
             assert flip.reason_after.endswith("in layer 'secrets'")
         else:
             assert (hr.Act(flip.act), flip.target) in allowed
+
+
+def _one(verdict: dict[str, object], actions: list[dict[str, object]],
+         decision: dict[str, object] | None = None) -> list[tuple[RunRecord, list[CallRecord]]]:
+    run = RunRecord(id="r", task="t", agent="a", workspace=WS)
+    return [(run, [CallRecord(id="r:c", run_id="r", call_id="c", turn=0, index=0,
+                              model_name="s/t", tool="s/t", actions=actions, verdict=verdict,
+                              decision=decision)])]
+
+
+def test_a_tainted_call_stays_asked_when_the_rules_would_allow_it() -> None:
+    history = _one({"effect": "ask", "rule": None, "layer": "taint", "target": "x.py",
+                    "reason": "taint: path came from web/fetch",
+                    "taint": [{"argument": "path", "value": "x.py"}]},
+                   [{"act": "write", "target": "x.py"}], {"kind": "approve"})
+    allowing = hr.Policy().layer("app").allow(hr.Act.WRITE, "x.py")
+    assert hr.policy.replay(history, allowing).flips == ()
+    [flip] = hr.policy.replay(history, allowing.with_taint("deny")).flips
+    assert (flip.change, flip.gating) == ("ask -> deny", True)
+    assert flip.reason_after.startswith("taint")
+
+
+def test_a_folder_holding_a_refusal_is_not_generalised() -> None:
+    allowed = [("a/x.py", "allow"), ("a/y.py", "allow"), ("a/z.py", "allow"), ("c/1", "allow"),
+               ("c/2", "allow"), ("c/3", "allow")]
+    run = RunRecord(id="r", task="t", agent="a", workspace=WS)
+    calls = [CallRecord(id=f"r:{i}", run_id="r", call_id=str(i), turn=i, index=0,
+                        model_name="s/t", tool="s/t", actions=[{"act": "write", "target": t}],
+                        verdict={"effect": e, "target": t, "reason": "default for write"})
+             for i, (t, e) in enumerate(allowed)]
+    calls.append(CallRecord(id="r:x", run_id="r", call_id="x", turn=9, index=0,
+                            model_name="s/t", tool="s/t",
+                            actions=[{"act": "write", "target": "a/secret.py"}],
+                            verdict={"effect": "ask", "target": "a/secret.py", "reason": "d"},
+                            decision={"kind": "deny"}))
+    suggestion = hr.policy.suggest_from([(run, calls)])
+    assert suggestion.generalised == ("write:c/*",)
+    policy = suggestion.policy
+    assert policy.check_canonical_path(hr.Act.WRITE, "a/secret.py").effect is hr.Effect.DENY
+    assert policy.check_canonical_path(hr.Act.WRITE, "a/new.py").effect is hr.Effect.ASK
+    assert policy.check_canonical_path(hr.Act.WRITE, "c/4").effect is hr.Effect.ALLOW
+    assert policy.check_canonical_path(hr.Act.WRITE, "c/d/4").effect is hr.Effect.ASK
+    # The root is never generalised, however many top-level files were written.
+    top = [CallRecord(id=f"r:t{i}", run_id="r", call_id=f"t{i}", turn=i, index=0,
+                      model_name="s/t", tool="s/t", actions=[{"act": "write", "target": f"f{i}"}],
+                      verdict={"effect": "allow", "target": f"f{i}", "reason": "r"})
+           for i in range(5)]
+    top_policy = hr.policy.suggest_from([(run, top)]).policy
+    assert top_policy.check_canonical_path(hr.Act.WRITE, "f9").effect is hr.Effect.ASK
+    assert top_policy.check_canonical_path(hr.Act.WRITE, "d/f0").effect is hr.Effect.ASK
+
+
+def test_a_recorded_target_with_glob_characters_is_allowed_literally() -> None:
+    history = _one({"effect": "allow", "target": "a/[x]*?.py", "reason": "r"},
+                   [{"act": "write", "target": "a/[x]*?.py"}])
+    policy = hr.Policy.from_toml(hr.policy.suggest_from(history).to_toml())
+    assert policy.check_canonical_path(hr.Act.WRITE, "a/[x]*?.py").effect is hr.Effect.ALLOW
+    for other in ("a/x1.py", "a/x12.py", "a/[x]ab.py"):
+        assert policy.check_canonical_path(hr.Act.WRITE, other).effect is hr.Effect.ASK

@@ -22,6 +22,25 @@ from handrail.models import Scripted, Turn, calls, reply
 
 FIXTURE_SERVER = Path(__file__).resolve().parents[1] / "mcp" / "fixture_server.py"
 
+class Copy(hr.Tool, server="repo", name="copy"):
+    """Copy a workspace file: a tool touching two paths (its call has two actions)."""
+
+    source: str
+    """The file read."""
+    target: str
+    """The file written."""
+
+    def actions(self) -> list[hr.Action]:
+        """Reads one path, writes another."""
+        return [hr.Action(hr.Act.READ, self.source), hr.Action(hr.Act.WRITE, self.target)]
+
+    def run(self, ctx: hr.CallContext) -> str:
+        """Copy (a sync body: the tool layer runs it in a worker thread)."""
+        root = Path(ctx.workspace or ".")
+        (root / self.target).write_bytes((root / self.source).read_bytes())
+        return f"copied {self.source} to {self.target}"
+
+
 CURRENT = (hr.Policy.default().layer("app")
            .deny(hr.Act.WRITE, "src/generated/**")
            .allow(hr.Act.WRITE, "notes/**")
@@ -67,7 +86,9 @@ def turns(i: int, port: int) -> list[Turn]:
                ("workspace/fetch", {"url": "https://example.com/"}),
                ("fx/echo", {"text": f"t{i}"}),
                ("agents/helper", {"task": "tidy the tests"})]),
-        calls([("workspace/write_file", {"path": "src/models.py", "content": "M = 1\n"}),
+        calls([("repo/copy", {"source": "src/app.py", "target": "src/app_copy.py"}),
+               ("repo/copy", {"source": "README.md", "target": "docs/README.md"}),
+               ("workspace/write_file", {"path": "src/models.py", "content": "M = 1\n"}),
                ("workspace/edit_file", {"path": "src/util.py", "old": "X = 1", "new": "X = 1"}),
                ("workspace/write_file", {"path": "src/views.py", "content": "V = 1\n"})]),
         reply("done"),
@@ -86,7 +107,7 @@ def agent(ws: Path, i: int, port: int, mcp: Any, policy: hr.Policy) -> hr.Agent:
     """The agent of run `i`: fresh scripted models (a run consumes its script)."""
     helper = hr.Agent(Scripted(helper_turns()), workspace_tools(), name="helper",
                       workspace=ws, sandbox="off")
-    tools = [*workspace_tools(), helper.as_tool()]
+    tools = [*workspace_tools(), helper.as_tool(), Copy]
     return hr.Agent(Scripted(turns(i, port)), [hr.Toolbox(tools), mcp], name="coder",
                     policy=policy, workspace=ws, sandbox="off")
 
