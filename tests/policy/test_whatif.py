@@ -25,7 +25,9 @@ import whatif_agent as wa
 import handrail as hr
 from handrail.store import Batch, CallRecord, RunRecord
 
-pytestmark = pytest.mark.anyio
+# Recording the agent (15 runs, ~330 calls, each exec a process) is the first test's setup:
+# on a loaded machine it takes longer than the default per-test timeout allows.
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 RUNS = 15
 
