@@ -271,8 +271,16 @@ async def test_what_if_for_one_agent_by_name_or_path(recorded: Recorded) -> None
 
 
 def _digest(db: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(db.parent.glob(db.name + "*")) if not p.name.endswith("-shm")}
+    """The file's bytes and its WAL's (an empty WAL, which any reader may create, is none)."""
+    out = {}
+    for name in (db.name, db.name + "-wal"):
+        try:
+            data = (db.parent / name).read_bytes()
+        except FileNotFoundError:
+            continue
+        if data:
+            out[name] = hashlib.sha256(data).hexdigest()
+    return out
 
 
 async def test_what_if_reads_a_sqlite_store_without_writing_it(tmp_path: Path,

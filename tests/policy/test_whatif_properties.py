@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,6 +84,7 @@ history_args = st.integers(1, 30).flatmap(lambda n: st.tuples(
                                                           max_size=n)))
 
 
+@pytest.mark.timeout(300)  # under load, 100 examples take more than the default
 @settings(max_examples=100, deadline=None)
 @given(policies(), policies(), history_args)
 def test_replay_reports_exactly_what_check_changes(recorded: hr.Policy, proposed: hr.Policy,
@@ -105,6 +107,7 @@ def test_replay_reports_exactly_what_check_changes(recorded: hr.Policy, proposed
                                or (refused and flip.after is hr.Effect.ALLOW))
 
 
+@pytest.mark.timeout(300)  # under load, 100 examples take more than the default
 @settings(max_examples=100, deadline=None)
 @given(policies(), history_args)
 def test_suggest_allows_what_was_let_through_and_nothing_refused(
@@ -197,3 +200,19 @@ def test_a_recorded_target_with_glob_characters_is_allowed_literally() -> None:
     assert policy.check_canonical_path(hr.Act.WRITE, "a/[x]*?.py").effect is hr.Effect.ALLOW
     for other in ("a/x1.py", "a/x12.py", "a/[x]ab.py"):
         assert policy.check_canonical_path(hr.Act.WRITE, other).effect is hr.Effect.ASK
+
+
+def test_denying_what_a_person_denied_never_refuses_what_was_approved() -> None:
+    """A CALL pattern covers longer targets: a denied `s/t` must not deny an approved
+    `s/t/deep` (found by the property above)."""
+    run = RunRecord(id="r", task="t", agent="a", workspace=WS)
+    calls = [CallRecord(id=f"r:{i}", run_id="r", call_id=str(i), turn=i, index=0,
+                        model_name="s/t", tool="s/t", actions=[{"act": "call", "target": t}],
+                        verdict={"effect": "ask", "target": t, "reason": "default for call"},
+                        decision={"kind": kind})
+             for i, (t, kind) in enumerate([("s/t", "deny"), ("s/t/deep", "approve"),
+                                            ("s/u/deep", "deny")])]
+    policy = hr.policy.suggest_from([(run, calls)]).policy
+    assert policy.check(hr.Action(hr.Act.CALL, "s/t/deep")).effect is hr.Effect.ALLOW
+    assert policy.check(hr.Action(hr.Act.CALL, "s/t")).effect is hr.Effect.ASK
+    assert policy.check(hr.Action(hr.Act.CALL, "s/u/deep")).effect is hr.Effect.DENY

@@ -19,8 +19,7 @@ from handrail.cli._display import Out, printable, printable_json, style, table
 from handrail.errors import UserError
 
 if TYPE_CHECKING:
-    from handrail.policy._whatif import Suggestion, WhatIf
-    from handrail.store import Store
+    from handrail.policy._whatif import WhatIf
 
 __all__ = ["register"]
 
@@ -48,6 +47,40 @@ def _load(path: str) -> Any:
                         f"{exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise UserError(f"the proposed policy {printable(path)} is not UTF-8 text") from None
+
+
+def _history(args: argparse.Namespace, since: float) -> list[Any]:
+    """Every run since `since` with its calls, read without writing the store.
+
+    A SQLite file is read on a read-only connection of its own (`read_history`), never
+    through a store, whose read-write connections could fold its log or checkpoint its WAL
+    into the file when they close; any other store through its `call_history`.
+    """
+    import asyncio
+
+    from handrail.cli._runs import _existing_store, _store_path
+
+    path = _store_path(args)
+    file = path.removeprefix("sqlite://")
+    if "://" not in file:
+        local = os.path.expanduser(file)
+        if not os.path.isfile(local):
+            _existing_store(args)  # raises, saying where the path came from
+        from handrail.store._sqlite import read_history
+
+        async def read_file() -> list[Any]:
+            return [pair async for pair in read_history(local, since=since)]
+
+        return asyncio.run(read_file())
+
+    async def read_store() -> list[Any]:
+        store = _existing_store(args)
+        try:
+            return [pair async for pair in store.call_history(since=since)]
+        finally:
+            await store.close()
+
+    return asyncio.run(read_store())
 
 
 def _print_report(report: WhatIf, source: str, limit: int) -> None:
@@ -92,28 +125,19 @@ def _print_report(report: WhatIf, source: str, limit: int) -> None:
 
 
 def _cmd_what_if(args: argparse.Namespace) -> int:
-    from handrail.cli._runs import _run_async
     from handrail.policy import replay
     from handrail.policy._whatif import parse_since
 
     policy = _load(args.proposed)
-    since = parse_since(args.since)
-
-    async def main(store: Store) -> int:
-        history = [pair async for pair in store.call_history(since=since)]
-        report = replay(history, policy, agent=args.agent)
-        if args.json:
-            sys.stdout.write(printable_json({"proposed": args.proposed, **report.to_dict()})
-                             + "\n")
-        else:
-            _print_report(report, args.proposed, args.limit)
-        return 1 if report.failed else 0
-
-    return _run_async(main, args, reading=True)
+    report = replay(_history(args, parse_since(args.since)), policy, agent=args.agent)
+    if args.json:
+        sys.stdout.write(printable_json({"proposed": args.proposed, **report.to_dict()}) + "\n")
+    else:
+        _print_report(report, args.proposed, args.limit)
+    return 1 if report.failed else 0
 
 
 def _cmd_suggest(args: argparse.Namespace) -> int:
-    from handrail.cli._runs import _run_async
     from handrail.policy import suggest_from
     from handrail.policy._whatif import parse_since
 
@@ -121,15 +145,7 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
     if args.output and os.path.isdir(args.output):
         raise UserError(f"-o {printable(args.output)} is a folder: give a file name")
 
-    made: list[Suggestion] = []
-
-    async def main(store: Store) -> int:
-        history = [pair async for pair in store.call_history(since=since)]
-        made.append(suggest_from(history, agent=args.agent))
-        return 0
-
-    code = _run_async(main, args, reading=True)
-    [suggestion] = made
+    suggestion = suggest_from(_history(args, since), agent=args.agent)
     scope = f"agent {args.agent}" if args.agent else "every agent"
     header = [f"Suggested by `handrail policy suggest` from {suggestion.calls} calls let "
               f"through in {suggestion.runs} runs ({scope}"
@@ -149,7 +165,7 @@ def _cmd_suggest(args: argparse.Namespace) -> int:
     for conflict in suggestion.conflicts:
         print(f"handrail: warning: a kept deny refuses a call the record let through: "
               f"{printable(conflict)}", file=sys.stderr)
-    return code
+    return 0
 
 
 def register(sub: Any) -> None:

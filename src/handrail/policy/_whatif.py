@@ -613,6 +613,24 @@ def _pattern(action: _Decided) -> str:
     return _escape(action.target)
 
 
+def _not_denying(let: Sequence[_Call], rules: list[Rule]) -> list[Rule]:
+    """`rules` without those that would deny an action the record let through.
+
+    A person's denial is denied exactly, but a CALL pattern also covers longer targets
+    (`s/t` covers `s/t/x`): denying `s/t` must not refuse an approved `s/t/x`.
+    """
+    while rules:
+        policy = Policy(layers=(Layer(DENIED_LAYER, tuple(rules)),),
+                        defaults=dict.fromkeys(("read", "write", "exec", "net", "call",
+                                                "call_read_only"), Effect.ALLOW))
+        hits = {verdict.rule for call in let for verdict in [_verdict_of(call, policy)[0]]
+                if verdict.rule is not None}
+        if not hits:
+            break
+        rules = [r for r in rules if r not in hits]
+    return rules
+
+
 def suggest_from(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], *,
                  agent: str | None = None) -> Suggestion:
     """The least policy that lets the recorded calls through, from runs and their calls.
@@ -699,10 +717,11 @@ def suggest_from(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], *,
             denied = (action.act, _pattern(action))
             if not action.confined and denied not in allowed:
                 refused[denied] = None
+    by_person = _not_denying(let, [Rule(act, pattern, Effect.DENY)
+                                   for act, pattern in refused])
     layers = [Layer(name, tuple(kept)) for name, kept in deny_layers.items()]
-    if refused:
-        layers.append(Layer(DENIED_LAYER, tuple(Rule(act, pattern, Effect.DENY)
-                                               for act, pattern in refused)))
+    if by_person:
+        layers.append(Layer(DENIED_LAYER, tuple(by_person)))
     layers.append(Layer(SUGGESTED_LAYER, rules))
     policy = Policy(layers=tuple(layers), defaults=defaults)
     if taint == "deny":

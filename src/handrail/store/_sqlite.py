@@ -627,6 +627,61 @@ def _history_calls(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list
     return out
 
 
+async def read_history(path: str, *, since: float = 0.0, busy_timeout: float = 10.0,
+                       ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
+    """`Store.call_history` of the SQLite file at `path`, without opening a store on it.
+
+    One connection opened read-only (`mode=ro`, `query_only`), one read transaction from the
+    first run to the last call: it never writes the file, and never checkpoints it when it
+    closes (a read-write connection closing last folds a WAL into the file). The log's call
+    rows not folded yet are laid over the table's, as the fold would. `handrail policy
+    what-if` reads a store this way.
+
+    Raises:
+        StoreError: the file cannot be read, or its schema is not this handrail's.
+    """
+    def mapped(fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except sqlite3.Error as exc:
+            raise _mapped(path, exc) from exc
+
+    def connect() -> sqlite3.Connection:
+        uri = "file:" + urllib.parse.quote(str(Path(path).expanduser().resolve()))
+        db = sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None,
+                             check_same_thread=False, timeout=busy_timeout)
+        try:
+            db.execute("PRAGMA query_only=1")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version != len(MIGRATIONS):
+                raise StoreError(
+                    f"{path} has schema version {version}, this handrail reads version "
+                    f"{len(MIGRATIONS)}: " + ("upgrade handrail to read it" if version > len(
+                        MIGRATIONS) else "open it once with this handrail (`handrail runs`) "
+                        "to migrate it, then read it"))
+            db.execute("BEGIN")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    db = await anyio.to_thread.run_sync(lambda: mapped(connect))
+    try:
+        runs = await anyio.to_thread.run_sync(lambda: mapped(lambda: [
+            _run_from(r) for r in db.execute(
+                f"SELECT {_RUN_SELECT} WHERE created_at >= ? ORDER BY created_at, id",
+                (since,))]))
+        for start in range(0, len(runs), _HISTORY_CHUNK):
+            chunk = runs[start:start + _HISTORY_CHUNK]
+            ids = [r.id for r in chunk]
+            calls = await anyio.to_thread.run_sync(
+                lambda ids=ids: mapped(lambda: _history_calls(db, ids)))  # type: ignore[misc]
+            for run in chunk:
+                yield run, calls.get(run.id, [])
+    finally:
+        await anyio.to_thread.run_sync(db.close)
+
+
 def _fold(db: sqlite3.Connection) -> None:
     """Fold what there is to fold (the reader's, before a read and on close)."""
     if db.execute("SELECT 1 FROM log UNION ALL SELECT 1 FROM run_progress LIMIT 1"
@@ -1692,46 +1747,16 @@ class SQLiteStore(Store):
 
     async def call_history(self, *, since: float = 0.0,
                            ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
-        # On a connection of its own, opened read-only (`mode=ro`, `query_only`): never the
-        # reader's, which folds the log before it reads calls (a write). The log's call rows
-        # not folded yet are laid over the table's, as the fold would; one read transaction
-        # holds the snapshot from the first run to the last call.
+        # On a connection of its own, opened read-only: never the reader's, which folds the
+        # log before it reads calls (a write). See `read_history`.
         if self.path == ":memory:":
             async for pair in super().call_history(since=since):
                 yield pair
             return
         await self._barrier()
-        path = self.path
-
-        def connect() -> sqlite3.Connection:
-            uri = "file:" + urllib.parse.quote(str(Path(path).expanduser().resolve()))
-            db = sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None,
-                                 check_same_thread=False, timeout=self._busy_ms / 1000)
-            db.execute("PRAGMA query_only=1")
-            db.execute("BEGIN")
-            return db
-
-        def mapped(fn: Callable[[], T]) -> T:
-            try:
-                return fn()
-            except sqlite3.Error as exc:
-                raise _mapped(path, exc) from exc
-
-        db = await anyio.to_thread.run_sync(lambda: mapped(connect))
-        try:
-            runs = await anyio.to_thread.run_sync(lambda: mapped(lambda: [
-                _run_from(r) for r in db.execute(
-                    f"SELECT {_RUN_SELECT} WHERE created_at >= ? ORDER BY created_at, id",
-                    (since,))]))
-            for start in range(0, len(runs), _HISTORY_CHUNK):
-                chunk = runs[start:start + _HISTORY_CHUNK]
-                ids = [r.id for r in chunk]
-                calls = await anyio.to_thread.run_sync(
-                    lambda ids=ids: mapped(lambda: _history_calls(db, ids)))  # type: ignore[misc]
-                for run in chunk:
-                    yield run, calls.get(run.id, [])
-        finally:
-            await anyio.to_thread.run_sync(db.close)
+        async for pair in read_history(self.path, since=since,
+                                       busy_timeout=self._busy_ms / 1000):
+            yield pair
 
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
         rows = await self._read(
