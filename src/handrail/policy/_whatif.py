@@ -63,6 +63,8 @@ TAINT_LAYER = "taint"
 
 _READ_ONLY_REASON = "(the tool declares mutates=False)"
 _ACTS = {a.value: a for a in Act}
+_EFFECTS = {e.value: e for e in Effect}
+_GLOB = re.compile(r"([\\*?\[\]])")
 _SINCE = re.compile(r"([0-9]{1,9})([smhdw])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _MAX_AGENT = 1000
@@ -350,9 +352,8 @@ def _prepare(run: RunRecord, agent: str, record: CallRecord) -> _Call | None:
     verdict = record.verdict
     if not isinstance(verdict, dict):
         return None
-    try:
-        before = Effect.parse(verdict.get("effect"))  # type: ignore[arg-type]
-    except PolicyError:
+    before = _EFFECTS.get(verdict.get("effect"))  # type: ignore[arg-type]
+    if before is None:
         return None  # refused before the policy (the tool control): no effect to compare
     actions = _decided(record, run.workspace or "/")
     if actions is None:
@@ -587,7 +588,9 @@ async def what_if(store: Store, policy: Policy | str | os.PathLike[str], *,
 
 def _escape(pattern: str) -> str:
     """`pattern` with every glob character made literal."""
-    return re.sub(r"([\\*?\[\]])", r"\\\1", pattern)
+    if not any(c in pattern for c in "\\*?[]"):
+        return pattern  # most targets: no regex pass
+    return _GLOB.sub(r"\\\1", pattern)
 
 
 def _path_pattern(path: str) -> str:
