@@ -294,6 +294,13 @@ async def test_what_if_reads_a_sqlite_store_without_writing_it(tmp_path: Path,
     assert unfolded > 0
     before = _digest(db)
     reader = hr.Store.open(db)
+    # What the policy decided on is read the same with and without the rest of each call.
+    full = [pair async for pair in reader.call_history()]
+    light = [pair async for pair in reader.call_history(decisions_only=True)]
+    assert [[_decided(c) for c in cs] for _, cs in light] == [
+        [_decided(c) for c in cs] for _, cs in full] == [
+        [_decided(c) for c in cs] for _, cs in recorded.history]
+    assert full == recorded.history and light[0][1][0].result is None
     report = await hr.policy.what_if(reader, tighter(recorded.port))
     suggestion = await hr.policy.suggest(reader)
     await reader.close()
@@ -303,6 +310,11 @@ async def test_what_if_reads_a_sqlite_store_without_writing_it(tmp_path: Path,
     assert report == hr.policy.replay(recorded.history, tighter(recorded.port))
     assert suggestion == hr.policy.suggest_from(recorded.history)
     await writer.close()
+
+
+def _decided(c: CallRecord) -> tuple[Any, ...]:
+    return (c.id, c.run_id, c.call_id, c.turn, c.index, c.model_name, c.tool, c.actions,
+            c.verdict, c.decision, c.decided_by, c.status)
 
 
 async def _copy(history: list[tuple[RunRecord, list[CallRecord]]], store: hr.Store) -> None:

@@ -69,14 +69,14 @@ def _history(args: argparse.Namespace, since: float) -> list[Any]:
         from handrail.store._sqlite import read_history
 
         async def read_file() -> list[Any]:
-            return [pair async for pair in read_history(local, since=since)]
+            return [pair async for pair in read_history(local, since=since, decisions_only=True)]
 
         return asyncio.run(read_file())
 
     async def read_store() -> list[Any]:
         store = _existing_store(args)
         try:
-            return [pair async for pair in store.call_history(since=since)]
+            return [pair async for pair in store.call_history(since=since, decisions_only=True)]
         finally:
             await store.close()
 

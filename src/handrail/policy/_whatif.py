@@ -557,7 +557,7 @@ async def _history(store: Store, since: float,
         raise UserError(f"what-if reads an hr.Store, not {type(store).__name__}: "
                         "open one with hr.Store.open(url)")
     history: AsyncIterator[tuple[RunRecord, list[CallRecord]]] = store.call_history(
-        since=since)
+        since=since, decisions_only=True)
     return [pair async for pair in history]
 
 

@@ -51,7 +51,9 @@ from handrail.errors import (
     SchemaTooNew,
     StoreError,
 )
+from handrail.store._rows import DECISION_COLUMNS
 from handrail.store._rows import call_from_row as _call_from
+from handrail.store._rows import decision_from_row as _decision_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
 from handrail.store.contract import (
@@ -822,10 +824,12 @@ class PostgresStore(Store):
                 "LIMIT %s", (status.value, limit))
         return [_run_from(r) for r in rows]
 
-    async def call_history(self, *, since: float = 0.0,
+    async def call_history(self, *, since: float = 0.0, decisions_only: bool = False,
                            ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
         # One READ ONLY, REPEATABLE READ transaction: the server refuses any write in it, and
         # every chunk of calls is read from the snapshot the runs were listed in.
+        columns = ", ".join(DECISION_COLUMNS) if decisions_only else _CALL_COLUMNS
+        decode = _decision_from if decisions_only else _call_from
         self._check_open()
         pool = await self._ensure_open()
         if self._claims:
@@ -842,11 +846,11 @@ class PostgresStore(Store):
                 for start in range(0, len(runs), _HISTORY_CHUNK):
                     chunk = runs[start:start + _HISTORY_CHUNK]
                     cur = await conn.execute(
-                        f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id = ANY(%s) "
+                        f"SELECT {columns} FROM calls WHERE run_id = ANY(%s) "
                         "ORDER BY run_id, turn, idx", ([r.id for r in chunk],))
                     calls: dict[str, list[CallRecord]] = {}
                     for row in await cur.fetchall():
-                        calls.setdefault(row[1], []).append(_call_from(row))
+                        calls.setdefault(row[1], []).append(decode(row))
                     for run in chunk:
                         yield run, calls.get(run.id, [])
         except (StoreError, NotFound):

@@ -81,7 +81,9 @@ import anyio.to_thread
 
 from handrail.errors import AlreadyDecided, NotFound, SchemaTooNew, StoreError
 from handrail.store._pace import nothing_else_to_run
+from handrail.store._rows import DECISION_COLUMNS, DECISION_INDEXES
 from handrail.store._rows import call_from_row as _call_from
+from handrail.store._rows import decision_from_row as _decision_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
 from handrail.store.contract import (
@@ -607,27 +609,36 @@ _HISTORY_CHUNK = 400
 before 3.32)."""
 
 
-def _history_calls(db: sqlite3.Connection, ids: Sequence[str]) -> dict[str, list[CallRecord]]:
+def _history_calls(db: sqlite3.Connection, ids: Sequence[str], decisions_only: bool,
+                   ) -> dict[str, list[CallRecord]]:
     """The calls of runs `ids` by run, in order.
 
     The table's rows, with the log's not folded yet over them (a later log row of a call
     replaces an earlier one, as `_fold_rows` does).
     """
     marks = ",".join("?" * len(ids))
+    if decisions_only:
+        columns, log_columns = ", ".join(DECISION_COLUMNS), ", ".join(
+            f"c{i}" for i in DECISION_INDEXES)
+        decode = _decision_from
+    else:
+        columns, log_columns = _CALL_COLUMNS, ", ".join(f"c{i}" for i in range(23))
+        decode = _call_from
     rows: dict[str, tuple[Any, ...]] = {}
-    for row in db.execute(f"SELECT {_CALL_COLUMNS} FROM calls WHERE run_id IN ({marks})", ids):
+    for row in db.execute(f"SELECT {columns} FROM calls WHERE run_id IN ({marks})", ids):
         rows[row[0]] = row
-    log = db.execute(f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log "
+    log = db.execute(f"SELECT {log_columns} FROM log "
                      f"WHERE kind = 1 AND run_id IN ({marks}) ORDER BY id", ids).fetchall()
     for row in log:
         rows[row[0]] = row
     out: dict[str, list[CallRecord]] = {}
     for row in sorted(rows.values(), key=lambda r: (r[3], r[4])):
-        out.setdefault(row[1], []).append(_call_from(row))
+        out.setdefault(row[1], []).append(decode(row))
     return out
 
 
-async def read_history(path: str, *, since: float = 0.0, busy_timeout: float = 10.0,
+async def read_history(path: str, *, since: float = 0.0, decisions_only: bool = False,
+                       busy_timeout: float = 10.0,
                        ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
     """`Store.call_history` of the SQLite file at `path`, without opening a store on it.
 
@@ -675,7 +686,8 @@ async def read_history(path: str, *, since: float = 0.0, busy_timeout: float = 1
             chunk = runs[start:start + _HISTORY_CHUNK]
             ids = [r.id for r in chunk]
             calls = await anyio.to_thread.run_sync(
-                lambda ids=ids: mapped(lambda: _history_calls(db, ids)))  # type: ignore[misc]
+                lambda ids=ids: mapped(  # type: ignore[misc]
+                    lambda: _history_calls(db, ids, decisions_only)))
             for run in chunk:
                 yield run, calls.get(run.id, [])
     finally:
@@ -1745,7 +1757,7 @@ class SQLiteStore(Store):
             (prefix, len(prefix), prefix, max(limit, 0))).fetchall())
         return [str(r[0]) for r in rows]
 
-    async def call_history(self, *, since: float = 0.0,
+    async def call_history(self, *, since: float = 0.0, decisions_only: bool = False,
                            ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
         # On a connection of its own, opened read-only: never the reader's, which folds the
         # log before it reads calls (a write). See `read_history`.
@@ -1754,7 +1766,7 @@ class SQLiteStore(Store):
                 yield pair
             return
         await self._barrier()
-        async for pair in read_history(self.path, since=since,
+        async for pair in read_history(self.path, since=since, decisions_only=decisions_only,
                                        busy_timeout=self._busy_ms / 1000):
             yield pair
 

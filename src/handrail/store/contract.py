@@ -245,15 +245,18 @@ class Store(abc.ABC):
         found.sort(key=lambda r: (r.created_at, r.id))
         return found[:max(limit, 0)]
 
-    async def call_history(self, *, since: float = 0.0,
+    async def call_history(self, *, since: float = 0.0, decisions_only: bool = False,
                            ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
         """Every run created at or after `since`, oldest first, each with its calls in order.
 
         For reading the whole record (`handrail policy what-if`, `suggest`): it never writes
         the store, not even the housekeeping a read may do elsewhere (the SQLite store's fold
         of its log); a SQLite file and a PostgreSQL database are read in one read-only
-        transaction, so the history is one consistent snapshot. This default lists runs with
-        `runs` and their calls with `calls`; a store overrides it to read in bulk.
+        transaction, so the history is one consistent snapshot. With `decisions_only`, a
+        store may leave out of each call what the policy did not decide on (arguments,
+        result, answers, timings, provenance: left at their defaults), a third of the
+        decoding. This default lists runs with `runs` and their calls with `calls`; a store
+        overrides it to read in bulk.
         """
         found = [r for r in await self.runs(limit=2**62) if r.created_at >= since]
         found.sort(key=lambda r: (r.created_at, r.id))
