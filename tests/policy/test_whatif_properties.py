@@ -216,3 +216,11 @@ def test_denying_what_a_person_denied_never_refuses_what_was_approved() -> None:
     assert policy.check(hr.Action(hr.Act.CALL, "s/t/deep")).effect is hr.Effect.ALLOW
     assert policy.check(hr.Action(hr.Act.CALL, "s/t")).effect is hr.Effect.ASK
     assert policy.check(hr.Action(hr.Act.CALL, "s/u/deep")).effect is hr.Effect.DENY
+
+
+def test_a_top_level_file_is_allowed_there_only() -> None:
+    history = _one({"effect": "allow", "target": "README.md", "reason": "default for read"},
+                   [{"act": "read", "target": "README.md"}])
+    policy = hr.policy.suggest_from(history).policy
+    assert policy.check_canonical_path(hr.Act.READ, "README.md").effect is hr.Effect.ALLOW
+    assert policy.check_canonical_path(hr.Act.READ, "docs/README.md").effect is hr.Effect.ASK
