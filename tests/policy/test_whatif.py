@@ -428,3 +428,15 @@ async def test_the_suggested_policy_passes_its_own_what_if(tmp_path: Path,
     code, out, _ = await _handrail("policy", "suggest", "--store", db, cwd=tmp_path)
     assert code == 0 and hr.Policy.from_toml(out) == policy
     assert _digest(recorded.db) == before
+
+
+async def test_the_memory_store_gives_the_same_history(recorded: Recorded) -> None:
+    store = hr.Store.memory()
+    await _copy(recorded.history, store)
+    history = [pair async for pair in store.call_history()]
+    assert history == recorded.history
+    later = [pair async for pair in store.call_history(since=recorded.history[5][0].created_at)]
+    assert [r.id for r, _ in later] == [r.id for r, _ in recorded.history[5:]]
+    assert (await hr.policy.what_if(store, looser(recorded.port))
+            == hr.policy.replay(recorded.history, looser(recorded.port)))
+    await store.close()
