@@ -494,6 +494,23 @@ def _action_record(action: Action) -> dict[str, Any]:
     return out
 
 
+def _record_canonical(records: list[dict[str, Any]], decided: Mapping[str, str]) -> None:
+    """Name each READ/WRITE path of a call with several actions in its decided form.
+
+    The verdict names the canonical target of the action that decided; the others' would be
+    lost, and a replay of the record (`handrail policy what-if`) must judge the paths as
+    they were decided, not as the disk resolves them later. A path that could not be made
+    canonical (outside the workspace) is marked `confined`.
+    """
+    for entry in records:
+        if entry["act"] in ("read", "write") and isinstance(entry["target"], str):
+            canonical = decided.get(entry["target"])
+            if canonical is None:
+                entry["confined"] = True
+            else:
+                entry["canonical"] = canonical
+
+
 class _ToolPlan:
     """What one version of the rules decides about a tool whatever its arguments (issue 11).
 
@@ -1044,6 +1061,8 @@ class Gate:
             record.verdict = dict(plan.verdict_record)
         else:
             record.actions = [_action_record(a) for a in actions]
+            if len(actions) > 1:
+                _record_canonical(record.actions, state.decided)
             record.verdict = verdict.to_dict()
         if state.taint:
             record.verdict["taint"] = [t.to_dict() for t in state.taint]

@@ -28,6 +28,11 @@ basename at any depth (`.env` catches `a/b/.env`); a leading `/` anchors it at t
 root. Deny and ask
 rules match in any letter case (case-insensitive filesystems); allow rules match exactly.
 A malformed pattern raises `PolicyError` when the rule is built.
+
+The record of what agents did answers two questions about a policy change (docs/policy.md):
+`what_if(store, policy)` replays every recorded call against a proposed policy and reports
+what flips (`WhatIf`, `Flip`); `suggest(store)` derives the least policy the record needs
+(`Suggestion`). `replay` and `suggest_from` are the same over runs and calls in hand.
 """
 
 from handrail.policy._paths import (
@@ -43,6 +48,15 @@ from handrail.policy._paths import (
 from handrail.policy._policy import CONFINEMENT, SECRETS, Effect, Layer, Policy, Rule, Verdict
 from handrail.policy._targets import address_classes, canonical_net, is_inside, resolve_program
 from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
+from handrail.policy._whatif import (
+    Flip,
+    Suggestion,
+    WhatIf,
+    replay,
+    suggest,
+    suggest_from,
+    what_if,
+)
 from handrail.tools import Act, Action
 
 __all__ = [
@@ -53,21 +67,28 @@ __all__ = [
     "Act",
     "Action",
     "Effect",
+    "Flip",
     "Layer",
     "OutsideWorkspace",
     "Policy",
     "Rule",
+    "Suggestion",
     "UncanonicalPath",
     "UncanonicalTarget",
     "Verdict",
+    "WhatIf",
     "address_classes",
     "canonical_net",
     "canonical_path",
     "canonicalize",
     "is_inside",
+    "replay",
     "resolve_in_workspace",
     "resolve_program",
+    "suggest",
+    "suggest_from",
     "too_deep",
+    "what_if",
     "without_bom",
     "workspace_root",
 ]

@@ -606,6 +606,21 @@ class Policy:
             compiled = self._compile()
         return compiled.check_canonical_path(act, path)
 
+    def check_canonical_exec(self, shown: str, deny: Sequence[str],
+                             allow: Sequence[str]) -> Verdict:
+        """Decide an EXEC whose candidates are already computed: skip resolving the program.
+
+        `shown`, `deny` and `allow` are what `canonical_exec` returns (the target a verdict
+        names, the candidates deny/ask rules see, those allow rules see). For replaying a
+        recorded call with the program as it was resolved then (`what_if`); a live call
+        goes through `check`, which resolves the program at the moment of the check.
+        """
+        compiled: _Compiled | None = self._compiled  # type: ignore[attr-defined]
+        if compiled is None:
+            compiled = self._compile()
+        return compiled._match(Act.EXEC._value_, Act.EXEC, shown, tuple(deny), (), True,
+                               tuple(allow))
+
     def check_all(
         self,
         actions: Iterable[Action],

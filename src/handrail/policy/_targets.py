@@ -28,6 +28,7 @@ __all__ = [
     "canonical_call",
     "canonical_exec",
     "canonical_net",
+    "exec_candidates",
     "is_inside",
     "net_addresses",
     "resolve_program",
@@ -172,12 +173,23 @@ def canonical_exec(
             raise UncanonicalTarget("an argv word is not valid UTF-8 (lone surrogate)") from None
     program = argv[0]
     _check(program, "program name", EXEC_MAX)
+    return exec_candidates(argv, resolve_program(program, root), root)
+
+
+def exec_candidates(
+    argv: tuple[str, ...], resolved: Program, root: str
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """`canonical_exec` once the program is resolved: a pure function of its arguments.
+
+    The policy what-if (`handrail.policy.what_if`) replays a recorded EXEC with the program
+    as it was resolved when the call was decided, never as today's PATH and disk would.
+    """
+    program = argv[0]
     rest = argv[1:]
 
     def with_program(word: str) -> tuple[str, ...]:
         return (" ".join((word, *rest)), word) if rest else (word,)
 
-    resolved = resolve_program(program, root)
     allow: dict[str, None] = {}
     if resolved.on_path:
         allow.update(dict.fromkeys(with_program(program)))

@@ -40,7 +40,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from handrail.errors import (
@@ -51,7 +51,9 @@ from handrail.errors import (
     SchemaTooNew,
     StoreError,
 )
+from handrail.store._rows import DECISION_COLUMNS
 from handrail.store._rows import call_from_row as _call_from
+from handrail.store._rows import decision_from_row as _decision_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
 from handrail.store.contract import (
@@ -227,6 +229,8 @@ _CALL_COLUMNS = (
     "performed_arguments, actions, verdict, decision, decided_by, status, result, disposition, "
     "error, answers, pending_id, started_at, ended_at, provenance"
 )
+_HISTORY_CHUNK = 1000
+"""Runs whose calls `call_history` reads in one query."""
 _PENDING_COLUMNS = (
     "id, kind, run_id, call_record, agent, tool, payload, created_at, state, decision, "
     "decided_by, decided_at"
@@ -819,6 +823,40 @@ class PostgresStore(Store):
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = %s ORDER BY created_at DESC "
                 "LIMIT %s", (status.value, limit))
         return [_run_from(r) for r in rows]
+
+    async def call_history(self, *, since: float = 0.0, decisions_only: bool = False,
+                           ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
+        # One READ ONLY, REPEATABLE READ transaction: the server refuses any write in it, and
+        # every chunk of calls is read from the snapshot the runs were listed in.
+        columns = ", ".join(DECISION_COLUMNS) if decisions_only else _CALL_COLUMNS
+        decode = _decision_from if decisions_only else _call_from
+        self._check_open()
+        pool = await self._ensure_open()
+        if self._claims:
+            await self._send_claims()
+        await self._barrier()
+        self._check_open()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                cur = await conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE created_at >= %s "
+                    "ORDER BY created_at, id", (since,))
+                runs = [_run_from(r) for r in await cur.fetchall()]
+                for start in range(0, len(runs), _HISTORY_CHUNK):
+                    chunk = runs[start:start + _HISTORY_CHUNK]
+                    cur = await conn.execute(
+                        f"SELECT {columns} FROM calls WHERE run_id = ANY(%s) "
+                        "ORDER BY run_id, turn, idx", ([r.id for r in chunk],))
+                    calls: dict[str, list[CallRecord]] = {}
+                    for row in await cur.fetchall():
+                        calls.setdefault(row[1], []).append(decode(row))
+                    for run in chunk:
+                        yield run, calls.get(run.id, [])
+        except (StoreError, NotFound):
+            raise
+        except Exception as exc:
+            raise map_psycopg_error(self._where, exc) from exc
 
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
         snapshot = self._snapshots.get(run_id)

@@ -11,7 +11,14 @@ from typing import Any
 
 from handrail.store._records import CallRecord, CallStatus, RunRecord, RunStatus
 
-__all__ = ["call_from_row", "loads", "run_from_row"]
+__all__ = ["DECISION_COLUMNS", "call_from_row", "decision_from_row", "loads", "run_from_row"]
+
+DECISION_COLUMNS = ("id", "run_id", "call_id", "turn", "idx", "model_name", "tool", "actions",
+                    "verdict", "decision", "decided_by", "status")
+"""The call columns `call_history(decisions_only=True)` reads, in `decision_from_row`'s
+order: what the policy decided a call on, and what became of it."""
+DECISION_INDEXES = (0, 1, 2, 3, 4, 5, 6, 10, 11, 12, 13, 14)
+"""Their positions among the full call columns (the log's `c0..c22` are those columns)."""
 
 
 def loads(text: str | None) -> Any:
@@ -40,4 +47,13 @@ def call_from_row(row: tuple[Any, ...]) -> CallRecord:
         decision=loads(row[12]), decided_by=row[13], status=CallStatus(row[14]),
         result=loads(row[15]), disposition=row[16], error=row[17], answers=loads(row[18]),
         pending_id=row[19], started_at=row[20], ended_at=row[21], provenance=loads(row[22]),
+    )
+
+
+def decision_from_row(row: tuple[Any, ...]) -> CallRecord:
+    """A call row of `DECISION_COLUMNS`: the other fields left at their defaults."""
+    return CallRecord(
+        id=row[0], run_id=row[1], call_id=row[2], turn=row[3], index=row[4], model_name=row[5],
+        tool=row[6], actions=loads(row[7]), verdict=loads(row[8]), decision=loads(row[9]),
+        decided_by=row[10], status=CallStatus(row[11]),
     )

@@ -73,7 +73,8 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -81,7 +82,9 @@ import anyio.to_thread
 
 from handrail.errors import AlreadyDecided, NotFound, SchemaTooNew, StoreError
 from handrail.store._pace import nothing_else_to_run
+from handrail.store._rows import DECISION_COLUMNS, DECISION_INDEXES
 from handrail.store._rows import call_from_row as _call_from
+from handrail.store._rows import decision_from_row as _decision_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
 from handrail.store.contract import (
@@ -600,6 +603,96 @@ def _fold_committed(db: sqlite3.Connection) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+_HISTORY_CHUNK = 400
+"""Runs whose calls `call_history` reads in one query (SQLite binds 999 parameters at most
+before 3.32)."""
+
+
+def _history_calls(db: sqlite3.Connection, ids: Sequence[str], decisions_only: bool,
+                   ) -> dict[str, list[CallRecord]]:
+    """The calls of runs `ids` by run, in order.
+
+    The table's rows, with the log's not folded yet over them (a later log row of a call
+    replaces an earlier one, as `_fold_rows` does).
+    """
+    marks = ",".join("?" * len(ids))
+    if decisions_only:
+        columns, log_columns = ", ".join(DECISION_COLUMNS), ", ".join(
+            f"c{i}" for i in DECISION_INDEXES)
+        decode = _decision_from
+    else:
+        columns, log_columns = _CALL_COLUMNS, ", ".join(f"c{i}" for i in range(23))
+        decode = _call_from
+    rows: dict[str, tuple[Any, ...]] = {}
+    for row in db.execute(f"SELECT {columns} FROM calls WHERE run_id IN ({marks})", ids):
+        rows[row[0]] = row
+    log = db.execute(f"SELECT {log_columns} FROM log "
+                     f"WHERE kind = 1 AND run_id IN ({marks}) ORDER BY id", ids).fetchall()
+    for row in log:
+        rows[row[0]] = row
+    out: dict[str, list[CallRecord]] = {}
+    for row in sorted(rows.values(), key=lambda r: (r[3], r[4])):
+        out.setdefault(row[1], []).append(decode(row))
+    return out
+
+
+async def read_history(path: str, *, since: float = 0.0, decisions_only: bool = False,
+                       busy_timeout: float = 10.0,
+                       ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
+    """`Store.call_history` of the SQLite file at `path`, without opening a store on it.
+
+    One connection opened read-only (`mode=ro`, `query_only`), one read transaction from the
+    first run to the last call: it never writes the file, and never checkpoints it when it
+    closes (a read-write connection closing last folds a WAL into the file). The log's call
+    rows not folded yet are laid over the table's, as the fold would. `handrail policy
+    what-if` reads a store this way.
+
+    Raises:
+        StoreError: the file cannot be read, or its schema is not this handrail's.
+    """
+    def mapped(fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except sqlite3.Error as exc:
+            raise _mapped(path, exc) from exc
+
+    def connect() -> sqlite3.Connection:
+        uri = "file:" + urllib.parse.quote(str(Path(path).expanduser().resolve()))
+        db = sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None,
+                             check_same_thread=False, timeout=busy_timeout)
+        try:
+            db.execute("PRAGMA query_only=1")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version != len(MIGRATIONS):
+                raise StoreError(
+                    f"{path} has schema version {version}, this handrail reads version "
+                    f"{len(MIGRATIONS)}: " + ("upgrade handrail to read it" if version > len(
+                        MIGRATIONS) else "open it once with this handrail (`handrail runs`) "
+                        "to migrate it, then read it"))
+            db.execute("BEGIN")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    db = await anyio.to_thread.run_sync(lambda: mapped(connect))
+    try:
+        runs = await anyio.to_thread.run_sync(lambda: mapped(lambda: [
+            _run_from(r) for r in db.execute(
+                f"SELECT {_RUN_SELECT} WHERE created_at >= ? ORDER BY created_at, id",
+                (since,))]))
+        for start in range(0, len(runs), _HISTORY_CHUNK):
+            chunk = runs[start:start + _HISTORY_CHUNK]
+            ids = [r.id for r in chunk]
+            calls = await anyio.to_thread.run_sync(
+                lambda ids=ids: mapped(  # type: ignore[misc]
+                    lambda: _history_calls(db, ids, decisions_only)))
+            for run in chunk:
+                yield run, calls.get(run.id, [])
+    finally:
+        await anyio.to_thread.run_sync(db.close)
 
 
 def _fold(db: sqlite3.Connection) -> None:
@@ -1124,6 +1217,9 @@ class SQLiteStore(Store):
         self._releasing = False
         self._flush_waiting = False
         self._closed = False
+        self._wrote = False
+        """Whether this store queued a write: only then does `close` fold the log (a store
+        that only read, like `handrail policy what-if`, leaves the file as it found it)."""
 
     def _connect(self) -> sqlite3.Connection:
         # Opening may meet a lock held for a moment (another connection's last close
@@ -1213,6 +1309,7 @@ class SQLiteStore(Store):
                  ) -> asyncio.Future[T] | concurrent.futures.Future[T] | None:
         """Queue one write operation; returns what to await for its outcome."""
         self._check_open()
+        self._wrote = True
         loop = _running_loop()
         if loop is None:
             # Not asyncio (trio): every group commits on the thread, one operation each.
@@ -1680,6 +1777,19 @@ class SQLiteStore(Store):
             (prefix, len(prefix), prefix, max(limit, 0))).fetchall())
         return [str(r[0]) for r in rows]
 
+    async def call_history(self, *, since: float = 0.0, decisions_only: bool = False,
+                           ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
+        # On a connection of its own, opened read-only: never the reader's, which folds the
+        # log before it reads calls (a write). See `read_history`.
+        if self.path == ":memory:":
+            async for pair in super().call_history(since=since):
+                yield pair
+            return
+        await self._barrier()
+        async for pair in read_history(self.path, since=since, decisions_only=decisions_only,
+                                       busy_timeout=self._busy_ms / 1000):
+            yield pair
+
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
         rows = await self._read(
             lambda db: db.execute("SELECT data FROM messages WHERE run_id = ? ORDER BY seq",
@@ -1818,9 +1928,11 @@ class SQLiteStore(Store):
         try:
             await self.flush()
             # Fold the log now (milliseconds at most: what came since the last fold), so the
-            # tables are complete for plain SQL readers after this process is gone.
-            reader = self._reader
-            await _wait(self._worker.submit(lambda: self._mapped_call(_fold, reader)))
+            # tables are complete for plain SQL readers after this process is gone. A store
+            # that wrote nothing leaves that to the writer (or the next read of calls).
+            if self._wrote:
+                reader = self._reader
+                await _wait(self._worker.submit(lambda: self._mapped_call(_fold, reader)))
         finally:
             self._closed = True
             reader, db = self._reader, self._db

@@ -17,7 +17,7 @@ import abc
 import datetime as dt
 import os
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 from handrail.errors import ConfigError
@@ -244,6 +244,24 @@ class Store(abc.ABC):
                  if r.created_at >= since and continues_conversation(r.events, conversation)]
         found.sort(key=lambda r: (r.created_at, r.id))
         return found[:max(limit, 0)]
+
+    async def call_history(self, *, since: float = 0.0, decisions_only: bool = False,
+                           ) -> AsyncIterator[tuple[RunRecord, list[CallRecord]]]:
+        """Every run created at or after `since`, oldest first, each with its calls in order.
+
+        For reading the whole record (`handrail policy what-if`, `suggest`): it never writes
+        the store, not even the housekeeping a read may do elsewhere (the SQLite store's fold
+        of its log); a SQLite file and a PostgreSQL database are read in one read-only
+        transaction, so the history is one consistent snapshot. With `decisions_only`, a
+        store may leave out of each call what the policy did not decide on (arguments,
+        result, answers, timings, provenance: left at their defaults), a third of the
+        decoding. This default lists runs with `runs` and their calls with `calls`; a store
+        overrides it to read in bulk.
+        """
+        found = [r for r in await self.runs(limit=2**62) if r.created_at >= since]
+        found.sort(key=lambda r: (r.created_at, r.id))
+        for run in found:
+            yield run, await self.calls(run.id)
 
     @abc.abstractmethod
     async def messages(self, run_id: str) -> list[dict[str, Any]]:
