@@ -111,6 +111,11 @@ _BINARY_FIELDS = {"image": "data", "audio": "data", "resource": "blob"}
 
 def normalise(text: str) -> str:
     """The form both sides are compared in (see the module doc); NUL becomes U+FFFD."""
+    if text.isascii() and "&" not in text and "%" not in text:
+        # Nothing to decode, and NFKC and case folding are `lower` on ASCII (the common
+        # case, and the one a protected value is almost always in).
+        text = text.lower()
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
     for _ in range(_ROUNDS):
         before = text
         if "&" in text:
@@ -123,17 +128,11 @@ def normalise(text: str) -> str:
     return text.casefold().replace("\x00", "\ufffd")
 
 
-def _looks_like_part(part: str) -> bool:
-    """Whether a piece of a protected value is an identifier worth looking up alone."""
-    if len(part) >= 12:
-        return True
-    return len(part) >= SHORT_VOUCHED and (
-        any(c in part for c in "@.:/_-") or any(c.isdigit() for c in part))
-
-
 _SPLIT = re.compile(r"[\s\x00\"'`()\[\]{}<>,;|\\]+")
 _URL_PIECES = re.compile(r"[/?#&=+]+")
 _SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*:(?://)?")
+# A value with none of these is one plain token: it has no parts.
+_HAS_PARTS = re.compile(r"[\s\x00\"'`()\[\]{}<>,;|\\/?#&=+:@]")
 _MAX_PARTS = 4096
 
 
@@ -145,11 +144,16 @@ def value_parts(text: str) -> list[str]:
     Only identifier-like parts, never `text` itself; at most `_MAX_PARTS` distinct ones
     (past that every token is still among them: the pieces of a token come after it).
     """
+    if _HAS_PARTS.search(text) is None:
+        return []
     seen: dict[str, None] = {}
 
     def keep(part: str) -> None:
         part = part.strip(_EDGE + "-")
-        if part and part != text and part not in seen and _looks_like_part(part):
+        # Identifier-like: long, or at least SHORT_VOUCHED characters with something other
+        # than letters (a digit, `@.:/_-`): plain words are not parts.
+        if part != text and (len(part) >= 12 or (len(part) >= SHORT_VOUCHED and
+                                                 not part.isalpha())):
             seen[part] = None
 
     tokens = [t for t in _SPLIT.split(text) if t]
@@ -160,14 +164,18 @@ def value_parts(text: str) -> list[str]:
             break
         scheme = _SCHEME.match(token)
         rest = token[scheme.end():] if scheme else token
-        keep(rest)
-        for piece in _URL_PIECES.split(rest):
-            keep(piece)
+        if rest is not token:
+            keep(rest)
+        pieces = _URL_PIECES.split(rest)
+        for piece in pieces:
+            if len(pieces) > 1:
+                keep(piece)
             if "@" in piece:
                 keep(piece.rpartition("@")[2])
-            host, colon, port = piece.rpartition(":")
-            if colon and port.isdigit():
-                keep(host)
+            if ":" in piece:
+                host, _, port = piece.rpartition(":")
+                if port.isdigit():
+                    keep(host)
     return list(seen)[:_MAX_PARTS]
 
 
