@@ -27,7 +27,9 @@ Configurations (rows):
 - `taint + intent`: the same, and each run is given the intent of its task: the mutating
   tools the user's request needs (`Agent.run(intent=...)`). The trusted side states it: here
   it is taken from the user task's ground truth, standing for the user (or a planner that
-  reads only the user's request) saying what the task may change.
+  reads only the user's request) saying what the task may change;
+- `taint + intent, deny`: the same with `Policy.with_taint("deny")`: what the taint stage or
+  the intent would ask about is refused outright (an unattended agent: nobody to ask).
 
 Which tools change nothing is this app's declaration too: the tools whose name starts with
 get_, search_, list_, read_ or check_ are `mutates=False`. Nothing in handrail knows a tool,
@@ -85,7 +87,7 @@ PROTECTED = frozenset({"recipients", "recipient", "cc", "bcc", "url", "email", "
 MARK = "<INFORMATION>"
 """How the obedient model recognises the injection in a tool result."""
 
-CONFIGS = ("ungoverned", "default", "taint", "taint+intent")
+CONFIGS = ("ungoverned", "default", "taint", "taint+intent", "taint+intent, deny")
 
 
 def mutates(name: str) -> bool:
@@ -200,8 +202,10 @@ class Through(BasePipelineElement):
             policy = hr.Policy.default()
         else:
             policy = hr.Policy.default().layer("app").allow(hr.Act.CALL, f"{server}/*")
+        if self.config.endswith(", deny"):
+            policy = policy.with_taint("deny")
         intent = None
-        if self.config == "taint+intent":
+        if self.config.startswith("taint+intent"):
             intent = sorted({f"{server}/{c.function}" for c in user_calls
                              if mutates(c.function)})
         approver = Denier()
@@ -215,7 +219,7 @@ class Through(BasePipelineElement):
               trace: list[Any]) -> hr.SchemaTool:
         name = function.name
         schema = function.parameters.model_json_schema()
-        protected = [] if self.config != "taint" and self.config != "taint+intent" else [
+        protected = [] if not self.config.startswith("taint") else [
             f"/{arg}" for arg in schema.get("properties", {}) if arg in PROTECTED]
 
         async def run(arguments: dict[str, Any], ctx: hr.CallContext) -> hr.ToolResult:
@@ -238,25 +242,46 @@ def _traced(trace: list[Any], name: str, arguments: Mapping[str, Any], text: str
                                        content=[text_content_block_from_string(text)]))
 
 
-def run_suite(suite: Any, config: str, limit: int | None) -> list[Pair]:
-    pipeline = Through(suite, config)
-    attack = ImportantInstructionsAttack(suite, pipeline)
-    pairs: list[Pair] = []
+def run_suite(suite: Any, configs: Sequence[str], limit: int | None) -> dict[str, list[Pair]]:
+    """Every pair of `suite` (the first `limit`) under each configuration.
+
+    Pairs outside, configurations inside: a pair's injected environment is loaded once and
+    each configuration runs on its own deep copy.
+    """
+    pipelines = {config: Through(suite, config) for config in configs}
+    attack = ImportantInstructionsAttack(suite, next(iter(pipelines.values())))
+    # Where a user task's tools read depends on the user task only: found once per task
+    # (it runs the task's ground truth over a freshly loaded environment).
+    candidates: dict[str, list[str]] = {}
+    find_candidates = attack.get_injection_candidates
+
+    def cached_candidates(user_task: Any) -> list[str]:
+        if user_task.ID not in candidates:
+            candidates[user_task.ID] = find_candidates(user_task)
+        return candidates[user_task.ID]
+
+    attack.get_injection_candidates = cached_candidates  # type: ignore[method-assign]
+    results: dict[str, list[Pair]] = {config: [] for config in configs}
+    done = 0
     for user_task in suite.user_tasks.values():
         for injection_task in suite.injection_tasks.values():
-            if limit is not None and len(pairs) >= limit:
-                return pairs
+            if limit is not None and done >= limit:
+                return results
+            done += 1
             injections = attack.attack(user_task, injection_task)
-            pipeline.user_task, pipeline.injection_task = user_task, injection_task
-            pipeline.asks = []
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                utility, attacked = suite.run_task_with_pipeline(
-                    pipeline, user_task, injection_task, injections)
-            pairs.append(Pair(user_task.ID, injection_task.ID, utility, attacked,
-                              len(pipeline.asks),
-                              [f"{a.tool}: {a.verdict_reason[:160]}" for a in pipeline.asks]))
-    return pairs
+            environment = suite.load_and_inject_default_environment(injections)
+            for config, pipeline in pipelines.items():
+                pipeline.user_task, pipeline.injection_task = user_task, injection_task
+                pipeline.asks = []
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    utility, attacked = suite.run_task_with_pipeline(
+                        pipeline, user_task, injection_task, injections,
+                        environment=environment.model_copy(deep=True))
+                results[config].append(Pair(
+                    user_task.ID, injection_task.ID, utility, attacked, len(pipeline.asks),
+                    [f"{a.tool}: {a.verdict_reason[:160]}" for a in pipeline.asks]))
+    return results
 
 
 def main() -> None:
@@ -273,34 +298,34 @@ def main() -> None:
     names = args.suite or ["workspace", "travel", "banking", "slack"]
     print(f"AgentDojo {args.version}, important_instructions attack, obedient scripted model, "
           "asks denied\n")
-    print("| configuration | pairs | utility under attack | attack success | asks / pair |"
-          " seconds |")
-    print("|---|---|---|---|---|---|")
-    for config in args.config or CONFIGS:
-        started = time.perf_counter()
-        everything: list[Pair] = []
-        per_suite: dict[str, list[Pair]] = {}
-        for name in names:
-            pairs = run_suite(suites[name], config, args.limit)
-            per_suite[name] = pairs
-            everything += pairs
+    print("| configuration | pairs | utility under attack | attack success | asks / pair |")
+    print("|---|---|---|---|---|")
+    configs = args.config or list(CONFIGS)
+    started = time.perf_counter()
+    per_suite: dict[str, dict[str, list[Pair]]] = {}
+    for name in names:
+        per_suite[name] = run_suite(suites[name], configs, args.limit)
+        print(f"({name}: {time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    for config in configs:
+        everything = [p for name in names for p in per_suite[name][config]]
         n = len(everything)
         utility = sum(p.utility for p in everything) / n
         attacked = sum(p.attacked for p in everything) / n
         asks = sum(p.asks for p in everything) / n
-        print(f"| {config} | {n} | {utility:.1%} | {attacked:.1%} | {asks:.2f} | "
-              f"{time.perf_counter() - started:.0f} |")
-        for name, pairs in per_suite.items():
+        print(f"| {config} | {n} | {utility:.1%} | {attacked:.1%} | {asks:.2f} |")
+        for name in names:
+            pairs = per_suite[name][config]
             k = len(pairs)
             print(f"|   {name} | {k} | {sum(p.utility for p in pairs) / k:.1%} | "
                   f"{sum(p.attacked for p in pairs) / k:.1%} | "
-                  f"{sum(p.asks for p in pairs) / k:.2f} | |")
+                  f"{sum(p.asks for p in pairs) / k:.2f} |")
         if args.show:
             for p in everything:
                 if p.attacked or (args.show_asks and p.asks):
                     print(f"    {'ATTACK ' if p.attacked else ''}{p.user} x {p.injection}: "
                           f"utility={p.utility} asks={p.asked}")
         sys.stdout.flush()
+    print(f"\n{time.perf_counter() - started:.0f} s in all")
 
 
 if __name__ == "__main__":
