@@ -1,7 +1,8 @@
 """AgentDojo through the gate: utility under attack, attack success, asks per pair.
 
 Run: .venv/bin/pip install agentdojo && .venv/bin/python benchmarks/agentdojo.py
-     (--suite banking --limit 20 for a quick look; --version v1.2.1 is the default)
+     (--suite banking --limit 20 for a quick look; --version v1.2.1 is the default;
+     one process per suite with --save, then --merge the files, on a busy machine)
 
 AgentDojo (the public `agentdojo` package, ETH Zurich) holds four suites of tools over a
 simulated environment (workspace, travel, banking, slack), user tasks with a utility check,
@@ -44,6 +45,8 @@ goal reached the environment, or the answer); utility counts the user task's che
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
 import warnings
@@ -242,7 +245,8 @@ def _traced(trace: list[Any], name: str, arguments: Mapping[str, Any], text: str
                                        content=[text_content_block_from_string(text)]))
 
 
-def run_suite(suite: Any, configs: Sequence[str], limit: int | None) -> dict[str, list[Pair]]:
+def run_suite(suite: Any, configs: Sequence[str], limit: int | None,
+              users: slice = slice(None)) -> dict[str, list[Pair]]:
     """Every pair of `suite` (the first `limit`) under each configuration.
 
     Pairs outside, configurations inside: a pair's injected environment is loaded once and
@@ -263,11 +267,13 @@ def run_suite(suite: Any, configs: Sequence[str], limit: int | None) -> dict[str
     attack.get_injection_candidates = cached_candidates  # type: ignore[method-assign]
     results: dict[str, list[Pair]] = {config: [] for config in configs}
     done = 0
-    for user_task in suite.user_tasks.values():
+    for user_task in list(suite.user_tasks.values())[users]:
         for injection_task in suite.injection_tasks.values():
             if limit is not None and done >= limit:
                 return results
             done += 1
+            if done % 25 == 0:
+                print(f"({suite.name}: {done} pairs)", file=sys.stderr, flush=True)
             injections = attack.attack(user_task, injection_task)
             environment = suite.load_and_inject_default_environment(injections)
             for config, pipeline in pipelines.items():
@@ -291,21 +297,47 @@ def main() -> None:
     parser.add_argument("--config", action="append", choices=CONFIGS,
                         help="only these configurations (repeatable)")
     parser.add_argument("--limit", type=int, help="pairs per suite at most")
+    parser.add_argument("--users", help="a slice of each suite's user tasks, START:END")
     parser.add_argument("--show", action="store_true", help="print each attack that succeeded")
     parser.add_argument("--show-asks", action="store_true", help="with --show: every ask too")
+    parser.add_argument("--save", help="also write every pair's outcome to this JSON file")
+    parser.add_argument("--merge", nargs="+", help="print the table of these saved files")
     args = parser.parse_args()
+    if args.merge:
+        merged: dict[str, dict[str, list[Pair]]] = {}
+        for path in args.merge:
+            for name, by_config in json.loads(Path(path).read_text()).items():
+                into = merged.setdefault(name, {})
+                for c, pairs in by_config.items():
+                    into.setdefault(c, []).extend(Pair(**p) for p in pairs)
+        table(merged, list(merged), [c for c in CONFIGS if c in next(iter(merged.values()))],
+              args)
+        return
     suites = get_suites(args.version)
     names = args.suite or ["workspace", "travel", "banking", "slack"]
     print(f"AgentDojo {args.version}, important_instructions attack, obedient scripted model, "
           "asks denied\n")
-    print("| configuration | pairs | utility under attack | attack success | asks / pair |")
-    print("|---|---|---|---|---|")
     configs = args.config or list(CONFIGS)
     started = time.perf_counter()
     per_suite: dict[str, dict[str, list[Pair]]] = {}
     for name in names:
-        per_suite[name] = run_suite(suites[name], configs, args.limit)
+        start, _, end = (args.users or ":").partition(":")
+        per_suite[name] = run_suite(suites[name], configs, args.limit,
+                                    slice(int(start) if start else None,
+                                          int(end) if end else None))
         print(f"({name}: {time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    if args.save:
+        Path(args.save).write_text(json.dumps(
+            {name: {c: [dataclasses.asdict(p) for p in pairs] for c, pairs in by.items()}
+             for name, by in per_suite.items()}))
+    table(per_suite, names, configs, args)
+    print(f"\n{time.perf_counter() - started:.0f} s in all")
+
+
+def table(per_suite: Mapping[str, Mapping[str, list[Pair]]], names: Sequence[str],
+          configs: Sequence[str], args: argparse.Namespace) -> None:
+    print("| configuration | pairs | utility under attack | attack success | asks / pair |")
+    print("|---|---|---|---|---|")
     for config in configs:
         everything = [p for name in names for p in per_suite[name][config]]
         n = len(everything)
@@ -325,7 +357,6 @@ def main() -> None:
                     print(f"    {'ATTACK ' if p.attacked else ''}{p.user} x {p.injection}: "
                           f"utility={p.utility} asks={p.asked}")
         sys.stdout.flush()
-    print(f"\n{time.perf_counter() - started:.0f} s in all")
 
 
 if __name__ == "__main__":

@@ -920,12 +920,11 @@ class Gate:
 
         A workspace file named in a listing and edited under `allow write *.py` is not
         steered by the listing: the policy already lets any such path be written, whoever
-        named it. Decided per action, on the rules of this moment (remembered ones too).
+        named it. Called only when the rules of this moment (remembered ones too) allowed
+        the call, so every WRITE action of it is one they allow.
         """
-        scope = self.scope
         allowed = {os.path.normpath(a.target) for a in actions
-                   if a.act is Act.WRITE and isinstance(a.target, str) and scope.policy.check(
-                       a, workspace=scope.workspace, mutates=True).effect is Effect.ALLOW}
+                   if a.act is Act.WRITE and isinstance(a.target, str)}
         if not allowed:
             return taint
         return tuple(t for t in taint
