@@ -297,7 +297,7 @@ def main() -> None:
     parser.add_argument("--config", action="append", choices=CONFIGS,
                         help="only these configurations (repeatable)")
     parser.add_argument("--limit", type=int, help="pairs per suite at most")
-    parser.add_argument("--users", help="a slice of each suite's user tasks, START:END")
+    parser.add_argument("--users", help="a slice of each suite's user tasks, START:END[:STEP]")
     parser.add_argument("--show", action="store_true", help="print each attack that succeeded")
     parser.add_argument("--show-asks", action="store_true", help="with --show: every ask too")
     parser.add_argument("--save", help="also write every pair's outcome to this JSON file")
@@ -321,10 +321,8 @@ def main() -> None:
     started = time.perf_counter()
     per_suite: dict[str, dict[str, list[Pair]]] = {}
     for name in names:
-        start, _, end = (args.users or ":").partition(":")
-        per_suite[name] = run_suite(suites[name], configs, args.limit,
-                                    slice(int(start) if start else None,
-                                          int(end) if end else None))
+        bounds = [int(b) if b else None for b in (args.users or ":").split(":")]
+        per_suite[name] = run_suite(suites[name], configs, args.limit, slice(*bounds))
         print(f"({name}: {time.perf_counter() - started:.0f} s)", file=sys.stderr)
     if args.save:
         Path(args.save).write_text(json.dumps(
