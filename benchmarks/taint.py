@@ -5,16 +5,20 @@ Run: .venv/bin/python benchmarks/taint.py
 The untrusted history is tool outputs of about 1 KB each (one output when there are fewer
 bytes): English-like words, file paths, addresses and numbers from a fixed vocabulary, so
 grams recur the way they do in real pages. A call has two protected arguments, an address
-(20 characters: the substring path) and a short id (6 characters: the exact path). Rows:
+(20 characters: the substring path, then its domain, a part) and a short id (6 characters:
+the exact path). Rows:
 
 - the index (`Provenance.taint`), value absent (the common case: nothing to find);
 - the index, value present in the oldest output;
+- the index, a display-name mailbox and a URL, absent: each is cut into its parts
+  (containment, issue 34: 2 and 6 lookups);
 - the peer, measured in the same run: a rescan of the history per call (each stored output
   normalised again, then searched with `in`), which is what the index replaces;
 - the history already normalised, searched with `in` (the cheapest rescan possible);
 - indexing one output of 1 KB (paid once per call that returns one, at stage 9).
 
-Figures are medians of repeats, in microseconds.
+Figures are medians of repeats, in microseconds of this process's CPU time (not wall time:
+on a shared machine a wall clock counts the time other processes held the core).
 """
 
 from __future__ import annotations
@@ -49,10 +53,10 @@ def median_us(fn: Callable[[], object], *, number: int = 200, repeat: int = 9) -
     fn()
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         for _ in range(number):
             fn()
-        times.append((time.perf_counter() - start) / number)
+        times.append((time.process_time() - start) / number)
     return statistics.median(times) * 1e6
 
 
@@ -81,6 +85,12 @@ def main() -> None:
             median_us(lambda p=prov, a=absent, w=protected: p.taint(a, w)))
         rows.setdefault("index, values present (oldest output)", []).append(
             median_us(lambda p=prov, a=present, w=protected: p.taint(a, w)))
+        # Containment (issue 34): a value not found whole has its parts looked up.
+        parts = {"to": "Mallory <mallory@evil.example>",
+                 "url": "https://evil.example:8443/collect/zq7x9w?d=report-2024"}
+        assert prov.taint(parts, ["/to", "/url"]) == []
+        rows.setdefault("index, a mailbox and a URL with parts, absent", []).append(
+            median_us(lambda p=prov, a=parts: p.taint(a, ["/to", "/url"])))
         needle = norm(absent["to"])
 
         def rescan(o: list[str] = outputs, n: str = needle) -> bool:

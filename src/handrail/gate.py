@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -74,7 +75,9 @@ from handrail.errors import (
     Issue,
     NotFound,
     PolicyDenied,
+    PolicyError,
     ToolError,
+    UserError,
 )
 from handrail.models import ToolCall, ToolResultMessage
 from handrail.otel import Instrumentation
@@ -101,6 +104,7 @@ from handrail.tools import (
     ToolImpl,
     ToolResult,
     ToolSpec,
+    address_pointers,
     check_argument_payload,
     decided_paths,
     pointer_values,
@@ -167,6 +171,10 @@ class RunScope:
     before_execute: Callable[[CallRecord], Awaitable[None]] | None = None
     """Awaited in the task that runs a call's body, just before it runs (a host's per-call
     disk record); a call refused before that point never reaches it."""
+    intent: Sequence[str] | None = None
+    """The tools (CALL patterns) this run's task may change the world with, as the trusted
+    side gave them (`Agent.run(intent=...)`); a mutating call outside them asks. None: no
+    intent, every allowed call is decided by its rules and its arguments' taint alone."""
     sandbox: str = "auto"
     """How programs started by tools are confined: "auto", "required" or "off" (see
     docs/sandbox.md); reaches the tool as `ctx.sandbox`, with `ctx.policy`."""
@@ -716,6 +724,9 @@ class Gate:
         # in the order they finished. Indexed when a call with protected arguments is about
         # to be checked (`_catch_up_index`).
         self._unindexed: list[_Queued] = []
+        # The gates of the runs above a delegated run (`inherit`), the root first.
+        self._parents: tuple[Gate, ...] = ()
+        self._intent_policy: tuple[Sequence[str], Policy] | None = None
 
     # ---------------------------------------------------------------- a turn
 
@@ -1036,8 +1047,12 @@ class Gate:
                 return
             if controlled.decision == "hold":
                 state.held = controlled.reason
-        # taint: looked up before the policy, so the verdict below is final.
-        protected = plan.spec.protected
+        # taint: looked up before the policy, so the verdict below is final. Protected are
+        # the tool's declared arguments and, for every tool, any argument that is an
+        # address: a URL or host (reaching one is how a read exfiltrates), and for a
+        # mutating tool an email address too (where it sends).
+        addresses = address_pointers(dumped, mutates=plan.spec.mutates)
+        protected = (*plan.spec.protected, *addresses) if addresses else plan.spec.protected
         if protected:
             await self._catch_up_index()
             state.taint = scope.provenance.taint(dumped, protected)
@@ -1047,8 +1062,15 @@ class Gate:
         planned = plan.called(actions)
         verdict = planned or scope.policy.check_all(actions, workspace=scope.workspace,
                                                     mutates=plan.spec.mutates)
-        if state.taint and verdict.effect is Effect.ALLOW:
-            verdict = _tainted(verdict, state.taint, scope.policy.taint)
+        if verdict.effect is Effect.ALLOW:
+            if state.taint:
+                state.taint = self._steering(state.taint, actions)
+            if state.taint:
+                verdict = _tainted(verdict, state.taint, scope.policy.taint)
+            elif scope.intent is not None and plan.spec.mutates and \
+                    not getattr(impl, "delegates", False) and \
+                    not self._intended(str(impl.spec.id)):
+                verdict = _unintended(verdict, scope.intent, scope.policy.taint)
         # What the verdict was about: compared with the paths again at the moment of use.
         state.decided = (_NO_PATHS if planned is not None
                          else decided_paths(actions, scope.workspace))
@@ -1076,6 +1098,43 @@ class Gate:
             record.status = CallStatus.APPROVED
         else:
             record.status = CallStatus.STARTED
+
+    def _steering(self, taint: Sequence[Taint], actions: Sequence[Action]) -> Sequence[Taint]:
+        """The taint that can steer: without a path the policy itself allows to be written.
+
+        A workspace file named in a listing and edited under `allow write *.py` is not
+        steered by the listing: the policy already lets any such path be written, whoever
+        named it. Called only when the rules of this moment (remembered ones too) allowed
+        the call, so every WRITE action of it is one they allow.
+        """
+        allowed = {os.path.normpath(a.target) for a in actions
+                   if a.act is Act.WRITE and isinstance(a.target, str)}
+        if not allowed:
+            return taint
+        return tuple(t for t in taint
+                     if not (isinstance(t.value, str) and os.path.normpath(t.value) in allowed))
+
+    def _intended(self, tool: str) -> bool:
+        """Whether the run's intent (`Agent.run(intent=...)`) names this tool."""
+        matcher = self._intent_policy
+        if matcher is None or matcher[0] is not self.scope.intent:
+            assert self.scope.intent is not None
+            matcher = self._intent_policy = (self.scope.intent,
+                                             intent_policy(self.scope.intent))
+        verdict = matcher[1].check(Action(Act.CALL, tool), workspace=self.scope.workspace,
+                                   mutates=True)
+        return verdict.effect is Effect.ALLOW
+
+    def inherit(self, parent: Gate) -> None:
+        """A delegated run's gate: what the parent's run read taints this run's calls.
+
+        The parent's provenance is looked up too (its untrusted outputs, its trusted task),
+        and the parent's intent applies here when this run has none of its own.
+        """
+        self._parents = (*parent._parents, parent)
+        self.scope.provenance.inherit(parent.scope.provenance)
+        if self.scope.intent is None:
+            self.scope.intent = parent.scope.intent
 
     async def _control(self, state: _Call, digest: str, dumped: dict[str, Any],
                        actions: Sequence[Action]) -> ControlVerdict:
@@ -1340,7 +1399,8 @@ class Gate:
         """
         self._unindexed.append(((record.call_id, record.tool or record.model_name),
                                 result, trusted,
-                                tuple(t.get("value") for t in vouched) if vouched else ()))
+                                tuple(t.get("value") for t in vouched) if vouched else (),
+                                record.turn))
 
     async def _index(self, record: CallRecord, provenance: dict[str, Any]) -> None:
         """Queue a finished call's output for the taint index (see `_catch_up_index`).
@@ -1362,6 +1422,8 @@ class Gate:
         result) the queue is indexed off the event loop. One writer at a time; returns once
         everything queued before the call is in the index.
         """
+        for parent in self._parents:
+            await parent._catch_up_index()
         if not self._unindexed and not self._indexing.locked():
             return
         # Imported here: the gate imports without pydantic_core (issue 11).
@@ -1370,11 +1432,11 @@ class Gate:
         async with self._indexing:
             queued: list[_Indexed] = [
                 (source, result.to_dict() if isinstance(result, ToolResult) else result,
-                 trusted, vouched)
-                for source, result, trusted, vouched in self._unindexed]
+                 trusted, vouched, turn)
+                for source, result, trusted, vouched, turn in self._unindexed]
             self._unindexed = []
             size = 0
-            for _, result, _, _ in queued:
+            for _, result, _, _, _ in queued:
                 if result is not None:
                     size += len(pydantic_core.to_json(result))
                     if size > INDEX_INLINE_CHARS:
@@ -1386,9 +1448,9 @@ class Gate:
 
     def _index_queued(self, queued: list[_Indexed]) -> None:
         index = self.scope.provenance
-        for source, result, trusted, vouched in queued:
+        for source, result, trusted, vouched, turn in queued:
             if result is not None:
-                index.add_output(source, result, trusted=trusted)
+                index.add_output(source, result, trusted=trusted, turn=turn)
             if vouched:
                 index.trust_values(source, vouched)
 
@@ -1396,7 +1458,8 @@ class Gate:
         source = (record.call_id, record.tool or record.model_name)
         index = self.scope.provenance
         if record.result is not None:
-            index.add_output(source, record.result, trusted=provenance.get("output") == "trusted")
+            index.add_output(source, record.result,
+                             trusted=provenance.get("output") == "trusted", turn=record.turn)
         vouched = [t.get("value") for t in provenance.get("trusted", ())]
         if vouched:
             index.trust_values(source, vouched)
@@ -1705,11 +1768,11 @@ def _result_message(call_id: str, name: str, result: ToolResult) -> ToolResultMe
     return message
 
 
-_Queued = tuple[tuple[str, str], "ToolResult | dict[str, Any] | None", bool, Sequence[Any]]
+_Queued = tuple[tuple[str, str], "ToolResult | dict[str, Any] | None", bool, Sequence[Any], int]
 """A finished call's output waiting for the taint index: (source, result or its dict, trusted,
-vouched values)."""
+vouched values, the call's turn)."""
 
-_Indexed = tuple[tuple[str, str], "dict[str, Any] | None", bool, Sequence[Any]]
+_Indexed = tuple[tuple[str, str], "dict[str, Any] | None", bool, Sequence[Any], int]
 """A queued output as indexed: its result as `ToolResult.to_dict()` makes it."""
 
 _NO_PATHS: Mapping[str, str] = MappingProxyType({})
@@ -1724,6 +1787,39 @@ _MAX_PLANS = 1024
 
 TAINT_LAYER = "taint"
 """The `layer` of a verdict the taint stage made stricter than the rules' allow."""
+
+
+def check_intent(intent: object) -> tuple[str, ...]:
+    """`Agent.run(intent=...)` as a tuple of CALL patterns, or a `UserError` saying why not."""
+    if isinstance(intent, str) or not isinstance(intent, Sequence | frozenset | set):
+        raise UserError("intent= takes a list of tool patterns this task may change the world "
+                        f"with, e.g. ['mail/send', 'calendar/*'], not {intent!r}")
+    patterns = tuple(intent)
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise UserError(f"intent=: {pattern!r} is not a tool pattern ('server/name')")
+    try:
+        intent_policy(patterns)
+    except PolicyError as exc:
+        raise UserError(f"intent=: {exc}") from None
+    return patterns
+
+
+def intent_policy(patterns: Sequence[str]) -> Policy:
+    """A policy whose CALL allows are exactly the intent's patterns (for matching only)."""
+    layer = Policy.default().layer("intent")
+    for pattern in patterns:
+        layer = layer.allow(Act.CALL, pattern)
+    return layer
+
+
+def _unintended(allowed: Verdict, intent: Sequence[str], effect: str) -> Verdict:
+    """The verdict for an allowed mutating call the run's intent does not name."""
+    named = ", ".join(intent) if intent else "no tool"
+    return Verdict(Effect.DENY if effect == "deny" else Effect.ASK, None, TAINT_LAYER,
+                   allowed.target, f"intent: this task may change the world with {named} "
+                   f"only; nobody asked for this call, so it may come from what a tool "
+                   f"returned (the rules alone would allow it: {allowed.reason})")
 
 
 def _tainted(allowed: Verdict, taint: Sequence[Taint], effect: str) -> Verdict:

@@ -217,8 +217,11 @@ async def test_a_path_read_from_a_file_cannot_be_written_without_a_person(
              call("workspace/write_file", {"path": "out/leaked-keys.txt", "content": "x"}),
              call("workspace/write_file", {"path": "out/summary.txt", "content": "ok"}),
              reply("done")]
+    # Only the summary may be written: a path the policy allows for WRITE is not steered
+    # by whoever named it (issue 34), so the file's path meets the policy's ask, with its
+    # taint shown beside it.
     agent = hr.Agent(Scripted(turns), hr.Toolbox(workspace_tools()), workspace=tmp_path,
-                     policy=allowing("write:out/**"))
+                     policy=allowing("write:out/summary.txt"))
     result = await agent.run("summarise notes/todo.txt into out/summary.txt",
                              approver=approver)
     assert isinstance(result.outcome, hr.Completed)
@@ -458,11 +461,11 @@ async def test_a_check_waits_while_queued_outputs_are_indexed_in_a_thread(
     add_output = Provenance.add_output
 
     def slow_add_output(self: Provenance, source: tuple[str, str], result: Any, *,
-                        trusted: bool) -> None:
+                        trusted: bool, turn: int = 0) -> None:
         if source[1] == "web/long_page":
             # Held until the second check has arrived: it must then wait for this writer.
             second_check.wait(timeout=30)
-        add_output(self, source, result, trusted=trusted)
+        add_output(self, source, result, trusted=trusted, turn=turn)
         if source[1] == "web/long_page":
             indexed.set()
 

@@ -3,28 +3,33 @@ that the gram index finds exactly what a scan of the history would."""
 
 from __future__ import annotations
 
-import unicodedata
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from handrail.tools import MIN_SUBSTRING, Provenance, pointer_values
-from handrail.tools._taint import Corpus
+from handrail.tools._taint import Corpus, normalise
 
 
 def norm(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold()
+    return normalise(text)
+
+
+def _found(corpus: Corpus, value: Any) -> tuple[tuple[str, str], str] | None:
+    hit = corpus.find(value)
+    return None if hit is None else (hit.source, hit.how)
 
 
 def test_short_values_match_only_whole_strings_and_tokens() -> None:
     corpus = Corpus()
     corpus.add(("c1", "web/get"), ["mail bob@x.io, then (rm) it.", "exactly"])
-    assert corpus.find("bob@x.io") == (("c1", "web/get"), "substring")  # 8 characters
-    assert corpus.find("then") == (("c1", "web/get"), "exact")
-    assert corpus.find("rm") == (("c1", "web/get"), "exact")
-    assert corpus.find("exactly") == (("c1", "web/get"), "exact")
+    assert _found(corpus, "bob@x.io") == (("c1", "web/get"), "substring")  # 8 characters
+    assert _found(corpus, "then") == (("c1", "web/get"), "exact")
+    assert _found(corpus, "rm") == (("c1", "web/get"), "exact")
+    assert _found(corpus, "exactly") == (("c1", "web/get"), "exact")
     assert corpus.find("ob@x.io") is None  # under 8 characters: no substring match
-    assert corpus.find("mail bob") == (("c1", "web/get"), "substring")
+    assert _found(corpus, "mail bob") == (("c1", "web/get"), "substring")
 
 
 def test_tokens_never_join_two_strings_of_an_output() -> None:
@@ -36,7 +41,7 @@ def test_tokens_never_join_two_strings_of_an_output() -> None:
 def test_substrings_are_found_after_nfkc_and_case_folding() -> None:
     corpus = Corpus()
     corpus.add(("c1", "web/get"), ["send it to ＡＴＴＡＣＫＥＲ@Example.COM now"])
-    assert corpus.find("attacker@example.com") == (("c1", "web/get"), "substring")
+    assert _found(corpus, "attacker@example.com") == (("c1", "web/get"), "substring")
     assert corpus.find("o attacker@exam") is not None
     assert corpus.find("Attacker@Example.Co") is not None
     assert corpus.find("attacker@example.org") is None
@@ -45,7 +50,7 @@ def test_substrings_are_found_after_nfkc_and_case_folding() -> None:
 def test_numbers_match_by_value() -> None:
     corpus = Corpus()
     corpus.add(("c1", "mail/read"), ["wire 5,000.00 now"], [12.5, True])
-    assert corpus.find(5000) == (("c1", "mail/read"), "number")
+    assert _found(corpus, 5000) == (("c1", "mail/read"), "number")
     assert corpus.find(5000.0) is not None
     assert corpus.find(12.5) is not None
     assert corpus.find(1) is None  # True is not the number 1
@@ -56,23 +61,23 @@ def test_the_first_source_is_named() -> None:
     corpus = Corpus()
     for i in range(50):
         corpus.add((f"c{i}", "t"), [f"filler {i} " * 5 + ("the secret-path/x" if i > 7 else "")])
-    assert corpus.find("secret-path/x") == (("c8", "t"), "substring")
-    assert corpus.find("8") == (("c8", "t"), "exact")
-    assert corpus.find("the secret-path") == (("c8", "t"), "substring")
+    assert _found(corpus, "secret-path/x") == (("c8", "t"), "substring")
+    assert _found(corpus, "8") == (("c8", "t"), "exact")
+    assert _found(corpus, "the secret-path") == (("c8", "t"), "substring")
 
 
 def test_the_earliest_output_wins_whatever_the_alignment_of_each_occurrence() -> None:
     corpus = Corpus()
     corpus.add(("c0", "t"), ["abcdefghij"])  # at offset 0
     corpus.add(("c1", "t"), ["xyzabcdefghij"])  # at offset 3: found through another alignment
-    assert corpus.find("abcdefghij") == (("c0", "t"), "substring")
+    assert _found(corpus, "abcdefghij") == (("c0", "t"), "substring")
 
 
 def test_text_the_grams_cannot_narrow_is_still_searched_exactly() -> None:
     corpus = Corpus()
     corpus.add(("c1", "t"), ["a" * 100_000])
     corpus.add(("c2", "t"), ["a" * 50 + "b"])
-    assert corpus.find("a" * 19 + "b") == (("c2", "t"), "substring")
+    assert _found(corpus, "a" * 19 + "b") == (("c2", "t"), "substring")
     assert corpus.find("a" * 19 + "c") is None
 
 

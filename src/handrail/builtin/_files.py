@@ -217,7 +217,8 @@ def _skip_line(f: BinaryIO) -> bool:
             return True
 
 
-# Its output only echoes the path it was given and a byte count: nothing from outside.
+# Its output only echoes the path it was given and a byte count: nothing from outside. An echo
+# vouches for nothing an untrusted output showed first (the taint index orders them by turn).
 class WriteFile(Tool, server="workspace", name="write_file", mutates=True,
                 protected=["/path"], trusted_output=True):
     """Create or overwrite a file in the workspace with the given text (UTF-8).

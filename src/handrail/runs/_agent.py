@@ -40,6 +40,7 @@ from handrail.gate import (
     ControlChain,
     Gate,
     Governance,
+    check_intent,
     describe_control,
     recorded_governance,
     stricter_contents,
@@ -512,6 +513,7 @@ class Agent:
         max_verify_attempts: int | None = None,
         continue_run: str | None = None,
         message_history: Sequence[Any] | None = None,
+        intent: Sequence[str] | None = None,
     ) -> RunResult:
         """Run the agent on `task` until it answers, pauses, fails or is cancelled.
 
@@ -532,6 +534,10 @@ class Agent:
                 user message: the new run starts with its whole history, its remembered
                 rules and its recorded policy as the boundary (see `hr.Conversation`).
             message_history: Earlier handrail messages to start from (in-memory use).
+            intent: The tools this task may change the world with, as CALL patterns
+                (`["mail/send", "calendar/*"]`), said by the trusted side, not the model: a
+                mutating call outside them asks, however its arguments were chosen
+                (docs/taint.md). Recorded with the run; a sub-agent inherits it.
 
         Cancellation: an outside cancellation (an enclosing cancel scope) is never swallowed;
         like an exception or Ctrl-C it leaves the run READY in the store (the error in its
@@ -541,6 +547,7 @@ class Agent:
             raise UserError("Agent.run needs a non-empty task string")
         if verify is not None and not isinstance(verify, Verify):
             raise UserError("verify= takes hr.Verify.command(argv) or hr.Verify.check(fn)")
+        intended = None if intent is None else check_intent(intent)
         collector.freeze_start_up()  # once per process: start-up leaves the GC's passes
         verify = verify if verify is not None else self.verify
         checking = None if verify is None else Verification(verify, check_max_attempts(
@@ -566,6 +573,8 @@ class Agent:
         if self.records_dir is not None:  # `handrail show` prints each call's record path
             run.events = [*run.events,
                           {"kind": "records", "dir": str(self.records_dir), "at": now}]
+        if intended is not None:  # read back by every runner of the run (resume too)
+            run.events = [*run.events, {"kind": "intent", "tools": list(intended), "at": now}]
         dumped = dump_messages(messages)
         await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
         runner = _Runner(self, store, run, governance, start.remembered, messages,
@@ -695,6 +704,14 @@ def governance_for(agent: Agent | None, *, policy: Policy, manifest: Any = None,
                       sandbox=mode, record_contents=agent.record_contents), notes
 
 
+def _intent_of(events: Sequence[Any]) -> tuple[str, ...] | None:
+    """The intent recorded with a run (`Agent.run(intent=...)`), or None."""
+    for event in reversed(events):
+        if isinstance(event, dict) and event.get("kind") == "intent":
+            return tuple(str(t) for t in event.get("tools") or ())
+    return None
+
+
 class _Runner:
     """Drives one run: turns through the gate, state into the store."""
 
@@ -722,8 +739,12 @@ class _Runner:
             # and one yield a turn instead of two; issue 11).
             mark_reads=False,
         )
-        # What the task and the instructions say is trusted (docs/taint.md).
-        self.scope.provenance.trust_text("task", run.task, agent.instructions)
+        # What the task and the instructions say is trusted (docs/taint.md); a delegated
+        # task is not: a model wrote it, and it carries the taint of what that model read
+        # (the parent's provenance, inherited when the child is attached to its tree).
+        self.scope.provenance.trust_text(
+            "task", run.task if run.parent_call_id is None else None, agent.instructions)
+        self.scope.intent = _intent_of(run.events)
         self.records: CallRecords | None = None
         if agent.records_dir is not None or agent.projection is not None:
             self.records = CallRecords(agent.records_dir, projection=agent.projection)

@@ -92,6 +92,9 @@ def _is_model_class(value: object) -> bool:
 class SubAgentTool(SchemaTool):
     """An agent offered to another agent as a tool (`Agent.as_tool`); see the module doc."""
 
+    delegates = True
+    """The gate checks a run's intent on the child's own calls, not on the delegation."""
+
     def __init__(self, agent: Agent, *, name: str | None, description: str | None,
                  server: str, input_type: type[pydantic.BaseModel] | None) -> None:
         name = name if name is not None else agent.name
@@ -250,12 +253,16 @@ class Node:
     """The root's `on_event`: every run of the tree reports to it (see `_forward`)."""
     governance: Governance | None = None
     """The governance of this node's run: what its sub-agents' runs are governed under."""
+    parent: Node | None = None
+    """The node of the run that delegated to this one (None for the root)."""
+    gate: Any = None
+    """This run's gate, once attached: a child's gate inherits its taint (docs/taint.md)."""
 
     def below(self, name: str, depth: int) -> Node:
         """The node of a sub-agent `name` of this run, at `depth` (its governance set later)."""
         return Node(tree=self.tree, path=(*self.path, name), depth=depth, store=self.store,
                     approver=self.approver, responder=self.responder, ref=self.ref,
-                    on_event=self.on_event)
+                    on_event=self.on_event, parent=self)
 
     def forward(self) -> Any:
         """A sub-agent's `on_event`: its events go to the root's listener, with its run id.
@@ -376,6 +383,10 @@ def attach(runner: _Runner, node: Node) -> None:
     node.governance = runner.governance
     runner.node = node
     runner.scope.agent_path = node.path
+    node.gate = runner.gate
+    if node.parent is not None and node.parent.gate is not None:
+        # A task the parent's model wrote carries the taint of what that model read.
+        runner.gate.inherit(node.parent.gate)
     _LIVE[runner.run.id] = node
 
 

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
         MIN_SUBSTRING,
         Provenance,
         Taint,
+        address_pointers,
         pointer_values,
     )
     from handrail.tools._tool import FunctionTool, Tool
@@ -138,6 +139,7 @@ _LAZY: dict[str, str] = {
     "decided_paths": "handrail.tools._paths",
     "issues_from_validation_error": "handrail.tools._handler",
     "pointer_values": "handrail.tools._taint",
+    "address_pointers": "handrail.tools._taint",
     "raise_body_error": "handrail.tools._handler",
     "resolve_in_workspace": "handrail.tools._workspace",
     "scrub_host_paths": "handrail.tools._paths",
@@ -199,6 +201,7 @@ __all__ = [
     "UnguardedArgumentWarning",
     "Url",
     "WritePath",
+    "address_pointers",
     "as_impl",
     "bind_arguments",
     "canonical_path",

@@ -7,9 +7,13 @@ tool vouched for with `ctx.trust` or `sanitizes`) and the *untrusted* text (ever
 output). The gate asks it, for each protected argument of a call, whether the value was seen
 in untrusted output and not in trusted text (`Provenance.taint`).
 
-How a value is looked for (both corpora alike):
+How a value is looked for (every corpus alike):
 
-- every string is normalised once, when it is added: Unicode NFKC, then case folding;
+- every string is normalised once, when it is added, and a looked-up value the same way:
+  HTML character references undone (`&#64;`, `&commat;`, `&amp;#64;`), Unicode NFKC,
+  invisible format characters removed (category Cf: zero-width space, soft hyphen, word
+  joiner...), percent-decoding (`%40`, `%2540`), repeated while it changes (three rounds at
+  most), then case folding;
 - *exact* (a value under 8 characters): the normalised value equals a whole string of an
   output, or one of its tokens (split on white space, quotes and brackets, trailing
   punctuation dropped);
@@ -19,7 +23,22 @@ How a value is looked for (both corpora alike):
   characters (any occurrence of 8 characters or more covers one such gram whole), so a
   lookup costs the few candidates of its rarest gram, never a scan of the history. Text
   the grams cannot narrow down (a few grams repeated: `aaaa...`) is scanned in C instead,
-  linear in the text and bounded by the limit below.
+  linear in the text and bounded by the limit below;
+- *contains*: a protected string that is not found whole is cut into its parts (tokens,
+  an address and its domain, a URL's host, path segments and query values), and each part
+  that looks like an identifier (4 characters or more with a digit or one of `@.:/_-`, or
+  12 characters or more) is looked up as above: `Attacker <attacker@evil.com>` holds
+  `attacker@evil.com`. Plain words are not parts: a display name copied from a page is
+  not steering.
+
+Trusted text clears a value the untrusted side holds, with two limits:
+
+- a value under 4 characters (`13`) is cleared only by a whole trusted string or JSON
+  number (a person's answer, a vouched value, a field of a trusted output), never by a
+  token of free text: a date in the task does not vouch for a file id in an email;
+- the output of a tool declared `trusted_output` clears a value only when it showed it in
+  an earlier turn than any untrusted output did: an echo of an argument the model chose
+  after reading a page (a written file's path) is never trusted text.
 
 The index is bounded: past `MAX_UNTRUSTED_CHARS` of untrusted text, nothing more is indexed
 and every protected value counts as tainted from then on (failing closed, never open).
@@ -30,24 +49,31 @@ from __future__ import annotations
 import array
 import bisect
 import decimal
+import html
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
+from urllib.parse import unquote
 
 from handrail.errors import UserError
 
 __all__ = [
     "MAX_UNTRUSTED_CHARS",
     "MIN_SUBSTRING",
+    "SHORT_VOUCHED",
     "Corpus",
+    "Hit",
     "Provenance",
     "Taint",
+    "address_pointers",
     "check_pointers",
+    "is_address",
     "pointer_problem",
     "pointer_values",
     "result_strings",
+    "value_parts",
 ]
 
 MIN_SUBSTRING = 8
@@ -55,6 +81,9 @@ MIN_SUBSTRING = 8
 
 MAX_UNTRUSTED_CHARS = 16 * 1024 * 1024
 """Untrusted text indexed per run; beyond it every protected value counts as tainted."""
+
+SHORT_VOUCHED = 4
+"""A value shorter than this is cleared only by a whole trusted string or number."""
 
 _GRAM = 5
 _STRIDE = 4
@@ -67,12 +96,87 @@ assert _GRAM + _STRIDE - 1 <= MIN_SUBSTRING
 _TOKEN = re.compile(r"[^\s\x00\"'`()\[\]{}<>,;|]+")
 _EDGE = ".:!?*"
 _NUMBER = re.compile(r"[-+]?\d[\d,_]*(?:\.\d+)?")
-_SKIPPED_KEYS = frozenset({"kind", "type", "mime_type", "mimeType", "data"})
+# Invisible characters a model reads through: Unicode's format characters (Cf, as of
+# Unicode 14; tests/taint checks the running Python's table has no others), the combining
+# grapheme joiner and the variation selectors.
+_INVISIBLE = re.compile(
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f\u034f\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+_ROUNDS = 3
+# Binary content items: their payload is base64 of bytes, not text a model reads.
+_BINARY_FIELDS = {"image": "data", "audio": "data", "resource": "blob"}
 
 
 def normalise(text: str) -> str:
-    """NFKC, then case folding; NUL becomes U+FFFD (it separates strings in the index)."""
-    return unicodedata.normalize("NFKC", text).casefold().replace("\x00", "\ufffd")
+    """The form both sides are compared in (see the module doc); NUL becomes U+FFFD."""
+    if text.isascii() and "&" not in text and "%" not in text:
+        # Nothing to decode, and NFKC and case folding are `lower` on ASCII (the common
+        # case, and the one a protected value is almost always in).
+        text = text.lower()
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
+    for _ in range(_ROUNDS):
+        before = text
+        if "&" in text:
+            text = html.unescape(text)
+        text = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+        if "%" in text:
+            text = unquote(text, errors="surrogatepass")
+        if text == before or ("&" not in text and "%" not in text):
+            break
+    return text.casefold().replace("\x00", "\ufffd")
+
+
+_SPLIT = re.compile(r"[\s\x00\"'`()\[\]{}<>,;|\\]+")
+_URL_PIECES = re.compile(r"[/?#&=+]+")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*:(?://)?")
+# A value with none of these is one plain token: it has no parts.
+_HAS_PARTS = re.compile(r"[\s\x00\"'`()\[\]{}<>,;|\\/?#&=+:@]")
+_MAX_PARTS = 4096
+
+
+def value_parts(text: str) -> list[str]:
+    """The parts of a normalised protected string looked up alone (see *contains*).
+
+    Tokens, then for each: without its scheme (`mailto:`, `https://`), its URL pieces (host,
+    path segments, query keys and values), an address's domain, a host without its port.
+    Only identifier-like parts, never `text` itself; at most `_MAX_PARTS` distinct ones
+    (past that every token is still among them: the pieces of a token come after it).
+    """
+    if _HAS_PARTS.search(text) is None:
+        return []
+    seen: dict[str, None] = {}
+
+    def keep(part: str) -> None:
+        part = part.strip(_EDGE + "-")
+        # Identifier-like: long, or at least SHORT_VOUCHED characters with something other
+        # than letters (a digit, `@.:/_-`): plain words are not parts.
+        if part != text and (len(part) >= 12 or (len(part) >= SHORT_VOUCHED and
+                                                 not part.isalpha())):
+            seen[part] = None
+
+    tokens = [t for t in _SPLIT.split(text) if t]
+    for token in tokens:
+        keep(token)
+    for token in tokens:
+        if len(seen) >= _MAX_PARTS:
+            break
+        scheme = _SCHEME.match(token)
+        rest = token[scheme.end():] if scheme else token
+        if rest is not token:
+            keep(rest)
+        pieces = _URL_PIECES.split(rest)
+        for piece in pieces:
+            if len(pieces) > 1:
+                keep(piece)
+            if "@" in piece:
+                keep(piece.rpartition("@")[2])
+            if ":" in piece:
+                host, _, port = piece.rpartition(":")
+                if port.isdigit():
+                    keep(host)
+    return list(seen)[:_MAX_PARTS]
 
 
 def _number_key(value: Any) -> str | None:
@@ -119,10 +223,13 @@ class Taint:
     """The model's id of the earlier call whose output held it (`"*"`: the index overflowed)."""
     source_tool: str
     """That call's tool (`server/name`)."""
-    match: Literal["exact", "number", "substring", "overflow"]
+    match: Literal["exact", "number", "substring", "contains", "overflow"]
     """How it was found: a short value (under 8 characters) as a whole string or token, a
-    number by value, a longer value anywhere in an output (normalised), or everything counts
-    once the index overflowed."""
+    number by value, a longer value anywhere in an output (normalised), a part of the value
+    (`found`: an address, a host, an id inside it), or everything counts once the index
+    overflowed."""
+    found: str | None = None
+    """For `contains`: the part of the value the output held (normalised)."""
     kind: Literal["taint"] = "taint"
 
     def describe(self) -> str:
@@ -133,21 +240,29 @@ class Taint:
         if self.match == "overflow":
             return (f"{self.pointer} = {shown}: this run saw more untrusted output than the "
                     "taint index holds, so every protected value counts as tainted")
+        if self.found is not None:
+            part = repr(self.found[:200])
+            return (f"{self.pointer} = {shown} contains {part}, which appears in the output "
+                    f"of call {self.source_call} ({self.source_tool}), which is untrusted")
         return (f"{self.pointer} = {shown} appears in the output of call {self.source_call} "
                 f"({self.source_tool}), which is untrusted")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible form, for the verdict record and a persisted request."""
-        return {"kind": "taint", "pointer": self.pointer, "value": self.value,
+        data = {"kind": "taint", "pointer": self.pointer, "value": self.value,
                 "source_call": self.source_call, "source_tool": self.source_tool,
                 "match": self.match}
+        if self.found is not None:
+            data["found"] = self.found
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Taint:
         """The inverse of `to_dict`."""
         return cls(pointer=str(data["pointer"]), value=data.get("value"),
                    source_call=str(data["source_call"]), source_tool=str(data["source_tool"]),
-                   match=data["match"])
+                   match=data["match"],
+                   found=None if data.get("found") is None else str(data["found"]))
 
 
 # ------------------------------------------------------------------ JSON Pointers
@@ -195,6 +310,48 @@ def pointer_values(document: Any, pointer: str) -> Iterator[tuple[str, Any]]:
             yield where, value
 
 
+_MAILBOX = re.compile(r'(?:"?[^"<>@,;]*"?\s*<)?[^\s@<>,;]+@[^\s@<>,;]+\.[^\s@<>,;]+>?')
+_WEB_HOST = re.compile(
+    r"(?:[a-z0-9-]+\.)+(?:com|net|org|info|biz|io|dev|app|ai|co|me|xyz|site|online|top|"
+    r"shop|cloud|link|page|us|uk|eu|de|fr|ru|cn|gov|edu)(?::\d+)?(?:[/?#]\S*)?", re.I)
+_SCHEMED = re.compile(r"[a-z][a-z0-9+.\-]*://\S+|mailto:\S+|www\.\S+", re.I)
+_MAX_ADDRESS = 4096
+
+
+def is_address(value: str, *, mailboxes: bool = True) -> bool:
+    """Whether a string is, as a whole, where something goes: a URL, a host, an email.
+
+    A URL with a scheme, `mailto:`, `www.`; a host under a common web suffix
+    (`news.example.com/x`); with `mailboxes`, an email address or a list of them
+    (`a@x.io, Bob <b@y.io>`). Free text that merely mentions one (a message body) is not
+    an address.
+    """
+    text = value.strip()
+    if not text or len(text) > _MAX_ADDRESS or ("." not in text and ":" not in text):
+        return False
+    if "@" in text and not text.lower().startswith(("http:", "https:", "mailto:")):
+        return mailboxes and all(_MAILBOX.fullmatch(piece.strip())
+                                 for piece in re.split(r"[,;]", text) if piece.strip())
+    if any(c.isspace() for c in text):
+        return False
+    return bool(_SCHEMED.fullmatch(text) or _WEB_HOST.fullmatch(text))
+
+
+def address_pointers(arguments: Any, *, mutates: bool = True) -> list[str]:
+    """The JSON Pointers of the arguments that are addresses (`is_address`), at any depth.
+
+    Protected for every tool, declared or not: a URL or host a read-only tool reaches is how
+    data leaves, and a recipient is where a mutating call sends it. An email address given
+    to a tool that changes nothing (a lookup, a check) goes nowhere: not protected there.
+    """
+    found: list[str] = []
+    for where, leaf in pointer_values(arguments, ""):
+        if isinstance(leaf, str) and ("." in leaf or ":" in leaf) and \
+                is_address(leaf, mailboxes=mutates):
+            found.append(where)
+    return found
+
+
 def _escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
@@ -202,12 +359,25 @@ def _escape(token: str) -> str:
 def result_strings(result: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
     """The strings and numbers of a stored result (`ToolResult.to_dict()`) a model sees.
 
-    Content items and structured output; never `metadata` (the model is not shown it), nor
-    binary data, nor the names of content kinds.
+    Content items and structured output, every key of them at any depth (a key named `data`
+    or `type` is where a JSON:API answer keeps its values); never `metadata` (the model is
+    not shown it), nor a content item's own `kind` tag, nor the base64 payload of a binary
+    content item (image, audio, a resource's blob).
     """
     strings: list[str] = []
     numbers: list[Any] = []
-    stack: list[Any] = [result.get("content"), result.get("structured")]
+    stack: list[Any] = [result.get("structured")]
+    content = result.get("content")
+    if type(content) is list:
+        for item in content:
+            if type(item) is dict and "kind" in item:
+                # A content item's `kind` is handrail's own tag, not the tool's text.
+                skip = _BINARY_FIELDS.get(item["kind"])
+                stack.extend(v for k, v in item.items() if k != "kind" and k != skip)
+            else:
+                stack.append(item)
+    else:
+        stack.append(content)
     while stack:
         value = stack.pop()
         # Exact types first: a stored result is plain JSON, and an ABC check costs more
@@ -216,9 +386,7 @@ def result_strings(result: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
         if kind is str:
             strings.append(value)
         elif kind is dict:
-            for k, v in value.items():
-                if k not in _SKIPPED_KEYS:
-                    stack.append(v)
+            stack.extend(value.values())
         elif kind is list:
             stack.extend(value)
         elif kind is int or kind is float:
@@ -228,7 +396,7 @@ def result_strings(result: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
         elif isinstance(value, str):
             strings.append(value)
         elif isinstance(value, Mapping):
-            stack.extend(v for k, v in value.items() if k not in _SKIPPED_KEYS)
+            stack.extend(value.values())
         elif isinstance(value, list):
             stack.extend(value)
         elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -243,15 +411,18 @@ def result_strings(result: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
 class Corpus:
     """Normalised text from several sources, searchable for a value (see the module doc)."""
 
-    __slots__ = ("_buckets", "_exact", "_numbers", "_segments", "_sources", "_starts", "chars",
-                 "limit", "overflowed")
+    __slots__ = ("_buckets", "_exact", "_numbers", "_segments", "_sources", "_starts", "_turns",
+                 "_whole", "_whole_numbers", "chars", "limit", "overflowed")
 
     def __init__(self, *, limit: int = MAX_UNTRUSTED_CHARS) -> None:
         self._segments: list[str] = []
         self._starts: list[int] = []  # each segment's offset in the whole (for the postings)
         self._sources: list[tuple[str, str]] = []
-        self._exact: dict[str, int] = {}
-        self._numbers: dict[str, int] = {}
+        self._turns: list[int] = []  # the turn of the call each segment came from
+        self._exact: dict[str, int] = {}  # short whole strings and short tokens
+        self._whole: dict[str, int] = {}  # short whole strings only (not tokens of text)
+        self._numbers: dict[str, int] = {}  # JSON numbers and numbers in text
+        self._whole_numbers: dict[str, int] = {}  # JSON numbers and whole-string numbers
         # Gram -> offsets, bucketed by the gram's hash: memory grows with the text, not with
         # the number of distinct grams an attacker can make up; a collision only costs a
         # candidate that fails its check.
@@ -264,8 +435,12 @@ class Corpus:
         """The source whose text went past `limit`, if one did."""
 
     def add(self, source: tuple[str, str], strings: Iterable[str],
-            numbers: Iterable[Any] = ()) -> None:
-        """Index `strings` (and JSON `numbers`) as coming from `source` (call id, tool)."""
+            numbers: Iterable[Any] = (), *, turn: int = -1) -> None:
+        """Index `strings` (and JSON `numbers`) as coming from `source` (call id, tool).
+
+        `turn` is the model turn of the call the text came from (-1: before any turn, as
+        the task), which orders a trusted output against untrusted ones (module doc).
+        """
         if self.overflowed is not None:
             return
         parts = [normalise(s) for s in strings if s]
@@ -278,14 +453,19 @@ class Corpus:
         self._sources.append(source)
         self._segments.append(text)
         self._starts.append(base)
+        self._turns.append(turn)
         self.chars += len(text)
-        exact, nums = self._exact, self._numbers
+        exact, nums, whole_strings = self._exact, self._numbers, self._whole
         for part in parts:
             # Only short strings need an exact entry: a value of MIN_SUBSTRING characters or
             # more is found inside the text by the grams anyway.
             whole = part.strip()
             if len(whole) < MIN_SUBSTRING:
                 exact.setdefault(whole, seg)
+                whole_strings.setdefault(whole, seg)
+                key = _number_key(whole)
+                if key is not None:
+                    self._whole_numbers.setdefault(key, seg)
         # Distinct tokens and numbers first (findall and set run in C): the loops below touch
         # each once per output, not once per occurrence.
         for token in set(_TOKEN.findall(text)):
@@ -301,6 +481,7 @@ class Corpus:
             key = _number_key(value)
             if key is not None:
                 nums.setdefault(key, seg)
+                self._whole_numbers.setdefault(key, seg)
         buckets = self._buckets
         get = buckets.get
         for pos in range(0, len(text) - _GRAM + 1, _STRIDE):
@@ -310,22 +491,35 @@ class Corpus:
                 postings = buckets[bucket] = array.array("Q")
             postings.append(base + pos)
 
-    def find(self, value: Any) -> tuple[tuple[str, str], str] | None:
-        """The source a protected `value` was seen in, and how; None when it was not."""
+    def find(self, value: Any, *, whole_only: bool = False) -> Hit | None:
+        """Where a protected `value` was seen, and how; None when it was not.
+
+        `whole_only`: a value under `SHORT_VOUCHED` characters (or a number of fewer digits)
+        counts only as a whole string or a JSON number, never as a token of a longer text.
+        """
         if isinstance(value, bool):
             return None
         if isinstance(value, int | float):
             key = _number_key(value)
-            seg = None if key is None else self._numbers.get(key)
-            return None if seg is None else (self._sources[seg], "number")
+            if key is None:
+                return None
+            numbers = self._whole_numbers if whole_only and len(key.lstrip("-")) < \
+                SHORT_VOUCHED else self._numbers
+            return self._hit(numbers.get(key), "number")
         if not isinstance(value, str):
             return None
-        text = normalise(value)
+        return self.find_normalised(normalise(value), whole_only=whole_only)
+
+    def find_normalised(self, text: str, *, whole_only: bool = False) -> Hit | None:
+        """`find` for a string already normalised."""
         if len(text) >= MIN_SUBSTRING:
-            seg = self._substring(text)
-            return None if seg is None else (self._sources[seg], "substring")
-        seg = self._exact.get(text.strip())
-        return None if seg is None else (self._sources[seg], "exact")
+            return self._hit(self._substring(text), "substring")
+        text = text.strip()
+        short = self._whole if whole_only and len(text) < SHORT_VOUCHED else self._exact
+        return self._hit(short.get(text), "exact")
+
+    def _hit(self, seg: int | None, how: str) -> Hit | None:
+        return None if seg is None else Hit(self._sources[seg], self._turns[seg], how)
 
     def _substring(self, text: str) -> int | None:
         """The first segment holding `text` (at least MIN_SUBSTRING characters), or None."""
@@ -373,20 +567,41 @@ class Corpus:
         return None
 
 
+class Hit(NamedTuple):
+    """Where a value was found in a corpus."""
+
+    source: tuple[str, str]
+    """(call id, tool) of the output that held it."""
+    turn: int
+    """That call's model turn (-1: before any, as the task)."""
+    how: str
+    """`exact`, `number` or `substring` (see `Taint.match`)."""
+
+
 class Provenance:
     """Where one run's data came from: trusted text, and untrusted tool output.
 
     Built when a run starts (the task and the instructions), fed by the gate as calls finish,
-    and rebuilt from the store when a run resumes (see `handrail.runs`).
+    and rebuilt from the store when a run resumes (see `handrail.runs`). A delegated run
+    `inherit`s its parent's: what the parent read taints what the child does, and what the
+    parent's person wrote stays trusted below it.
     """
 
-    __slots__ = ("trusted", "untrusted")
+    __slots__ = ("echoed", "parents", "trusted", "untrusted")
 
     def __init__(self, *, limit: int = MAX_UNTRUSTED_CHARS) -> None:
         self.trusted = Corpus(limit=limit)
-        """Text a person or the developer vouched for."""
+        """Text a person or the developer vouched for (the task, answers, ctx.trust...)."""
+        self.echoed = Corpus(limit=limit)
+        """What tools declared `trusted_output` returned (trusted when it came first)."""
         self.untrusted = Corpus(limit=limit)
         """What tools returned."""
+        self.parents: tuple[Provenance, ...] = ()
+        """The provenance of the runs above a delegated run, the root first."""
+
+    def inherit(self, parent: Provenance) -> None:
+        """Look up values in `parent`'s corpora (and its parents') too, before this run's."""
+        self.parents = (*parent.parents, parent)
 
     def trust_text(self, source: str, *texts: str | None) -> None:
         """Add trusted text: the task, instructions, a person's answer (`source` names it)."""
@@ -401,30 +616,86 @@ class Provenance:
         self.trusted.add(source, strings, numbers)
 
     def add_output(self, source: tuple[str, str], result: Mapping[str, Any], *,
-                   trusted: bool) -> None:
-        """Add a call's result (`ToolResult.to_dict()`) from `source` (call id, tool id)."""
+                   trusted: bool, turn: int = 0) -> None:
+        """Add a call's result (`ToolResult.to_dict()`) from `source` (call id, tool id).
+
+        `turn` is the call's model turn (a trusted output counts only before the untrusted).
+        """
         strings, numbers = result_strings(result)
-        (self.trusted if trusted else self.untrusted).add(source, strings, numbers)
+        (self.echoed if trusted else self.untrusted).add(source, strings, numbers, turn=turn)
 
     def taint(self, arguments: Mapping[str, Any], protected: Iterable[str]) -> list[Taint]:
         """Each protected argument seen in untrusted output and nowhere trusted."""
         found: list[Taint] = []
+        chain = (*self.parents, self)
+        seen: set[str] = set()
         for pointer in protected:
             for where, value in pointer_values(arguments, pointer):
-                if self.trusted.find(value) is not None:
+                if where in seen:
                     continue
-                overflow = self.untrusted.overflowed
-                if overflow is not None:
-                    found.append(Taint(pointer=where, value=value, source_call="*",
-                                       source_tool=overflow[1], match="overflow"))
-                    continue
-                hit = self.untrusted.find(value)
-                if hit is None:
-                    continue
-                (call, tool), how = hit
-                found.append(Taint(pointer=where, value=value, source_call=call,
-                                   source_tool=tool, match=how))  # type: ignore[arg-type]
+                seen.add(where)
+                taint = self._taint_of(chain, where, value)
+                if taint is not None:
+                    found.append(taint)
         return found
+
+    @staticmethod
+    def _taint_of(chain: tuple[Provenance, ...], where: str, value: Any) -> Taint | None:
+        for level in chain:
+            overflow = level.untrusted.overflowed
+            if overflow is not None:
+                if _cleared(chain, value, None, None):
+                    return None
+                return Taint(pointer=where, value=value, source_call="*",
+                             source_tool=overflow[1], match="overflow")
+        text = normalise(value) if isinstance(value, str) else None
+        hit = _first(chain, value, text)
+        if hit is not None:
+            if _cleared(chain, value, text, hit):
+                return None
+            (call, tool), _, how = hit[1]
+            return Taint(pointer=where, value=value, source_call=call, source_tool=tool,
+                         match=how)  # type: ignore[arg-type]
+        if text is None:
+            return None
+        for part in value_parts(text):
+            hit = _first(chain, part, part)
+            if hit is not None and not _cleared(chain, part, part, hit):
+                (call, tool), _, _ = hit[1]
+                return Taint(pointer=where, value=value, source_call=call, source_tool=tool,
+                             match="contains", found=part)
+        return None
+
+
+def _first(chain: tuple[Provenance, ...], value: Any,
+           text: str | None) -> tuple[int, Hit] | None:
+    """The earliest untrusted output holding `value` along `chain`: (level, hit)."""
+    for level, provenance in enumerate(chain):
+        hit = (provenance.untrusted.find(value) if text is None
+               else provenance.untrusted.find_normalised(text))
+        if hit is not None:
+            return level, hit
+    return None
+
+
+def _cleared(chain: tuple[Provenance, ...], value: Any, text: str | None,
+             hit: tuple[int, Hit] | None) -> bool:
+    """Whether trusted text vouches for `value`, found untrusted at `hit` (see module doc)."""
+    for level, provenance in enumerate(chain):
+        found = (provenance.trusted.find(value, whole_only=True) if text is None
+                 else provenance.trusted.find_normalised(text, whole_only=True))
+        if found is not None:
+            return True
+        echoed = (provenance.echoed.find(value, whole_only=True) if text is None
+                  else provenance.echoed.find_normalised(text, whole_only=True))
+        # A trusted output counts when it showed the value no later than the first
+        # untrusted output did (an earlier level of the tree, an earlier turn, or the same
+        # turn, whose calls were all chosen before any of them returned): a later one may
+        # be an echo of what the model read.
+        if echoed is not None and hit is not None and \
+                (level, echoed.turn) <= (hit[0], hit[1].turn):
+            return True
+    return False
 
 
 def check_pointers(tool: str, label: str, pointers: object) -> tuple[Any, ...]:
