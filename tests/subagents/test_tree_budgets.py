@@ -116,8 +116,9 @@ async def test_a_run_well_within_its_wall_clock_budget_finishes(clock: Clock) ->
 def _tree(root_model: Any, child_model: Any, **budgets: Any) -> hr.Agent:
     child = hr.Agent(child_model, [look], name="worker")
     delegate = child.as_tool()
+    # The root's manifest grants the whole tree's tools (a tree is governed by its root).
     return hr.Agent(root_model, [delegate], name="root", policy=ROOT_POLICY,
-                    manifest=_budgeted([delegate], **budgets))
+                    manifest=_budgeted([delegate, look], **budgets))
 
 
 async def test_the_trees_token_budget_counts_the_childs_turns_with_the_roots() -> None:
