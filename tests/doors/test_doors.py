@@ -321,13 +321,13 @@ async def _http_server(argv: list[str], place: Place) -> AsyncIterator[tuple[str
             async for chunk in process.stderr:
                 said += chunk.decode()
                 url = re.search(r"at (http://\S+/mcp)", said)
-                token = re.search(r"bearer token: (\S+)", said)
-                if url and token:
+                where = re.search(r"bearer token: in (\S+)", said)  # where, never the token
+                if url and where:
                     break
             else:
                 pytest.fail(f"handrail serve --http said only: {said}")
         assert f"store {place.db}" in said, said
-        yield url.group(1), token.group(1)
+        yield url.group(1), (await anyio.Path(where.group(1)).read_text()).strip()
     finally:
         process.terminate()
         with anyio.move_on_after(10):
