@@ -582,7 +582,10 @@ def _print_call(out: Out, c: Any, indent: str = "") -> None:
     texts = [str(i.get("text", "")) for i in content
              if isinstance(i, dict) and i.get("kind") == "text"]
     text = "\n".join(t for t in texts if t)
-    if text.strip():
+    if "\n" not in text.strip() and len(text) <= 120:
+        if text.strip():  # one short line: beside its label
+            out.print(f"{indent}    result: {printable(text.strip())}")
+    else:
         out.print(f"{indent}    result:")
         _print_lines(out, text, f"{indent}      ")
 
