@@ -60,7 +60,7 @@ async def serve_http(root: Path, *args: str) -> AsyncIterator[HttpServer]:
                     break
             else:
                 pytest.fail(f"handrail serve --http said only: {said}")
-        token = Path(where.group(1)).read_text().strip()  # serve prints where, never what
+        token = (await anyio.Path(where.group(1)).read_text()).strip()  # where, never what
         assert token not in said
         yield HttpServer(url.group(1), token, root)
     finally:

@@ -89,10 +89,10 @@ async def test_the_token_is_in_a_private_file_never_printed_and_any_case_works(
     async with serving(tmp_path, "127.0.0.1:0") as (url, said), httpx.AsyncClient() as c:
         where = re.search(r"bearer token: in (\S+)", said)
         assert where is not None, said
-        token_file = Path(where.group(1))
-        assert token_file.stat().st_mode & 0o777 == 0o600
-        assert token_file.parent.stat().st_mode & 0o077 == 0
-        token = token_file.read_text().strip()
+        token_file = anyio.Path(where.group(1))
+        assert (await token_file.stat()).st_mode & 0o777 == 0o600
+        assert (await token_file.parent.stat()).st_mode & 0o077 == 0
+        token = (await token_file.read_text()).strip()
         assert len(token) >= 32 and token not in said
         for scheme in ("Bearer", "bearer", "BEARER"):
             response = await c.post(url, json=BODY,
@@ -101,7 +101,7 @@ async def test_the_token_is_in_a_private_file_never_printed_and_any_case_works(
         wrong = await c.post(url, json=BODY, headers={**HEADERS, "Authorization":
                                                       f"Basic {token}"})
         assert wrong.status_code == 401
-    assert not token_file.exists()  # removed when serve stops
+    assert not await token_file.exists()  # removed when serve stops
 
 
 async def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:

@@ -94,15 +94,22 @@ def daemons() -> Iterator[list[int]]:
 
 MODES = [
     pytest.param("off", id="sandbox-off"),
+    pytest.param("nothing", id="auto-with-no-mechanism"),
     pytest.param("landlock", id="landlock-fallback",
                  marks=pytest.mark.skipif(_landlock.abi() < 1, reason="needs Landlock")),
 ]
 
 
+def no_bubblewrap(ws: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if mode in ("landlock", "nothing"):
+        monkeypatch.setenv("HANDRAIL_BWRAP", str(ws / "no-such-bwrap"))
+    if mode == "nothing":
+        monkeypatch.setattr(_landlock, "abi", lambda: 0)
+
+
 async def run(ws: Path, mode: str, then: str, deadline: float,
               monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    if mode == "landlock":
-        monkeypatch.setenv("HANDRAIL_BWRAP", str(ws / "no-such-bwrap"))
+    no_bubblewrap(ws, mode, monkeypatch)
     box = hr.Toolbox(hr.builtin.workspace_tools())
     handler = box.handler("workspace/exec", workspace=ws,
                           sandbox="off" if mode == "off" else "auto")
@@ -124,6 +131,7 @@ async def test_a_setsid_daemon_dies_when_the_program_ends(
     assert out["stdout"] == f"daemon {daemon}\n"
     assert await anyio.to_thread.run_sync(_gone_within, daemon, 10.0)
     assert out["sandbox"]["descendants"].startswith("reaped")
+    assert out["sandbox"]["mechanism"] == ("landlock" if mode == "landlock" else "none")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -139,8 +147,7 @@ async def test_a_setsid_daemon_dies_with_a_program_past_its_deadline(
 @pytest.mark.parametrize("mode", MODES)
 async def test_the_launcher_keeps_the_programs_exit(
         ws: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if mode == "landlock":
-        monkeypatch.setenv("HANDRAIL_BWRAP", str(ws / "no-such-bwrap"))
+    no_bubblewrap(ws, mode, monkeypatch)
     box = hr.Toolbox(hr.builtin.workspace_tools())
     sandbox = "off" if mode == "off" else "auto"
     for argv, code in (([PY, "-c", "raise SystemExit(7)"], 7),

@@ -16,7 +16,7 @@ import handrail as hr
 
 pytest.importorskip("starlette")
 
-from handrail.web._inbox import _action_diff, _read_policy  # noqa: E402
+from handrail.web._inbox import _action_diff, _read_policy
 
 NOTE = "no diff: the current file is READ-denied"
 

@@ -491,8 +491,11 @@ def _landlock_or_nothing(argv: Sequence[str], policy: Policy,
         if mode == "required":
             raise SandboxUnavailable(f"sandbox='required' and the program cannot be confined: "
                                      f"{missing}; nothing was started")
-        return list(argv), {"mode": mode, "mechanism": "none",
-                            "warnings": [f"not confined: {missing}"]}
+        # Unconfined, still reaped (as under "off"): no descendant outlives the program.
+        return (_landlock.launcher_argv(list(argv), writable=[], deny_tcp=False,
+                                        landlock=False),
+                {"mode": mode, "mechanism": "none", "descendants": REAPED,
+                 "warnings": [f"not confined: {missing}"]})
     root = workspace_root(os.fspath(workspace))
     hidden, read_only = _expand(policy, root)
     network = _network(policy)
