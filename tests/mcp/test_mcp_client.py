@@ -217,8 +217,9 @@ async def test_a_server_that_dies_mid_call_is_in_doubt_then_restarted_once_per_r
         assert tools.events[0]["run_id"] == result.run_id
         # ...and an event of the run's own record.
         run = await store.run(result.run_id)
-        assert [(e["kind"], e["server"]) for e in run.events] == [("mcp_server_restarted", "fx")]
-        assert "dying on purpose" in run.events[0]["stderr_tail"]
+        assert [(e["kind"], e.get("server")) for e in run.events] == [
+            ("governance", None), ("mcp_server_restarted", "fx")]  # the run's own first
+        assert "dying on purpose" in run.events[1]["stderr_tail"]
         assert marker.read_text().splitlines() == ["die", "echo back", "die"]
 
 

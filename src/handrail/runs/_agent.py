@@ -1278,7 +1278,21 @@ def _checked_usage(usage: Any) -> Usage:
 
 def check_resumable(run: RunRecord, agent: Agent, allow_manifest_change: bool
                      ) -> list[dict[str, Any]]:
-    """Refuse to resume across a boundary; returns the run's events plus what to record."""
+    """Refuse to resume across a boundary; returns the run's events plus what to record.
+
+    The boundary: the recorded policy, the manifest, and (for a run that is not a
+    sub-agent's: those are checked with their tree) the recorded governance
+    (`resumed_pieces`: its workspace, its control).
+    """
+    events = _check_boundary(run, agent, allow_manifest_change)
+    if run.depth == 0:  # a sub-agent's run is checked with its tree (`prepare_resume`)
+        resumed_pieces(run, agent, None)
+    return events
+
+
+def _check_boundary(run: RunRecord, agent: Agent, allow_manifest_change: bool
+                    ) -> list[dict[str, Any]]:
+    """`check_resumable` but the governance's pieces (`_resume` derives those itself)."""
     if not isinstance(agent, Agent):
         raise UserError("resuming needs agent= (the Agent whose run this is)")
     if run.policy is None:
@@ -1296,8 +1310,6 @@ def check_resumable(run: RunRecord, agent: Agent, allow_manifest_change: bool
             )
         events.append({"kind": "manifest_changed", "from": run.manifest_digest,
                        "to": agent.manifest_digest, "at": time.time()})
-    if run.depth == 0:  # a sub-agent's run is checked with its tree (`prepare_resume`)
-        resumed_pieces(run, agent, None)
     return events
 
 
@@ -1439,7 +1451,7 @@ async def _resume(store: Store, run_id: str, *, agent: Agent, approver: Approver
         if tree is not None:
             run, _, totals = tree
             run_id = run.id
-    events = check_resumable(run, agent, allow_manifest_change)
+    events = _check_boundary(run, agent, allow_manifest_change)
     pieces = resumed_pieces(run, agent, parent)
     # The owner is alive in this process from before the claim: a second resume of the same
     # run here, between this claim and the runner starting, must find it driven, not orphaned
