@@ -29,8 +29,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import pgserver
+
+# Hypothesis, on a loaded machine (a shared CI host, other suites beside this one): generating
+# inputs slowly is the machine's doing, not the test's; no per-example deadline either (the
+# per-test timeout catches a hang). Tests that set their own settings keep them.
+settings.register_profile("handrail", suppress_health_check=[HealthCheck.too_slow],
+                          deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "handrail"))
 
 # ------------------------------------------------------------------ the source tree under test
 

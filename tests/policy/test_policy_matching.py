@@ -209,15 +209,15 @@ def test_net_matching_time_is_bounded() -> None:
         assert time.perf_counter() - start < 0.5
 
 
-def test_the_issue_reproduction_is_fast(tmp_path: Path) -> None:
-    # 8 s before: '*credentials*.json' against a 300 KB path. Now refused by length at once,
-    # and the longest accepted path is matched in linear time.
+def test_the_issue_reproduction_is_refused_by_length_before_any_matching(tmp_path: Path) -> None:
+    # 8 s before: '*credentials*.json' against a 300 KB path. Now refused by length at once
+    # (the confinement layer, before any rule's pattern), and the longest accepted path is
+    # matched in linear time. How long it takes is a figure (benchmarks/policy.py), not
+    # asserted here (issue 35: no timed tests).
     policy = Policy.default().layer("x").deny(R, "*credentials*.json")
-    start = time.perf_counter()
     v = policy.check(hr.Action(R, "credentials" * 30000), workspace=tmp_path)
     assert v.effect is Effect.DENY and v.layer == "confinement"
     assert "PATH_MAX" in v.reason
-    assert time.perf_counter() - start < 0.5
 
 
 # -- caps ------------------------------------------------------------------------------------

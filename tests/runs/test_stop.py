@@ -245,10 +245,11 @@ def test_ctrl_c_in_another_process_settles_the_turn(tmp_path: Path) -> None:
         started = {process.stdout.readline().strip(), process.stdout.readline().strip()}
         assert started == {"a", "b"}
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=60)
+        _, err = process.communicate(timeout=240)  # generous: a loaded machine
     finally:
         if process.poll() is None:
             process.kill()
+            process.wait()  # reaped: never a zombie left for the session's end
     assert process.returncode == 130, err
 
     async def check() -> None:
@@ -313,10 +314,11 @@ def test_ctrl_c_while_the_control_runs_kills_its_process_group(tmp_path: Path) -
             pids = [int(p) for p in fifo.read().split()]
         assert len(pids) == 2 and all(_alive(p) for p in pids)
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=60)
+        _, err = process.communicate(timeout=240)  # generous: a loaded machine
     finally:
         if process.poll() is None:
             process.kill()
+            process.wait()  # reaped: never a zombie left for the session's end
     assert process.returncode == 130, err
     assert not any(_alive(p) for p in pids)
 
@@ -387,10 +389,11 @@ def test_a_second_ctrl_c_kills_the_programs_at_once(tmp_path: Path) -> None:
         assert process.poll() is None and _alive(pid)
         process.send_signal(signal.SIGINT)
         # The second: its group is killed at once, not after the 600 s grace period.
-        _, err = process.communicate(timeout=60)
+        _, err = process.communicate(timeout=240)  # generous: a loaded machine
     finally:
         if process.poll() is None:
             process.kill()
+            process.wait()  # reaped: never a zombie left for the session's end
         if pid is not None and _alive(pid):
             os.killpg(pid, signal.SIGKILL)
             pytest.fail("the second Ctrl-C left the program running")
