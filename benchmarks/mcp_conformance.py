@@ -457,6 +457,8 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--install", action="store_true", help="npm-install the suite first")
     parser.add_argument("--package", default=DEFAULT_PACKAGE, help="the suite's version")
+    parser.add_argument("--cache", metavar="DIR", help="where the suite is installed "
+                        "(default .cache/conformance; another for another version)")
     parser.add_argument("--only", choices=["server", "client"])
     parser.add_argument("--scenario")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -470,6 +472,9 @@ def main() -> int:
         run = sdk_client if ns.as_client == "sdk" else handrail_client
         asyncio.run(run(ns.url))
         return 0
+    if ns.cache:
+        global CACHE
+        CACHE = Path(ns.cache).resolve()
     if ns.install:
         install(ns.package)
     work = Path(tempfile.mkdtemp(prefix="hr-conformance-"))

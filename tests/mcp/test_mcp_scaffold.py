@@ -47,6 +47,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+@pytest.mark.timeout(600)  # three starts of the server, on a loaded machine
 def test_check_and_update_need_no_module_for_a_servers_only_manifest(
         project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["manifest", "check"]) == 0
@@ -90,3 +91,27 @@ type = "object"
     assert main(["manifest", "update"]) == 0
     refs = [str(g.ref) for g in hr.Manifest.load("handrail.toml").grants]
     assert "time/extra" in refs
+
+
+@pytest.mark.timeout(600)  # two starts of the server
+def test_init_servers_grants_what_the_servers_offer_for_review(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (project / "handrail.toml").read_text().split("[[tools]]")[0]
+    (project / "handrail.toml").write_text(text)
+    assert main(["manifest", "init", "--servers"]) == 0
+    written = hr.Manifest.load("handrail.toml")
+    assert sorted(str(g.ref) for g in written.grants) == ["time/convert_time",
+                                                          "time/get_current_time"]
+    # Hints are never trusted: granted as mutating, with schemas pinned, for a person to review.
+    assert all(g.mutates and g.arguments is not None for g in written.grants)
+    assert [s.name for s in written.servers] == ["time"]
+    assert (project / "handrail.toml").read_text().startswith(text)
+    assert main(["manifest", "check"]) == 0
+
+
+def test_init_servers_needs_servers_declared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["manifest", "init", "--servers"]) != 0
+    assert "reads the [[servers]] of handrail.toml" in capsys.readouterr().err

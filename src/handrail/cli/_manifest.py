@@ -35,8 +35,13 @@ def register(subparsers: Any) -> None:
         "schema; for an Agent also its name, instructions, model and policy. Refuses to "
         "overwrite an existing file (see `manifest update`). Review it, then commit it.",
     )
-    init.add_argument("target", metavar="MODULE:OBJECT",
+    init.add_argument("target", metavar="MODULE:OBJECT", nargs="?",
                       help="a Toolbox, an Agent, a list of tools, or a callable returning one")
+    init.add_argument("--servers", action="store_true",
+                      help="grant the tools of the [[servers]] the manifest (-o) declares: "
+                      "each server is started (its start decided by the manifest's policy) and "
+                      "every tool it offers is granted with its schemas pinned, as mutating; "
+                      "a read-only hint is printed as a note to review")
     init.add_argument("-o", "--output", default=_DEFAULT_PATH,
                       help=f"where to write it (default {_DEFAULT_PATH}; '-' for stdout)")
     init.add_argument("--force", action="store_true",
@@ -169,9 +174,78 @@ def _agent_fields(agent: object) -> dict[str, Any]:
     return fields
 
 
+def _init_servers(args: argparse.Namespace) -> int:
+    """`manifest init --servers`: grant what the declared servers offer, for review."""
+    import dataclasses
+
+    import anyio
+
+    from handrail.manifest import Manifest, update
+    from handrail.mcp import MCPToolset
+    from handrail.tools import Toolbox
+
+    path = _DEFAULT_PATH if args.output == "-" else args.output
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise UserError(f"manifest init --servers reads the [[servers]] of {path}, which "
+                        f"cannot be read ({exc.strerror}): write the [[servers]] entries (and "
+                        "a [policy] allowing their start) first, then run it again") from None
+    manifest = Manifest.from_toml(text, source=path)
+    if not manifest.servers:
+        raise UserError(f"{path} declares no [[servers]]: add one (name, command or url) "
+                        "and run `handrail manifest init --servers` again")
+    code: Any = resolve_toolset(args.target)[0] if args.target else Toolbox([])
+
+    async def offered() -> tuple[Any, list[str]]:
+        import contextlib
+
+        notes: list[str] = []
+        async with contextlib.AsyncExitStack() as stack:
+            impls = []
+            for decl in manifest.servers:
+                # No manifest: every tool the server offers, each one mutating until a
+                # person reviewing the grant says otherwise.
+                toolset = await stack.enter_async_context(MCPToolset.from_manifest(
+                    decl, policy=manifest.policy))
+                for impl in toolset.impls():
+                    grant = manifest.grant(impl.spec.id)
+                    if grant is not None:  # reviewed already: as granted, never laxer
+                        impl.spec = dataclasses.replace(impl.spec, mutates=grant.mutates)
+                    impls.append(impl)
+                    if impl.spec.annotations.get("readOnlyHint") is True:
+                        notes.append(f"'{impl.spec.id}': its server hints it is read-only; "
+                                     "granted as mutating (calls ask): set mutates = false "
+                                     "once you have checked that it changes nothing")
+            return Toolbox([code, *impls]), notes
+
+    box, notes = anyio.run(offered)
+    result = update(text, box, {}, source=path)
+    for change in result.changes:
+        print(f"  - {change}")
+    if args.output == "-":
+        sys.stdout.write(result.text)
+    elif result.changes:
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(result.text)
+        os.replace(tmp, path)
+        print(f"wrote {path}: {len(result.manifest.grants)} tools granted, "
+              f"{result.manifest.digest}; review each grant", file=sys.stderr)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
 def _init(args: argparse.Namespace) -> int:
     from handrail.manifest import Manifest
 
+    if args.servers:
+        return _init_servers(args)
+    if not args.target:
+        raise UserError("manifest init needs MODULE:OBJECT (the code whose tools to grant), "
+                        "or --servers (the tools of the [[servers]] the manifest declares)")
     toolbox, agent = resolve_toolset(args.target)
     manifest = Manifest.from_toolbox(
         toolbox,
