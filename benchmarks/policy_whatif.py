@@ -7,7 +7,8 @@ net, MCP-style calls, a sub-agent run every tenth), each call's verdict the reco
 `check` and every ask approved or denied, as the gate records them. Then, per backend, from a
 freshly opened store each time, as the command does: read the history (`call_history`),
 replay it against a proposed policy, derive the suggested policy. Prints medians over
-`--reps`, and checks that reading wrote nothing: the SQLite file (and its WAL) byte for byte,
+`--reps`, wall and CPU (this process's, all threads: PostgreSQL's server side is not in
+it), and checks that reading wrote nothing: the SQLite file (and its WAL) byte for byte,
 the log of unfolded writes untouched; on PostgreSQL, the WAL position before and after.
 Also times the command itself (`handrail policy what-if`, a new process) on the SQLite file.
 """
@@ -96,7 +97,9 @@ async def fill(store: hr.Store, calls: int, ws: str) -> None:
                         depth=1 if child else 0)
         if not child:
             parent = run_id
-        await store.write(Batch(run=run, calls=_calls_of(run_id, per_run, ws, rng)))
+        await store.write(Batch(run=run, calls=_calls_of(run_id, per_run, ws, rng)),
+                          wait=False)
+    await store.flush()
 
 
 def _digest(db: Path) -> dict[str, str]:
@@ -116,13 +119,13 @@ async def measure(url: str) -> dict[str, float]:
     async def one() -> dict[str, float]:
         store = hr.Store.open(url)
         try:
-            t0 = time.perf_counter()
-            history = [pair async for pair in store.call_history()]
-            t1 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
+            history = [pair async for pair in store.call_history(decisions_only=True)]
+            c1, t1 = time.process_time(), time.perf_counter()
             report = hr.policy.replay(history, PROPOSED)
-            t2 = time.perf_counter()
+            c2, t2 = time.process_time(), time.perf_counter()
             suggestion = hr.policy.suggest_from(history)
-            t3 = time.perf_counter()
+            c3, t3 = time.process_time(), time.perf_counter()
         finally:
             await store.close()
         calls = sum(len(c) for _, c in history)
@@ -131,9 +134,13 @@ async def measure(url: str) -> dict[str, float]:
         # approved another time is allowed: the replay names those as loosenings).
         assert not [f for f in hr.policy.replay(history, suggestion.policy).gating
                     if f.after is hr.Effect.DENY], suggestion.conflicts
-        return {"read": t1 - t0, "replay": t2 - t1, "suggest": t3 - t2,
-                "what-if": t2 - t0, "suggest total": (t1 - t0) + (t3 - t2),
-                "calls": float(calls), "flips": float(len(report.flips))}
+        row = {"read": t1 - t0, "replay": t2 - t1, "suggest": t3 - t2,
+               "what-if": t2 - t0, "suggest total": (t1 - t0) + (t3 - t2),
+               "what-if cpu": c2 - c0, "suggest cpu": (c1 - c0) + (c3 - c2),
+               "calls": float(calls), "flips": float(len(report.flips))}
+        print(f"  {url[:40]}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()
+                                             if k not in ("calls", "flips")), flush=True)
+        return row
 
     return await one()
 
@@ -166,7 +173,7 @@ def main() -> None:
         await store.close()
 
     anyio.run(fill_sqlite)
-    print(f"sqlite: filled in {time.perf_counter() - t:.1f} s")
+    print(f"sqlite: filled in {time.perf_counter() - t:.1f} s", flush=True)
     before = _digest(db)
     results["sqlite"] = [anyio.run(measure, str(db)) for _ in range(args.reps)]
     checks["sqlite"] = ("file unchanged" if _digest(db) == before else "FILE CHANGED")
@@ -217,15 +224,26 @@ def main() -> None:
 
             t = time.perf_counter()
             anyio.run(fill_pg)
-            print(f"postgresql: filled in {time.perf_counter() - t:.1f} s")
-            lsn = _lsn(url)
+            print(f"postgresql: filled in {time.perf_counter() - t:.1f} s", flush=True)
+            # The server writes WAL of its own (autovacuum analysing the new tables): the
+            # same time idle, just before, says how much.
+            t = time.perf_counter()
             results["postgresql"] = [anyio.run(measure, url) for _ in range(args.reps)]
-            checks["postgresql"] = f"WAL written while reading: {_lsn(url) - lsn} bytes"
+            took = time.perf_counter() - t
+            lsn = _lsn(url)
+            results["postgresql"] += [anyio.run(measure, url) for _ in range(args.reps)]
+            during = _lsn(url) - lsn
+            lsn = _lsn(url)
+            time.sleep(took)
+            idle = _lsn(url) - lsn
+            checks["postgresql"] = (f"WAL written during {args.reps} reads: {during} bytes; "
+                                    f"idle for as long: {idle} bytes (READ ONLY transactions)")
         finally:
             pgserver.stop(server)
 
     print(f"\nmedians over {args.reps} reps (seconds), {args.calls:,} calls:")
-    keys = ("read", "replay", "suggest", "what-if", "suggest total")
+    keys = ("read", "replay", "suggest", "what-if", "suggest total", "what-if cpu",
+            "suggest cpu")
     print(f"{'store':<12}" + "".join(f"{k:>15}" for k in keys) + f"{'calls/s (what-if)':>20}")
     for kind, rows in results.items():
         print(f"{kind:<12}" + "".join(f"{median(rows, k):>15.2f}" for k in keys)

@@ -204,7 +204,9 @@ class Suggestion:
 # -- reading a record -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+# The two internal records below are built once per recorded call (100,000 at a time): not
+# frozen, since a frozen dataclass pays an object.__setattr__ per field on construction.
+@dataclass(slots=True)
 class _Decided:
     """One action of a recorded call, in the canonical form it was decided on."""
 
@@ -234,7 +236,7 @@ class _Decided:
         return policy.check(Action(act, self.target), mutates=mutates)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Call:
     """A recorded call the policy decided, ready to replay."""
 
