@@ -110,8 +110,9 @@ def test_a_short_value_needs_a_whole_trusted_string() -> None:
     assert len(prov.taint({"id": "13", "n": 13}, ["/id", "/n"])) == 2
     prov.trust_values(("c2", "answer"), ["13"])
     assert prov.taint({"id": "13", "n": 13}, ["/id", "/n"]) == []
-    # Four characters or more: a token of the task is enough, as before.
-    prov.trust_text("task", "the report for 2024")
-    prov.add_output(("c3", "mail"), {"content": [{"kind": "text", "text": "year 2024"}]},
+    # Three characters or more: a token of the task is enough, as before (a name the user
+    # typed, `Eve`, is what the user meant).
+    prov.trust_text("task", "message Eve the report for 2024")
+    prov.add_output(("c3", "mail"), {"content": [{"kind": "text", "text": "Eve, year 2024"}]},
                     trusted=False)
-    assert prov.taint({"year": "2024"}, ["/year"]) == []
+    assert prov.taint({"to": "Eve", "year": "2024", "n": 2024}, ["/to", "/year", "/n"]) == []

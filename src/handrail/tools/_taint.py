@@ -33,7 +33,7 @@ How a value is looked for (every corpus alike):
 
 Trusted text clears a value the untrusted side holds, with two limits:
 
-- a value under 4 characters (`13`) is cleared only by a whole trusted string or JSON
+- a value under 3 characters (`13`) is cleared only by a whole trusted string or JSON
   number (a person's answer, a vouched value, a field of a trusted output), never by a
   token of free text: a date in the task does not vouch for a file id in an email;
 - the output of a tool declared `trusted_output` clears a value only when it showed it in
@@ -82,8 +82,11 @@ MIN_SUBSTRING = 8
 MAX_UNTRUSTED_CHARS = 16 * 1024 * 1024
 """Untrusted text indexed per run; beyond it every protected value counts as tainted."""
 
-SHORT_VOUCHED = 4
-"""A value shorter than this is cleared only by a whole trusted string or number."""
+SHORT_VOUCHED = 3
+"""A value shorter than this (`13`) is cleared only by a whole trusted string or number."""
+
+_MIN_PART = 4
+"""The shortest part of a value looked up alone (an identifier: see *contains*)."""
 
 _GRAM = 5
 _STRIDE = 4
@@ -150,9 +153,9 @@ def value_parts(text: str) -> list[str]:
 
     def keep(part: str) -> None:
         part = part.strip(_EDGE + "-")
-        # Identifier-like: long, or at least SHORT_VOUCHED characters with something other
+        # Identifier-like: long, or at least _MIN_PART characters with something other
         # than letters (a digit, `@.:/_-`): plain words are not parts.
-        if part != text and (len(part) >= 12 or (len(part) >= SHORT_VOUCHED and
+        if part != text and (len(part) >= 12 or (len(part) >= _MIN_PART and
                                                  not part.isalpha())):
             seen[part] = None
 
@@ -311,11 +314,13 @@ def pointer_values(document: Any, pointer: str) -> Iterator[tuple[str, Any]]:
 
 
 _MAILBOX = re.compile(r'(?:"?[^"<>@,;]*"?\s*<)?[^\s@<>,;]+@[^\s@<>,;]+\.[^\s@<>,;]+>?')
-_WEB_HOST = re.compile(
-    r"(?:[a-z0-9-]+\.)+(?:com|net|org|info|biz|io|dev|app|ai|co|me|xyz|site|online|top|"
-    r"shop|cloud|link|page|us|uk|eu|de|fr|ru|cn|gov|edu)(?::\d+)?(?:[/?#]\S*)?", re.I)
+_WEB_SUFFIXES = frozenset(
+    "com net org info biz io dev app ai co me xyz site online top shop cloud link page us uk "
+    "eu de fr ru cn gov edu".split())
+_WEB_HOST = re.compile(r"(?:[a-z0-9-]+\.)+[a-z]+(?::\d+)?(?:[/?#]\S*)?", re.I)
 _SCHEMED = re.compile(r"[a-z][a-z0-9+.\-]*://\S+|mailto:\S+|www\.\S+", re.I)
 _MAX_ADDRESS = 4096
+_SCALARS = (int, float, bool, type(None))
 
 
 def is_address(value: str, *, mailboxes: bool = True) -> bool:
@@ -332,9 +337,13 @@ def is_address(value: str, *, mailboxes: bool = True) -> bool:
     if "@" in text and not text.lower().startswith(("http:", "https:", "mailto:")):
         return mailboxes and all(_MAILBOX.fullmatch(piece.strip())
                                  for piece in re.split(r"[,;]", text) if piece.strip())
-    if any(c.isspace() for c in text):
+    if len(text.split(None, 1)) > 1:
         return False
-    return bool(_SCHEMED.fullmatch(text) or _WEB_HOST.fullmatch(text))
+    lower = text.lower()
+    if "://" in lower or lower.startswith(("www.", "mailto:")):
+        return _SCHEMED.fullmatch(text) is not None
+    host = lower.partition("/")[0].partition("?")[0].partition("#")[0].partition(":")[0]
+    return host.rpartition(".")[2] in _WEB_SUFFIXES and _WEB_HOST.fullmatch(text) is not None
 
 
 def address_pointers(arguments: Any, *, mutates: bool = True) -> list[str]:
@@ -344,11 +353,23 @@ def address_pointers(arguments: Any, *, mutates: bool = True) -> list[str]:
     data leaves, and a recipient is where a mutating call sends it. An email address given
     to a tool that changes nothing (a lookup, a check) goes nowhere: not protected there.
     """
+    # Every call passes here, most with a few short arguments: a pointer is made only for a
+    # container to walk or a string that may be an address (issue 11: a call's fixed cost).
     found: list[str] = []
-    for where, leaf in pointer_values(arguments, ""):
-        if isinstance(leaf, str) and ("." in leaf or ":" in leaf) and \
-                is_address(leaf, mailboxes=mutates):
-            found.append(where)
+    stack: list[tuple[str, Any]] = [("", arguments)]
+    while stack:
+        where, node = stack.pop()
+        kind = type(node)
+        items = (node.items() if kind is dict else enumerate(node) if kind is list
+                 else node.items() if isinstance(node, Mapping) else ())
+        for key, leaf in items:
+            kind = type(leaf)
+            if kind is str:
+                if ("." in leaf or ":" in leaf) and is_address(leaf, mailboxes=mutates):
+                    found.append(f"{where}/{_escape(str(key))}")
+            elif kind is dict or kind is list or (kind not in _SCALARS and
+                                                  isinstance(leaf, Mapping | list)):
+                stack.append((f"{where}/{_escape(str(key))}", leaf))
     return found
 
 
