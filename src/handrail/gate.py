@@ -704,6 +704,10 @@ class TurnResult:
     its call record holds, when the record's is the result's (one `to_dict` a call)."""
 
 
+_EVERY_PATH = frozenset({"**", "**/*"})
+"""Patterns of a rule that did not choose which paths: its allow vouches for none."""
+
+
 class Gate:
     """Stages 1-9 for the calls of one run (see the module docstring)."""
 
@@ -1064,7 +1068,7 @@ class Gate:
                                                     mutates=plan.spec.mutates)
         if verdict.effect is Effect.ALLOW:
             if state.taint:
-                state.taint = self._steering(state.taint, actions)
+                state.taint = self._steering(state.taint, actions, verdict)
             if state.taint:
                 verdict = _tainted(verdict, state.taint, scope.policy.taint)
             elif scope.intent is not None and plan.spec.mutates and \
@@ -1099,14 +1103,21 @@ class Gate:
         else:
             record.status = CallStatus.STARTED
 
-    def _steering(self, taint: Sequence[Taint], actions: Sequence[Action]) -> Sequence[Taint]:
+    def _steering(self, taint: Sequence[Taint], actions: Sequence[Action],
+                  verdict: Verdict) -> Sequence[Taint]:
         """The taint that can steer: without a path the policy itself allows to be written.
 
         A workspace file named in a listing and edited under `allow write *.py` is not
         steered by the listing: the policy already lets any such path be written, whoever
         named it. Called only when the rules of this moment (remembered ones too) allowed
-        the call, so every WRITE action of it is one they allow.
+        the call, so every WRITE action of it is one they allow. Only a rule that chose
+        which paths counts: an allow by a default, or by a rule matching every path
+        (`Policy.permissive()`, `allow write **`), says nothing about this one, and a path
+        a tool's output picked still asks.
         """
+        rule = verdict.rule
+        if rule is None or rule.pattern.lstrip("/") in _EVERY_PATH:
+            return taint
         allowed = {os.path.normpath(a.target) for a in actions
                    if a.act is Act.WRITE and isinstance(a.target, str)}
         if not allowed:
