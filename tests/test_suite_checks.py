@@ -16,8 +16,11 @@ HERE = Path(__file__).parent
 
 pytestmark = pytest.mark.slow
 
+# Each leaking test lasts a few clock ticks (1/100 s) after its Popen: the check names the
+# test a process started during by its start time in ticks, and on a quiet machine the next
+# test would begin within the same tick.
 LEAKY = '''
-import os, subprocess, sys
+import os, subprocess, sys, time
 
 def test_before():
     pass
@@ -29,15 +32,18 @@ def test_leaks_a_grandchild():
     subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen("
                     "[sys.executable, '-c', 'import time; time.sleep(120)', 'TOKEN'])"],
                    env={"PATH": os.environ["PATH"], **keep}, check=True)
+    time.sleep(0.05)
 
 def test_leaks_a_child():
     global CHILD
     CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "TOKEN"],
                              env={"PATH": os.environ["PATH"]})
+    time.sleep(0.05)
 
 def test_forgets_to_wait():
     global EXITED
     EXITED = subprocess.Popen([sys.executable, "-c", "pass", "TOKEN"])
+    time.sleep(0.05)
 
 def test_after():
     pass

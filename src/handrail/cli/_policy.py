@@ -19,7 +19,7 @@ from handrail.cli._display import Out, printable, printable_json, style, table
 from handrail.errors import UserError
 
 if TYPE_CHECKING:
-    from handrail.policy._whatif import WhatIf
+    from handrail.policy import WhatIf
 
 __all__ = ["register"]
 
