@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 import governed
 import pytest
+from http_serving import serving_http, token_of
 
 import handrail as hr
 from handrail.tools import ToolId
@@ -312,29 +313,10 @@ async def serve_stdio(piece: str, place: Place) -> list[hr.CallRecord] | None:
 
 @contextlib.asynccontextmanager
 async def _http_server(argv: list[str], place: Place) -> AsyncIterator[tuple[str, str]]:
-    process = await anyio.open_process([*argv, "--http", "127.0.0.1:0"], cwd=place.elsewhere,
-                                       env=place.env(), stdout=subprocess.DEVNULL)
-    try:
-        assert process.stderr is not None
-        said = ""
-        with anyio.fail_after(60):
-            async for chunk in process.stderr:
-                said += chunk.decode()
-                url = re.search(r"at (http://\S+/mcp)", said)
-                where = re.search(r"bearer token: in (\S+)", said)  # where, never the token
-                if url and where:
-                    break
-            else:
-                pytest.fail(f"handrail serve --http said only: {said}")
+    async with serving_http([*argv, "--http", "127.0.0.1:0"], cwd=place.elsewhere,
+                            env=place.env()) as (url, said):
         assert f"store {place.db}" in said, said
-        yield url.group(1), (await anyio.Path(where.group(1)).read_text()).strip()
-    finally:
-        process.terminate()
-        with anyio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-        await process.aclose()
+        yield url, await token_of(said)
 
 
 async def serve_http(piece: str, place: Place) -> list[hr.CallRecord] | None:

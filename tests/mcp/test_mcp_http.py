@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from http_serving import serving_http, token_of
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from serve_tools import MANIFEST
@@ -46,30 +45,8 @@ async def serve_http(root: Path, *args: str) -> AsyncIterator[HttpServer]:
     """`handrail serve ARGS --http` in `root` (its SQLite store there), until the block ends."""
     argv = [sys.executable, "-m", "handrail.cli", "serve", *args, "--http", "127.0.0.1:0",
             "--store", str(root / "runs.db"), "--approval-timeout", "0.5"]
-    process = await anyio.open_process(argv, cwd=root, env=_env(root),
-                                       stdout=subprocess.DEVNULL)
-    try:
-        assert process.stderr is not None
-        said = ""
-        with anyio.fail_after(60):
-            async for chunk in process.stderr:
-                said += chunk.decode()
-                url = re.search(r"at (http://\S+/mcp)", said)
-                where = re.search(r"bearer token: in (\S+)", said)
-                if url and where:
-                    break
-            else:
-                pytest.fail(f"handrail serve --http said only: {said}")
-        token = (await anyio.Path(where.group(1)).read_text()).strip()  # where, never what
-        assert token not in said
-        yield HttpServer(url.group(1), token, root)
-    finally:
-        process.terminate()
-        with anyio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-        await process.aclose()
+    async with serving_http(argv, cwd=root, env=_env(root)) as (url, said):
+        yield HttpServer(url, await token_of(said), root)
 
 
 @pytest.fixture(scope="module")

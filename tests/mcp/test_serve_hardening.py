@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from http_serving import serving_http
 from serve_tools import MANIFEST
 
 pytestmark = pytest.mark.anyio
@@ -42,27 +42,8 @@ async def serving(root: Path, address: str, *args: str) -> AsyncIterator[tuple[s
     (root / "handrail.toml").write_text(MANIFEST)
     argv = [sys.executable, "-m", "handrail.cli", "serve", "serve_tools:box", "--http",
             address, "--store", "memory", *args]
-    process = await anyio.open_process(argv, cwd=root, env=_env(root),
-                                       stdout=subprocess.DEVNULL)
-    try:
-        assert process.stderr is not None
-        said = ""
-        with anyio.fail_after(60):
-            async for chunk in process.stderr:
-                said += chunk.decode()
-                url = re.search(r"at (http://\S+/mcp)", said)
-                if url and re.search(r"bearer token: |--no-auth", said):
-                    break
-            else:
-                pytest.fail(f"handrail serve --http said only: {said}")
-        yield url.group(1), said
-    finally:
-        process.terminate()
-        with anyio.move_on_after(10):
-            await process.wait()
-        if process.returncode is None:
-            process.kill()
-        await process.aclose()
+    async with serving_http(argv, cwd=root, env=_env(root)) as served:
+        yield served
 
 
 HEADERS = {"accept": "application/json, text/event-stream"}
