@@ -63,6 +63,22 @@ def test_the_cli_parser_does_not_look_up_the_version_until_asked() -> None:
     assert not loaded["pydantic"] and not loaded["rich"], loaded
 
 
+def test_handrail_version_imports_nothing_but_the_facade() -> None:
+    # `handrail --version` is a bare interpreter's start and a print (issue 38: <= 1.3x
+    # `python -c pass`): no argparse, no command group, no exception tree, no metadata lookup.
+    # The modules are listed before json is imported (json imports re).
+    probe = ("import sys\nsys.argv = ['handrail', '--version']\n"
+             "from handrail.cli import main\nassert main() == 0\n"
+             "loaded = sorted(m for m in sys.modules if m.startswith('handrail') or m in "
+             "('argparse', 'importlib.metadata', 'typing', 'dataclasses', 're'))\n"
+             "import json\nprint(json.dumps(loaded))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=True)
+    out = proc.stdout.strip().splitlines()
+    assert out[0].startswith("handrail ")
+    assert json.loads(out[-1]) == ["handrail", "handrail.cli"]
+
+
 def test_a_typed_tool_still_loads_pydantic_when_it_is_defined() -> None:
     loaded = _loaded("import handrail as hr\n"
                      "@hr.tool\ndef add(a: int, b: int) -> int:\n    return a + b\n")

@@ -27,8 +27,15 @@ def cli(cwd: Path, *args: str, columns: int = 200) -> subprocess.CompletedProces
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    # A bare `--version` is answered before the parser is built; after another option it is
+    # argparse's action. Both print the installed distribution's version.
+    from importlib.metadata import version
+
+    assert hr.__version__ == version("handrail")  # pyproject reads it from handrail/__init__
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"handrail {hr.__version__}"
     with pytest.raises(SystemExit) as exited:
-        main(["--version"])
+        main(["--store", "unused.db", "--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"handrail {hr.__version__}"
 
