@@ -1452,7 +1452,9 @@ class Gate:
                     size += len(pydantic_core.to_json(result))
                     if size > INDEX_INLINE_CHARS:
                         break
-            if size <= INDEX_INLINE_CHARS:
+            # Inline when small and no gram index is due (building one over 64 KB of text
+            # costs ~20 ms: never on the event loop).
+            if size <= INDEX_INLINE_CHARS and not self.scope.provenance.settle_due(size):
                 self._index_queued(queued)
             else:
                 await anyio.to_thread.run_sync(self._index_queued, queued)
@@ -1464,6 +1466,7 @@ class Gate:
                 index.add_output(source, result, trusted=trusted, turn=turn)
             if vouched:
                 index.trust_values(source, vouched)
+        index.settle()  # here (a worker thread when due), not in the lookup that follows
 
     def _index_now(self, record: CallRecord, provenance: dict[str, Any]) -> None:
         source = (record.call_id, record.tool or record.model_name)

@@ -3,8 +3,10 @@ that the gram index finds exactly what a scan of the history would."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,19 +68,60 @@ def test_the_first_source_is_named() -> None:
     assert _found(corpus, "the secret-path") == (("c8", "t"), "substring")
 
 
-def test_the_earliest_output_wins_whatever_the_alignment_of_each_occurrence() -> None:
+# The most recent outputs are searched with str.find, older ones through the gram index
+# (built by the lookup that finds more than `_find_limit` characters not indexed): 0 puts
+# everything in the index, a huge limit nothing.
+FIND_LIMITS = [0, 30, 10**9]
+
+
+@pytest.mark.parametrize("find_limit", FIND_LIMITS)
+def test_the_earliest_output_wins_whatever_the_alignment_of_each_occurrence(
+        find_limit: int) -> None:
     corpus = Corpus()
+    corpus._find_limit = find_limit
     corpus.add(("c0", "t"), ["abcdefghij"])  # at offset 0
     corpus.add(("c1", "t"), ["xyzabcdefghij"])  # at offset 3: found through another alignment
     assert _found(corpus, "abcdefghij") == (("c0", "t"), "substring")
 
 
-def test_text_the_grams_cannot_narrow_is_still_searched_exactly() -> None:
+@pytest.mark.parametrize("find_limit", FIND_LIMITS)
+def test_text_the_grams_cannot_narrow_is_still_searched_exactly(find_limit: int) -> None:
     corpus = Corpus()
+    corpus._find_limit = find_limit
     corpus.add(("c1", "t"), ["a" * 100_000])
     corpus.add(("c2", "t"), ["a" * 50 + "b"])
     assert _found(corpus, "a" * 19 + "b") == (("c2", "t"), "substring")
     assert corpus.find("a" * 19 + "c") is None
+
+
+def test_outputs_added_after_a_lookup_are_searched_too() -> None:
+    # The joined text the find runs over is extended by what was added since the last
+    # lookup; the index takes over the text once a lookup finds more than the limit.
+    corpus = Corpus()
+    corpus._find_limit = 40
+    corpus.add(("c0", "t"), ["nothing here yet"])
+    assert corpus.find("needle-one") is None
+    corpus.add(("c1", "t"), ["the needle-one is here"])
+    assert _found(corpus, "needle-one") == (("c1", "t"), "substring")
+    corpus.add(("c2", "t"), ["a needle-two, and a long enough text to pass the limit"])
+    assert _found(corpus, "needle-two") == (("c2", "t"), "substring")  # indexed by this lookup
+    assert corpus._indexed == 3
+    corpus.add(("c3", "t"), ["needle-three"])
+    assert _found(corpus, "needle-three") == (("c3", "t"), "substring")  # found by the find
+    assert _found(corpus, "needle-one") == (("c1", "t"), "substring")  # by the index
+
+
+def test_tokens_split_where_the_documented_separators_and_unicode_white_space_are() -> None:
+    # Tokens come from str.translate + str.split (C); the module doc defines them as the
+    # runs between white space (`\s` in re), NUL, quotes, brackets and `,;|`.
+    # (NUL is not among them here: a string's NUL is normalised to U+FFFD before.)
+    text = "a\u2003b\x1cc\x85d\u3000e(f)g[h]i{j}k<l>m,n;o|p\"q'r`s t u\tv"
+    corpus = Corpus()
+    corpus.add(("c0", "t"), [text])
+    expected = re.findall(r"[^\s\x00\"'`()\[\]{}<>,;|]+", text)
+    assert len(expected) == 22
+    assert all(corpus.find(token) is not None for token in expected)
+    assert corpus.find("a b") is None and corpus.find("ab") is None
 
 
 def test_past_the_limit_everything_protected_is_tainted() -> None:
@@ -110,14 +153,22 @@ ALPHABET = "abc-/Ａß"  # small, so substrings recur; fullwidth and ß change u
 @given(texts=st.lists(st.text(ALPHABET, min_size=0, max_size=60), min_size=1, max_size=4),
        picks=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(8, 20)),
                       min_size=1, max_size=6),
-       others=st.lists(st.text(ALPHABET, min_size=MIN_SUBSTRING, max_size=14), max_size=4))
+       others=st.lists(st.text(ALPHABET, min_size=MIN_SUBSTRING, max_size=14), max_size=4),
+       find_limit=st.sampled_from([0, 25, 80, 10**9]),
+       lookup_after=st.sets(st.integers(0, 3)))
 def test_the_gram_index_finds_what_a_scan_finds(texts: list[str],
                                                 picks: list[tuple[int, int, int]],
-                                                others: list[str]) -> None:
+                                                others: list[str], find_limit: int,
+                                                lookup_after: set[int]) -> None:
+    # Every mode: all in the index, all found by str.find, and the index taking over part
+    # way (lookups between the outputs, as a run makes them).
     corpus = Corpus()
+    corpus._find_limit = find_limit
+    queries = [texts[i % len(texts)][start:start + size] for i, start, size in picks] + others
     for i, text in enumerate(texts):
         corpus.add((f"c{i}", "t"), [text])
-    queries = [texts[i % len(texts)][start:start + size] for i, start, size in picks] + others
+        if i in lookup_after:
+            corpus.find(queries[0] + "-absent")
     for query in queries:
         if len(norm(query)) < MIN_SUBSTRING:
             continue
@@ -128,3 +179,22 @@ def test_the_gram_index_finds_what_a_scan_finds(texts: list[str],
             assert found[0] == (f"c{scanned[0]}", "t")  # the earliest output that holds it
         else:
             assert found is None, (query, texts)
+
+
+def test_numbers_in_text_match_in_their_canonical_form() -> None:
+    # Plain digits are keyed as they are; a leading zero, a sign, separators or a fraction go
+    # through the canonical form, so `007` is the number 7 and `+1_000` is 1000.
+    corpus = Corpus()
+    corpus.add(("c1", "t"), ["agent 007 moved +1_000 and 0.50 to 42"])
+    assert _found(corpus, 7) == (("c1", "t"), "number")
+    assert _found(corpus, 1000) == (("c1", "t"), "number")
+    assert _found(corpus, 0.5) == (("c1", "t"), "number")
+    assert _found(corpus, 42) == (("c1", "t"), "number")
+    assert corpus.find(700) is None
+
+
+def test_a_token_of_punctuation_alone_is_not_an_empty_value() -> None:
+    corpus = Corpus()
+    corpus.add(("c1", "t"), ["well ... ok !!"])
+    assert corpus.find("") is None
+    assert corpus.find("ok") is not None
