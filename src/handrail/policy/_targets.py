@@ -176,6 +176,7 @@ def canonical_exec(
     return exec_candidates(argv, resolve_program(program, root), root)
 
 
+@functools.lru_cache(maxsize=1024)
 def exec_candidates(
     argv: tuple[str, ...], resolved: Program, root: str
 ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
@@ -183,6 +184,8 @@ def exec_candidates(
 
     The policy what-if (`handrail.policy.what_if`) replays a recorded EXEC with the program
     as it was resolved when the call was decided, never as today's PATH and disk would.
+    Memoised (the same command is checked again and again; building the spellings was a
+    third of an EXEC check): a pure function of immutable arguments, so a memo cannot go stale.
     """
     program = argv[0]
     rest = argv[1:]
