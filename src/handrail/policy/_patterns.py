@@ -464,9 +464,25 @@ def _literal(seg: _Segment) -> str | None:
 
 @dataclass(slots=True)
 class _Bucket:
-    sources: list[str]
+    """Rules sharing a literal head, matched by one alternation of their expressions.
+
+    The alternation is built and compiled when a target first reaches the bucket, not when
+    the policy is compiled: Python's `re` compiler costs ~1 ms a pattern here, so a policy
+    of 10,000 rules spent ~1.5 s compiling buckets most checks never reach.
+    """
+
+    patterns: list[Compiled]
     ids: list[int]
+    folded: bool
     regex: re.Pattern[str] | None = None
+
+    def compiled(self) -> re.Pattern[str]:
+        regex = self.regex
+        if regex is None:
+            # Two threads may both compile it; either result is the same expression.
+            alternation = "|".join(f"({_regex(c, folded=self.folded)})" for c in self.patterns)
+            regex = self.regex = re.compile(alternation, re.DOTALL)
+        return regex
 
 
 class Index:
@@ -500,12 +516,9 @@ class Index:
             key = self._place(rid, c, sep if segmented else None)
             if key is None:
                 continue
-            bucket = buckets.setdefault(key, _Bucket([], []))
-            bucket.sources.append(_regex(c, folded=folded))
+            bucket = buckets.setdefault(key, _Bucket([], [], folded))
+            bucket.patterns.append(c)
             bucket.ids.append(rid)
-        for bucket in buckets.values():
-            alternation = "|".join(f"({s})" for s in bucket.sources)
-            bucket.regex = re.compile(alternation, re.DOTALL)
         self._wild = buckets.pop("", None)
         # NUL never occurs in a canonical target, so it safely tags the "anywhere" keys.
         self._anywhere = {k[1:]: b for k, b in buckets.items() if k.startswith("\x00")}
@@ -626,8 +639,7 @@ def prepare(candidates: Iterable[str], act: Act, *, segmented: bool) -> tuple[Pr
 
 
 def _run(bucket: _Bucket, text: str) -> int | None:
-    assert bucket.regex is not None
-    m = bucket.regex.fullmatch(text)
+    m = (bucket.regex or bucket.compiled()).fullmatch(text)
     if m is None:
         return None
     index = m.lastindex
