@@ -530,7 +530,8 @@ class _ToolPlan:
     `mutates` (no path, no address), so deciding it again per call only repeats this.
     """
 
-    __slots__ = ("action_records", "impl", "spec", "target", "verdict", "verdict_record")
+    __slots__ = ("action_records", "impl", "planned", "spec", "target", "verdict",
+                 "verdict_record")
 
     def __init__(self, impl: ToolImpl, spec: ToolSpec, scope: RunScope) -> None:
         self.impl = impl
@@ -543,10 +544,12 @@ class _ToolPlan:
                                           mutates=spec.mutates)
         self.verdict_record = self.verdict.to_dict()
         self.action_records = [_action_record(action)]
+        # A rule with value conditions decides on the arguments: no verdict can be planned.
+        self.planned = not scope.policy.conditional
 
     def called(self, actions: Sequence[Action]) -> Verdict | None:
         """The planned verdict when `actions` is exactly the tool's CALL; else None."""
-        if len(actions) != 1:
+        if len(actions) != 1 or not self.planned:
             return None
         action = actions[0]
         if action.act is not Act.CALL or action.content is not None or \
@@ -1065,7 +1068,8 @@ class Gate:
         # 5. policy
         planned = plan.called(actions)
         verdict = planned or scope.policy.check_all(actions, workspace=scope.workspace,
-                                                    mutates=plan.spec.mutates)
+                                                    mutates=plan.spec.mutates,
+                                                    arguments=dumped)
         if verdict.effect is Effect.ALLOW:
             if state.taint:
                 state.taint = self._steering(state.taint, actions, verdict)
@@ -1262,7 +1266,9 @@ class Gate:
         assert impl is not None
         scope = self.scope
         mutates = self._mutates(impl)
-        checked = [(a, scope.policy.check(a, workspace=scope.workspace, mutates=mutates))
+        arguments = state.record.performed_arguments
+        checked = [(a, scope.policy.check(a, workspace=scope.workspace, mutates=mutates,
+                                          arguments=arguments))
                    for a in state.actions]
         asked = [(a, v) for a, v in checked if v.effect is Effect.ASK] or checked
         action, verdict = asked[0]

@@ -45,6 +45,8 @@ from handrail.policy._paths import (
     resolve_in_workspace,
     workspace_root,
 )
+from handrail.policy._conditions import Condition
+from handrail.policy._limits import Limit
 from handrail.policy._policy import CONFINEMENT, SECRETS, Effect, Layer, Policy, Rule, Verdict
 from handrail.policy._targets import address_classes, canonical_net, is_inside, resolve_program
 from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
@@ -66,9 +68,11 @@ __all__ = [
     "SECRETS",
     "Act",
     "Action",
+    "Condition",
     "Effect",
     "Flip",
     "Layer",
+    "Limit",
     "OutsideWorkspace",
     "Policy",
     "Rule",

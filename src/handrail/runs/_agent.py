@@ -327,6 +327,10 @@ class Agent:
         elif expect_digest is not None:
             raise UserError("expect_digest= needs a manifest= to compare against")
         self.policy = policy if policy is not None else Policy.default()
+        # A value condition naming an argument its tool lacks could never be decided: said
+        # now, not at the first call (the manifest's view of a tool when one is in force).
+        specs = self.toolbox.specs()
+        self.policy.check_arguments(manifest.offer(specs) if manifest is not None else specs)
         self.instructions = instructions
         self.name = name
         self.max_steps = max_steps

@@ -472,7 +472,8 @@ class Inbox:
             policy = policy.with_layer_on_top(
                 "remembered", [Rule.from_dict(r) for r in run.remembered])
         workspace = run.workspace or str(agent.workspace)
-        verdict = policy.check_all(actions, workspace=workspace, mutates=impl.spec.mutates)
+        verdict = policy.check_all(actions, workspace=workspace, mutates=impl.spec.mutates,
+                                   arguments=dumped)
         if verdict.effect is Effect.DENY:
             raise Refused(422, f"the policy denies the edited call: {verdict.reason}")
         views = []
