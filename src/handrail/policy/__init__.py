@@ -35,6 +35,8 @@ what flips (`WhatIf`, `Flip`); `suggest(store)` derives the least policy the rec
 (`Suggestion`). `replay` and `suggest_from` are the same over runs and calls in hand.
 """
 
+from handrail.policy._conditions import Condition
+from handrail.policy._limits import Limit
 from handrail.policy._paths import (
     PATH_MAX,
     OutsideWorkspace,
@@ -45,8 +47,6 @@ from handrail.policy._paths import (
     resolve_in_workspace,
     workspace_root,
 )
-from handrail.policy._conditions import Condition
-from handrail.policy._limits import Limit
 from handrail.policy._policy import CONFINEMENT, SECRETS, Effect, Layer, Policy, Rule, Verdict
 from handrail.policy._targets import address_classes, canonical_net, is_inside, resolve_program
 from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom

@@ -61,6 +61,7 @@ from handrail.store.contract import (
     CallRecord,
     Durability,
     PendingItem,
+    QuotaExceeded,
     RunRecord,
     RunStatus,
     Store,
@@ -197,11 +198,27 @@ MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     # The runs a worker holds, found by their owner (a claim reads ahead the runs it just
     # held): a few rows, however many runs the store has seen.
     ("0006_runs_owner", "CREATE INDEX runs_owner ON runs (owner) WHERE owner IS NOT NULL"),
+    # How many calls each quota window started: one row per counter and window, counted in
+    # the transaction of each counted call's STARTED mark (`_QUOTA_CLAIM`).
+    ("0008_quotas", "CREATE TABLE quota_counts (counter TEXT NOT NULL, bucket BIGINT NOT NULL, "
+                    "n BIGINT NOT NULL, PRIMARY KEY (counter, bucket))"),
 ]
 """Ordered, named migrations; a database records which ran in `handrail_migrations`.
 
 Each is SQL split on `;`, or a tuple of statements taken whole (a function body).
 """
+
+_QUOTA_CLAIM = (
+    "INSERT INTO quota_counts AS q (counter, bucket, n) VALUES (%s, %s, 1) ON CONFLICT "
+    "(counter, bucket) DO UPDATE SET n = q.n + 1 WHERE q.n < %s RETURNING n")
+"""One statement a claim: the window's count with this call, or no row when it is full. Two
+transactions claiming in one window meet at its row's lock; the second, once the first has
+committed, re-checks `q.n < limit` on the row as the first left it (PostgreSQL re-evaluates
+an ON CONFLICT UPDATE's WHERE on the newest version): never one over."""
+_QUOTA_FORCE = (
+    "INSERT INTO quota_counts AS q (counter, bucket, n) VALUES (%s, %s, 1) ON CONFLICT "
+    "(counter, bucket) DO UPDATE SET n = q.n + 1 RETURNING n")
+_QUOTA_READ = "SELECT n FROM quota_counts WHERE counter = %s AND bucket = %s"
 
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this handrail writes."""
@@ -403,7 +420,7 @@ def map_psycopg_error(url: str, exc: BaseException) -> BaseException:
     return exc
 
 
-_CAS_ERRORS = (AlreadyDecided, NotFound, ResumeRefused)
+_CAS_ERRORS = (AlreadyDecided, NotFound, QuotaExceeded, ResumeRefused)
 
 
 class _Op:
@@ -774,6 +791,8 @@ class PostgresStore(Store):
                 if claim is not None:
                     claims.append((run_id, *claim))
         lease = self.lease_seconds
+        # Sorted: two writers' claims on the same windows lock their rows in one order.
+        quotas = sorted(batch.claims, key=lambda c: (c.counter, c.window))
 
         async def apply(conn: psycopg.AsyncConnection[Any]) -> None:
             cur = conn.cursor()
@@ -781,6 +800,21 @@ class PostgresStore(Store):
                 await cur.execute(_CLAIM_HELD, (owner, lease, run_id, held_by))
             for fence in fences:
                 await cur.execute("SELECT handrail_fence(%s, %s)", fence)
+            for quota in quotas:
+                # Read at once (a compare-and-swap: `cas=True`): a full window rolls this
+                # write's savepoint back before anything of it is sent.
+                counted = conn.cursor()
+                if quota.force:
+                    await counted.execute(_QUOTA_FORCE, (quota.counter, quota.window))
+                else:
+                    await counted.execute(_QUOTA_CLAIM,
+                                          (quota.counter, quota.window, quota.limit))
+                row = await counted.fetchone()
+                if row is None:
+                    await counted.execute(_QUOTA_READ, (quota.counter, quota.window))
+                    full = await counted.fetchone()
+                    raise QuotaExceeded(quota, int(full[0]) if full else quota.limit)
+                quota.count = int(row[0])
             if run_row is not None:
                 await cur.execute(_RUN_UPSERT, run_row)
             if messages:
@@ -790,7 +824,17 @@ class PostgresStore(Store):
             if pending:
                 await cur.executemany(_PENDING_UPSERT, pending)
 
-        await self._enqueue(apply, wait=wait)
+        if quotas:
+            try:
+                await self._enqueue(apply, cas=True)
+            except QuotaExceeded:
+                # Nothing of it was written, a run's claim riding on it included: the next
+                # write carries that again.
+                for run_id, owner, held_by in claims:
+                    self._claims.setdefault(run_id, (owner, held_by))
+                raise
+        else:
+            await self._enqueue(apply, wait=wait)
         run = batch.run
         if run is not None:
             # Committed (or queued, with wait=False; a write after it is fenced the same).
