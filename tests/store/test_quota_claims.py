@@ -132,3 +132,52 @@ def test_the_counts_are_those_of_a_model(steps: list[list[tuple[int, int, int, b
 
     with tempfile.TemporaryDirectory() as folder:
         anyio.run(main, folder)
+
+
+_CLAIMER = """
+import sys, anyio
+from handrail.store import Batch, Store
+from handrail.store.contract import QuotaClaim, QuotaExceeded
+
+async def main(path, who, n):
+    store = Store.open(path)
+    won = 0
+    for i in range(n):
+        claim = QuotaClaim(call_record=f"{who}:{i}", counter="call:m/s|1d|global=", window=1,
+                           limit=100)
+        try:
+            await store.write(Batch(claims=[claim]))
+        except QuotaExceeded:
+            pass
+        else:
+            won += 1
+    await store.close()
+    print(won)
+
+anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
+"""
+
+
+def test_four_processes_on_one_sqlite_file_start_exactly_the_limit(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "runs.db"
+    anyio.run(_create, path)
+    script = tmp_path / "claimer.py"
+    script.write_text(_CLAIMER)
+    procs = [subprocess.Popen([sys.executable, str(script), str(path), f"p{i}", "60"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(4)]
+    won = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        won.append(int(out))
+    assert sum(won) == 100, won
+
+
+async def _create(path: Path) -> None:
+    store = Store.open(path)
+    await store.write(Batch())
+    await store.close()
