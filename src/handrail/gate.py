@@ -1164,12 +1164,15 @@ class Gate:
         """A delegated run's gate: what the parent's run read taints this run's calls.
 
         The parent's provenance is looked up too (its untrusted outputs, its trusted task),
-        and the parent's intent applies here when this run has none of its own.
+        and the parent's intent (and principal) applies here when this run has none of its
+        own.
         """
         self._parents = (*parent._parents, parent)
         self.scope.provenance.inherit(parent.scope.provenance)
         if self.scope.intent is None:
             self.scope.intent = parent.scope.intent
+        if self.scope.principal is None:  # a tree's calls are its starter's
+            self.scope.principal = parent.scope.principal
 
     async def _control(self, state: _Call, digest: str, dumped: dict[str, Any],
                        actions: Sequence[Action]) -> ControlVerdict:

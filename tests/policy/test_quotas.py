@@ -159,3 +159,16 @@ def test_limits_round_trip_through_toml_and_refuse_nonsense() -> None:
                          '  { rule = "call:a/b", max = 5, per = "forever" },\n]\n')
     text = Limit("exec", "deploy **", 3, per="1h").describe()
     assert text == "limit exec 'deploy **' 3 per 1h, then deny"
+
+
+async def test_per_principal_counts_who_started_the_run(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "runs.db")
+    policy = _policy(key="principal", count=1)
+    await _agent([["a", "b"]], policy, tmp_path).run("m", store=store, principal="ann")
+    await _agent([["c"]], policy, tmp_path, name="other").run("m", store=store,
+                                                               principal="ann")
+    await _agent([["d", "e"]], policy, tmp_path).run("m", store=store, principal="bob")
+    assert SENT == ["a", "d"]
+    with pytest.raises(hr.UserError, match="principal="):
+        await _agent([["a"]], policy, tmp_path).run("m", store=store, principal=" ")
+    await store.close()
