@@ -172,3 +172,28 @@ async def test_per_principal_counts_who_started_the_run(tmp_path: Path) -> None:
     with pytest.raises(hr.UserError, match="principal="):
         await _agent([["a"]], policy, tmp_path).run("m", store=store, principal=" ")
     await store.close()
+
+
+def test_handrail_show_prints_each_calls_quota(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import anyio
+
+    from handrail.cli import main
+
+    db = tmp_path / "runs.db"
+
+    async def go() -> str:
+        async with Store.open(db) as store:
+            result = await _agent([["a", "b"]], _policy(count=1), tmp_path).run(
+                "m", store=store)
+            return result.run_id
+
+    run_id = anyio.run(go)
+    assert main(["show", run_id, "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    lines = [line.strip() for line in out.splitlines() if "quota:" in line]
+    assert len(lines) == 2
+    assert lines[0].startswith("quota: limit call 'mail/send' 1 per 1d per agent, then deny: "
+                               "1 of 1 in ")
+    assert lines[0].endswith("(agent=mailer)")
+    assert lines[1].endswith("(agent=mailer) — full, not counted")

@@ -36,7 +36,7 @@ what flips (`WhatIf`, `Flip`); `suggest(store)` derives the least policy the rec
 """
 
 from handrail.policy._conditions import Condition
-from handrail.policy._limits import Limit
+from handrail.policy._limits import Limit, quota_lines
 from handrail.policy._paths import (
     PATH_MAX,
     OutsideWorkspace,
@@ -86,6 +86,7 @@ __all__ = [
     "canonical_path",
     "canonicalize",
     "is_inside",
+    "quota_lines",
     "replay",
     "resolve_in_workspace",
     "resolve_program",

@@ -25,7 +25,7 @@ from handrail.tools import Act
 if TYPE_CHECKING:
     from handrail.policy._policy import Effect
 
-__all__ = ["LIMIT_KEYS", "Limit", "window_seconds"]
+__all__ = ["LIMIT_KEYS", "Limit", "quota_lines", "window_seconds"]
 
 LIMIT_KEYS = ("run", "agent", "principal", "global")
 """What a limit counts per: one count per run, per agent name, per principal, or one for all."""
@@ -163,3 +163,30 @@ class Limit:
         act, _, pattern = rule.partition(":")
         return cls(parse_act(act), pattern, data["max"], per=data["per"],
                    key=data.get("key", "global"), effect=data.get("then", "deny"))
+
+
+def quota_lines(verdict: Mapping[str, Any] | None) -> list[str]:
+    """What a call record's verdict says of its quotas, one line each, for a person.
+
+    `limit call 'mail/send' 20 per 1d per agent, then deny: 7 of 20 in
+    2026-12-01T00:00:00Z..2026-12-02T00:00:00Z (agent=coder)`; a call the limit held back
+    ends `— full, not counted`. Read from a record (the store's text): every value is shown
+    as text, never trusted to be of its kind.
+    """
+    shown = None if not isinstance(verdict, Mapping) else verdict.get("quota")
+    if not isinstance(shown, list):
+        return []
+    lines = []
+    for entry in shown:
+        if not isinstance(entry, Mapping):
+            continue
+        count = entry.get("count")
+        used = "counted" if count is None and entry.get("counted") else f"{count}"
+        line = (f"{entry.get('limit')}: {used} of {entry.get('max')} in {entry.get('window')} "
+                f"({entry.get('key')})")
+        if entry.get("over"):
+            line += " — full, not counted"
+        elif not entry.get("counted"):
+            line += " — not counted"
+        lines.append(line)
+    return lines

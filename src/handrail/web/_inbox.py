@@ -47,6 +47,7 @@ from handrail.policy import (
     Policy,
     Rule,
     UncanonicalPath,
+    quota_lines,
     resolve_in_workspace,
 )
 from handrail.runs import (
@@ -653,6 +654,8 @@ def _call_view(c: Any) -> dict[str, Any]:
         # denies the sandbox could not enforce): beside the call, as `handrail show` has them.
         "program": _program_view(result),
         "sandbox": confinement_note(result_confinement(result)),
+        # Each quota the call counted in (or was held back by): count, limit and window.
+        "quota": quota_lines(verdict),
     }
 
 
