@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import Inbox, run_store
-
 import handrail as hr
+from conftest import Inbox, run_store
 from handrail.models import Scripted, calls, reply
 
 

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from handrail.cli._display import Out, argv_text, printable, printable_json, style, table
 from handrail.errors import HandrailError, UserError
-from handrail.policy import quota_lines
 from handrail.runs._program import confinement_note, program_of, result_confinement, text_lines
 
 if TYPE_CHECKING:
@@ -555,6 +554,8 @@ def _print_call(out: Out, c: Any, indent: str = "") -> None:
               f"({printable(c.id)}) → {actions}")
     out.print(f"{indent}    verdict: {style(_EFFECT_STYLE.get(effect, 'white'), printable(effect))}"
               f" — {printable(verdict.get('reason', c.error or '-'))}")
+    from handrail.policy import quota_lines  # here: building the parser imports no policy
+
     for line in quota_lines(verdict):
         out.print(f"{indent}    quota: {printable(line)}")
     if c.decision:
