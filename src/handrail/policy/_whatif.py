@@ -577,8 +577,10 @@ def parse_since(since: str | float | dt.timedelta | dt.datetime | None, *,
 
 async def _history(store: Store, since: float, *, arguments: bool = False,
                    ) -> list[tuple[RunRecord, list[CallRecord]]]:
-    """The record since `since`; with each call's performed arguments when `arguments` (a
-    policy with value conditions reads them; the decisions alone are cheaper to read)."""
+    """The record since `since`; with each call's performed arguments when `arguments`.
+
+    A policy with value conditions reads them; the decisions alone are cheaper to read.
+    """
     from handrail.store.contract import Store as StoreType
 
     if not isinstance(store, StoreType):
