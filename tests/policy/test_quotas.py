@@ -197,3 +197,22 @@ def test_handrail_show_prints_each_calls_quota(tmp_path: Path,
                                "1 of 1 in ")
     assert lines[0].endswith("(agent=mailer)")
     assert lines[1].endswith("(agent=mailer) — full, not counted")
+
+
+def test_the_documented_policy_files_load_and_mean_what_the_page_says() -> None:
+    import re
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "policy.md").read_text()
+    blocks = re.findall(r"^```toml\n(.*?)^```", page, flags=re.S | re.M)
+    (conditions,) = [b for b in blocks if "when =" in b]
+    (limits,) = [b for b in blocks if "limits = [" in b]
+    bank = Policy.from_toml(conditions)
+    transfer = hr.Action(hr.Act.CALL, "bank/transfer")
+    assert bank.check(transfer, arguments={"target": "x", "amount": 501}).effect is Effect.ASK
+    assert bank.check(transfer, arguments={"target": "x", "amount": 10001}).effect \
+        is Effect.DENY
+    assert bank.check(transfer, arguments={"target": "x", "amount": 5}).effect is Effect.ALLOW
+    mail = Policy.from_toml(limits)
+    assert [limit.describe() for limit, _ in mail.limits] == [
+        "limit call 'mail/send' 20 per 1d per agent, then ask",
+        "limit exec 'deploy **' 3 per 1h, then deny"]
