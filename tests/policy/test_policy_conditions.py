@@ -285,3 +285,57 @@ def test_conditions_keep_deny_first_whatever_the_order(
     # is stricter than any allow it falls back to).
     unknown = policy.check(TRANSFER, arguments={})
     assert unknown.effect >= verdict.effect
+
+
+_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
+              st.sampled_from(["900", "0.5", "-1e3", "1e999", "EUR", "NaN"])),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                max_size=3),
+    max_leaves=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(op=st.sampled_from(sorted(_OPS)),
+       literal=st.one_of(st.integers(-5, 5), st.sampled_from([0.5, "EUR", "900", True, False])),
+       pointer=st.sampled_from([("amount",), ("a", "0"), ("a", "b")]), value=_values,
+       wrap=st.booleans())
+def test_the_fast_test_agrees_with_the_explained_one(op: str, literal: Any,
+                                                    pointer: tuple[str, ...], value: Any,
+                                                    wrap: bool) -> None:
+    if (op in (">", ">=", "<", "<=") and not isinstance(literal, (int, float))) or \
+            (isinstance(literal, bool) and op in (">", ">=", "<", "<=")):
+        return
+    condition = Condition(pointer, op, literal)
+    arguments: Any = {pointer[0]: value} if wrap else value
+    holds, why = condition.holds(arguments)
+    assert condition.test(arguments) is holds
+    assert len(why) < 200 and why.isprintable()
+
+
+@settings(max_examples=300, deadline=None)
+@given(rules=st.lists(st.tuples(st.sampled_from(list(Effect)),
+                                st.lists(st.tuples(st.sampled_from(["amount", "/a/0", "n"]),
+                                                   st.sampled_from(sorted(_OPS)),
+                                                   st.sampled_from([0, 5, 2.5, -1])),
+                                         max_size=2)),
+                      min_size=1, max_size=6),
+       arguments=st.dictionaries(st.sampled_from(["amount", "a", "n"]), _values, max_size=3))
+def test_the_compiled_scan_decides_as_the_rules_read_one_by_one(
+        rules: list[tuple[Effect, list[tuple[str, str, int | float]]]],
+        arguments: dict[str, Any]) -> None:
+    from handrail.policy._policy import _matches
+
+    policy = Policy().layer("l")
+    built = []
+    for effect, conditions in rules:
+        when = [f"{p} {op} {v}" for p, op, v in conditions]
+        policy = policy._add(hr.Act.CALL, "bank/transfer", effect, when or None)
+        built.append(Rule(hr.Act.CALL, "bank/transfer", effect, when=when))
+    matching = [r.effect for r in built if not r.when or _matches(r, arguments)]
+    verdict = policy.check(TRANSFER, arguments=arguments)
+    assert verdict.effect is max(matching, default=policy.default_for(hr.Act.CALL))
+    if matching:
+        first = next(r for r in built if (not r.when or _matches(r, arguments))
+                     and r.effect is verdict.effect)
+        assert verdict.rule == first

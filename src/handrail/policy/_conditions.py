@@ -14,10 +14,12 @@ number (`"900.50"`, what pydantic dumps a `Decimal` as) is compared as that numb
 
 from __future__ import annotations
 
+import json
 import math
+import operator
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -75,8 +77,6 @@ def _literal(text: str) -> int | float | str | bool:
         if not (len(text) >= 2 and text.endswith('"')):
             raise PolicyError(f"unclosed string {text!r}: write it in double quotes, "
                               'e.g. currency == "EUR"')
-        import json
-
         try:
             value = json.loads(text)
         except ValueError:
@@ -140,6 +140,13 @@ class Condition:
     """One of `>`, `>=`, `<`, `<=`, `==`, `!=`."""
     value: int | float | str | bool
     """What the argument is compared with."""
+    test: Callable[[Any], bool | None] = field(init=False, repr=False, compare=False)
+    """`test(arguments)`: whether the condition holds, None when it cannot be decided (what
+    `holds` says, without the explanation: the policy's hot path)."""
+    name: str = field(init=False, repr=False, compare=False)
+    """The argument as a rule writes it: `amount`, or `/payee/country`."""
+    literal: str = field(init=False, repr=False, compare=False)
+    """The value as a rule writes it: `500`, `"EUR"`, `true`."""
 
     def __post_init__(self) -> None:
         if self.op not in _OPS:
@@ -150,6 +157,18 @@ class Condition:
                               "(a string or boolean is compared with == or !=)")
         if isinstance(self.value, float) and not math.isfinite(self.value):
             raise PolicyError("a value condition compares with a finite number")
+        pointer = self.pointer
+        if len(pointer) == 1 and "/" not in pointer[0] and "~" not in pointer[0]:
+            name = pointer[0]
+        else:
+            name = _pointer_text(pointer)
+        value = self.value
+        literal = (("true" if value else "false") if isinstance(value, bool)
+                   else json.dumps(value, ensure_ascii=False) if isinstance(value, str)
+                   else repr(value))
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "literal", literal)
+        object.__setattr__(self, "test", _compile(self))
 
     @classmethod
     def parse(cls, text: str) -> Condition:
@@ -171,20 +190,8 @@ class Condition:
         except PolicyError as exc:
             raise PolicyError(f"condition {text!r}: {exc}") from None
 
-    @property
-    def name(self) -> str:
-        """The argument as a rule writes it: `amount`, or `/payee/country`."""
-        if len(self.pointer) == 1 and "/" not in self.pointer[0] and "~" not in self.pointer[0]:
-            return self.pointer[0]
-        return _pointer_text(self.pointer)
-
     def __str__(self) -> str:
-        import json
-
-        value = (("true" if self.value else "false") if isinstance(self.value, bool)
-                 else json.dumps(self.value, ensure_ascii=False)
-                 if isinstance(self.value, str) else repr(self.value))
-        return f"{self.name} {self.op} {value}"
+        return f"{self.name} {self.op} {self.literal}"
 
     def read(self, arguments: Any) -> Any:
         """The argument's value, or a private marker when it is not there."""
@@ -229,7 +236,50 @@ class Condition:
                        f"{self._literal_text()}"
 
     def _literal_text(self) -> str:
-        return str(self).split(f" {self.op} ", 1)[1]
+        return self.literal
+
+
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+    "==": operator.eq, "!=": operator.ne}
+
+
+def _compile(condition: Condition) -> Callable[[Any], bool | None]:
+    """`condition.holds` without its explanation, specialised.
+
+    The common case, a top-level number argument, is a dict lookup and a compare.
+    """
+    op, right = condition.op, condition.value
+    compare = _OPERATORS[op]
+    read = condition.read
+    key = condition.pointer[0] if len(condition.pointer) == 1 else None
+    missing = _MISSING
+    numeric = op in _ORDERING or (isinstance(right, (int, float)) and not isinstance(right, bool))
+    if numeric:
+        def test(arguments: Any) -> bool | None:
+            value = (arguments.get(key, missing) if key is not None
+                     and type(arguments) is dict else read(arguments))
+            kind = type(value)
+            if kind is int:
+                return bool(compare(value, right))
+            if kind is float:
+                return None if value != value else bool(compare(value, right))
+            if value is missing:
+                return None
+            number = _comparable(value, numeric=True)
+            return None if number is None else _compare_numbers(number, op, right)  # type: ignore[arg-type]
+        return test
+
+    def test_equal(arguments: Any) -> bool | None:
+        value = read(arguments)
+        if value is missing:
+            return None
+        left = _comparable(value, numeric=False)
+        if left is None:
+            return None
+        same = type(left) is type(right) and left == right
+        return same if op == "==" else not same
+    return test_equal
 
 
 _NOT = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "==": "!=", "!=": "=="}

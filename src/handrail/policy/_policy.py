@@ -878,28 +878,90 @@ _NEUTRAL: Mapping[str, Effect] = MappingProxyType(dict.fromkeys(DEFAULT_KEYS, Ef
 _UNKNOWN_ARGUMENTS = "the arguments are not known here"
 
 
-def _evaluate(rule: Rule, arguments: Any) -> tuple[bool, str]:
-    """Whether `rule`'s conditions make it match `arguments`, and why (`amount 900 > 500`).
+def _scanner(matched: Sequence[tuple[int, int, bool, tuple[Any, ...], Rule, str, str]]
+             ) -> Any:
+    """`scan(arguments, rank) -> (met, unmet)`: the conditional rules' loop, compiled.
+
+    The index (in `matched`, strictest first) of the first rule whose conditions make it
+    match, among those at least as strict as `rank`, else -1; and of the first that did not
+    match before it, else -1. Generated once per target's rules, like the copiers of the
+    records: each argument a condition names at the top level is read once, and a number is
+    compared inline; anything else goes through the condition's own `test`, which decides
+    the same (a property test holds the two to it).
+    """
+    head = ["def scan(a, rank):", "    unmet = -1", "    d = type(a) is dict"]
+    lines: list[str] = []
+    namespace: dict[str, Any] = {"M": _MISSING_ARGUMENT}
+    keys: dict[str, str] = {}
+    for i, (_, rule_rank, strict, _, rule, _, _) in enumerate(matched):
+        lines += [f"    if {rule_rank} < rank:", "        return -1, unmet",
+                  "    met = True", "    unk = False"]
+        for j, condition in enumerate(rule.when):
+            test = f"T_{i}_{j}"
+            namespace[test] = condition.test
+            lines.append("    if met:")
+            if len(condition.pointer) == 1 and type(condition.value) in (int, float):
+                key = condition.pointer[0]
+                var = keys.get(key)
+                if var is None:
+                    var = keys[key] = f"v{len(keys)}"
+                    namespace[f"K_{var}"] = key
+                    head.append(f"    {var} = a.get(K_{var}, M) if d else M")
+                compare = f"{var} {condition.op} {condition.value!r}"
+                lines += [f"        t = type({var})",
+                          "        if t is int:", f"            h = {compare}",
+                          "        elif t is float:",
+                          f"            h = ({compare}) if {var} == {var} else None",
+                          "        else:", f"            h = {test}(a)"]
+            else:
+                lines.append(f"        h = {test}(a)")
+            lines += ["        if h is False:", "            met = False",
+                      "        elif h is None:", "            unk = True"]
+        if not strict:
+            lines += ["    if unk:", "        met = False"]
+        lines += ["    if met:", f"        return {i}, unmet",
+                  "    if unmet < 0:", f"        unmet = {i}"]
+    lines.append("    return -1, unmet")
+    exec("\n".join(head + lines), namespace)
+    return namespace["scan"]
+
+
+_MISSING_ARGUMENT = object()
+
+
+def _matches(rule: Rule, arguments: Any) -> bool:
+    """Whether `rule`'s conditions make it match `arguments` (the hot path: no text).
 
     An undecidable condition (unknown arguments, a missing or uncomparable value) makes a deny
     or ask rule match and an allow rule not: the stricter verdict either way.
     """
     strict = rule.effect is not Effect.ALLOW
     if arguments is None:
-        return strict, f"{_UNKNOWN_ARGUMENTS}: {'matched' if strict else 'not matched'}"
-    shown: list[str] = []
+        return strict
     unknown = False
+    for condition in rule.when:
+        holds = condition.test(arguments)
+        if holds is False:
+            return False
+        if holds is None:
+            unknown = True
+    return strict or not unknown
+
+
+def _explain(rule: Rule, arguments: Any) -> str:
+    """Why `rule`'s conditions matched or not (`amount 900 > 500`), as `_matches` decided."""
+    if arguments is None:
+        strict = rule.effect is not Effect.ALLOW
+        return f"{_UNKNOWN_ARGUMENTS}: {'matched' if strict else 'not matched'}"
+    shown: list[str] = []
     for condition in rule.when:
         holds, why = condition.holds(arguments)
         if holds is False:
-            return False, why
+            return why
         if holds is None:
-            unknown = True
             why += ", so the stricter verdict"
         shown.append(why)
-    if unknown and not strict:
-        return False, "; ".join(shown)
-    return True, "; ".join(shown)
+    return "; ".join(shown)
 
 
 class _Compiled:
@@ -919,7 +981,8 @@ class _Compiled:
         # every check. Each is matched by a one-rule policy of its own, so that it matches
         # exactly as the same rule without a condition would (folding included).
         self.conditional: list[tuple[int, Rule, str, str, Policy]] = []
-        self.conditional_memo: dict[str, tuple[tuple[int, Rule, str, str], ...]] = {}
+        self.conditional_memo: dict[str, tuple[
+            tuple[tuple[int, int, bool, tuple[Any, ...], Rule, str, str], ...], Any]] = {}
         self.rid_of: dict[str, int] = {}
         self.limits: list[tuple[Limit, str, Policy]] = []
         self.limit_memo: dict[tuple[str, str], tuple[tuple[Limit, str], ...]] = {}
@@ -997,35 +1060,69 @@ class _Compiled:
         the one higher up. Any matching rule beats the default.
         """
         target = verdict.target
-        matched = self.conditional_memo.get(target)
-        if matched is None:
+        known = self.conditional_memo.get(target)
+        if known is None:
             action = Action(Act.CALL, target)
-            matched = tuple((rid, rule, layer, reason)
+            # Per rule what the loop below reads, precomputed: its rank, whether it is strict
+            # (deny, ask), its conditions' fast tests.
+            matched = tuple((rid, rule.effect.rank, rule.effect is not Effect.ALLOW,
+                             tuple(c.test for c in rule.when), rule, layer, reason)
                             for rid, rule, layer, reason, alone in self.conditional
                             if alone.check(action).rule is not None)
+            known = (matched, _scanner(matched) if matched else None)
             if len(self.conditional_memo) >= _MEMO_SIZE:
                 self.conditional_memo.clear()
-            self.conditional_memo[target] = matched
+            self.conditional_memo[target] = known
+        matched, scan = known
         if not matched:
             return verdict
         decided = verdict.rule is not None
         rank = verdict.effect.rank if decided else -1
-        unmet = ""
-        for rid, rule, layer, reason in matched:
-            effect = rule.effect
-            if effect.rank < rank:
+        if arguments is not None:
+            # The loop below, compiled for these rules (`_scanner`): what it decides, faster.
+            met, first_unmet = scan(arguments, rank)
+            if met >= 0:
+                rid, rule_rank, _, _, rule, layer, reason = matched[met]
+                if not (rule_rank == rank and self.rid_of.get(verdict.reason, -1) < rid):
+                    return Verdict._make(rule.effect, rule, layer, target,
+                                         f"{reason} ({_explain(rule, arguments)})")
+            if first_unmet < 0:
+                return verdict
+            rule, reason = matched[first_unmet][4], matched[first_unmet][6]
+            return Verdict._make(verdict.effect, verdict.rule, verdict.layer, target,
+                                 f"{verdict.reason}; not met: {reason} "
+                                 f"({_explain(rule, arguments)})")
+        unmet: tuple[Rule, str] | None = None
+        for rid, rule_rank, strict, tests, rule, layer, reason in matched:
+            if rule_rank < rank:
                 break  # sorted strictest first: nothing later can beat the verdict
-            holds, why = _evaluate(rule, arguments)
-            if not holds:
-                unmet = unmet or f"; not met: {reason} ({why})"
+            # `_matches`, inlined: this loop is the whole cost of the conditions.
+            if arguments is None:
+                met = strict
+            else:
+                met, unknown = True, False
+                for test in tests:
+                    holds = test(arguments)
+                    if holds is False:
+                        met = False
+                        break
+                    if holds is None:
+                        unknown = True
+                if unknown and not strict:
+                    met = False
+            if not met:
+                if unmet is None:
+                    unmet = (rule, reason)
                 continue
-            if effect.rank == rank and self.rid_of.get(verdict.reason, -1) < rid:
+            if rule_rank == rank and self.rid_of.get(verdict.reason, -1) < rid:
                 break  # the same effect, and the verdict's rule sits higher up
-            return Verdict._make(effect, rule, layer, target, f"{reason} ({why})")
-        if unmet:
+            return Verdict._make(rule.effect, rule, layer, target,
+                                 f"{reason} ({_explain(rule, arguments)})")
+        if unmet is not None:
             # Explain says which condition let the call through (or kept it at its default).
             return Verdict._make(verdict.effect, verdict.rule, verdict.layer, target,
-                                 verdict.reason + unmet)
+                                 f"{verdict.reason}; not met: {unmet[1]} "
+                                 f"({_explain(unmet[0], arguments)})")
         return verdict
 
     def limits_for(self, action: Action, workspace: str | os.PathLike[str] | None
