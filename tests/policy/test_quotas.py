@@ -216,3 +216,38 @@ def test_the_documented_policy_files_load_and_mean_what_the_page_says() -> None:
     assert [limit.describe() for limit, _ in mail.limits] == [
         "limit call 'mail/send' 20 per 1d per agent, then ask",
         "limit exec 'deploy **' 3 per 1h, then deny"]
+
+
+async def test_a_call_rerun_after_an_interruption_is_counted_once(tmp_path: Path) -> None:
+    import anyio
+
+    stop = anyio.Event()
+    ran: list[str] = []
+
+    @hr.tool(server="mail", name="send", idempotent=True)
+    async def send_once(to: str) -> str:
+        """Send one email (idempotent: a rerun after a crash sends nothing twice)."""
+        if not stop.is_set():
+            stop.set()  # the run is cancelled while this call is in flight
+            await anyio.sleep_forever()
+        ran.append(to)
+        return f"sent to {to}"
+
+    def make() -> hr.Agent:
+        return hr.Agent(Scripted([calls([("mail/send", {"to": "a"})]), reply("done")]),
+                        [send_once], policy=_policy(count=1, key="global"),
+                        workspace=tmp_path, name="mailer")
+
+    async with Store.open(tmp_path / "runs.db") as store:
+        first = await make().run("mail", store=store, cancel=stop)
+        assert first.outcome.kind == "cancelled"
+        (record,) = await store.calls(first.run_id)
+        assert record.status is CallStatus.STARTED and record.verdict is not None
+        assert record.verdict["quota"][0]["counted"] is True
+        done = await hr.resume(store, first.run_id, agent=make())
+        assert done.outcome == hr.Completed("done")
+        (record,) = await store.calls(first.run_id)
+        # Its one start was counted when it first started: the rerun is not a second one
+        # (with a limit of 1, a second count would have refused it).
+        assert ran == ["a"] and record.status is CallStatus.FINISHED
+        assert record.verdict is not None and record.verdict["quota"][0]["counted"] is True
