@@ -143,7 +143,7 @@ def main() -> None:
             url = server.create_database()
             anyio.run(bench_store, "PostgreSQL", lambda: Store.open(url), args.writes)
         finally:
-            server.stop()
+            pgserver.stop(server)
 
 
 if __name__ == "__main__":
