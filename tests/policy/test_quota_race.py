@@ -115,8 +115,13 @@ def test_four_workers_start_exactly_the_limit_of_a_global_quota(tmp_path: Path,
     counts = sorted(c.verdict["quota"][0]["count"] for c in ran if c.verdict)
     assert counts == list(range(1, LIMIT + 1))
     assert all(c.verdict and c.verdict["quota"][0]["over"] for c in refused)
-    # Every worker took part (the race was a race).
-    resumed = [sum(1 for line in log.read_text().splitlines() if line.startswith("{")
-                   and json.loads(line).get("event") == "run_resumed") for log in logs]
+    # Every worker took part (the race was a race), and none met a store error on the way (a
+    # refused claim is a verdict, never a failed write: once, a full window raised in the
+    # PostgreSQL pipeline and the connection's next write failed, leaving calls in doubt).
+    events = [[json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+              for log in logs]
+    resumed = [sum(1 for e in es if e.get("event") == "run_resumed") for es in events]
     assert all(n > 0 for n in resumed), resumed
+    errors = [e for es in events for e in es if e.get("outcome") == "error"]
+    assert not errors, errors[:3]
     print(f"{RUNS} runs, 4 workers, limit {LIMIT}: {len(ran)} sends ran; resumed {resumed}")
