@@ -712,31 +712,44 @@ class PostgresStore(Store):
         # A deferred op (a conditional UPDATE ... RETURNING) is read after the commit: its
         # condition is the database's, nothing to undo when it matched no row.
         async with pool.connection() as conn:
-            if all(not op.cas or op.deferred for op in ops):
-                # Nothing to read before the commit: no BEGIN, no COMMIT. Everything up to
-                # the pipeline's Sync is one implicit transaction, committed at the Sync and
-                # rolled back whole if any statement fails (the protocol's rule): half the
-                # client CPU and wall time of an explicit transaction for a runner's write.
-                async with conn.pipeline():
-                    for op in ops:
+            try:
+                return await self._commit_on(conn, ops, outcomes)
+            except _import_driver()[0].Error:
+                # A statement failed in the pipeline (a full quota window, a lost fence):
+                # psycopg's prepared statements may no longer be the server's (a statement
+                # it prepared in the aborted pipeline was never run: `prepared statement
+                # "_pg3_33" does not exist` at this connection's next write). This
+                # connection is not used again; the pool opens another.
+                await conn.close()
+                raise
+
+    async def _commit_on(self, conn: Any, ops: list[_Op], outcomes: list[tuple[bool, Any]]
+                         ) -> list[tuple[bool, Any]]:
+        if all(not op.cas or op.deferred for op in ops):
+            # Nothing to read before the commit: no BEGIN, no COMMIT. Everything up to
+            # the pipeline's Sync is one implicit transaction, committed at the Sync and
+            # rolled back whole if any statement fails (the protocol's rule): half the
+            # client CPU and wall time of an explicit transaction for a runner's write.
+            async with conn.pipeline():
+                for op in ops:
+                    outcomes.append((True, await op.fn(conn)))
+        else:
+            async with conn.pipeline(), conn.transaction():
+                for op in ops:
+                    if not op.cas or op.deferred:
                         outcomes.append((True, await op.fn(conn)))
-            else:
-                async with conn.pipeline(), conn.transaction():
-                    for op in ops:
-                        if not op.cas or op.deferred:
-                            outcomes.append((True, await op.fn(conn)))
-                            continue
-                        try:
-                            async with conn.transaction():  # a savepoint: a lost CAS fails alone
-                                outcomes.append((True, await op.fn(conn)))
-                        except _CAS_ERRORS as exc:
-                            outcomes.append((False, exc))
-            for i, op in enumerate(ops):
-                if op.deferred:
+                        continue
                     try:
-                        outcomes[i] = (True, await outcomes[i][1]())
+                        async with conn.transaction():  # a savepoint: a lost CAS fails alone
+                            outcomes.append((True, await op.fn(conn)))
                     except _CAS_ERRORS as exc:
-                        outcomes[i] = (False, exc)
+                        outcomes.append((False, exc))
+        for i, op in enumerate(ops):
+            if op.deferred:
+                try:
+                    outcomes[i] = (True, await outcomes[i][1]())
+                except _CAS_ERRORS as exc:
+                    outcomes[i] = (False, exc)
         return outcomes
 
     def _settle(self, op: _Op, ok: bool, value: Any) -> None:
