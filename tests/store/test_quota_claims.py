@@ -181,3 +181,18 @@ async def _create(path: Path) -> None:
     store = Store.open(path)
     await store.write(Batch())
     await store.close()
+
+
+async def test_writes_after_full_windows_still_succeed(store: Store) -> None:
+    # A full window fails its write (on PostgreSQL, inside the pipeline); the store's next
+    # writes must not suffer for it. (The psycopg desync this once caused, "prepared
+    # statement ... does not exist", needs a prepare in the aborted pipeline: the 4-worker
+    # race in tests/policy/test_quota_race.py is what met it, and checks no worker errs.)
+    run = RunRecord(id="r", task="t", created_at=1.0, updated_at=1.0)
+    await store.write(Batch(run=run))
+    await store.write(Batch(claims=[_claim("first", limit=1)]))
+    for i in range(12):
+        with pytest.raises(QuotaExceeded):
+            await store.write(Batch(calls=[_started("r", i)], claims=[_claim(i, limit=1)]))
+        await store.write(Batch(calls=[_started("r", 100 + i)]))
+    assert len(await store.calls("r")) == 12
