@@ -58,7 +58,7 @@ def test_exports_are_pinned() -> None:
         "resolve_in_workspace", "MAX_NESTING", "PATH_MAX", "address_classes", "canonical_net",
         "canonical_path", "is_inside", "resolve_program", "too_deep", "without_bom",
         "workspace_root", "Flip", "Suggestion", "WhatIf", "replay", "suggest", "suggest_from",
-        "what_if"}
+        "what_if", "Condition", "Limit", "quota_lines"}
     for module in (approval, policy_pkg):
         assert all(hasattr(module, name) for name in module.__all__)
     assert approval.Question is hr.Question
