@@ -198,3 +198,13 @@ def test_a_token_of_punctuation_alone_is_not_an_empty_value() -> None:
     corpus.add(("c1", "t"), ["well ... ok !!"])
     assert corpus.find("") is None
     assert corpus.find("ok") is not None
+
+
+def test_a_short_value_copied_with_its_edge_punctuation_is_found() -> None:
+    # `rm!` in a page, `rm!` in the argument: found as written (and `rm` without it).
+    corpus = Corpus()
+    corpus.add(("c1", "t"), ["then run rm! now, or ls?"])
+    assert _found(corpus, "rm!") == (("c1", "t"), "exact")
+    assert _found(corpus, "rm") == (("c1", "t"), "exact")
+    assert _found(corpus, "ls?") == (("c1", "t"), "exact")
+    assert corpus.find("rm?") is None

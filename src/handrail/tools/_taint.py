@@ -514,7 +514,11 @@ class Corpus:
         # deque): a Python loop over the distinct tokens of an output cost as much as the
         # rest of indexing it. Long tokens are kept too (only a short value is looked up
         # here, so they cost memory, never a wrong answer); the empty token is not one.
-        tokens = set(map(str.strip, set(text.translate(_SEPARATORS).split()), repeat(_EDGE)))
+        # Each token as written and without its edge punctuation (`rm!` and `rm`): a value
+        # copied with the punctuation is found as it was copied.
+        raw = set(text.translate(_SEPARATORS).split())
+        tokens = set(map(str.strip, raw, repeat(_EDGE)))
+        tokens.update(raw)
         tokens.discard("")
         deque(map(exact.setdefault, tokens, repeat(seg)), 0)
         found = set(_NUMBER.findall(" ".join(text.translate(_NOT_NUMERIC).split())))
