@@ -34,6 +34,7 @@ from handrail.policy._targets import (
     canonical_net,
     net_addresses,
 )
+from handrail.policy._terms import AskTerms, parse_duration
 from handrail.tools import Act, Action
 
 __all__ = ["CONFINEMENT", "Effect", "Layer", "Policy", "Rule", "Verdict", "parse_act"]
@@ -131,11 +132,22 @@ class Rule:
     """The glob matched against the canonical target (see `handrail.policy` for the syntax)."""
     effect: Effect
     """What the rule decides when it matches."""
+    terms: AskTerms | None = None
+    """An ask's approvers, deadline, default and escalation (`AskTerms`); None: one person,
+    no deadline. Only an ask rule has terms."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "act", parse_act(self.act))
         object.__setattr__(self, "effect", Effect.parse(self.effect))
         compile_pattern(self.act, self.pattern)
+        if self.terms is not None:
+            if not isinstance(self.terms, AskTerms):
+                raise PolicyError(f"Rule.terms takes hr.AskTerms, not {self.terms!r}")
+            if self.effect is not Effect.ASK:
+                raise PolicyError(f"{self.effect.value} {self.spec}: approvals, expires, "
+                                  "default and escalate belong to an ask rule")
+            if self.terms.plain:
+                object.__setattr__(self, "terms", None)
 
     @property
     def spec(self) -> str:
@@ -162,9 +174,13 @@ class Rule:
         """`deny write '*.pem'`: for explanations and logs."""
         return f"{self.effect.value} {self.act.value} {self.pattern!r}"
 
-    def to_dict(self) -> dict[str, str]:
-        """`{"act": ..., "pattern": ..., "effect": ...}`."""
-        return {"act": self.act.value, "pattern": self.pattern, "effect": self.effect.value}
+    def to_dict(self) -> dict[str, Any]:
+        """`{"act": ..., "pattern": ..., "effect": ...}` (and `"terms"` when it has some)."""
+        out: dict[str, Any] = {"act": self.act.value, "pattern": self.pattern,
+                               "effect": self.effect.value}
+        if self.terms is not None:
+            out["terms"] = self.terms.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Rule:
@@ -173,9 +189,15 @@ class Rule:
         Raises:
             PolicyError: a key is missing or unknown, or a value is malformed.
         """
-        if not isinstance(data, Mapping) or set(data) != {"act", "pattern", "effect"}:
+        if not isinstance(data, Mapping) or not (
+                {"act", "pattern", "effect"} <= set(data) <= {"act", "pattern", "effect",
+                                                               "terms"}):
             raise PolicyError(f"a rule is {{act, pattern, effect}}, got {data!r}")
-        return cls(data["act"], data["pattern"], data["effect"])
+        terms = data.get("terms")
+        if terms is not None and not isinstance(terms, Mapping):
+            raise PolicyError(f"a rule's terms are a table, got {terms!r}")
+        return cls(data["act"], data["pattern"], data["effect"],
+                   None if terms is None else AskTerms.from_dict(terms))
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,12 +495,13 @@ class Policy:
                 return self._replace(current=i)
         return self._replace(layers=(*self.layers, Layer(name)), current=len(self.layers))
 
-    def _add(self, act: Act | str, pattern: str, effect: Effect) -> Policy:
+    def _add(self, act: Act | str, pattern: str, effect: Effect,
+             terms: AskTerms | None = None) -> Policy:
         if self._current is None:
             raise PolicyError(
                 f"call .layer(name) before .{effect.value}(...): every rule belongs to a layer"
             )
-        rule = Rule(parse_act(act), pattern, effect)
+        rule = Rule(parse_act(act), pattern, effect, terms)
         layers = list(self.layers)
         target = layers[self._current]
         layers[self._current] = Layer(target.name, (*target.rules, rule))
@@ -488,9 +511,27 @@ class Policy:
         """Add `allow act pattern` to the selected layer."""
         return self._add(act, pattern, Effect.ALLOW)
 
-    def ask(self, act: Act | str, pattern: str) -> Policy:
-        """Add `ask act pattern` to the selected layer."""
-        return self._add(act, pattern, Effect.ASK)
+    def ask(self, act: Act | str, pattern: str, *, approvals: int = 1,
+            expires: float | str | None = None, default: Literal["deny", "approve"] = "deny",
+            escalate: float | str | None = None) -> Policy:
+        """Add `ask act pattern` to the selected layer.
+
+        Args:
+            act: The act the rule applies to.
+            pattern: The glob matched against the canonical target.
+            approvals: Distinct people who must approve (four-eyes: 2); any deny ends it.
+            expires: After this long undecided (`"30m"`, or seconds), `default` is recorded
+                by "expiry" (docs/notify.md).
+            default: What expiry records: `"deny"` (reason "expired after 30m") or
+                `"approve"`.
+            escalate: After this long undecided, a second notification goes out (before
+                `expires`).
+        """
+        terms = AskTerms(
+            approvals=approvals, default=default,
+            expires=None if expires is None else parse_duration(expires, what="expires"),
+            escalate=None if escalate is None else parse_duration(escalate, what="escalate"))
+        return self._add(act, pattern, Effect.ASK, terms)
 
     def deny(self, act: Act | str, pattern: str) -> Policy:
         """Add `deny act pattern` to the selected layer."""

@@ -20,6 +20,9 @@ ask = ["call:ledger/transfer/*"]
 allow = ["write:src/**", "exec:git status", "net:api.example.com:443"]
 ```
 
+An `ask` entry may be a table with options (`AskTerms`, docs/notify.md):
+`{ rule = "call:ledger/transfer/*", approvals = 2, expires = "30m", escalate = "10m" }`.
+
 A rule is `"act:pattern"` (split at the first `:`, so `net:host:443` works). Unknown keys,
 acts and effects are refused with the key path (`policy.layers[1].alow`) and, for TOML text,
 the line. `to_dict` writes the canonical form: all six defaults, every layer with its `deny`,
@@ -36,6 +39,7 @@ from typing import Any
 
 from handrail.errors import PolicyError
 from handrail.policy._policy import DEFAULT_KEYS, Effect, Layer, Policy, Rule
+from handrail.policy._terms import AskTerms
 from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 
 __all__ = ["policy_from_dict", "policy_from_toml", "policy_to_dict", "policy_to_toml"]
@@ -69,7 +73,11 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
     for layer in policy.layers:
         entry: dict[str, Any] = {"name": layer.name}
         for effect in (Effect.DENY, Effect.ASK, Effect.ALLOW):
-            specs = [r.spec for r in layer.rules if r.effect is effect]
+            # An ask with terms (approvals, a deadline) is a table; every other rule stays
+            # the string it always was (and so does every canonical form that hashes it).
+            specs: list[Any] = [r.spec if r.terms is None else
+                                {"rule": r.spec, **r.terms.to_dict()}
+                                for r in layer.rules if r.effect is effect]
             if specs:
                 entry[effect.value] = specs
         layers.append(entry)
@@ -150,7 +158,10 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<policy>") -> Po
                                "expected an array of 'act:pattern' strings")
             for j, spec in enumerate(specs):
                 try:
-                    rules.append(Rule.parse(spec, effect))
+                    if effect is Effect.ASK and isinstance(spec, Mapping):
+                        rules.append(_ask_with_terms(spec))
+                    else:
+                        rules.append(Rule.parse(spec, effect))
                 except PolicyError as exc:
                     raise _Located(source, [*lpath, effect.value, j], str(exc)) from None
         try:
@@ -158,6 +169,16 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<policy>") -> Po
         except PolicyError as exc:
             raise _Located(source, [*lpath, "name"], str(exc)) from None
     return Policy(tuple(layers), defaults, taint=taint)
+
+
+def _ask_with_terms(spec: Mapping[str, Any]) -> Rule:
+    """`{rule = "call:x/*", approvals = 2, expires = "30m", ...}`: an ask with `AskTerms`."""
+    if "rule" not in spec:
+        raise PolicyError("an ask with options is a table with rule = 'act:pattern' and any "
+                          "of approvals, expires, default, escalate")
+    options = {k: v for k, v in spec.items() if k != "rule"}
+    rule = Rule.parse(spec["rule"], Effect.ASK)
+    return Rule(rule.act, rule.pattern, Effect.ASK, AskTerms.from_dict(options))
 
 
 def _toml_str(text: str) -> str:
@@ -176,9 +197,15 @@ def policy_to_toml(policy: Policy) -> str:
         for effect in ("deny", "ask", "allow"):
             if effect in layer:
                 lines.append(f"{effect} = [")
-                lines += [f"    {_toml_str(s)}," for s in layer[effect]]
+                lines += [f"    {_toml_str(s) if isinstance(s, str) else _toml_table(s)},"
+                          for s in layer[effect]]
                 lines.append("]")
     return "\n".join(lines) + "\n"
+
+
+def _toml_table(entry: Mapping[str, Any]) -> str:
+    values = (f"{k} = {_toml_str(v) if isinstance(v, str) else v}" for k, v in entry.items())
+    return "{ " + ", ".join(values) + " }"
 
 
 def policy_from_toml(text: str, *, source: str = "<policy>") -> Policy:

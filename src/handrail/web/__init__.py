@@ -1,7 +1,8 @@
 """The approvals inbox: a web page where people see and decide what agents wait on.
 
 `handrail inbox` serves it (extra `handrail[web]`: Starlette, uvicorn, Jinja2); see
-docs/inbox.md. `InboxApprover` (no web dependency) lets a long-lived process wait for the
+docs/inbox.md. `Dispatcher` (no web dependency) sends notifications of pending items and
+enforces their deadlines (docs/notify.md). `InboxApprover` (no web dependency) lets a long-lived process wait for the
 inbox's decision in-process. `create_app` builds the ASGI application itself, for tests and
 for hosting it another way.
 """
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from handrail.web._approver import InboxApprover
+from handrail.web._dispatch import Dispatcher, notification_of
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from handrail.runs import Agent
     from handrail.store import RunRecord, Store
 
-__all__ = ["InboxApprover", "create_app"]
+__all__ = ["Dispatcher", "InboxApprover", "create_app", "notification_of"]
 
 
 def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
