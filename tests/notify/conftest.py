@@ -6,21 +6,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from notify_helpers import Clock
 
 from handrail.store import Store
-
-
-class Clock:
-    """A clock a test moves (`store.clock = clock`): deadlines pass without waiting."""
-
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture

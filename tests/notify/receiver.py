@@ -45,7 +45,7 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(min(length, 1 << 20))
-                headers = {k: v for k, v in self.headers.items()}
+                headers = dict(self.headers.items())
                 receiver.raw.append((body, headers))
                 if receiver.status != 200:
                     self._answer(receiver.status)

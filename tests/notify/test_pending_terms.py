@@ -8,15 +8,14 @@ item that needs two approvers stays open until two distinct people approved.
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
+import json
 import sys
 import time
 from typing import Any
 
 import anyio
 import pytest
-from conftest import Clock
+from notify_helpers import Clock
 
 from handrail.errors import AlreadyDecided, UserError
 from handrail.store import Batch, PendingItem, RunRecord, RunStatus, Store
@@ -171,16 +170,15 @@ async def test_two_processes_touching_the_store_expire_each_item_exactly_once(
         await store.flush()
     finally:
         await store.close()
-    env = dict(os.environ)
-    children = [subprocess.Popen([sys.executable, "-c", _CHILD, backend],
-                                 stdout=subprocess.PIPE, env=env) for _ in range(2)]
-    outputs = []
-    for child in children:
-        out, _ = child.communicate(timeout=120)
-        assert child.returncode == 0
-        outputs.append(out.decode())
-    import json
+    outputs: list[str] = []
 
+    async def child() -> None:
+        done = await anyio.run_process([sys.executable, "-c", _CHILD, backend])
+        outputs.append(done.stdout.decode())
+
+    async with anyio.create_task_group() as tg:  # both at once
+        tg.start_soon(child)
+        tg.start_soon(child)
     ids = [i for out in outputs for i in json.loads(out)]
     assert sorted(ids) == sorted(f"p{i}" for i in range(30))  # each by one process, once
     store = Store.open(backend)

@@ -46,8 +46,8 @@ from handrail.policy._paths import (
     workspace_root,
 )
 from handrail.policy._policy import CONFINEMENT, SECRETS, Effect, Layer, Policy, Rule, Verdict
-from handrail.policy._terms import AskTerms
 from handrail.policy._targets import address_classes, canonical_net, is_inside, resolve_program
+from handrail.policy._terms import AskTerms
 from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 from handrail.policy._whatif import (
     Flip,

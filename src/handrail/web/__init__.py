@@ -2,9 +2,9 @@
 
 `handrail inbox` serves it (extra `handrail[web]`: Starlette, uvicorn, Jinja2); see
 docs/inbox.md. `Dispatcher` (no web dependency) sends notifications of pending items and
-enforces their deadlines (docs/notify.md). `InboxApprover` (no web dependency) lets a long-lived process wait for the
-inbox's decision in-process. `create_app` builds the ASGI application itself, for tests and
-for hosting it another way.
+enforces their deadlines (docs/notify.md). `InboxApprover` (no web dependency) lets a
+long-lived process wait for the inbox's decision in-process. `create_app` builds the ASGI
+application itself, for tests and for hosting it another way.
 """
 
 from __future__ import annotations
