@@ -1022,9 +1022,9 @@ class PostgresStore(Store):
             cur = await conn.execute(
                 "UPDATE pending SET notes = (notes::jsonb || %s::jsonb)::text, "
                 "notified = greatest(notified, coalesce(%s, notified)), "
-                "notify_after = coalesce(%s, notify_after) WHERE id = %s",
+                "notify_after = coalesce(%s, notify_after) WHERE id = %s RETURNING id",
                 (note_json, notified, retry_at, item_id))
-            if cur.rowcount != 1:
+            if await cur.fetchone() is None:
                 return NotFound(f"no pending item {item_id!r} in {where}")
             return None
 
