@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from handrail.errors import PolicyError, UserError
+from handrail.policy import AskTerms, parse_duration
 from handrail.policy._policy import Effect, Rule, parse_act
-from handrail.policy._terms import AskTerms, parse_duration
 from handrail.tools import Act
 
 __all__ = ["Approve", "Decision", "Defer", "Deny"]

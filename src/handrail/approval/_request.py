@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from handrail.errors import UserError
+from handrail.policy import AskTerms
 from handrail.policy._policy import parse_act
-from handrail.policy._terms import AskTerms
 from handrail.tools import Act, Action, Taint
 
 __all__ = ["Request", "action_from_dict", "action_to_dict"]

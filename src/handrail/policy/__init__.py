@@ -47,7 +47,7 @@ from handrail.policy._paths import (
 )
 from handrail.policy._policy import CONFINEMENT, SECRETS, Effect, Layer, Policy, Rule, Verdict
 from handrail.policy._targets import address_classes, canonical_net, is_inside, resolve_program
-from handrail.policy._terms import AskTerms
+from handrail.policy._terms import AskTerms, parse_duration
 from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 from handrail.policy._whatif import (
     Flip,
@@ -84,6 +84,7 @@ __all__ = [
     "canonical_path",
     "canonicalize",
     "is_inside",
+    "parse_duration",
     "replay",
     "resolve_in_workspace",
     "resolve_program",
