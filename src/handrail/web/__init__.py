@@ -18,6 +18,7 @@ from handrail.web._dispatch import Dispatcher, notification_of
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
+    from handrail.approval import DecisionLinks
     from handrail.runs import Agent
     from handrail.store import RunRecord, Store
 
@@ -27,7 +28,9 @@ __all__ = ["Dispatcher", "InboxApprover", "create_app", "notification_of"]
 def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
                login_tokens: tuple[str, ...] = (),
                reusable_tokens: tuple[str, ...] = (), default_user: str | None = None,
-               poll_seconds: float = 1.5, resume_runs: bool | None = None) -> Starlette:
+               poll_seconds: float = 1.5, resume_runs: bool | None = None,
+               links: DecisionLinks | None = None, dispatcher: Dispatcher | None = None,
+               ) -> Starlette:
     """The inbox as an ASGI application (needs `handrail[web]`).
 
     Args:
@@ -40,6 +43,10 @@ def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
         resume_runs: Whether a decision continues its run in this process. None (the
             default): yes, unless `handrail worker` processes serve the store (PostgreSQL):
             then the decision is recorded and a worker continues the run.
+        links: Checks the decision links of notifications (`/links/TOKEN`, docs/notify.md);
+            None: such links are refused.
+        dispatcher: Runs beside the app while it serves (sends notifications, enforces
+            deadlines); None: none.
 
     Raises:
         UserError: the web extra is not installed.
@@ -54,4 +61,5 @@ def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
                         ) from exc
     sessions = Sessions(one_time=set(login_tokens), reusable=set(reusable_tokens))
     return build(store, sessions=sessions, agent_for=agent_for, default_user=default_user,
-                 poll_seconds=poll_seconds, resume_runs=resume_runs)
+                 poll_seconds=poll_seconds, resume_runs=resume_runs, links=links,
+                 dispatcher=dispatcher)
