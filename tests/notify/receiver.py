@@ -31,6 +31,8 @@ class Receiver:
         """Every POST's body and headers, verified or not (a test replays one)."""
         self.refused: list[str] = []
         """Why each refused delivery was refused."""
+        self.arrived = threading.Event()
+        """Set when a delivery verified (a test in another thread waits on it)."""
         self._server: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -58,6 +60,7 @@ class Receiver:
                     return
                 receiver.deliveries.append(data)
                 self._answer(200)
+                receiver.arrived.set()
 
             def _answer(self, status: int) -> None:
                 self.send_response(status)

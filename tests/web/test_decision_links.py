@@ -186,6 +186,10 @@ def test_four_eyes_through_links_needs_signed_in_people_and_shows_one_of_two(
     assert anonymous.status_code == 401 and "sign in" in anonymous.text
     assert len(inbox.item(rid).approvals) == 1
     login(inbox.client, token="team-token-0123456789abcdef", user="bob")
+    # alice's link, forwarded to bob: spent, refused (one link, one decision).
+    forwarded = inbox.client.post(signed_in, data={"name": "x"})
+    assert forwarded.status_code == 410 and "used already" in forwarded.text
+    assert len(inbox.item(rid).approvals) == 1
     second = inbox.client.post(_path(linked.links.make(rid, "approve", to="ops")),
                                data={"name": "x"})
     assert second.status_code == 200 and "Decided" in second.text, second.text
