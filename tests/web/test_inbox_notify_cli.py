@@ -12,14 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_store
 
 import handrail as hr
+from conftest import run_store
 from handrail.cli import main
 from handrail.store import Batch, PendingItem, RunRecord, RunStatus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "notify"))
-from receiver import Receiver  # noqa: E402 - the notification tests' real receiver
+from receiver import Receiver
 
 SECRET = "webhook-secret-for-tests-0123456789"
 
