@@ -359,7 +359,11 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
                     message = await inbox.approve(item_id, session.user)
                 else:
                     message = await inbox.deny(item_id, session.user, reason)
-                results.append({"id": item_id, "ok": True, "message": message})
+                # A four-eyes item counts the approval and stays open: said as such.
+                waits = action == "approve" and (
+                    await store.pending_item(item_id)).state == "open"
+                results.append({"id": item_id, "ok": True, "message": message,
+                                "waits": waits})
             except Refused as exc:
                 results.append({"id": item_id, "ok": False,
                                 "message": "no such pending item" if exc.status == 404
