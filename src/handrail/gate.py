@@ -829,13 +829,28 @@ class Gate:
                     if isinstance(decision, Approve):
                         decision.check(request.act)  # never record what cannot be applied
                     try:
-                        state.spent = [*state.spent, await scope.store.decide(
-                            reask.id, decision.to_dict(), decided_by)]
+                        counted = await scope.store.decide(reask.id, decision.to_dict(),
+                                                           decided_by)
                     except AlreadyDecided:
                         # Someone decided first, elsewhere: theirs stands.
                         won = await scope.store.pending_item(reask.id)
                         decision = Decision.from_dict(won.decision or {})
                         decided_by = won.decided_by or "operator"
+                    else:
+                        if counted.state == "open":
+                            # Four-eyes: this approver was one of the people it needs.
+                            state.pause(PausedOnRequest(reask.id),
+                                        CallStatus.AWAITING_APPROVAL, None)
+                            return
+                        state.spent = [*state.spent, counted]
+                        decided_by = counted.decided_by or decided_by
+                elif isinstance(decision, Approve) and request.terms.approvals > 1:
+                    # Four-eyes: an approver's yes is one of the approvals the rule needs. The
+                    # request is persisted with it counted, and waits for the others.
+                    decision.check(request.act)
+                    await self._decide(state, request, Decision.defer(),
+                                       decided_by=decided_by, approved_by=decided_by)
+                    return
                 await self._decide(state, request, decision, decided_by=decided_by)
                 if _status(state) is CallStatus.STARTED and state.result is None:
                     await self._execute(state, persist_start=True)
@@ -1291,7 +1306,7 @@ class Gate:
         )
 
     async def _decide(self, state: _Call, request: Request | None, decision: Decision, *,
-                      decided_by: str) -> None:
+                      decided_by: str, approved_by: str | None = None) -> None:
         """Apply an approver's decision: refuse, pause (defer), or mark the call to run."""
         update(state.record, decision=decision.to_dict(), decided_by=decided_by)
         if isinstance(decision, Deny):
@@ -1322,6 +1337,8 @@ class Gate:
         item = PendingItem(id=request.id, kind="approval", run_id=self.scope.run_id,
                            call_record=state.record.id, agent=self.scope.agent,
                            tool=request.tool, payload=request.to_dict(), created_at=now,
+                           approvals=[] if approved_by is None else [
+                               {"by": approved_by, "at": now}],
                            **terms.item_fields(now))
         state.pause(PausedOnRequest(request.id), CallStatus.AWAITING_APPROVAL, item)
 

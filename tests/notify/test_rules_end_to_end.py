@@ -127,3 +127,26 @@ def test_terms_are_checked_and_round_trip() -> None:
     assert AskTerms.strictest([AskTerms(approvals=2, expires=3600),
                                AskTerms(expires=600, default="approve"), None]) == AskTerms(
         approvals=2, expires=600)
+
+
+@pytest.mark.usefixtures("real_clock")
+async def test_an_approver_that_approves_everything_is_one_of_the_two(
+        store: hr.Store, tmp_path: pathlib.Path) -> None:
+    """Story: a four-eyes rule under `ApproveAll` (a CI job, a careless callback) must not run
+    the call on one yes: the approver counts as one person, the request waits for another."""
+    agent = _agent(tmp_path)
+    result = await agent.run("write a.txt", store=store, approver=hr.ApproveAll())
+    assert isinstance(result.outcome, hr.AwaitingApproval)
+    assert not (tmp_path / "a.txt").exists()
+    rid = result.outcome.request_id
+    (approval,) = (await store.pending_item(rid)).approvals
+    # Resumed under the same approver: it is asked again, and still counts once.
+    again = await hr.resume(store, result.run_id, agent=agent, approver=hr.ApproveAll())
+    assert again.outcome == hr.AwaitingApproval(rid)
+    assert [a["by"] for a in (await store.pending_item(rid)).approvals] == [approval["by"]]
+    assert not (tmp_path / "a.txt").exists()
+    done = await hr.resume_with_decision(store, rid, hr.Decision.approve(), agent=agent,
+                                         decided_by="bob")
+    assert done.outcome == hr.Completed("done") and (tmp_path / "a.txt").exists()
+    (record,) = await store.calls(result.run_id)
+    assert record.decided_by == f"{approval['by']}, bob"
