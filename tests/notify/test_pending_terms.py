@@ -11,6 +11,7 @@ import dataclasses
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -246,3 +247,38 @@ async def test_two_approvers_at_once_on_two_connections_are_both_counted(
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_store_upgraded_to_deadlines_does_not_notify_what_was_already_open(
+        tmp_path: Path) -> None:
+    """Migration 0009 on a file made before it: items open then are kept as they were, with
+    no deadline, and are not owed a notification (an upgrade is not a flood of messages)."""
+    import sqlite3
+
+    from handrail.store._sqlite import MIGRATIONS
+
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path, isolation_level=None)
+    old.execute("CREATE TABLE _migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                "applied_at REAL NOT NULL)")
+    for number, (name, migrate) in enumerate(MIGRATIONS[:-1], start=1):
+        assert name != "0009_pending_deadlines"
+        migrate(old)
+        old.execute("INSERT INTO _migrations VALUES (?, ?, 0)", (number, name))
+    old.execute(f"PRAGMA user_version={len(MIGRATIONS) - 1}")
+    old.execute("INSERT INTO runs (id, task, status, created_at, updated_at) "
+                "VALUES ('r1', 't', 'awaiting_approval', 0, 0)")
+    old.execute("INSERT INTO pending (id, kind, run_id, call_record, payload, created_at, "
+                "state) VALUES ('p1', 'approval', 'r1', 'r1:c', '{}', 1, 'open')")
+    old.close()
+    store = Store.open(path)
+    try:
+        item = await store.pending_item("p1")
+        assert (item.deadline, item.approvals_needed, item.approvals, item.notes) == (
+            None, 1, [], [])
+        assert item.notified == 2
+        assert await store.take_notifications(hold=60) == []
+        await store.write(Batch(pending=[_item("p2", time.time())]))
+        assert [p.id for p in await store.take_notifications(hold=60)] == ["p2"]
+    finally:
+        await store.close()

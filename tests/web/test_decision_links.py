@@ -209,3 +209,35 @@ def test_a_link_whose_inbox_takes_none_is_refused(inbox: Inbox) -> None:
     assert response.status_code == 404 and "takes no decision links" in response.text
 
 
+
+
+def test_a_link_decides_on_a_postgresql_store_and_leaves_the_run_to_a_worker(
+        pg_url: str) -> None:
+    """Workers continue runs on PostgreSQL: the link's decision is recorded (checked, once,
+    naming who decided) and the run is left READY for `handrail worker`."""
+    import time
+
+    now = time.time()
+
+    async def seed(store: hr.Store) -> None:
+        await store.write(Batch(run=hr.RunRecord(
+            id="r1", task="t", policy={"layers": []}, created_at=now,
+            status=hr.RunStatus.AWAITING_APPROVAL,
+            outcome={"kind": "awaiting_approval", "request_id": "a1"}), pending=[
+            hr.PendingItem(id="a1", kind="approval", run_id="r1", call_record="r1:c",
+                           tool="x/pay", payload={"act": "call", "target": "x/pay"},
+                           created_at=now)]))
+
+    run_store(pg_url, seed)  # type: ignore[arg-type]
+    links = DecisionLinks(KEY, base_url=BASE)
+    app = create_app(hr.Store.open(pg_url), agent_for=lambda run: None, links=links)
+    with TestClient(app, base_url=BASE) as client:
+        path = _path(links.make("a1", "approve", to="ops"))
+        assert client.get(path).status_code == 200
+        done = client.post(path, data={"name": "carol"})
+        assert done.status_code == 200 and "Recorded" in done.text, done.text
+        assert client.post(path, data={"name": "carol"}).status_code == 410
+    item = run_store(pg_url, lambda s: s.pending_item("a1"))  # type: ignore[arg-type]
+    assert (item.state, item.decided_by) == ("decided", "carol (link sent to ops)")
+    run = run_store(pg_url, lambda s: s.run("r1"))  # type: ignore[arg-type]
+    assert run.status is hr.RunStatus.READY
