@@ -113,6 +113,11 @@ def test_a_link_opens_a_confirmation_page_and_only_its_button_decides(linked: Li
     deny = inbox.client.get(_path(got["deny_url"]))
     assert deny.status_code == 410 and "already decided by carol" in deny.text
     assert inbox.item(paused.outcome.request_id).decided_by == "carol (link sent to on-call)"
+    # The run's page keeps what became of the item beside its call.
+    login(inbox.client, token="team-token-0123456789abcdef", user="alice")
+    timeline = inbox.client.get(f"/runs/{paused.run_id}").text
+    assert "notified on-call at" in timeline
+    assert "decision link (approve) used by carol (link sent to on-call)" in timeline
 
 
 def test_a_forged_or_expired_link_is_refused_and_records_nothing(linked: Linked) -> None:

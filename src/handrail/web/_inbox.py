@@ -327,6 +327,15 @@ class Inbox:
         by_turn: dict[int, list[Any]] = {}
         for c in calls:
             by_turn.setdefault(c.turn, []).append(c)
+        # What became of each call's pending item besides its decision (notifications, the
+        # escalation, the expiry, a decision link used), beside the call: the run's record.
+        notes: dict[str, list[str]] = {}
+        for c in [c for c in calls if c.pending_id][:MAX_NOTED_CALLS]:
+            try:
+                item = await self.store.pending_item(str(c.pending_id))
+            except NotFound:
+                continue
+            notes[c.id] = [_note_text(n) for n in item.notes[-MAX_NOTES:]]
         timeline: list[dict[str, Any]] = []
         turn = -1
         for m in messages:
@@ -338,7 +347,8 @@ class Inbox:
                 text = "".join(str(p.get("text", "")) for p in m.get("parts", [])
                                if p.get("kind") == "text")
                 timeline.append({"kind": "model", "text": _short(text, 4000),
-                                 "calls": [_call_view(c) for c in by_turn.get(turn, [])]})
+                                 "calls": [_call_view(c, notes.get(c.id, []))
+                                           for c in by_turn.get(turn, [])]})
         return run, timeline
 
     # ----------------------------------------------------------- deciding
@@ -657,7 +667,30 @@ def _without_contents(request: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _call_view(c: Any) -> dict[str, Any]:
+MAX_NOTED_CALLS = 200
+"""The most calls of one run page whose items' notes are read (a pending item each)."""
+MAX_NOTES = 20
+"""The most recent notes shown for one call's item."""
+
+
+def _note_text(note: dict[str, Any]) -> str:
+    """One line for a note of a pending item (what `Dispatcher` and the inbox record)."""
+    kind = note.get("kind")
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(note.get("at") or 0)))
+    if kind == "notified":
+        what = "escalated to" if note.get("event") == "escalation" else "notified"
+        return f"{what} {note.get('to')} at {at}"
+    if kind == "notify_failed":
+        return (f"notifying {note.get('to')} failed (try {note.get('attempt')}: "
+                f"{_short(str(note.get('error')), 200)}) at {at}")
+    if kind == "expired":
+        return f"expired: {note.get('decision')} by default at {at}"
+    if kind == "link_used":
+        return f"decision link ({note.get('action')}) used by {note.get('by')} at {at}"
+    return f"{_short(str(kind), 40)} at {at}"
+
+
+def _call_view(c: Any, notes: list[str] | None = None) -> dict[str, Any]:
     verdict = c.verdict or {}
     result = c.result or {}
     texts = [str(i.get("text", "")) for i in result.get("content", []) if i.get("kind") == "text"]
@@ -672,6 +705,7 @@ def _call_view(c: Any) -> dict[str, Any]:
         # denies the sandbox could not enforce): beside the call, as `handrail show` has them.
         "program": _program_view(result),
         "sandbox": confinement_note(result_confinement(result)),
+        "notes": notes or [],
     }
 
 
