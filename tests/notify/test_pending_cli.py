@@ -61,3 +61,20 @@ def test_pending_expires_what_is_due_and_shows_approvals_and_the_deadline(
     (listed,) = json.loads(capsys.readouterr().out)
     assert (listed["id"], listed["approvals_needed"], listed["approvals"]) == (
         "four", 2, ["alice"])
+
+
+def test_approve_counts_a_four_eyes_approval_and_says_it_waits(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "runs.db"
+    _seed(db)
+    assert main(["approve", "four", "--store", str(db), "--as", "Alice", "--no-resume"]) == 0
+    out = capsys.readouterr().out
+    assert "approval 1 of 2 counted (by alice)" in out and "another person" in out
+    assert main(["approve", "four", "--store", str(db), "--as", "bob", "--no-resume"]) == 0
+    assert "recorded (by bob); run r1 is ready" in capsys.readouterr().out
+
+    async def read() -> PendingItem:
+        async with Store.open(db) as store:
+            return await store.pending_item("four")
+
+    assert anyio.run(read).decided_by == "alice, bob"

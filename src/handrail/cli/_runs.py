@@ -743,8 +743,18 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
         except HandrailError as exc:
             raise UserError(f"{exc} — nothing was recorded; fix the agent, or record the "
                             "decision alone with --no-resume") from exc
-        await record_decision(store, args.id, kind, decision, decided_by, agent=owner)
+        counted = await record_decision(store, args.id, kind, decision, decided_by,
+                                        agent=owner)
         state["recorded"] = True
+        if counted.state == "open":
+            # Four-eyes: one approval counted; the run is not resumed (it would only pause).
+            out = Out()
+            by = ", ".join(printable(str(a.get("by"))) for a in counted.approvals)
+            out.print(f"approval {len(counted.approvals)} of {counted.approvals_needed} "
+                      f"counted (by {by}); {printable(counted.id)} waits for another person's "
+                      f"approval (the same person twice counts once)")
+            out.flush()
+            return 0
         if agent is None:
             after = await store.run(run.id)
             out = Out()
