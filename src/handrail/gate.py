@@ -81,7 +81,7 @@ from handrail.errors import (
 )
 from handrail.models import ToolCall, ToolResultMessage
 from handrail.otel import Instrumentation
-from handrail.policy import Act, Action, Effect, Limit, Policy, Rule, Verdict
+from handrail.policy import Act, Action, AskTerms, Effect, Limit, Policy, Rule, Verdict
 from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
 from handrail.store.contract import QuotaClaim, QuotaExceeded, update
 from handrail.tools import (
@@ -844,13 +844,28 @@ class Gate:
                     if isinstance(decision, Approve):
                         decision.check(request.act)  # never record what cannot be applied
                     try:
-                        state.spent = [*state.spent, await scope.store.decide(
-                            reask.id, decision.to_dict(), decided_by)]
+                        counted = await scope.store.decide(reask.id, decision.to_dict(),
+                                                           decided_by)
                     except AlreadyDecided:
                         # Someone decided first, elsewhere: theirs stands.
                         won = await scope.store.pending_item(reask.id)
                         decision = Decision.from_dict(won.decision or {})
                         decided_by = won.decided_by or "operator"
+                    else:
+                        if counted.state == "open":
+                            # Four-eyes: this approver was one of the people it needs.
+                            state.pause(PausedOnRequest(reask.id),
+                                        CallStatus.AWAITING_APPROVAL, None)
+                            return
+                        state.spent = [*state.spent, counted]
+                        decided_by = counted.decided_by or decided_by
+                elif isinstance(decision, Approve) and request.terms.approvals > 1:
+                    # Four-eyes: an approver's yes is one of the approvals the rule needs. The
+                    # request is persisted with it counted, and waits for the others.
+                    decision.check(request.act)
+                    await self._decide(state, request, Decision.defer(),
+                                       decided_by=decided_by, approved_by=decided_by)
+                    return
                 await self._decide(state, request, decision, decided_by=decided_by)
                 if _status(state) is CallStatus.STARTED and state.result is None:
                     await self._execute(state, persist_start=True)
@@ -1407,10 +1422,12 @@ class Gate:
             taint=tuple(state.taint),
             held=state.held,
             agent_path=scope.agent_path,
+            terms=AskTerms.strictest(v.rule.terms for _, v in asked
+                                     if v.effect is Effect.ASK and v.rule is not None),
         )
 
     async def _decide(self, state: _Call, request: Request | None, decision: Decision, *,
-                      decided_by: str) -> None:
+                      decided_by: str, approved_by: str | None = None) -> None:
         """Apply an approver's decision: refuse, pause (defer), or mark the call to run."""
         update(state.record, decision=decision.to_dict(), decided_by=decided_by)
         if isinstance(decision, Deny):
@@ -1434,9 +1451,16 @@ class Gate:
             # verdict the policy gave it (ask), beside the decision that answered it.
             self.scope.remember(decision.remember_rules(request.act))
             return
+        # The rules' terms, and the deferring approver's deadline if it gave one (docs/notify.md).
+        now = time.time()
+        terms = (request.terms if not isinstance(decision, Defer) or decision.expires is None
+                 else AskTerms.strictest([request.terms, decision.terms()]))
         item = PendingItem(id=request.id, kind="approval", run_id=self.scope.run_id,
                            call_record=state.record.id, agent=self.scope.agent,
-                           tool=request.tool, payload=request.to_dict(), created_at=time.time())
+                           tool=request.tool, payload=request.to_dict(), created_at=now,
+                           approvals=[] if approved_by is None else [
+                               {"by": approved_by, "at": now}],
+                           **terms.item_fields(now))
         state.pause(PausedOnRequest(request.id), CallStatus.AWAITING_APPROVAL, item)
 
     # --------------------------------------------------- stages 7-8: execute

@@ -623,7 +623,10 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                                                     agent=args.agent_name, tool=args.tool)
         if args.json:
             _json_list({"id": p.id, "kind": p.kind, "run_id": p.run_id, "tool": p.tool,
-                        "agent": p.agent, "payload": p.payload, "created_at": p.created_at}
+                        "agent": p.agent, "payload": p.payload, "created_at": p.created_at,
+                        "approvals_needed": p.approvals_needed,
+                        "approvals": [a.get("by") for a in p.approvals],
+                        "deadline": p.deadline}
                        for p in shown)
             return 0
         out = Out()
@@ -684,6 +687,14 @@ def _print_item(out: Out, p: Any) -> None:
                 f"{_cut(printable_json(taint.get('value')), 120)} from call "
                 f"{printable_json(taint.get('source_call'))} "
                 f"({printable_json(taint.get('source_tool'))})")
+        if getattr(p, "approvals_needed", 1) > 1:
+            by = ", ".join(printable(str(a.get("by"))) for a in p.approvals)
+            out.print(f"    approvals: {len(p.approvals)} of {p.approvals_needed}"
+                      + (f" (by {by}; another person must approve)" if by else ""))
+        if getattr(p, "deadline", None):
+            kind = printable(str((p.on_expiry or {}).get("kind", "deny")))
+            out.print(f"    deadline: {kind} by default at "
+                      + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(p.deadline)))
     elif p.kind == "question":
         out.print(f"    asks: {printable(payload.get('question') or payload.get('message'))}")
         if payload.get("choices"):
@@ -736,8 +747,18 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
         except HandrailError as exc:
             raise UserError(f"{exc} — nothing was recorded; fix the agent, or record the "
                             "decision alone with --no-resume") from exc
-        await record_decision(store, args.id, kind, decision, decided_by, agent=owner)
+        counted = await record_decision(store, args.id, kind, decision, decided_by,
+                                        agent=owner)
         state["recorded"] = True
+        if counted.state == "open":
+            # Four-eyes: one approval counted; the run is not resumed (it would only pause).
+            out = Out()
+            by = ", ".join(printable(str(a.get("by"))) for a in counted.approvals)
+            out.print(f"approval {len(counted.approvals)} of {counted.approvals_needed} "
+                      f"counted (by {by}); {printable(counted.id)} waits for another person's "
+                      f"approval (the same person twice counts once)")
+            out.flush()
+            return 0
         if agent is None:
             after = await store.run(run.id)
             out = Out()

@@ -49,6 +49,7 @@ from handrail.policy._paths import (
 )
 from handrail.policy._policy import CONFINEMENT, SECRETS, Effect, Layer, Policy, Rule, Verdict
 from handrail.policy._targets import address_classes, canonical_net, is_inside, resolve_program
+from handrail.policy._terms import AskTerms, parse_duration
 from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 from handrail.policy._whatif import (
     Flip,
@@ -68,6 +69,7 @@ __all__ = [
     "SECRETS",
     "Act",
     "Action",
+    "AskTerms",
     "Condition",
     "Effect",
     "Flip",
@@ -86,6 +88,7 @@ __all__ = [
     "canonical_path",
     "canonicalize",
     "is_inside",
+    "parse_duration",
     "quota_lines",
     "replay",
     "resolve_in_workspace",

@@ -61,6 +61,7 @@ from handrail.runs import (
 )
 from handrail.runs._program import confinement_note, program_of, result_confinement, text_lines
 from handrail.store import PendingItem, RunRecord, Store
+from handrail.store.contract import principal
 from handrail.tools import Act, ToolImpl
 
 __all__ = ["AgentFor", "EditCheck", "Inbox", "ItemView", "Refused"]
@@ -327,6 +328,15 @@ class Inbox:
         by_turn: dict[int, list[Any]] = {}
         for c in calls:
             by_turn.setdefault(c.turn, []).append(c)
+        # What became of each call's pending item besides its decision (notifications, the
+        # escalation, the expiry, a decision link used), beside the call: the run's record.
+        notes: dict[str, list[str]] = {}
+        for c in [c for c in calls if c.pending_id][:MAX_NOTED_CALLS]:
+            try:
+                item = await self.store.pending_item(str(c.pending_id))
+            except NotFound:
+                continue
+            notes[c.id] = [_note_text(n) for n in item.notes[-MAX_NOTES:]]
         timeline: list[dict[str, Any]] = []
         turn = -1
         for m in messages:
@@ -338,7 +348,8 @@ class Inbox:
                 text = "".join(str(p.get("text", "")) for p in m.get("parts", [])
                                if p.get("kind") == "text")
                 timeline.append({"kind": "model", "text": _short(text, 4000),
-                                 "calls": [_call_view(c) for c in by_turn.get(turn, [])]})
+                                 "calls": [_call_view(c, notes.get(c.id, []))
+                                           for c in by_turn.get(turn, [])]})
         return run, timeline
 
     # ----------------------------------------------------------- deciding
@@ -504,19 +515,25 @@ class Inbox:
             # Left to the workers: recorded as `handrail approve --no-resume` records it
             # (checked against the item and the rebuilt agent; a denial without contents).
             try:
-                await record_decision(self.store, item.id, item.kind, decision, user,
-                                      agent=agent)
+                counted = await record_decision(self.store, item.id, item.kind, decision,
+                                                user, agent=agent)
             except AlreadyDecided:
                 raise Refused(409, _already(await self.store.pending_item(item.id))) from None
             except UserError as exc:
                 raise Refused(422, f"not decided: {exc}") from None
+            if counted.state == "open":
+                return _one_of(item, counted, user)
             return "Recorded. A worker (`handrail worker`) continues the run."
         if agent is None:
             payload = _without_contents(item.payload) if redact else None
             try:
-                await self.store.decide(item.id, decision, user, payload=payload)
+                counted = await self.store.decide(item.id, decision, user, payload=payload)
             except AlreadyDecided:
                 raise Refused(409, _already(await self.store.pending_item(item.id))) from None
+            except UserError as exc:
+                raise Refused(422, f"not decided: {exc}") from None
+            if counted.state == "open":
+                return _one_of(item, counted, user)
             return (f"Recorded. The run waits for `handrail resume {run.id} --agent "
                     "MODULE:OBJECT`.")
         if self.task_group is None:
@@ -551,6 +568,8 @@ class Inbox:
             # be continued): nothing was recorded.
             status = 422 if isinstance(job.error, HandrailError | ValueError) else 409
             raise Refused(status, f"not decided: {job.message or error}")
+        if signal.decided.state == "open":
+            return _one_of(item, signal.decided, user)  # not resumed (resume_with_decision)
         self.jobs.pop(run.id, None)
         if len(self.jobs) >= MAX_JOBS:
             self.jobs.pop(next(iter(self.jobs)))
@@ -573,6 +592,17 @@ def _impl(agent: Agent | None, tool: str | None) -> ToolImpl | None:
         return agent.toolbox.get(tool)
     except HandrailError:
         return None
+
+
+def _one_of(before: PendingItem, after: PendingItem, user: str) -> str:
+    """What a four-eyes approval that did not decide the item says."""
+    count, needed = len(after.approvals), after.approvals_needed
+    if count == len(before.approvals) and any(
+            principal(str(a.get("by", ""))) == principal(user) for a in after.approvals):
+        return (f"Your approval was already counted ({count} of {needed}); it needs "
+                f"{needed - count} more from other people.")
+    return (f"Approval {count} of {needed} recorded; it waits for {needed - count} more "
+            "from other people.")
 
 
 def _already(item: PendingItem) -> str:
@@ -639,7 +669,30 @@ def _without_contents(request: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _call_view(c: Any) -> dict[str, Any]:
+MAX_NOTED_CALLS = 200
+"""The most calls of one run page whose items' notes are read (a pending item each)."""
+MAX_NOTES = 20
+"""The most recent notes shown for one call's item."""
+
+
+def _note_text(note: dict[str, Any]) -> str:
+    """One line for a note of a pending item (what `Dispatcher` and the inbox record)."""
+    kind = note.get("kind")
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(note.get("at") or 0)))
+    if kind == "notified":
+        what = "escalated to" if note.get("event") == "escalation" else "notified"
+        return f"{what} {note.get('to')} at {at}"
+    if kind == "notify_failed":
+        return (f"notifying {note.get('to')} failed (try {note.get('attempt')}: "
+                f"{_short(str(note.get('error')), 200)}) at {at}")
+    if kind == "expired":
+        return f"expired: {note.get('decision')} by default at {at}"
+    if kind == "link_used":
+        return f"decision link ({note.get('action')}) used by {note.get('by')} at {at}"
+    return f"{_short(str(kind), 40)} at {at}"
+
+
+def _call_view(c: Any, notes: list[str] | None = None) -> dict[str, Any]:
     verdict = c.verdict or {}
     result = c.result or {}
     texts = [str(i.get("text", "")) for i in result.get("content", []) if i.get("kind") == "text"]
@@ -656,6 +709,7 @@ def _call_view(c: Any) -> dict[str, Any]:
         "sandbox": confinement_note(result_confinement(result)),
         # Each quota the call counted in (or was held back by): count, limit and window.
         "quota": quota_lines(verdict),
+        "notes": notes or [],
     }
 
 
