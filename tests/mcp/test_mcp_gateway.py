@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import socket
+from typing import Any
 
 import anyio
 import mcp_types as t
@@ -205,3 +206,60 @@ async def test_the_http_address_is_announced_only_once_it_accepts_connections() 
     with anyio.fail_after(30), anyio.move_on_after(0.5):
         await serve_http(gateway, "127.0.0.1", 0, token="t" * 32, announce=announce)
     assert len(reached) == 1
+
+
+async def test_a_policy_given_beside_a_manifest_is_contained_in_the_manifests() -> None:
+    # The manifest's policy denies echo; a policy given beside it allows every call: the
+    # manifest's deny still holds (the given policy can only tighten it), as docs/mcp.md says.
+    manifest = hr.Manifest.from_toml(
+        MANIFEST + '\n[policy]\nextends = "default"\n\n[[policy.layers]]\nname = "team"\n'
+        'deny = ["call:local/echo"]\n')
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([echo]), store=store, manifest=manifest,
+                      policy=hr.Policy.permissive())
+    async with Client(gateway.server()) as client:
+        result = await client.call_tool("echo", {"text": "hi"})
+    assert result.is_error
+    (run,) = await store.runs()
+    (call,) = await store.calls(run.id)
+    assert call.status is hr.CallStatus.REFUSED
+    assert call.verdict is not None and call.verdict["effect"] == "deny"
+
+
+async def test_a_client_leaving_while_its_call_is_in_flight_keeps_its_run_until_it_ends(
+        ) -> None:
+    # A DELETE (end_client) while a call still runs must not end the run under it: the
+    # call's result would land in a completed run. The run ends once nothing is in flight.
+    started, release = anyio.Event(), anyio.Event()
+
+    @hr.tool(mutates=False)
+    async def slow(text: str) -> str:
+        """Wait, then echo."""
+        started.set()
+        await release.wait()
+        return text
+
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([slow]), store=store, manifest=hr.Manifest.from_toml(
+        '[[tools]]\nref = "local/slow"\ndescription = "Slow."\nmutates = false\n'))
+    async with Client(gateway.server()) as client:
+        results: list[Any] = []
+
+        async def call() -> None:
+            results.append(await client.call_tool("slow", {"text": "done"}))
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                await started.wait()
+                (key,) = list(gateway._by_client)
+                await gateway.end_client(key)  # the client says goodbye mid-call
+                (run,) = await store.runs()
+                assert run.status is hr.RunStatus.RUNNING
+                release.set()
+        assert results[0].content[0].text == "done"
+        await gateway.end_client(key)
+    (run,) = await store.runs()
+    assert run.status is hr.RunStatus.COMPLETED
+    (record,) = await store.calls(run.id)
+    assert record.status is hr.CallStatus.FINISHED

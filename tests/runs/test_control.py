@@ -327,6 +327,15 @@ async def test_a_crashing_command_refuses(tmp_path: Path) -> None:
     assert "could not check this call" in text
 
 
+async def test_a_command_killed_by_a_signal_after_printing_pass_refuses(tmp_path: Path) -> None:
+    # Its answer was written, but it did not end well (the machine's OOM killer, a crash in
+    # its cleanup): an exit that is not 0 fails closed, a signal as much as an exit code.
+    killed = script(tmp_path / "killed.sh", '#!/bin/sh\ncat > /dev/null\n'
+                    'echo \'{"decision": "pass", "reason": "fine"}\'\nkill -9 $$\n')
+    _, error = await refused_by(hr.CommandControl([str(killed)]))
+    assert "was killed by signal 9" in error
+
+
 async def test_a_missing_command_refuses(tmp_path: Path) -> None:
     _, error = await refused_by(hr.CommandControl([str(tmp_path / "absent")]))
     assert "could not start" in error
