@@ -267,3 +267,70 @@ async def test_a_client_leaving_while_its_call_is_in_flight_keeps_its_run_until_
     assert run.status is hr.RunStatus.COMPLETED
     (record,) = await store.calls(run.id)
     assert record.status is hr.CallStatus.FINISHED
+
+
+def test_a_stateless_client_is_known_by_its_token_never_joining_anothers_run() -> None:
+    # The key of a stateless-era request (no handshake): its bearer token, the client's name
+    # and version. Another token is another client, whatever name it gives; only a digest
+    # is kept, never the token.
+    from types import SimpleNamespace
+
+    from handrail.mcp._gateway import client_key
+
+    def key(token: str, name: str = "desk") -> tuple[Any, ...]:
+        connection = SimpleNamespace(session_id=None, protocol_version="2026-07-28",
+                                     has_standalone_channel=False)
+        info = SimpleNamespace(name=name, version="1.0")
+        ctx = SimpleNamespace(request=SimpleNamespace(headers={"authorization": token}),
+                              session=SimpleNamespace(client_params=SimpleNamespace(
+                                  client_info=info)))
+        return client_key(ctx, connection)
+
+    assert key("Bearer aaaa") == key("Bearer aaaa")
+    assert key("Bearer aaaa") != key("Bearer bbbb")
+    assert key("Bearer aaaa", "desk") != key("Bearer aaaa", "other")
+    assert "aaaa" not in repr(key("Bearer aaaa"))
+
+
+async def test_past_the_bound_a_client_with_a_call_in_flight_keeps_its_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past MAX_SESSIONS the idlest client's run is ended to make room, but never one whose
+    # call is still running: its result would land in an ended run.
+    from handrail.mcp import _gateway
+
+    started, release = anyio.Event(), anyio.Event()
+
+    @hr.tool(mutates=False)
+    async def slow(text: str) -> str:
+        """Wait, then echo."""
+        if text == "wait":
+            started.set()
+            await release.wait()
+        return text
+
+    monkeypatch.setattr(_gateway, "MAX_SESSIONS", 1)
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([slow]), store=store, manifest=hr.Manifest.from_toml(
+        '[[tools]]\nref = "local/slow"\ndescription = "Slow."\nmutates = false\n'))
+    server = gateway.server()
+    results: list[Any] = []
+
+    async def busy_client() -> None:
+        async with Client(server, client_info=t.Implementation(name="busy", version="1")) as c:
+            results.append(await c.call_tool("slow", {"text": "wait"}))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(busy_client)
+            await started.wait()
+            # Another client arrives: two past a bound of one, the busy one the idlest.
+            async with Client(server, client_info=t.Implementation(name="new",
+                                                                   version="1")) as c:
+                assert (await c.call_tool("slow", {"text": "hi"})).content[0].text == "hi"  # type: ignore[union-attr]
+            status = {run.task: run.status for run in await store.runs()}
+            assert status["MCP session of busy"] is hr.RunStatus.RUNNING
+            release.set()
+    assert results[0].content[0].text == "wait"
+    busy = next(r for r in await store.runs() if r.task == "MCP session of busy")
+    (record,) = await store.calls(busy.id)
+    assert record.status is hr.CallStatus.FINISHED
