@@ -334,3 +334,36 @@ async def test_past_the_bound_a_client_with_a_call_in_flight_keeps_its_run(
     busy = next(r for r in await store.runs() if r.task == "MCP session of busy")
     (record,) = await store.calls(busy.id)
     assert record.status is hr.CallStatus.FINISHED
+
+
+async def test_a_session_ending_while_a_call_waits_for_an_answer_leaves_its_run_waiting(
+        ) -> None:
+    # A call parked on a tool's question (nobody answers in the gateway): the session ends,
+    # but a person's answer is still awaited, so the run is not completed.
+    @hr.tool(mutates=False, interactions={"question"})
+    async def ask(ctx: hr.CallContext) -> str:
+        """Ask which account."""
+        return str(await ctx.ask(hr.Question("Which account?")))
+
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([ask]), store=store, approval_timeout=0,
+                      manifest=hr.Manifest.from_toml(
+                          '[[tools]]\nref = "local/ask"\ndescription = "Ask."\n'
+                          'mutates = false\n'))
+    async with Client(gateway.server()) as client:
+        result = await client.call_tool("ask", {})
+        assert result.is_error and "awaiting an answer: question" in result.content[0].text  # type: ignore[union-attr]
+    await gateway.close()
+    (run,) = await store.runs()
+    assert run.status is hr.RunStatus.AWAITING_APPROVAL
+    assert run.outcome is not None and run.outcome["kind"] == "awaiting_approval"
+
+
+async def test_clients_are_shown_the_manifests_descriptions_not_the_codes() -> None:
+    # The manifest is what a person reviewed: its description is what a model reads (the
+    # code's docstring says only "Echo.").
+    gateway = Gateway(hr.Toolbox([echo]), store=hr.Store.memory(),
+                      manifest=hr.Manifest.from_toml(MANIFEST))
+    async with Client(gateway.server()) as client:
+        listed = {tool.name: tool.description for tool in (await client.list_tools()).tools}
+    assert listed == {"echo": "Echo the text."}
