@@ -307,3 +307,73 @@ async def test_a_parked_call_whose_session_ended_expires_and_is_recorded() -> No
     assert [e["request_id"] for e in run.events if e["kind"] == "mcp_call_expired"] == [
         request_id]
     assert await store.pending() == []
+
+
+async def parked_in_a_killed_server(store: hr.Store) -> tuple[Gateway, str, str]:
+    """A server whose session parked a call and that was then killed (never closed)."""
+    gateway = Gateway(hr.Toolbox([launch]), store=store,
+                      manifest=hr.Manifest.from_toml(LAUNCH), approval_timeout=0.05)
+    session = await gateway.open_session("test")
+    result = await session.call("launch", {"target": "moon"})
+    return gateway, session.run_id, result.render_text().removeprefix(
+        "awaiting approval: request ")
+
+
+async def test_a_call_parked_in_a_killed_server_expires_when_the_next_server_starts(
+        tmp_path: Path) -> None:
+    store = hr.Store.open(str(tmp_path / "runs.db"))
+    store.lease_seconds = 0.01  # the killed server's lease lapses at once
+    _, run_id, request_id = await parked_in_a_killed_server(store)
+    await anyio.sleep(0.02)
+    successor = Gateway(hr.Toolbox([launch]), store=store,
+                        manifest=hr.Manifest.from_toml(LAUNCH))
+    assert await successor.expire_orphans() == 1
+    item = await store.pending_item(request_id)
+    assert item.decision is not None and item.decision["kind"] == "deny"
+    assert "expired: the handrail serve that held its MCP session stopped" in item.decision[
+        "reason"]
+    [record] = await store.calls(run_id)
+    assert record.disposition == Disposition.NOT_SENT.value
+    run = await store.run(run_id)
+    assert run.status is hr.RunStatus.COMPLETED
+    assert [e["request_id"] for e in run.events if e["kind"] == "mcp_call_expired"] == [
+        request_id]
+    assert await successor.expire_orphans() == 0  # once
+
+
+async def test_a_call_of_a_live_server_is_not_expired_by_another(tmp_path: Path) -> None:
+    store = hr.Store.open(str(tmp_path / "runs.db"))
+    store.lease_seconds = 0.3
+    live, _, request_id = await parked_in_a_killed_server(store)
+    other = Gateway(hr.Toolbox([launch]), store=store, manifest=hr.Manifest.from_toml(LAUNCH))
+    # The live server renews the lease of its waiting call: still its own past the lease.
+    for _ in range(4):
+        await anyio.sleep(0.1)
+        await live.keep_alive()
+    assert await other.expire_orphans() == 0
+    assert (await store.pending_item(request_id)).state == "open"
+    # Another server's runs, or an agent's, are not its business either.
+    stranger = Gateway(hr.Toolbox([launch]), store=store,
+                       manifest=hr.Manifest.from_toml(LAUNCH), name="another")
+    await anyio.sleep(0.35)
+    assert await stranger.expire_orphans() == 0
+    assert (await store.pending_item(request_id)).state == "open"
+    await live.close()
+
+
+async def test_an_agents_paused_run_of_the_same_name_is_not_expired(tmp_path: Path) -> None:
+    from handrail.models import Scripted, call, reply
+    from handrail.runs import DeferAll
+
+    store = hr.Store.open(str(tmp_path / "runs.db"))
+    store.lease_seconds = 0.01
+    agent = hr.Agent(Scripted([call("launch", {"target": "moon"}), reply("done")]), [launch],
+                     name="mcp-gateway")
+    result = await agent.run("launch", store=store, approver=DeferAll())
+    assert result.outcome.kind == "awaiting_approval"
+    await anyio.sleep(0.02)
+    gateway = Gateway(hr.Toolbox([launch]), store=store, manifest=hr.Manifest.from_toml(LAUNCH))
+    assert gateway.name == "mcp-gateway"
+    assert await gateway.expire_orphans() == 0  # an agent's run is resumed, not expired
+    [item] = await store.pending()
+    assert item.state == "open"

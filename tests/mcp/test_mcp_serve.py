@@ -189,6 +189,8 @@ async def test_an_upstream_servers_restart_is_an_event_of_the_sessions_run(
         [run] = await store.runs()
     finally:
         await store.close()
-    # The session's run records its governance first (issue 32), then what happened.
-    assert [e["kind"] for e in run.events] == ["governance", "mcp_server_restarted"]
-    assert "dying on purpose" in run.events[1]["stderr_tail"]
+    # The session's run records its governance first (issue 32), that it is an MCP client's
+    # session (issue 36), then what happened.
+    assert [e["kind"] for e in run.events] == ["governance", "mcp_session",
+                                               "mcp_server_restarted"]
+    assert "dying on purpose" in run.events[2]["stderr_tail"]

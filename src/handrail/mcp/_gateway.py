@@ -40,7 +40,7 @@ from handrail.mcp._relay import RELAY, Relay
 from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.otel import Telemetry, telemetry_from
 from handrail.policy import Policy
-from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
+from handrail.store import Batch, CallRecord, PendingItem, RunRecord, RunStatus, Store
 from handrail.store.contract import new_owner
 from handrail.tools import Toolbox, ToolResult, ToolSpec
 
@@ -59,6 +59,11 @@ POLL_SECONDS = 0.1
 """How often a waiting call reads the store for a decision made by another process."""
 WAIT_PROGRESS_SECONDS = 5.0
 """How often a call waiting for a person tells its client so (a progress notification)."""
+SESSION_EVENT = "mcp_session"
+"""The first event after `governance` of every gateway run: it is an MCP client's session.
+
+The inbox reads it (a call of a live session goes on by itself once decided; one of an ended
+session is offered no resume), and `expire_orphans` looks for it."""
 MAX_SESSIONS = 1024
 """Clients (runs) one server keeps open at once; past it, the idlest session's run ends."""
 
@@ -492,8 +497,6 @@ class Gateway:
 
     async def open_session(self, client: str = "mcp client") -> GatewaySession:
         """Start a session: a new run, recorded now so `handrail runs` lists it."""
-        from handrail.runs import DeferAll
-
         now = time.time()
         governance = self.governance
         run = RunRecord(
@@ -502,16 +505,24 @@ class Gateway:
             manifest_digest=governance.manifest_digest, model=f"mcp:{client}",
             workspace=str(governance.workspace), created_at=now, updated_at=now,
             owner=new_owner(), lease_until=now + self.store.lease_seconds,
-            events=[governance.event(now)])
+            events=[governance.event(now),
+                    {"kind": SESSION_EVENT, "at": now, "client": client, "server": self.name}])
         await self.store.write(Batch(run=run))
-        scope: RunScope = governance.scope(
+        session = self._session_of(run)
+        self.sessions.append(session)
+        return session
+
+    def _session_of(self, run: RunRecord) -> GatewaySession:
+        """A session whose calls are recorded in `run`, under this gateway's governance."""
+        from handrail.runs import DeferAll
+
+        scope: RunScope = self.governance.scope(
             run_id=run.id, agent=self.name, toolbox=self.toolbox, store=self.store,
             approver=DeferAll(), responder=self.responder or ResponderNone(), deps=self.deps,
             mark_reads=False,
             telemetry=None if self.telemetry is None else self.telemetry.start())
         session = GatewaySession(self, run, scope)
         scope.events = session.call_event
-        self.sessions.append(session)
         return session
 
     # -- the MCP server -------------------------------------------------------------------
@@ -737,13 +748,22 @@ class Gateway:
         return server.create_initialization_options()
 
     async def serve_stdio(self) -> None:
-        """Serve MCP over this process's stdin/stdout until the client closes it."""
+        """Serve MCP over this process's stdin/stdout until the client closes it.
+
+        Calls of this gateway's earlier servers that were stopped without closing their
+        sessions expire first (`expire_orphans`); waiting calls keep their lease
+        (`heartbeat`).
+        """
         from handrail.mcp._stdio import serve_stdio_transport
 
         server = self.server(single_client=True)
         try:
-            async with serve_stdio_transport() as (read, write):
-                await server.run(read, write, self.initialization_options(server))
+            await self.expire_orphans()
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self.heartbeat)
+                async with serve_stdio_transport() as (read, write):
+                    await server.run(read, write, self.initialization_options(server))
+                tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 await self.close()
@@ -753,6 +773,79 @@ class Gateway:
         sessions, self.sessions = self.sessions, []
         for session in sessions:
             await session.close()
+
+    async def keep_alive(self) -> int:
+        """Renew the lease of each session with a call waiting for a person; how many.
+
+        A session's run row is otherwise written at its calls, so a call parked longer than
+        the store's lease (30 s) would look like one whose server is gone: the inbox says
+        its session ended, and the next `handrail serve` on the store expires it
+        (`expire_orphans`). `serve_stdio` and `serve_http` call this every third of the
+        lease (`heartbeat`); code serving `Gateway.server()` itself should too.
+        """
+        due = time.monotonic() - self.store.lease_seconds / 3
+        written = 0
+        for session in list(self.sessions):
+            if session._parked and session._run_written_at <= due:
+                await self.store.write(Batch(run=session._update()))
+                written += 1
+        return written
+
+    async def heartbeat(self) -> None:
+        """`keep_alive` every third of the store's lease, until cancelled."""
+        while True:
+            await anyio.sleep(self.store.lease_seconds / 3)
+            await self.keep_alive()
+
+    async def expire_orphans(
+            self, why: str = "the handrail serve that held its MCP session stopped") -> int:
+        """Expire the waiting calls of this gateway's runs whose server is gone; how many runs.
+
+        A server that stops in order expires its sessions' parked calls itself
+        (`GatewaySession.close`); one that was killed leaves them pending, and approving one
+        would lead nowhere (nothing holds the session; a new session is a new run). So at
+        start `handrail serve` looks for the open approvals of MCP sessions' runs
+        (`SESSION_EVENT`) recorded under this gateway's name whose lease has lapsed (a live
+        server renews it: `keep_alive`), and expires them as their server would have: the
+        request denied "expired", the call recorded refused (NOT_SENT, an `mcp_call_expired`
+        event), the run completed. A question stays open (an answer is a person's text).
+        """
+        now = time.time()
+        by_run: dict[str, list[PendingItem]] = {}
+        for item in await self.store.pending(agent=self.name):
+            if item.kind in ("approval", "question"):
+                by_run.setdefault(item.run_id, []).append(item)
+        ended = 0
+        for run_id, items in by_run.items():
+            try:
+                run = await self.store.run(run_id)
+            except NotFound:
+                continue
+            if (not is_session_run(run) or run.agent != self.name
+                    or (run.owner is not None and run.lease_until > now)
+                    or not any(i.kind == "approval" for i in items)):
+                continue
+            session = self._session_of(run)
+            records = {r.id: r for r in await self.store.calls(run_id)}
+            for item in items:
+                record = records.get(item.call_record)
+                if record is None:
+                    continue
+                call = ToolCall(id=record.call_id, name=record.model_name,
+                                arguments=record.arguments)
+                what = "approval: request" if item.kind == "approval" else "an answer: question"
+                session._parked[(call.name, item.id)] = _Parked(
+                    record.turn, call, item.id, anyio.Lock(), what)
+            session._turn = max([run.steps, *(r.turn + 1 for r in records.values())])
+            session._seq = len(await self.store.messages(run_id))
+            await session.close(why)
+            ended += 1
+        return ended
+
+
+def is_session_run(run: RunRecord) -> bool:
+    """Whether `run` is an MCP client's session of `handrail serve` (`SESSION_EVENT`)."""
+    return any(isinstance(e, dict) and e.get("kind") == SESSION_EVENT for e in run.events)
 
 
 def _waiting_message(parked: _Parked) -> str:
