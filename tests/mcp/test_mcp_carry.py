@@ -377,3 +377,79 @@ async def test_an_agents_paused_run_of_the_same_name_is_not_expired(tmp_path: Pa
     assert await gateway.expire_orphans() == 0  # an agent's run is resumed, not expired
     [item] = await store.pending()
     assert item.state == "open"
+
+
+# -- in-band approval: the client's own user decides ----------------------------------------
+
+
+def approving(answer: t.ElicitResult, asked: list[str]) -> Any:
+    async def elicit(context: Any, params: Any) -> t.ElicitResult:
+        asked.append(params.message)
+        return answer
+
+    return elicit
+
+
+async def test_an_ask_is_put_to_the_clients_user_where_the_operator_allows_it() -> None:
+    asked: list[str] = []
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([launch]), store=store, manifest=hr.Manifest.from_toml(LAUNCH),
+                      approval_timeout=0.2, client_approval={"call"})
+    yes = approving(t.ElicitResult(action="accept", content={"approve": True}), asked)
+    async with Client(gateway.server(), elicitation_callback=yes, mode="legacy") as client:
+        result = await client.call_tool("launch", {"target": "moon"})
+    assert not result.is_error and text_of(result) == "launched moon"
+    [message] = asked
+    assert "handrail asks you to approve a call of local/launch" in message
+    assert "call local/launch" in message
+    await gateway.close()
+    [record] = await store.calls((await store.runs())[0].id)
+    assert record.decided_by is not None
+    assert record.decided_by.startswith("the MCP client's user (")
+    assert await store.pending() == []  # decided in the call: nothing queued
+    [event] = await events(gateway, "mcp_client_approval")
+    assert event["outcome"] == "approve" and event["tool"] == "local/launch"
+
+
+async def test_the_clients_user_declining_denies_and_cancelling_leaves_it_to_the_queue(
+        ) -> None:
+    asked: list[str] = []
+    gateway = Gateway(hr.Toolbox([launch]), store=hr.Store.memory(),
+                      manifest=hr.Manifest.from_toml(LAUNCH), approval_timeout=0.1,
+                      client_approval={"call"})
+    no = approving(t.ElicitResult(action="decline"), asked)
+    async with Client(gateway.server(), elicitation_callback=no, mode="legacy") as client:
+        denied = await client.call_tool("launch", {"target": "moon"})
+    assert denied.is_error and "declined by the MCP client's user" in text_of(denied)
+    unticked = approving(t.ElicitResult(action="accept", content={"approve": False}), asked)
+    async with Client(gateway.server(), elicitation_callback=unticked, mode="legacy") as client:
+        refused = await client.call_tool("launch", {"target": "moon"})
+    assert refused.is_error and "declined by the MCP client's user" in text_of(refused)
+    later = approving(t.ElicitResult(action="cancel"), asked)
+    async with Client(gateway.server(), elicitation_callback=later, mode="legacy") as client:
+        queued = await client.call_tool("launch", {"target": "mars"})
+    assert text_of(queued).startswith("awaiting approval: request ")
+    assert len(asked) == 3
+    await gateway.close()
+
+
+async def test_an_ask_of_another_act_or_to_a_client_without_forms_waits_for_a_person() -> None:
+    asked: list[str] = []
+    yes = approving(t.ElicitResult(action="accept", content={"approve": True}), asked)
+    gateway = Gateway(hr.Toolbox([launch]), store=hr.Store.memory(),
+                      manifest=hr.Manifest.from_toml(LAUNCH), approval_timeout=0.1,
+                      client_approval={"write"})
+    async with Client(gateway.server(), elicitation_callback=yes, mode="legacy") as client:
+        other_act = await client.call_tool("launch", {"target": "moon"})
+    assert text_of(other_act).startswith("awaiting approval: request ")
+    assert asked == []  # a call's ask is not the client's user's to decide here
+    allowed = Gateway(hr.Toolbox([launch]), store=hr.Store.memory(),
+                      manifest=hr.Manifest.from_toml(LAUNCH), approval_timeout=0.1,
+                      client_approval={"call"})
+    async with Client(allowed.server(), mode="legacy") as client:  # declares no elicitation
+        no_forms = await client.call_tool("launch", {"target": "moon"})
+    assert text_of(no_forms).startswith("awaiting approval: request ")
+    with pytest.raises(hr.UserError, match="'approve' is not an act"):
+        Gateway(hr.Toolbox([launch]), store=hr.Store.memory(), client_approval={"approve"})
+    await gateway.close()
+    await allowed.close()

@@ -196,3 +196,22 @@ async def test_an_upstream_servers_restart_is_an_event_of_the_sessions_run(
     assert [e["kind"] for e in run.events] == ["governance", "mcp_session",
                                                "mcp_server_restarted"]
     assert "dying on purpose" in run.events[2]["stderr_tail"]
+
+
+async def test_serve_client_approval_puts_an_ask_to_the_clients_user(tmp_path: Path) -> None:
+    import mcp_types as t
+
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> t.ElicitResult:
+        asked.append(params.message)
+        return t.ElicitResult(action="accept", content={"approve": True})
+
+    async with serve(tmp_path, "serve_tools:box", "--approval-timeout", "30",
+                     "--client-approval", "call", manifest=MANIFEST,
+                     elicitation_callback=elicit) as served:
+        result = await served.call("launch", {"target": "moon"})
+        assert not result.is_error, text(result)
+        assert served.launched() == ["moon"]
+        assert await served.pending() == []
+    assert len(asked) == 1 and "local/launch" in asked[0]

@@ -24,7 +24,7 @@ import re
 import time
 import uuid
 import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,6 +35,7 @@ from handrail.approval import ResponderNone
 from handrail.errors import NotFound, UserError
 from handrail.gate import Gate, Governance, PausedOnQuestion, PausedOnRequest, RunScope
 from handrail.manifest import check_against, refusals
+from handrail.mcp._approve import ClientApprover, client_acts
 from handrail.mcp._carry import Carried, client_names, keeps_names
 from handrail.mcp._relay import RELAY, Relay
 from handrail.models import AssistantMessage, ToolCall, dump_messages
@@ -392,6 +393,10 @@ class Gateway:
             the flags); when given, `policy` and `workspace` must not be (it has them), and
             its manifest must be `manifest`. Default: from `policy`, `workspace` and
             `manifest`, no control, sandbox "auto".
+        client_approval: The acts (`{"write", "call"}`) whose asks may be put to the MCP
+            client's own user, in the call, when the client declared `elicitation`
+            (`handrail.mcp._approve`); default none: every ask waits for a person in the
+            queue.
     """
 
     def __init__(self, toolbox: Toolbox, *, store: Store, manifest: Manifest | None = None,
@@ -400,7 +405,8 @@ class Gateway:
                  responder: Responder | None = None, name: str | None = None,
                  deps: Any = None, telemetry: Telemetry | Literal[False] | None = None,
                  idle_seconds: float | None = IDLE_SECONDS,
-                 governance: Governance | None = None) -> None:
+                 governance: Governance | None = None,
+                 client_approval: Collection[str] | None = None) -> None:
         if not approval_timeout >= 0:
             raise UserError("approval_timeout must be a non-negative number of seconds")
         if idle_seconds is not None and (isinstance(idle_seconds, bool) or not (
@@ -408,6 +414,7 @@ class Gateway:
             raise UserError(f"idle_seconds must be a positive number of seconds (or None: "
                             f"never), not {idle_seconds!r}")
         self.idle_seconds = None if idle_seconds is None else float(idle_seconds)
+        self.client_approval = client_acts(client_approval)
         self.telemetry: Telemetry | None = telemetry_from(telemetry)
         self.toolbox = toolbox
         self.store = store
@@ -523,6 +530,9 @@ class Gateway:
             telemetry=None if self.telemetry is None else self.telemetry.start())
         session = GatewaySession(self, run, scope)
         scope.events = session.call_event
+        if self.client_approval:
+            client = (run.model or "").removeprefix("mcp:") or "mcp client"
+            scope.approver = ClientApprover(self.client_approval, client, session.call_event)
         return session
 
     # -- the MCP server -------------------------------------------------------------------
