@@ -31,12 +31,15 @@ TOOLS = ["test_simple_text", "test_tool_with_progress", "test_tool_with_logging"
          "test_sampling", "test_elicitation"]
 
 
-def manifest_text(*, deny: str = "", names: str = "", extra_tools: str = "") -> str:
+def manifest_text(*, deny: str = "", names: str = "", extra_tools: str = "",
+                  ask: str = "") -> str:
     argv = f"{sys.executable} {SERVER} --stdio"
     lines = ["[policy]", 'extends = "default"', "[[policy.layers]]", 'name = "test"',
              f"allow = [{json.dumps('exec:' + argv)}]"]
     if deny:
         lines.append(f"deny = [{json.dumps(deny)}]")
+    if ask:
+        lines.append(f"ask = [{json.dumps(ask)}]")
     lines += ["[[servers]]", 'name = "ref"', f"command = {json.dumps(sys.executable)}",
               f"args = [{json.dumps(str(SERVER))}, \"--stdio\"]"]
     if names:
@@ -106,6 +109,32 @@ async def test_a_read_the_policy_does_not_allow_is_refused_and_recorded(tmp_path
 
     action = Carried(gateway, None).action("ref", "file:///etc/pass%77d")  # type: ignore[arg-type]
     assert (action.act, action.target) == (hr.Act.READ, "/etc/passwd")
+
+
+async def test_a_read_the_policy_asks_about_is_asked_like_a_call(tmp_path: Path) -> None:
+    text = manifest_text(ask="call:ref/test/static-*")
+    async with gateway_of(tmp_path, text, approval_timeout=0.1) as gateway, \
+            Client(gateway.server()) as client:
+        with pytest.raises(MCPError, match="awaiting approval: request ") as waiting:
+            await client.read_resource("test://static-text")
+        request_id = str(waiting.value).rpartition(" ")[2].strip("'\"")
+        [item] = await gateway.store.pending()
+        assert item.id == request_id and item.payload["target"] == "ref/test/static-text"
+        assert (await client.read_resource("test://watched-resource")).contents  # allowed
+        from handrail.approval import Decision
+
+        await gateway.store.decide(request_id, Decision.approve().to_dict(), "alice")
+        read = await client.read_resource("test://static-text")  # the same read again
+        assert read.contents[0].text == "This is the content of the static text resource."
+        # Once: a later read is a new read, asked again.
+        with pytest.raises(MCPError, match="awaiting approval: request "):
+            await client.read_resource("test://static-text")
+    [run] = await gateway.store.runs()
+    records = await gateway.store.calls(run.id)
+    assert [(r.tool, r.decided_by) for r in records] == [
+        ("handrail/read_resource", "alice"), ("handrail/read_resource", "defer")]
+    reads = await events(gateway, "mcp_resource_read")
+    assert [e["effect"] for e in reads] == ["ask", "allow", "ask", "ask"]
 
 
 async def test_progress_and_log_messages_reach_the_client_of_the_call(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -36,7 +37,7 @@ from handrail.errors import NotFound, UserError
 from handrail.gate import Gate, Governance, PausedOnQuestion, PausedOnRequest, RunScope
 from handrail.manifest import check_against, refusals
 from handrail.mcp._approve import ClientApprover, client_acts
-from handrail.mcp._carry import Carried, client_names, keeps_names
+from handrail.mcp._carry import READ_TOOL, Carried, client_names, keeps_names, read_tools
 from handrail.mcp._relay import RELAY, Relay
 from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.otel import Telemetry, telemetry_from
@@ -132,6 +133,8 @@ class _Parked:
     """Held while the call is re-entered, so two identical retries drive it once."""
     what: str = "approval: request"
     """What it waits for, as the client is told: `awaiting <what> <id>`."""
+    gate: Gate | None = None
+    """The gate it goes through: None, the session's tools; else its resource reads'."""
 
 
 class GatewaySession:
@@ -141,6 +144,7 @@ class GatewaySession:
         self.gateway = gateway
         self.run = run
         self.gate = Gate(scope)
+        self._reads: Gate | None = None  # `read_asked`'s, made at the first
         self._turn = 0
         self._seq = 0  # the next message's position in the run's transcript
         self._parked: dict[tuple[str, str], _Parked] = {}
@@ -184,7 +188,7 @@ class GatewaySession:
             records = {r.call_id: r for r in await store.calls(self.run_id)
                        if r.turn == parked.turn}
             with anyio.CancelScope(shield=True):
-                await self._drive(key, parked.turn, parked.call, records)
+                await self._drive(key, parked.turn, parked.call, records, parked.gate)
 
     def use_tools(self, toolbox: Toolbox, change: dict[str, Any]) -> None:
         """From the next call on, resolve against `toolbox`; the change joins the run's events."""
@@ -197,15 +201,33 @@ class GatewaySession:
         `name` is the name the client was shown (the tool's model-facing name). Each call is
         a turn: an upstream server's changed tool list is read again first.
         """
+        return await self._busy(name, arguments, None)
+
+    async def read_asked(self, server: str, uri: str) -> ToolResult:
+        """A client's `resources/read` the policy asks about, as a call: asked like one.
+
+        It goes through a gate of its own whose one tool reads `uri` of the upstream
+        `server` (`Gateway.read_tools`; no manifest grant: the read's action is decided by
+        the policy): a pending request, the wait, in-band approval, the identical retry,
+        expiry, and a call record, all as for a `tools/call`.
+        """
+        if self._reads is None:
+            self._reads = Gate(dataclasses.replace(
+                self.gate.scope, toolbox=self.gateway.read_tools(), manifest=None))
+        return await self._busy(READ_TOOL, {"server": server, "uri": uri}, self._reads)
+
+    async def _busy(self, name: str, arguments: dict[str, Any] | None,
+                    gate: Gate | None) -> ToolResult:
         self.busy += 1
         self.last_active = time.monotonic()
         try:
-            return await self._call(name, arguments)
+            return await self._call(name, arguments, gate)
         finally:
             self.busy -= 1
             self.last_active = time.monotonic()
 
-    async def _call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
+    async def _call(self, name: str, arguments: dict[str, Any] | None,
+                    gate: Gate | None = None) -> ToolResult:
         await self.gateway.refresh_tools()
         arguments = arguments if arguments is not None else {}
         try:
@@ -223,19 +245,20 @@ class GatewaySession:
         turn = self._turn
         self._turn += 1
         call = ToolCall(id=f"call-{turn + 1}", name=name, arguments=text)
-        return await self._drive(key, turn, call, {})
+        return await self._drive(key, turn, call, {}, gate)
 
     async def _drive(self, key: tuple[str, str] | None, turn: int, call: ToolCall,
-                     existing: dict[str, CallRecord]) -> ToolResult:
+                     existing: dict[str, CallRecord], via: Gate | None = None) -> ToolResult:
         store = self.gateway.store
+        gate = self.gate if via is None else via
         first = Batch()
         if not existing:
             # The transcript `handrail show` reads: each call is a turn of the client's.
             first.messages.extend(self._transcript([AssistantMessage([call])]))
         try:
-            outcome = await self.gate.drive_turn(turn, [call], existing, first)
+            outcome = await gate.drive_turn(turn, [call], existing, first)
         except BaseException:
-            await self._record_interrupted()
+            await self._record_interrupted(gate)
             raise
         if self._run_due():
             outcome.final.run = self._update()
@@ -259,21 +282,21 @@ class GatewaySession:
                 return await self._wait(key, parked)  # re-entered under its lock already
             what = ("approval: request" if isinstance(pause, PausedOnRequest)
                     else "an answer: question")
-            parked = _Parked(turn, call, request_id, anyio.Lock(), what)
+            parked = _Parked(turn, call, request_id, anyio.Lock(), what, via)
             self._parked[key] = parked
             async with parked.lock:
                 return await self._wait(key, parked)
         return ToolResult.error(f"the call is paused ({pause.kind}); see `handrail show "
                                 f"{self.run_id}`")
 
-    async def _record_interrupted(self) -> None:
+    async def _record_interrupted(self, gate: Gate) -> None:
         """Record a call the client cancelled (or the server's shutdown cut off), settled.
 
         Shielded and bounded: it runs while the cancellation unwinds. A call cut off while
         its body ran is IN_DOUBT in the record (not silently STARTED forever, nor missing);
         one stopped before it ran is NOT_SENT.
         """
-        settled = self.gate.take_interrupted()
+        settled = gate.take_interrupted()
         if settled is None:
             return
         with anyio.move_on_after(10, shield=True):
@@ -312,7 +335,7 @@ class GatewaySession:
             await anyio.sleep(POLL_SECONDS)
         records = {r.call_id: r for r in await store.calls(self.run_id)
                    if r.turn == parked.turn}
-        return await self._drive(key, parked.turn, parked.call, records)
+        return await self._drive(key, parked.turn, parked.call, records, parked.gate)
 
     async def write_events(self) -> None:
         """Write the run's row now (its events: a resource read is not a turn)."""
@@ -496,6 +519,13 @@ class Gateway:
 
             await self._subscriptions.publish(ToolsListChanged())
         return change
+
+    def read_tools(self) -> Toolbox:
+        """The toolbox resource reads the policy asks about go through (`_carry.read_tools`)."""
+        box: Toolbox | None = getattr(self, "_read_tools", None)
+        if box is None:
+            box = self._read_tools = read_tools(self)
+        return box
 
     def offered(self) -> list[ToolSpec]:
         """What clients are shown: the granted tools, with the manifest's descriptions."""
