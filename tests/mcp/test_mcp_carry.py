@@ -286,6 +286,41 @@ async def test_auth_is_an_httpx_auth_for_an_http_server() -> None:
         hr.mcp.MCPToolset.http("http://127.0.0.1:1/mcp", name="s", auth="token")
 
 
+NOT_AUTH = "a token is not an httpx2.Auth"
+
+
+def token_auth(decl: Any) -> Any:
+    """A factory the manifest's `auth` may name: called with the `[[servers]]` entry."""
+    import httpx2
+
+    class Bearer(httpx2.Auth):
+        def auth_flow(self, request: Any) -> Any:
+            request.headers["Authorization"] = f"Bearer for-{decl.name}"
+            yield request
+
+    return Bearer()
+
+
+def test_a_manifests_auth_names_the_provider_and_is_part_of_its_digest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    entry = ('[[servers]]\nname = "api"\nurl = "http://127.0.0.1:1/mcp"\n'
+             'auth = "test_mcp_carry:token_auth"\n')
+    manifest = hr.Manifest.from_toml(entry)
+    [decl] = manifest.servers
+    toolset = hr.mcp.MCPToolset.from_manifest(decl, manifest=manifest)
+    assert type(toolset.auth).__name__ == "Bearer"
+    plain = hr.Manifest.from_toml(entry.replace('auth = "test_mcp_carry:token_auth"\n', ""))
+    assert plain.digest != manifest.digest
+    with pytest.raises(hr.ManifestError, match="auth is for an HTTP server"):
+        hr.Manifest.from_toml('[[servers]]\nname = "s"\ncommand = "x"\nauth = "m:o"\n')
+    with pytest.raises(hr.ManifestError, match="as MODULE:OBJECT"):
+        hr.Manifest.from_toml(entry.replace("test_mcp_carry:token_auth", "token"))
+    wrong = hr.Manifest.from_toml(entry.replace("token_auth", "NOT_AUTH"))
+    with pytest.raises(hr.UserError, match="not an httpx2.Auth"):
+        hr.mcp.MCPToolset.from_manifest(wrong.servers[0], manifest=wrong)
+
+
 # -- a call that waits for a person ----------------------------------------------------------
 
 
