@@ -317,7 +317,7 @@ def test_a_manifests_auth_names_the_provider_and_is_part_of_its_digest(
     with pytest.raises(hr.ManifestError, match="as MODULE:OBJECT"):
         hr.Manifest.from_toml(entry.replace("test_mcp_carry:token_auth", "token"))
     wrong = hr.Manifest.from_toml(entry.replace("token_auth", "NOT_AUTH"))
-    with pytest.raises(hr.UserError, match="not an httpx2.Auth"):
+    with pytest.raises(hr.UserError, match=r"not an httpx2\.Auth"):
         hr.mcp.MCPToolset.from_manifest(wrong.servers[0], manifest=wrong)
 
 
