@@ -279,6 +279,49 @@ async def test_an_http_server_that_wants_authorization_says_where(tmp_path: Path
             in str(caught.value))
 
 
+async def test_a_host_the_auth_flow_reaches_is_a_net_action_the_policy_decides() -> None:
+    """An OAuth flow's other hosts (metadata, the authorization server, a token endpoint)
+    are reached only if the policy allows `net host:port`; nothing is sent to one it does
+    not."""
+    import httpx2
+
+    reached: list[int] = []
+
+    async def answer(stream: Any) -> None:
+        async with stream:
+            reached.append(stream.extra(anyio.abc.SocketAttribute.local_port))
+            with contextlib.suppress(Exception):
+                await stream.receive(65536)
+                await stream.send(b"HTTP/1.1 500 No\r\ncontent-length: 0\r\n"
+                                  b"connection: close\r\n\r\n")
+
+    server = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    issuer = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = server.extra(anyio.abc.SocketAttribute.local_port)
+    issuer_port = issuer.extra(anyio.abc.SocketAttribute.local_port)
+
+    class TokenFirst(httpx2.Auth):
+        def auth_flow(self, request: Any) -> Any:
+            yield httpx2.Request("POST", f"http://127.0.0.1:{issuer_port}/token")
+            yield request
+
+    policy = hr.Policy.default().layer("t").allow("net", f"127.0.0.1:{port}")
+    async with server, issuer, anyio.create_task_group() as tg:
+        tg.start_soon(server.serve, answer)
+        tg.start_soon(issuer.serve, answer)
+        toolset = hr.mcp.MCPToolset.http(f"http://127.0.0.1:{port}/mcp", name="api",
+                                         policy=policy, auth=TokenFirst(), connect_timeout=20)
+        with pytest.raises(hr.HandrailError) as caught:
+            async with toolset:
+                pass
+        tg.cancel_scope.cancel()
+    assert (f"reaching 127.0.0.1:{issuer_port} (for '/token') is 'net 127.0.0.1:{issuer_port}'"
+            ", which the policy does not allow") in str(caught.value)
+    assert issuer_port not in reached  # nothing was sent there
+    assert [e["target"] for e in toolset.events if e["kind"] == "mcp_host_refused"] == [
+        f"127.0.0.1:{issuer_port}"]
+
+
 async def test_auth_is_an_httpx_auth_for_an_http_server() -> None:
     with pytest.raises(hr.UserError, match="auth is for an HTTP server"):
         hr.mcp.MCPToolset.stdio("x", name="s", auth=object())
