@@ -762,8 +762,8 @@ def _mcp_session(run: RunRecord) -> str | None:
         return None
     if run.owner is None or run.lease_until < time.time():
         return (f"{_ENDED} (the `handrail serve` that held it is gone): nothing would run "
-                "it, so it is not decided here; it expires, recorded, when `handrail serve` "
-                "next starts with this store")
+                "it, so it is not decided here; an approval expires, recorded, when `handrail "
+                "serve` next starts with this store")
     return ("a call an MCP client made through `handrail serve`, waiting in its session: "
             "once decided it goes on by itself (at once if the client still waits, else at "
             "the client's same call again); nothing to resume. Its arguments cannot be "
