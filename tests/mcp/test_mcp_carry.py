@@ -129,10 +129,13 @@ async def test_a_read_the_policy_asks_about_is_asked_like_a_call(tmp_path: Path)
         # Once: a later read is a new read, asked again.
         with pytest.raises(MCPError, match="awaiting approval: request "):
             await client.read_resource("test://static-text")
+    await gateway.close()  # the session ends: the read still waiting expires, as a call would
     [run] = await gateway.store.runs()
     records = await gateway.store.calls(run.id)
-    assert [(r.tool, r.decided_by) for r in records] == [
-        ("handrail/read_resource", "alice"), ("handrail/read_resource", "defer")]
+    assert [(r.tool, r.decided_by, r.disposition) for r in records] == [
+        ("handrail/read_resource", "alice", None),
+        ("handrail/read_resource", "handrail serve (the session ended)", "not_sent")]
+    assert await gateway.store.pending() == []
     reads = await events(gateway, "mcp_resource_read")
     assert [e["effect"] for e in reads] == ["ask", "allow", "ask", "ask"]
 

@@ -211,10 +211,14 @@ class GatewaySession:
         the policy): a pending request, the wait, in-band approval, the identical retry,
         expiry, and a call record, all as for a `tools/call`.
         """
+        return await self._busy(READ_TOOL, {"server": server, "uri": uri}, self.reads_gate())
+
+    def reads_gate(self) -> Gate:
+        """The session's gate for asked resource reads (`read_asked`), made at the first."""
         if self._reads is None:
             self._reads = Gate(dataclasses.replace(
                 self.gate.scope, toolbox=self.gateway.read_tools(), manifest=None))
-        return await self._busy(READ_TOOL, {"server": server, "uri": uri}, self._reads)
+        return self._reads
 
     async def _busy(self, name: str, arguments: dict[str, Any] | None,
                     gate: Gate | None) -> ToolResult:
@@ -875,7 +879,8 @@ class Gateway:
                                 arguments=record.arguments)
                 what = "approval: request" if item.kind == "approval" else "an answer: question"
                 session._parked[(call.name, item.id)] = _Parked(
-                    record.turn, call, item.id, anyio.Lock(), what)
+                    record.turn, call, item.id, anyio.Lock(), what,
+                    session.reads_gate() if call.name == READ_TOOL else None)
             session._turn = max([run.steps, *(r.turn + 1 for r in records.values())])
             session._seq = len(await self.store.messages(run_id))
             await session.close(why)
