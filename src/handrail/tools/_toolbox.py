@@ -81,6 +81,7 @@ class SchemaTool(ToolImpl):
         allow_unknown_fields: bool = False,
     ) -> None:
         import jsonschema  # lazily: Python tools never need it
+        import referencing
 
         self.spec = spec
         self.origin = origin or f"spec {spec.id}"
@@ -88,15 +89,20 @@ class SchemaTool(ToolImpl):
         input_schema = dict(spec.input_schema)
         output_schema = dict(spec.output_schema) if spec.output_schema is not None else None
         default = jsonschema.Draft202012Validator
+        # No retrieval: jsonschema's default registry fetches a `$ref` to a network URI with
+        # urlopen (blocking, and anywhere a server's schema points: past the policy). A
+        # schema is a tool's (an MCP server's): only same-document refs and the drafts'
+        # metaschemas resolve; another is an issue of the call, never a request.
+        local = referencing.Registry()
         try:
             input_cls = jsonschema.validators.validator_for(input_schema, default=default)
             input_cls.check_schema(input_schema)
-            self._input = input_cls(input_schema)
+            self._input = input_cls(input_schema, registry=local)
             self._output = None
             if output_schema is not None:
                 output_cls = jsonschema.validators.validator_for(output_schema, default=default)
                 output_cls.check_schema(output_schema)
-                self._output = output_cls(output_schema)
+                self._output = output_cls(output_schema, registry=local)
         except jsonschema.SchemaError as exc:
             raise UserError(f"tool '{spec.id}': invalid JSON Schema: {exc.message}") from exc
         self._known: frozenset[str] | None = None
@@ -125,10 +131,7 @@ class SchemaTool(ToolImpl):
                        f"{_json_type(arguments)}")],
             )
         data = dict(arguments)
-        issues = [
-            Issue(path=e.json_path, message=e.message)
-            for e in sorted(self._input.iter_errors(data), key=lambda e: e.json_path)
-        ]
+        issues = _issues(self._input, data)
         if self._known is not None:
             issues += [
                 Issue(path=f"$.{key}" if isinstance(key, str) else f"$[{key!r}]",
@@ -155,11 +158,22 @@ class SchemaTool(ToolImpl):
             )
         if self._output is not None and not result.is_error:
             # An absent structured is None, checked as an explicit null.
-            errors = list(self._output.iter_errors(result.structured))
-            if errors:
-                raise InvalidOutput(tool, [Issue(path=e.json_path, message=e.message)
-                                           for e in errors])
+            issues = _issues(self._output, result.structured)
+            if issues:
+                raise InvalidOutput(tool, issues)
         return result
+
+
+def _issues(validator: Any, value: Any) -> list[Issue]:
+    """The schema's issues with `value`; a `$ref` that does not resolve locally is one."""
+    from referencing.exceptions import Unresolvable
+
+    try:
+        return [Issue(path=e.json_path, message=e.message)
+                for e in sorted(validator.iter_errors(value), key=lambda e: e.json_path)]
+    except Unresolvable as exc:
+        return [Issue(path="$", message=f"the schema refers to {str(exc)[:300]}, which is not "
+                                        "in the schema: a remote $ref is never fetched")]
 
 
 def _json_type(value: object) -> str:
