@@ -107,8 +107,10 @@ from handrail.tools import (
     address_pointers,
     check_argument_payload,
     decided_paths,
+    local_validator,
     pointer_values,
     raise_body_error,
+    schema_issues,
     scrub_host_paths,
     slot_setter,
 )
@@ -1271,12 +1273,11 @@ class Gate:
             return []
         validator = self._schema_checks.get(offered.id)
         if validator is None:
-            import jsonschema
-
-            validator = jsonschema.Draft202012Validator(dict(offered.input_schema))
+            # Never fetching: a manifest's schema is reviewed text, but a `$ref` in it must
+            # not make the gate reach a host the policy never saw (`local_validator`).
+            validator = local_validator(offered.input_schema)
             self._schema_checks[offered.id] = validator
-        return [Issue(path=e.json_path, message=e.message)
-                for e in sorted(validator.iter_errors(dumped), key=lambda e: list(e.path))]
+        return schema_issues(validator, dumped)
 
     def use_toolbox(self, toolbox: Toolbox) -> list[ToolSpec]:
         """Install the tools of the coming turn (a host may change them between turns).
@@ -2084,10 +2085,7 @@ def _resumed_answer(item: PendingItem) -> Submit | Decline:
     if item.payload.get("kind") != "form":
         return Submit(answer)
     value = _form_answer(answer) if isinstance(answer, str) else answer
-    import jsonschema
-
-    errors = list(jsonschema.Draft202012Validator(item.payload.get("schema") or {})
-                  .iter_errors(value))
+    errors = schema_issues(local_validator(item.payload.get("schema") or {}), value)
     if errors or not isinstance(value, dict):
         reason = errors[0].message if errors else "a form's answer is a JSON object"
         return Decline(f"the answer does not fit the form: {reason}")

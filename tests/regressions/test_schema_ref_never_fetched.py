@@ -53,3 +53,32 @@ async def test_a_remote_ref_in_a_tools_schema_is_never_fetched() -> None:
             tool.validate({"name": ""})
         tg.cancel_scope.cancel()
     assert reached == []
+
+
+async def test_no_other_schema_check_fetches_a_remote_ref_either() -> None:
+    # The same default registry was used by the gate (a manifest's schema, a form's answer
+    # read back on resume), by a handler's form check and by the inbox's form: each now
+    # validates through `local_validator`, and a remote `$ref` is an issue, never a request.
+    from handrail.tools import local_validator, schema_issues
+    from handrail.web._inbox import Refused, _check_form_answer
+
+    reached: list[str] = []
+
+    async def canary(stream: Any) -> None:
+        async with stream:
+            reached.append("canary")
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    schema = {"type": "object",
+              "properties": {"who": {"$ref": f"http://127.0.0.1:{port}/who.json"}}}
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, canary)
+        issues = await anyio.to_thread.run_sync(
+            lambda: schema_issues(local_validator(schema), {"who": "me"}))
+        assert [i.message for i in issues] == [issues[0].message]
+        assert "a remote $ref is never fetched" in issues[0].message
+        with pytest.raises(Refused, match="never fetched"):
+            await anyio.to_thread.run_sync(_check_form_answer, '{"who": "me"}', schema)
+        tg.cancel_scope.cancel()
+    assert reached == []

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         unguarded_path_arguments,
         unguarded_problems,
     )
+    from handrail.tools._schemas import local_validator, schema_issues
     from handrail.tools._spec import ToolSpec
     from handrail.tools._steps import (
         Cancel,
@@ -108,6 +109,8 @@ _LAZY: dict[str, str] = {
     "PATH_MAX": "handrail.tools._workspace",
     "PathChanged": "handrail.tools._paths",
     "Provenance": "handrail.tools._taint",
+    "local_validator": "handrail.tools._schemas",
+    "schema_issues": "handrail.tools._schemas",
     "Question": "handrail.tools._context",
     "ReadPath": "handrail.tools._paths",
     "ResourceLink": "handrail.tools._content",
@@ -209,9 +212,11 @@ __all__ = [
     "check_argument_payload",
     "decided_paths",
     "issues_from_validation_error",
+    "local_validator",
     "pointer_values",
     "raise_body_error",
     "resolve_in_workspace",
+    "schema_issues",
     "scrub_host_paths",
     "slot_setter",
     "tool",

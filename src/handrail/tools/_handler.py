@@ -613,14 +613,11 @@ def _check_answer(pending: Interaction, value: Any, *, replayed: bool = False) -
                 f"{what} must be an object (the interaction asks for a form), not "
                 f"{type(value).__name__}; {after}"
             )
-        import jsonschema  # lazily: only forms need it
+        from handrail.tools._schemas import local_validator, schema_issues  # only forms
 
-        problems = sorted(
-            jsonschema.Draft202012Validator(request.schema).iter_errors(dict(value)),
-            key=lambda e: list(map(str, e.absolute_path)),
-        )
+        problems = schema_issues(local_validator(request.schema), dict(value))
         if problems:
-            text = "; ".join(f"{e.json_path}: {e.message}" for e in problems)
+            text = "; ".join(f"{e.path}: {e.message}" for e in problems)
             raise HandlerStateError(f"{what} does not match the form's schema ({text}); {after}")
         return dict(value)
     assert isinstance(request, Question)

@@ -25,6 +25,7 @@ from handrail.tools._handler import (
     raise_body_error,
 )
 from handrail.tools._names import DEFAULT_SERVER, ToolId
+from handrail.tools._schemas import schema_issues
 from handrail.tools._spec import ToolSpec
 from handrail.tools._steps import Cancel, Finished, Invoke
 
@@ -131,7 +132,7 @@ class SchemaTool(ToolImpl):
                        f"{_json_type(arguments)}")],
             )
         data = dict(arguments)
-        issues = _issues(self._input, data)
+        issues = schema_issues(self._input, data)
         if self._known is not None:
             issues += [
                 Issue(path=f"$.{key}" if isinstance(key, str) else f"$[{key!r}]",
@@ -158,22 +159,10 @@ class SchemaTool(ToolImpl):
             )
         if self._output is not None and not result.is_error:
             # An absent structured is None, checked as an explicit null.
-            issues = _issues(self._output, result.structured)
+            issues = schema_issues(self._output, result.structured)
             if issues:
                 raise InvalidOutput(tool, issues)
         return result
-
-
-def _issues(validator: Any, value: Any) -> list[Issue]:
-    """The schema's issues with `value`; a `$ref` that does not resolve locally is one."""
-    from referencing.exceptions import Unresolvable
-
-    try:
-        return [Issue(path=e.json_path, message=e.message)
-                for e in sorted(validator.iter_errors(value), key=lambda e: e.json_path)]
-    except Unresolvable as exc:
-        return [Issue(path="$", message=f"the schema refers to {str(exc)[:300]}, which is not "
-                                        "in the schema: a remote $ref is never fetched")]
 
 
 def _json_type(value: object) -> str:

@@ -62,7 +62,7 @@ from handrail.runs import (
 from handrail.runs._program import confinement_note, program_of, result_confinement, text_lines
 from handrail.store import PendingItem, RunRecord, Store
 from handrail.store.contract import principal
-from handrail.tools import Act, ToolImpl
+from handrail.tools import Act, ToolImpl, local_validator, schema_issues
 
 __all__ = ["AgentFor", "EditCheck", "Inbox", "ItemView", "Refused"]
 
@@ -657,11 +657,12 @@ def _check_form_answer(text: str, schema: dict[str, Any]) -> None:
     except ValueError as exc:
         raise Refused(422, f"the form's answer must be JSON: {exc}") from None
     try:
-        jsonschema.validate(value, schema)
-    except jsonschema.ValidationError as exc:
-        raise Refused(422, f"the answer does not fit the form: {exc.message}") from None
+        # Never fetching a `$ref` the form's schema names (`local_validator`).
+        issues = schema_issues(local_validator(schema, check=True), value)
     except jsonschema.SchemaError as exc:
         raise Refused(422, f"the form's schema is broken: {exc.message}") from None
+    if issues:
+        raise Refused(422, f"the answer does not fit the form: {issues[0].message}") from None
 
 
 def _without_contents(request: dict[str, Any]) -> dict[str, Any]:
