@@ -310,7 +310,7 @@ def test_a_malformed_policy_names_its_key_path_and_line() -> None:
     with pytest.raises(hr.PolicyError) as info:
         Manifest.from_toml(POLICY.format(rule='alow = ["write:src/**"]'), source="handrail.toml")
     assert str(info.value) == ("handrail.toml:10: policy.layers[0].alow: unknown key 'alow' "
-                               "(expected one of: name, deny, ask, allow)")
+                               "(expected one of: name, deny, ask, allow, limits)")
     with pytest.raises(hr.PolicyError, match=r"^handrail.toml:12: policy.layers\[0\].ask\[1\]: "):
         Manifest.from_toml(POLICY.format(rule='ask = [\n  "call:a/b",\n  "bogus"]'),
                            source="handrail.toml")

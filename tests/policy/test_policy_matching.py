@@ -351,7 +351,7 @@ def test_a_thousand_adversarial_rules_against_long_targets(tmp_path: Path,
     run = _patterns._run
 
     def counting(bucket: Any, text: str) -> int | None:
-        taken.append(steps(bucket.regex.pattern, text, limit=allowed)[1])
+        taken.append(steps(bucket.compiled().pattern, text, limit=allowed)[1])
         return run(bucket, text)
 
     monkeypatch.setattr(_patterns, "_run", counting)

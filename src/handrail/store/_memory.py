@@ -154,7 +154,7 @@ class MemoryStore(Store):
         # itself lets it be freed now. What is written is the batch's messages, records and
         # pending items as they were at the call, and its run record as it is after the wait.
         run, messages, calls, pending = _packed(batch)
-        claims = batch.claims
+        claims = batch.claims or None  # not the batch's empty list, held across the wait
         del batch
         # Yield to the loop once per write, before the change (which stays atomic, and is not
         # made if the caller is cancelled here): otherwise a run on this store never yields,
