@@ -101,3 +101,19 @@ def test_a_child_python_imports_the_tree_under_test_whatever_its_pythonpath(
     out = subprocess.run([sys.executable, *code], env={**os.environ, "PYTHONPATH": str(tmp_path)},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out[0] != str(src / "handrail" / "__init__.py")
+
+
+def test_every_planted_bug_still_finds_the_text_it_replaces() -> None:
+    # A mutant whose original text moved is not planted at all (`scripts/mutants` says STALE
+    # only when it is run): after a merge, ten had gone stale unseen. Each original must occur
+    # exactly once in its file, or the mutant is updated to plant the same bug again.
+    import runpy
+
+    root = Path(__file__).resolve().parent.parent
+    mutants = runpy.run_path(str(root / "scripts" / "mutants"), run_name="mutants")["MUTANTS"]
+    stale = []
+    for mutant in mutants:
+        text = (root / mutant.file).read_text()
+        stale += [f"{mutant.name}: found {text.count(original)} times in {mutant.file}"
+                  for original, _ in mutant.edits if text.count(original) != 1]
+    assert not stale, "\n".join(stale)
