@@ -173,10 +173,10 @@ def canonical_exec(
             raise UncanonicalTarget("an argv word is not valid UTF-8 (lone surrogate)") from None
     program = argv[0]
     _check(program, "program name", EXEC_MAX)
-    return exec_candidates(argv, resolve_program(program, root), root)
+    candidates = _memoised_candidates if size <= _MEMO_ARGV else exec_candidates
+    return candidates(argv, resolve_program(program, root), root)
 
 
-@functools.lru_cache(maxsize=1024)
 def exec_candidates(
     argv: tuple[str, ...], resolved: Program, root: str
 ) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
@@ -184,8 +184,7 @@ def exec_candidates(
 
     The policy what-if (`handrail.policy.what_if`) replays a recorded EXEC with the program
     as it was resolved when the call was decided, never as today's PATH and disk would.
-    Memoised (the same command is checked again and again; building the spellings was a
-    third of an EXEC check): a pure function of immutable arguments, so a memo cannot go stale.
+    `canonical_exec` memoises it for short argvs (`_memoised_candidates`).
     """
     program = argv[0]
     rest = argv[1:]
@@ -215,6 +214,14 @@ def exec_candidates(
     # The verdict names the file that will run (a PATH lookup or a path made canonical).
     shown_program = program if resolved.path is None else resolved.path
     return " ".join((shown_program, *rest)), tuple(deny), tuple(allow)
+
+
+_MEMO_ARGV = 4096
+"""Argvs up to this many characters have their spellings memoised: the same command is checked
+again and again, and building them was a third of an EXEC check. A model chooses the argv, so
+a long one is not kept (1,024 of them at `EXEC_MAX`, several spellings each, would pin ~1 GB)."""
+_memoised_candidates = functools.lru_cache(maxsize=1024)(exec_candidates)
+"""`exec_candidates`, memoised: a pure function of immutable arguments, so it cannot go stale."""
 
 
 def _canonical_host(host: str) -> tuple[str, bool]:
