@@ -596,16 +596,18 @@ class Corpus:
         indexed = self._indexed
         return self.chars - (self._starts[indexed] if indexed < len(self._starts) else self.chars)
 
-    def settle(self, coming: int = 0) -> bool:
-        """Build the gram index now if a lookup would (or would after `coming` characters).
+    def settle_due(self, coming: int = 0) -> bool:
+        """Whether a lookup (after `coming` more characters) would build the gram index."""
+        return self.unindexed() + coming > self._find_limit
 
-        True when it was built. The gate calls it where indexing an output runs (a worker
-        thread for large outputs), so the lookup on the event loop finds the work done.
+    def settle(self) -> None:
+        """Build the gram index now if a lookup would.
+
+        The gate calls it where indexing an output runs (a worker thread for large outputs),
+        so the lookup on the event loop finds the work done.
         """
-        if self.unindexed() + coming > self._find_limit:
+        if self.settle_due():
             self._index_rest()
-            return True
-        return False
 
     def _index_rest(self) -> None:
         """Put every segment not yet in the gram index into it."""
@@ -718,8 +720,7 @@ class Provenance:
 
     def settle_due(self, coming: int = 0) -> bool:
         """Whether `settle` (after `coming` more characters) would build a gram index."""
-        return any(c.unindexed() + coming > c._find_limit
-                   for c in (self.trusted, self.echoed, self.untrusted))
+        return any(c.settle_due(coming) for c in (self.trusted, self.echoed, self.untrusted))
 
     def settle(self) -> None:
         """Build the gram indexes a lookup would build (see `Corpus.settle`), off its path."""
