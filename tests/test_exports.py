@@ -11,7 +11,7 @@ EXPECTED = [
     "EmbeddedResource", "ExecArgv", "Failed", "Finished", "FixedResponder", "Governance", "Grant",
     "HandlerStateError", "HandrailError", "Image", "InboxApprover", "InjectedTool", "Interaction",
     "InteractionDeclined", "InvalidArguments", "InvalidOutput", "Invoke", "Issue", "Json", "Layer",
-    "Manifest", "ManifestDrift", "ManifestError", "ModelError", "NotFound", "NotGranted",
+    "Limit", "Manifest", "ManifestDrift", "ManifestError", "ModelError", "NotFound", "NotGranted",
     "NotVerified", "PathChanged", "PendingItem", "Policy", "PolicyDenied", "PolicyError",
     "Question", "ReadPath", "Recovery", "Request", "ResourceLink", "Respond", "Responder",
     "ResponderNone", "ResumeRefused", "RoutedCall", "RoutedCapture", "Rule", "RunEvent",

@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from handrail.policy import (
         Effect,
         Layer,
+        Limit,
         Policy,
         Rule,
         Verdict,
@@ -243,6 +244,7 @@ _LAZY: dict[str, str] = {
     "Invoke": "handrail.tools",
     "Json": "handrail.tools",
     "Layer": "handrail.policy",
+    "Limit": "handrail.policy",
     "Manifest": "handrail.manifest",
     "PendingItem": "handrail.store",
     "Policy": "handrail.policy",
@@ -362,6 +364,7 @@ __all__ = [
     "Issue",
     "Json",
     "Layer",
+    "Limit",
     "Manifest",
     "ManifestDrift",
     "ManifestError",

@@ -81,9 +81,9 @@ from handrail.errors import (
 )
 from handrail.models import ToolCall, ToolResultMessage
 from handrail.otel import Instrumentation
-from handrail.policy import Act, Action, Effect, Policy, Rule, Verdict
+from handrail.policy import Act, Action, Effect, Limit, Policy, Rule, Verdict
 from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
-from handrail.store.contract import update
+from handrail.store.contract import QuotaClaim, QuotaExceeded, update
 from handrail.tools import (
     CallContext,
     Cancel,
@@ -185,6 +185,9 @@ class RunScope:
     agent_path: tuple[str, ...] = ()
     """Where this run's agent stands in a tree of agents, from the root (docs/subagents.md):
     put on every `Request` and `Question` so a person sees who asks. Empty outside a tree."""
+    principal: str | None = None
+    """Who started the run (`Agent.run(principal=...)`), what `limit ... per principal`
+    counts apart; None: the runs of nobody in particular, counted together."""
     mark_reads: bool = True
     """Commit a STARTED mark before a call that changes nothing runs. False (the agent loop
     on a durable store, and `handrail serve`): a turn whose calls all change nothing commits
@@ -530,7 +533,8 @@ class _ToolPlan:
     `mutates` (no path, no address), so deciding it again per call only repeats this.
     """
 
-    __slots__ = ("action_records", "impl", "spec", "target", "verdict", "verdict_record")
+    __slots__ = ("action_records", "impl", "planned", "spec", "target", "verdict",
+                 "verdict_record")
 
     def __init__(self, impl: ToolImpl, spec: ToolSpec, scope: RunScope) -> None:
         self.impl = impl
@@ -543,10 +547,12 @@ class _ToolPlan:
                                           mutates=spec.mutates)
         self.verdict_record = self.verdict.to_dict()
         self.action_records = [_action_record(action)]
+        # A rule with value conditions decides on the arguments: no verdict can be planned.
+        self.planned = not scope.policy.conditional
 
     def called(self, actions: Sequence[Action]) -> Verdict | None:
         """The planned verdict when `actions` is exactly the tool's CALL; else None."""
-        if len(actions) != 1:
+        if len(actions) != 1 or not self.planned:
             return None
         action = actions[0]
         if action.act is not Act.CALL or action.content is not None or \
@@ -567,8 +573,10 @@ class _Call:
         "decided",
         "held",
         "impl",
+        "limits",
         "offered",
         "outcome",
+        "over",
         "pending",
         "reask",
         "record",
@@ -611,6 +619,10 @@ class _Call:
         self.controlled: tuple[str, ControlVerdict] | None = None
         self.held: str | None = None  # the control's reason when it holds this call
         self.began = False  # its body was entered in this process (an interrupt: in doubt)
+        # The quotas its start counts in (policy.limits_for), and the reason when one of
+        # them was found full (the approver is shown it).
+        self.limits: Sequence[tuple[Limit, str]] = ()
+        self.over: str | None = None
         self.span: Any = None  # its execute_tool span, while open (telemetry on)
 
     def finish(self, result: ToolResult, status: CallStatus, *, disposition: str | None = None,
@@ -794,11 +806,14 @@ class Gate:
         first_write.pending.extend(p for s in states for p in s.pending)
         for s in states:
             s.pending = ()
-        if not scope.mark_reads and not existing and \
-                not first_write.pending and self._act_on_nothing(states):
+            if s.limits and s.result is None and s.outcome is None and \
+                    s.record.status is CallStatus.STARTED:
+                first_write.claims.extend(self._claims(s))
+        if not scope.mark_reads and not existing and not first_write.pending and \
+                not first_write.claims and self._act_on_nothing(states):
             self._deferred = first_write
         else:
-            await scope.store.write(first_write)
+            await self._write_claiming(first_write, states)
 
         async def act(state: _Call) -> None:
             if state.result is not None or state.outcome is not None:
@@ -1065,7 +1080,8 @@ class Gate:
         # 5. policy
         planned = plan.called(actions)
         verdict = planned or scope.policy.check_all(actions, workspace=scope.workspace,
-                                                    mutates=plan.spec.mutates)
+                                                    mutates=plan.spec.mutates,
+                                                    arguments=dumped)
         if verdict.effect is Effect.ALLOW:
             if state.taint:
                 state.taint = self._steering(state.taint, actions, verdict)
@@ -1079,6 +1095,8 @@ class Gate:
         state.decided = (_NO_PATHS if planned is not None
                          else decided_paths(actions, scope.workspace))
         state.verdict = verdict
+        # A start counted in a quota stays counted (a call re-checked after a crash).
+        previous = _counted(record.verdict)
         record.arguments_digest = digest
         record.performed_arguments = dumped
         if planned is verdict:
@@ -1094,6 +1112,12 @@ class Gate:
             record.verdict["taint"] = [t.to_dict() for t in state.taint]
         if controlled is not None:
             record.verdict["control"] = controlled.to_dict()
+        state.limits = () if verdict.effect is Effect.DENY else \
+            scope.policy.limits_for(actions, workspace=scope.workspace)
+        if state.limits:
+            state.over = None
+            if previous is not None:
+                record.verdict["quota"] = previous  # counted already: carried over
         if verdict.effect is Effect.DENY:
             state.finish(ToolResult.error(PolicyDenied.MODEL_MESSAGE), CallStatus.REFUSED,
                          disposition=Disposition.NOT_SENT.value, error=verdict.reason)
@@ -1140,12 +1164,15 @@ class Gate:
         """A delegated run's gate: what the parent's run read taints this run's calls.
 
         The parent's provenance is looked up too (its untrusted outputs, its trusted task),
-        and the parent's intent applies here when this run has none of its own.
+        and the parent's intent (and principal) applies here when this run has none of its
+        own.
         """
         self._parents = (*parent._parents, parent)
         self.scope.provenance.inherit(parent.scope.provenance)
         if self.scope.intent is None:
             self.scope.intent = parent.scope.intent
+        if self.scope.principal is None:  # a tree's calls are its starter's
+            self.scope.principal = parent.scope.principal
 
     async def _control(self, state: _Call, digest: str, dumped: dict[str, Any],
                        actions: Sequence[Action]) -> ControlVerdict:
@@ -1255,6 +1282,96 @@ class Gate:
         manifest = self.scope.manifest
         return manifest.offer(specs) if manifest is not None else specs
 
+    # ------------------------------------------------- quotas (with the STARTED mark)
+
+    def _claims(self, state: _Call) -> list[QuotaClaim]:
+        """The quota claims of a call about to be marked STARTED (none if counted already).
+
+        A call a person approved is counted over a limit that asks (they were asked, or
+        decided on this very call); a limit that denies still holds it back.
+        """
+        record = state.record
+        if _counted(record.verdict) is not None:
+            return []
+        approved = _approved(record)
+        now = time.time()
+        claims = []
+        shown = []
+        for limit, layer in state.limits:
+            value = self._quota_key(limit)
+            window, _, _ = limit.window(now)
+            claims.append(QuotaClaim(call_record=record.id, counter=limit.counter(value),
+                                     window=window, limit=limit.count,
+                                     force=approved and limit.then is Effect.ASK))
+            shown.append({"limit": limit.describe(), "layer": layer,
+                          "key": f"{limit.key}={value}" if limit.key != "global" else "global",
+                          "window": limit.window_text(now), "max": limit.count,
+                          "count": None, "counted": True})
+        # Written with the STARTED mark (the same transaction): a crash after it finds the
+        # start counted. The counts themselves are the store's, filled in once committed.
+        record.verdict = {**(record.verdict or {}), "quota": shown}
+        return claims
+
+    def _quota_key(self, limit: Limit) -> str:
+        scope = self.scope
+        if limit.key == "run":
+            return scope.run_id
+        if limit.key == "agent":
+            return scope.agent or ""
+        if limit.key == "principal":
+            return scope.principal or ""
+        return ""
+
+    async def _write_claiming(self, batch: Batch, states: Sequence[_Call]) -> None:
+        """Write `batch`; a call whose quota is full gets its limit's effect, and again.
+
+        Each refusal takes one claim out, so this writes at most once per claim more.
+        """
+        while True:
+            try:
+                await self.scope.store.write(batch)
+            except QuotaExceeded as exc:
+                refused = exc.claim.call_record
+                (state,) = [s for s in states if s.record.id == refused]
+                self._over_limit(state, exc)
+                batch.claims = [c for c in batch.claims if c.call_record != refused]
+                if state.record.status is CallStatus.APPROVED:
+                    # Not started: it waits for the approver, as any ask (written with it).
+                    batch.calls = [c for c in batch.calls if c is not state.record]
+                continue
+            break
+        for claim in batch.claims:
+            for state in states:
+                if state.record.id == claim.call_record:
+                    _fill_count(state.record, claim)
+
+    def _over_limit(self, state: _Call, exc: QuotaExceeded) -> None:
+        """The call would go over a quota: refuse it (deny) or put it to the approver (ask)."""
+        record = state.record
+        shown = list((record.verdict or {}).get("quota") or [])
+        limit, layer, entry = None, "", None
+        for (candidate, where), one in zip(state.limits, shown, strict=False):
+            if candidate.counter(self._quota_key(candidate)) == exc.claim.counter:
+                limit, layer, entry = candidate, where, one
+                break
+        assert limit is not None and entry is not None
+        for one in shown:
+            one["counted"] = False
+            one["count"] = None
+        entry.update(count=exc.count, over=True)
+        reason = (f"{limit.describe()} in layer {layer!r}: {exc.count} of {limit.count} "
+                  f"used in {entry['window']} ({entry['key']})")
+        effect = limit.then
+        verdict = Verdict(effect, None, layer, (record.verdict or {}).get("target", ""), reason)
+        record.verdict = {**verdict.to_dict(), "quota": shown}
+        state.verdict = verdict
+        if effect is Effect.DENY:
+            state.finish(ToolResult.error(PolicyDenied.MODEL_MESSAGE), CallStatus.REFUSED,
+                         disposition=Disposition.NOT_SENT.value, error=reason)
+        else:
+            state.over = reason
+            update(record, status=CallStatus.APPROVED, started_at=None)
+
     # --------------------------------------------------- stage 6: approve
 
     def _request(self, state: _Call) -> Request:
@@ -1262,13 +1379,17 @@ class Gate:
         assert impl is not None
         scope = self.scope
         mutates = self._mutates(impl)
-        checked = [(a, scope.policy.check(a, workspace=scope.workspace, mutates=mutates))
+        arguments = state.record.performed_arguments
+        checked = [(a, scope.policy.check(a, workspace=scope.workspace, mutates=mutates,
+                                          arguments=arguments))
                    for a in state.actions]
         asked = [(a, v) for a, v in checked if v.effect is Effect.ASK] or checked
         action, verdict = asked[0]
         reason = verdict.reason
         if state.verdict is not None and state.verdict.layer == TAINT_LAYER:
             reason = state.verdict.reason  # the rules allowed it: the taint is why it asks
+        if state.over is not None:
+            reason = state.over  # the rules let it start: a full quota is why it asks
         return Request(
             id=f"ap-{_uid()}",
             act=action.act,
@@ -1327,7 +1448,18 @@ class Gate:
         if persist_start:
             update(state.record, status=CallStatus.STARTED,
                                    started_at=time.time())
-            await scope.store.write(Batch(calls=[state.record], pending=self._released(state)))
+            batch = Batch(calls=[state.record], pending=self._released(state))
+            if state.limits:
+                batch.claims = self._claims(state)
+            await self._write_claiming(batch, [state])
+            if state.result is not None:
+                return  # a full quota refused it: not started
+            if state.record.status is not CallStatus.STARTED:  # pragma: no cover - defensive
+                # Approved calls are counted over a limit that asks: only one that denies
+                # refuses them. Should one ever ask here, it is refused, never run uncounted.
+                state.finish(ToolResult.error(PolicyDenied.MODEL_MESSAGE), CallStatus.REFUSED,
+                             disposition=Disposition.NOT_SENT.value, error=state.over)
+                return
         spec = impl.spec
         try:
             self._recheck_paths(state)
@@ -1881,6 +2013,22 @@ def _status(state: _Call) -> CallStatus:
     # Read through a function: mypy narrows `state.record.status` across the call that
     # changes it and would call the comparison unreachable.
     return state.record.status
+
+
+def _counted(verdict: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """A record's quota entries when its start was counted already, else None."""
+    shown = None if verdict is None else verdict.get("quota")
+    if shown and all(one.get("counted") for one in shown):
+        return list(shown)
+    return None
+
+
+def _fill_count(record: CallRecord, claim: QuotaClaim) -> None:
+    """Put the store's count for `claim` into the record's quota entry (the next write has it)."""
+    for one in (record.verdict or {}).get("quota") or []:
+        if one.get("count") is None and one.get("counted"):
+            one["count"] = claim.count
+            return
 
 
 def _approved(record: CallRecord) -> bool:

@@ -49,8 +49,11 @@ def _load(path: str) -> Any:
         raise UserError(f"the proposed policy {printable(path)} is not UTF-8 text") from None
 
 
-def _history(args: argparse.Namespace, since: float) -> list[Any]:
+def _history(args: argparse.Namespace, since: float, *, arguments: bool = False) -> list[Any]:
     """Every run since `since` with its calls, read without writing the store.
+
+    With `arguments`, each call's performed arguments too (a policy with value conditions
+    reads them); else the decisions alone.
 
     A SQLite file is read on a read-only connection of its own (`read_history`), never
     through a store, whose read-write connections could fold its log or checkpoint its WAL
@@ -69,26 +72,32 @@ def _history(args: argparse.Namespace, since: float) -> list[Any]:
         from handrail.store._sqlite import read_history
 
         async def read_file() -> list[Any]:
-            return [pair async for pair in read_history(local, since=since, decisions_only=True)]
+            return [pair async for pair in read_history(local, since=since,
+                                                             decisions_only=not arguments)]
 
         return asyncio.run(read_file())
 
     async def read_store() -> list[Any]:
         store = _existing_store(args)
         try:
-            return [pair async for pair in store.call_history(since=since, decisions_only=True)]
+            return [pair async for pair in store.call_history(
+                since=since, decisions_only=not arguments)]
         finally:
             await store.close()
 
     return asyncio.run(read_store())
 
 
-def _print_report(report: WhatIf, source: str, limit: int) -> None:
+def _print_report(report: WhatIf, source: str, limit: int, *, quotas: bool = False) -> None:
     out = Out()
     out.print(f"Replayed {report.replayed} recorded calls of {report.runs} runs against "
               f"{printable(source)}" + (f" ({report.undecided} calls no policy decided: "
-                                        "unknown tool, not granted, invalid arguments)"
+                                        "unknown tool, not granted, invalid arguments, "
+                                        "held back by a quota)"
                                         if report.undecided else "") + ".")
+    if quotas:
+        out.print("Quotas are not replayed: a call a quota held back cannot flip; one that "
+                  "ran is judged by the rules alone.")
     if not report.flips:
         out.print(style("green", "Nothing flips: every call gets the effect it got."))
         out.flush()
@@ -129,11 +138,12 @@ def _cmd_what_if(args: argparse.Namespace) -> int:
     from handrail.policy._whatif import parse_since
 
     policy = _load(args.proposed)
-    report = replay(_history(args, parse_since(args.since)), policy, agent=args.agent)
+    report = replay(_history(args, parse_since(args.since), arguments=policy.conditional),
+                    policy, agent=args.agent)
     if args.json:
         sys.stdout.write(printable_json({"proposed": args.proposed, **report.to_dict()}) + "\n")
     else:
-        _print_report(report, args.proposed, args.limit)
+        _print_report(report, args.proposed, args.limit, quotas=bool(policy.limits))
     return 1 if report.failed else 0
 
 

@@ -554,6 +554,10 @@ def _print_call(out: Out, c: Any, indent: str = "") -> None:
               f"({printable(c.id)}) → {actions}")
     out.print(f"{indent}    verdict: {style(_EFFECT_STYLE.get(effect, 'white'), printable(effect))}"
               f" — {printable(verdict.get('reason', c.error or '-'))}")
+    from handrail.policy import quota_lines  # here: building the parser imports no policy
+
+    for line in quota_lines(verdict):
+        out.print(f"{indent}    quota: {printable(line)}")
     if c.decision:
         out.print(f"{indent}    decision: {printable(c.decision.get('kind'))} by "
                   f"{printable(c.decided_by)}")

@@ -35,6 +35,8 @@ what flips (`WhatIf`, `Flip`); `suggest(store)` derives the least policy the rec
 (`Suggestion`). `replay` and `suggest_from` are the same over runs and calls in hand.
 """
 
+from handrail.policy._conditions import Condition
+from handrail.policy._limits import Limit, quota_lines
 from handrail.policy._paths import (
     PATH_MAX,
     OutsideWorkspace,
@@ -66,9 +68,11 @@ __all__ = [
     "SECRETS",
     "Act",
     "Action",
+    "Condition",
     "Effect",
     "Flip",
     "Layer",
+    "Limit",
     "OutsideWorkspace",
     "Policy",
     "Rule",
@@ -82,6 +86,7 @@ __all__ = [
     "canonical_path",
     "canonicalize",
     "is_inside",
+    "quota_lines",
     "replay",
     "resolve_in_workspace",
     "resolve_program",

@@ -20,6 +20,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 from handrail.errors import PolicyError, UserError
+from handrail.policy._conditions import Condition
+from handrail.policy._limits import Limit
 from handrail.policy._paths import (
     OutsideWorkspace,
     UncanonicalTarget,
@@ -36,7 +38,8 @@ from handrail.policy._targets import (
 )
 from handrail.tools import Act, Action
 
-__all__ = ["CONFINEMENT", "Effect", "Layer", "Policy", "Rule", "Verdict", "parse_act"]
+__all__ = ["CONFINEMENT", "Effect", "Layer", "Policy", "Rule", "Verdict", "parse_act",
+           "parse_when"]
 
 CONFINEMENT = "confinement"
 """The `Verdict.layer` of a denial by path confinement or canonicalisation, not by a rule."""
@@ -123,6 +126,8 @@ class Rule:
 
     Validated on construction: `Rule(Act.WRITE, "a**")` raises `PolicyError` saying why.
     `act` and `effect` also accept their string values (`Rule("write", "src/**", "allow")`).
+    A CALL rule may also look at the call's arguments: `Rule("call", "bank/transfer", "ask",
+    when="amount > 500")` matches only when its conditions hold (see `Condition`).
     """
 
     act: Act
@@ -131,11 +136,23 @@ class Rule:
     """The glob matched against the canonical target (see `handrail.policy` for the syntax)."""
     effect: Effect
     """What the rule decides when it matches."""
+    when: tuple[Condition, ...] = field(default=(), kw_only=True)
+    """Value conditions on the call's validated arguments, all of which must hold (empty:
+    the target alone decides). Accepts a condition's text, a `Condition`, or a sequence of
+    them. A condition that cannot be decided (a missing argument...) makes a deny or ask rule
+    match and an allow rule not."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "act", parse_act(self.act))
         object.__setattr__(self, "effect", Effect.parse(self.effect))
         compile_pattern(self.act, self.pattern)
+        when = parse_when(self.when)
+        if when and self.act is not Act.CALL:
+            raise PolicyError(
+                f"rule {self.effect.value} {self.act.value} {self.pattern!r}: a value condition "
+                "reads a call's arguments, so it goes on a call rule (e.g. "
+                "ask(Act.CALL, 'bank/transfer', when='amount > 500'))")
+        object.__setattr__(self, "when", when)
 
     @property
     def spec(self) -> str:
@@ -159,12 +176,19 @@ class Rule:
         return cls(parse_act(act), pattern, Effect.parse(effect))
 
     def describe(self) -> str:
-        """`deny write '*.pem'`: for explanations and logs."""
-        return f"{self.effect.value} {self.act.value} {self.pattern!r}"
+        """`deny write '*.pem'`, `ask call 'bank/transfer' when amount > 500`: for explanations."""
+        text = f"{self.effect.value} {self.act.value} {self.pattern!r}"
+        if self.when:
+            text += " when " + " and ".join(str(c) for c in self.when)
+        return text
 
-    def to_dict(self) -> dict[str, str]:
-        """`{"act": ..., "pattern": ..., "effect": ...}`."""
-        return {"act": self.act.value, "pattern": self.pattern, "effect": self.effect.value}
+    def to_dict(self) -> dict[str, Any]:
+        """`{"act": ..., "pattern": ..., "effect": ...}` (and `"when": [...]` when it has any)."""
+        out: dict[str, Any] = {"act": self.act.value, "pattern": self.pattern,
+                               "effect": self.effect.value}
+        if self.when:
+            out["when"] = [str(c) for c in self.when]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Rule:
@@ -173,9 +197,28 @@ class Rule:
         Raises:
             PolicyError: a key is missing or unknown, or a value is malformed.
         """
-        if not isinstance(data, Mapping) or set(data) != {"act", "pattern", "effect"}:
-            raise PolicyError(f"a rule is {{act, pattern, effect}}, got {data!r}")
-        return cls(data["act"], data["pattern"], data["effect"])
+        if not isinstance(data, Mapping) or not (
+                {"act", "pattern", "effect"} <= set(data) <= {"act", "pattern", "effect", "when"}):
+            raise PolicyError(f"a rule is {{act, pattern, effect[, when]}}, got {data!r}")
+        return cls(data["act"], data["pattern"], data["effect"], when=data.get("when", ()))
+
+
+def parse_when(when: Any) -> tuple[Condition, ...]:
+    """A rule's `when` as conditions: text, a `Condition`, or a sequence of either.
+
+    Raises:
+        PolicyError: a condition that cannot be read, or more than 16 of them.
+    """
+    if when is None or when == ():
+        return ()
+    items = [when] if isinstance(when, (str, Condition)) else when
+    if not isinstance(items, (list, tuple)):
+        raise PolicyError(f"'when' is a condition ('amount > 500') or a list of them, not "
+                          f"{type(when).__name__}")
+    out = tuple(c if isinstance(c, Condition) else Condition.parse(c) for c in items)
+    if len(out) > 16:
+        raise PolicyError("a rule takes at most 16 value conditions")
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +233,8 @@ class Layer:
     """Shown in explanations; `confinement` is reserved for path confinement."""
     rules: tuple[Rule, ...] = ()
     """The layer's rules."""
+    limits: tuple[Limit, ...] = field(default=(), kw_only=True)
+    """The layer's quotas: how many matching calls may start per window (see `Limit`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -203,6 +248,11 @@ class Layer:
             if not isinstance(r, Rule):
                 raise PolicyError(f"layer {self.name!r}: {r!r} is not an hr.Rule")
         object.__setattr__(self, "rules", tuple(sorted(rules, key=lambda r: -r.effect.rank)))
+        limits = tuple(self.limits)
+        for limit in limits:
+            if not isinstance(limit, Limit):
+                raise PolicyError(f"layer {self.name!r}: {limit!r} is not an hr.Limit")
+        object.__setattr__(self, "limits", limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,28 +523,53 @@ class Policy:
                 return self._replace(current=i)
         return self._replace(layers=(*self.layers, Layer(name)), current=len(self.layers))
 
-    def _add(self, act: Act | str, pattern: str, effect: Effect) -> Policy:
+    def _add(self, act: Act | str, pattern: str, effect: Effect, when: Any = None) -> Policy:
         if self._current is None:
             raise PolicyError(
                 f"call .layer(name) before .{effect.value}(...): every rule belongs to a layer"
             )
-        rule = Rule(parse_act(act), pattern, effect)
+        rule = Rule(parse_act(act), pattern, effect, when=when)
         layers = list(self.layers)
         target = layers[self._current]
-        layers[self._current] = Layer(target.name, (*target.rules, rule))
+        layers[self._current] = Layer(target.name, (*target.rules, rule), limits=target.limits)
         return self._replace(layers=layers, current=self._current)
 
-    def allow(self, act: Act | str, pattern: str) -> Policy:
-        """Add `allow act pattern` to the selected layer."""
-        return self._add(act, pattern, Effect.ALLOW)
+    def allow(self, act: Act | str, pattern: str, *,
+              when: str | Condition | Sequence[str | Condition] | None = None) -> Policy:
+        """Add `allow act pattern [when ...]` to the selected layer (`when`: see `Rule`)."""
+        return self._add(act, pattern, Effect.ALLOW, when)
 
-    def ask(self, act: Act | str, pattern: str) -> Policy:
-        """Add `ask act pattern` to the selected layer."""
-        return self._add(act, pattern, Effect.ASK)
+    def ask(self, act: Act | str, pattern: str, *,
+            when: str | Condition | Sequence[str | Condition] | None = None) -> Policy:
+        """Add `ask act pattern [when ...]` to the selected layer.
 
-    def deny(self, act: Act | str, pattern: str) -> Policy:
-        """Add `deny act pattern` to the selected layer."""
-        return self._add(act, pattern, Effect.DENY)
+        `policy.layer("app").ask(Act.CALL, "bank/transfer", when="amount > 500")` asks for a
+        transfer of more than 500 only.
+        """
+        return self._add(act, pattern, Effect.ASK, when)
+
+    def deny(self, act: Act | str, pattern: str, *,
+             when: str | Condition | Sequence[str | Condition] | None = None) -> Policy:
+        """Add `deny act pattern [when ...]` to the selected layer (`when`: see `Rule`)."""
+        return self._add(act, pattern, Effect.DENY, when)
+
+    def limit(self, act: Act | str, pattern: str, count: int, *, per: str,
+              key: str = "global", then: Effect | str = Effect.DENY) -> Policy:
+        """Add a quota to the selected layer: at most `count` matching calls start per `per`.
+
+        `policy.layer("app").limit(Act.CALL, "mail/send", 20, per="1d", key="agent")`: each
+        agent starts at most 20 `mail/send` calls a UTC day; the next one gets `then` (deny,
+        or ask). `key`: `run`, `agent`, `principal` or `global`. See `Limit`.
+        """
+        if self._current is None:
+            raise PolicyError("call .layer(name) before .limit(...): every limit belongs to a "
+                              "layer")
+        limit = Limit(parse_act(act), pattern, count, per=per, key=key, effect=then)
+        layers = list(self.layers)
+        target = layers[self._current]
+        layers[self._current] = Layer(target.name, target.rules,
+                                      limits=(*target.limits, limit))
+        return self._replace(layers=layers, current=self._current)
 
     def with_defaults(self, **effects: Effect | str) -> Policy:
         """Change defaults: `policy.with_defaults(net="ask", call_read_only="ask")`."""
@@ -533,8 +608,8 @@ class Policy:
         kept = []
         for layer in child.layers:
             rules = tuple(r for r in layer.rules if r.effect is not Effect.ALLOW)
-            if rules:
-                kept.append(Layer(layer.name, rules))
+            if rules or layer.limits:  # a quota only ever takes away: the child's stay
+                kept.append(Layer(layer.name, rules, limits=layer.limits))
         defaults = {k: max(self.defaults[k], child.defaults[k]) for k in DEFAULT_KEYS}
         return self._replace(layers=(*self.layers, *kept), defaults=defaults,
                              taint=_stricter_taint(self.taint, child.taint))
@@ -566,6 +641,7 @@ class Policy:
         *,
         workspace: str | os.PathLike[str] | None = None,
         mutates: bool = True,
+        arguments: Any = None,
     ) -> Verdict:
         """Decide `action`: deny-first over every layer, then ask, then allow, then default.
 
@@ -574,15 +650,19 @@ class Policy:
             workspace: the root READ/WRITE paths are confined to; None is the current
                 directory.
             mutates: the calling tool's trait; used only for the CALL default.
+            arguments: the call's validated arguments (as dumped to JSON), which rules with
+                value conditions read; None when not known, and then such a rule decides as
+                when its argument is missing (a deny or ask matches, an allow does not).
 
         Returns:
             The verdict. A READ/WRITE path outside the workspace, and any target that
-            cannot be canonicalised, is Deny with `layer="confinement"`.
+            cannot be canonicalised, is Deny with `layer="confinement"`. A rule with value
+            conditions that decided says why in `reason` (`... (amount 900 > 500)`).
         """
         compiled: _Compiled | None = self._compiled  # type: ignore[attr-defined]
         if compiled is None:
             compiled = self._compile()
-        return compiled.check(action, workspace, mutates)
+        return compiled.check(action, workspace, mutates, arguments)
 
     explain = check
     """The same function as `check`: every verdict carries its explanation."""
@@ -627,15 +707,19 @@ class Policy:
         *,
         workspace: str | os.PathLike[str] | None = None,
         mutates: bool = True,
+        arguments: Any = None,
     ) -> Verdict:
         """The strictest verdict over `actions` (deny > ask > allow; ties: the first).
+
+        `arguments`: the call's validated arguments, for rules with value conditions.
 
         Raises:
             UserError: `actions` is empty (a call always touches something).
         """
         best: Verdict | None = None
         for action in actions:
-            verdict = self.check(action, workspace=workspace, mutates=mutates)
+            verdict = self.check(action, workspace=workspace, mutates=mutates,
+                                 arguments=arguments)
             if best is None or verdict.effect > best.effect:
                 best = verdict
                 if best.effect is Effect.DENY:
@@ -643,6 +727,68 @@ class Policy:
         if best is None:
             raise UserError("check_all needs at least one action")
         return best
+
+    @property
+    def conditional(self) -> bool:
+        """Whether any rule has value conditions (a CALL's verdict then needs its arguments)."""
+        return any(r.when for layer in self.layers for r in layer.rules)
+
+    @property
+    def limits(self) -> tuple[tuple[Limit, str], ...]:
+        """Every limit with its layer's name, top to bottom."""
+        return tuple((limit, layer.name) for layer in self.layers for limit in layer.limits)
+
+    def limits_for(self, actions: Iterable[Action], *,
+                   workspace: str | os.PathLike[str] | None = None
+                   ) -> tuple[tuple[Limit, str], ...]:
+        """The limits (each with its layer's name) any of `actions` meets, each once."""
+        compiled: _Compiled | None = self._compiled  # type: ignore[attr-defined]
+        if compiled is None:
+            compiled = self._compile()
+        if not compiled.limits:
+            return ()
+        met: dict[tuple[Limit, str], None] = {}
+        for action in actions:
+            for pair in compiled.limits_for(action, workspace):
+                met[pair] = None
+        return tuple(met)
+
+    def check_arguments(self, tools: Iterable[Any]) -> None:
+        """Refuse a value condition that names an argument a tool it covers does not have.
+
+        `tools`: `ToolSpec`s (or anything with `.id` and `.input_schema`), e.g. a toolbox's
+        or a manifest's. A CALL rule with conditions covers a tool when its pattern matches
+        the tool's `server/name`; each condition's first pointer token must be a property of
+        that tool's input schema (a schema that allows any property is not checked).
+
+        Raises:
+            PolicyError: naming the rule, its layer, the tool and the arguments it has.
+        """
+        conditional = [(layer.name, r) for layer in self.layers for r in layer.rules if r.when]
+        if not conditional:
+            return
+        for tool in tools:
+            schema = getattr(tool, "input_schema", None)
+            if not isinstance(schema, Mapping):
+                continue
+            properties = schema.get("properties")
+            if not isinstance(properties, Mapping) or schema.get("additionalProperties") not in (
+                    None, False):
+                continue
+            target = Action(Act.CALL, str(tool.id))
+            for layer, rule in conditional:
+                alone = Policy((Layer(layer, (Rule(Act.CALL, rule.pattern, rule.effect),)),),
+                               _NEUTRAL)
+                if alone.check(target).rule is None:
+                    continue
+                for condition in rule.when:
+                    if condition.pointer[0] not in properties:
+                        has = ", ".join(sorted(str(k) for k in properties)) or "none"
+                        raise PolicyError(
+                            f"rule {rule.describe()} in layer {layer!r} reads the argument "
+                            f"{condition.pointer[0]!r}, but tool '{tool.id}' has no such "
+                            f"argument (its arguments: {has}): the condition could never be "
+                            "decided — name one of its arguments")
 
     # -- values ------------------------------------------------------------------------
 
@@ -726,26 +872,143 @@ _COMPILED_KEPT = 64
 _MEMO_SIZE = 4096
 """How many (act, canonical target) verdicts one compiled policy keeps."""
 
+_NEUTRAL: Mapping[str, Effect] = MappingProxyType(dict.fromkeys(DEFAULT_KEYS, Effect.ALLOW))
+"""The defaults of the one-rule policies a compiled policy matches one rule with."""
+
+_UNKNOWN_ARGUMENTS = "the arguments are not known here"
+
+
+def _scanner(matched: Sequence[tuple[int, int, bool, tuple[Any, ...], Rule, str, str]]
+             ) -> Any:
+    """`scan(arguments, rank) -> (met, unmet)`: the conditional rules' loop, compiled.
+
+    The index (in `matched`, strictest first) of the first rule whose conditions make it
+    match, among those at least as strict as `rank`, else -1; and of the first that did not
+    match before it, else -1. Generated once per target's rules, like the copiers of the
+    records: each argument a condition names at the top level is read once, and a number is
+    compared inline; anything else goes through the condition's own `test`, which decides
+    the same (a property test holds the two to it).
+    """
+    head = ["def scan(a, rank):", "    unmet = -1", "    d = type(a) is dict"]
+    lines: list[str] = []
+    namespace: dict[str, Any] = {"M": _MISSING_ARGUMENT}
+    keys: dict[str, str] = {}
+    for i, (_, rule_rank, strict, _, rule, _, _) in enumerate(matched):
+        lines += [f"    if {rule_rank} < rank:", "        return -1, unmet",
+                  "    met = True", "    unk = False"]
+        for j, condition in enumerate(rule.when):
+            test = f"T_{i}_{j}"
+            namespace[test] = condition.test
+            lines.append("    if met:")
+            if len(condition.pointer) == 1 and type(condition.value) in (int, float):
+                key = condition.pointer[0]
+                var = keys.get(key)
+                if var is None:
+                    var = keys[key] = f"v{len(keys)}"
+                    namespace[f"K_{var}"] = key
+                    head.append(f"    {var} = a.get(K_{var}, M) if d else M")
+                compare = f"{var} {condition.op} {condition.value!r}"
+                lines += [f"        t = type({var})",
+                          "        if t is int:", f"            h = {compare}",
+                          "        elif t is float:",
+                          f"            h = ({compare}) if {var} == {var} else None",
+                          "        else:", f"            h = {test}(a)"]
+            else:
+                lines.append(f"        h = {test}(a)")
+            lines += ["        if h is False:", "            met = False",
+                      "        elif h is None:", "            unk = True"]
+        if not strict:
+            lines += ["    if unk:", "        met = False"]
+        lines += ["    if met:", f"        return {i}, unmet",
+                  "    if unmet < 0:", f"        unmet = {i}"]
+    lines.append("    return -1, unmet")
+    exec("\n".join(head + lines), namespace)
+    return namespace["scan"]
+
+
+_MISSING_ARGUMENT = object()
+
+
+def _matches(rule: Rule, arguments: Any) -> bool:
+    """Whether `rule`'s conditions make it match `arguments` (the hot path: no text).
+
+    An undecidable condition (unknown arguments, a missing or uncomparable value) makes a deny
+    or ask rule match and an allow rule not: the stricter verdict either way.
+    """
+    strict = rule.effect is not Effect.ALLOW
+    if arguments is None:
+        return strict
+    unknown = False
+    for condition in rule.when:
+        holds = condition.test(arguments)
+        if holds is False:
+            return False
+        if holds is None:
+            unknown = True
+    return strict or not unknown
+
+
+def _explain(rule: Rule, arguments: Any) -> str:
+    """Why `rule`'s conditions matched or not (`amount 900 > 500`), as `_matches` decided."""
+    if arguments is None:
+        strict = rule.effect is not Effect.ALLOW
+        return f"{_UNKNOWN_ARGUMENTS}: {'matched' if strict else 'not matched'}"
+    shown: list[str] = []
+    for condition in rule.when:
+        holds, why = condition.holds(arguments)
+        if holds is False:
+            return why
+        if holds is None:
+            why += ", so the stricter verdict"
+        shown.append(why)
+    return "; ".join(shown)
+
 
 class _Compiled:
     """A policy's rules compiled per act and effect, with precomputed explanations."""
 
-    __slots__ = ("defaults", "matchers", "memo", "roots", "rules")
+    __slots__ = ("conditional", "conditional_memo", "defaults", "limit_memo", "limits",
+                 "matchers", "memo", "rid_of", "roots", "rules")
 
     def __init__(self, policy: Policy) -> None:
         self.rules: list[tuple[Rule, str, str]] = []
         per_act: dict[Act, dict[Effect, list[tuple[int, Compiled]]]] = {
             act: {e: [] for e in _ORDER} for act in Act
         }
+        # Rules with value conditions (CALL only) are kept apart: their verdict depends on
+        # the arguments, so it cannot be memoised by target like the rest. Which of them a
+        # target matches is memoised (`conditional_memo`); their conditions are evaluated on
+        # every check. Each is matched by a one-rule policy of its own, so that it matches
+        # exactly as the same rule without a condition would (folding included).
+        self.conditional: list[tuple[int, Rule, str, str, Policy]] = []
+        self.conditional_memo: dict[str, tuple[
+            tuple[tuple[int, int, bool, tuple[Any, ...], Rule, str, str], ...], Any]] = {}
+        self.rid_of: dict[str, int] = {}
+        self.limits: list[tuple[Limit, str, Policy]] = []
+        self.limit_memo: dict[tuple[str, str], tuple[tuple[Limit, str], ...]] = {}
         for layer in policy.layers:
             for rule in layer.rules:
                 rid = len(self.rules)
-                self.rules.append(
-                    (rule, layer.name, f"rule {rule.describe()} in layer {layer.name!r}")
-                )
+                reason = f"rule {rule.describe()} in layer {layer.name!r}"
+                self.rules.append((rule, layer.name, reason))
+                if rule.when:
+                    bare = Rule(rule.act, rule.pattern, rule.effect)
+                    self.conditional.append((rid, rule, layer.name, reason, Policy(
+                        (Layer(layer.name, (bare,)),), _NEUTRAL)))
+                    continue
+                self.rid_of.setdefault(reason, rid)
                 per_act[rule.act][rule.effect].append(
                     (rid, compile_pattern(rule.act, rule.pattern))
                 )
+            for limit in layer.limits:
+                # A limit's pattern matches as a deny rule's does (any letter case): when in
+                # doubt, a call counts.
+                self.limits.append((limit, layer.name, Policy(
+                    (Layer(layer.name, (Rule(limit.act, limit.pattern, Effect.DENY),)),),
+                    _NEUTRAL)))
+        # Strictest first, then top to bottom: the first conditional rule that matches is
+        # the one a verdict names among them.
+        self.conditional.sort(key=lambda c: (-c[1].effect.rank, c[0]))
         # Keyed by the act's string value: Enum.__hash__ runs in Python, str hashes are cached.
         self.matchers: dict[str, tuple[_EffectMatcher, ...]] = {
             act.value: tuple(_EffectMatcher(e, by_effect[e]) for e in _ORDER if by_effect[e])
@@ -782,6 +1045,109 @@ class _Compiled:
         return root
 
     def check(
+        self, action: Action, workspace: str | os.PathLike[str] | None, mutates: bool,
+        arguments: Any = None,
+    ) -> Verdict:
+        verdict = self._check(action, workspace, mutates)
+        if self.conditional and action.act is Act.CALL and verdict.layer != CONFINEMENT:
+            return self._conditioned(verdict, arguments)
+        return verdict
+
+    def _conditioned(self, verdict: Verdict, arguments: Any) -> Verdict:
+        """`verdict` (of the rules without conditions) with the conditional rules applied.
+
+        Deny-first still: the strictest matching rule decides, whichever kind; a tie goes to
+        the one higher up. Any matching rule beats the default.
+        """
+        target = verdict.target
+        known = self.conditional_memo.get(target)
+        if known is None:
+            action = Action(Act.CALL, target)
+            # Per rule what the loop below reads, precomputed: its rank, whether it is strict
+            # (deny, ask), its conditions' fast tests.
+            matched = tuple((rid, rule.effect.rank, rule.effect is not Effect.ALLOW,
+                             tuple(c.test for c in rule.when), rule, layer, reason)
+                            for rid, rule, layer, reason, alone in self.conditional
+                            if alone.check(action).rule is not None)
+            known = (matched, _scanner(matched) if matched else None)
+            if len(self.conditional_memo) >= _MEMO_SIZE:
+                self.conditional_memo.clear()
+            self.conditional_memo[target] = known
+        matched, scan = known
+        if not matched:
+            return verdict
+        decided = verdict.rule is not None
+        rank = verdict.effect.rank if decided else -1
+        if arguments is not None:
+            # The loop below, compiled for these rules (`_scanner`): what it decides, faster.
+            met, first_unmet = scan(arguments, rank)
+            if met >= 0:
+                rid, rule_rank, _, _, rule, layer, reason = matched[met]
+                if not (rule_rank == rank and self.rid_of.get(verdict.reason, -1) < rid):
+                    return Verdict._make(rule.effect, rule, layer, target,
+                                         f"{reason} ({_explain(rule, arguments)})")
+            if first_unmet < 0:
+                return verdict
+            rule, reason = matched[first_unmet][4], matched[first_unmet][6]
+            return Verdict._make(verdict.effect, verdict.rule, verdict.layer, target,
+                                 f"{verdict.reason}; not met: {reason} "
+                                 f"({_explain(rule, arguments)})")
+        unmet: tuple[Rule, str] | None = None
+        for rid, rule_rank, strict, tests, rule, layer, reason in matched:
+            if rule_rank < rank:
+                break  # sorted strictest first: nothing later can beat the verdict
+            # `_matches`, inlined: this loop is the whole cost of the conditions.
+            if arguments is None:
+                met = strict
+            else:
+                met, unknown = True, False
+                for test in tests:
+                    holds = test(arguments)
+                    if holds is False:
+                        met = False
+                        break
+                    if holds is None:
+                        unknown = True
+                if unknown and not strict:
+                    met = False
+            if not met:
+                if unmet is None:
+                    unmet = (rule, reason)
+                continue
+            if rule_rank == rank and self.rid_of.get(verdict.reason, -1) < rid:
+                break  # the same effect, and the verdict's rule sits higher up
+            return Verdict._make(rule.effect, rule, layer, target,
+                                 f"{reason} ({_explain(rule, arguments)})")
+        if unmet is not None:
+            # Explain says which condition let the call through (or kept it at its default).
+            return Verdict._make(verdict.effect, verdict.rule, verdict.layer, target,
+                                 f"{verdict.reason}; not met: {unmet[1]} "
+                                 f"({_explain(unmet[0], arguments)})")
+        return verdict
+
+    def limits_for(self, action: Action, workspace: str | os.PathLike[str] | None
+                   ) -> tuple[tuple[Limit, str], ...]:
+        """The limits (with their layers) `action` meets."""
+        if not self.limits:
+            return ()
+        act = action.act
+        if act is Act.CALL and isinstance(action.target, str):
+            key = (act._value_, action.target)
+            known = self.limit_memo.get(key)
+            if known is not None:
+                return known
+        else:
+            key = None
+        met = tuple((limit, layer) for limit, layer, alone in self.limits
+                    if limit.act is act and alone.check(action, workspace=workspace
+                                                        ).rule is not None)
+        if key is not None:
+            if len(self.limit_memo) >= _MEMO_SIZE:
+                self.limit_memo.clear()
+            self.limit_memo[key] = met
+        return met
+
+    def _check(
         self, action: Action, workspace: str | os.PathLike[str] | None, mutates: bool
     ) -> Verdict:
         if not isinstance(action, Action):

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from handrail.errors import PolicyError
+from handrail.policy._limits import Limit
 from handrail.policy._policy import DEFAULT_KEYS, Effect, Layer, Policy, Rule
 from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 
@@ -42,7 +43,8 @@ __all__ = ["policy_from_dict", "policy_from_toml", "policy_to_dict", "policy_to_
 
 _TOP_KEYS = ("extends", "taint", "defaults", "layers")
 _TAINT = ("ask", "deny")
-_LAYER_KEYS = ("name", "deny", "ask", "allow")
+_LAYER_KEYS = ("name", "deny", "ask", "allow", "limits")
+_RULE_KEYS = ("rule", "when")
 _EXTENDS = ("default",)
 
 
@@ -69,9 +71,14 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
     for layer in policy.layers:
         entry: dict[str, Any] = {"name": layer.name}
         for effect in (Effect.DENY, Effect.ASK, Effect.ALLOW):
-            specs = [r.spec for r in layer.rules if r.effect is effect]
+            specs: list[Any] = [r.spec if not r.when else
+                                {"rule": r.spec, "when": [str(c) for c in r.when]}
+                                for r in layer.rules if r.effect is effect]
             if specs:
                 entry[effect.value] = specs
+        if layer.limits:
+            # Only when present: every policy without limits keeps its form and digest.
+            entry["limits"] = [limit.to_dict() for limit in layer.limits]
         layers.append(entry)
     out: dict[str, Any] = {
         "defaults": {k: policy.defaults[k].value for k in DEFAULT_KEYS},
@@ -150,11 +157,33 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<policy>") -> Po
                                "expected an array of 'act:pattern' strings")
             for j, spec in enumerate(specs):
                 try:
-                    rules.append(Rule.parse(spec, effect))
+                    if isinstance(spec, Mapping):
+                        # `{rule = "call:bank/transfer", when = "amount > 500"}`
+                        _unknown(source, [*lpath, effect.value, j], spec, _RULE_KEYS)
+                        if "rule" not in spec:
+                            raise PolicyError("a rule with a condition is {rule = "
+                                              '"act:pattern", when = "argument op value"}')
+                        rule = Rule.parse(spec["rule"], effect)
+                        rules.append(Rule(rule.act, rule.pattern, effect,
+                                          when=spec.get("when", ())))
+                    else:
+                        rules.append(Rule.parse(spec, effect))
+                except _Located:
+                    raise
                 except PolicyError as exc:
                     raise _Located(source, [*lpath, effect.value, j], str(exc)) from None
+        raw_limits = raw.get("limits", [])
+        if not isinstance(raw_limits, list):
+            raise _Located(source, [*lpath, "limits"], 'expected an array of {rule = '
+                           '"act:pattern", max = N, per = "1d"} tables')
+        limits: list[Limit] = []
+        for j, spec in enumerate(raw_limits):
+            try:
+                limits.append(Limit.from_dict(spec))
+            except PolicyError as exc:
+                raise _Located(source, [*lpath, "limits", j], str(exc)) from None
         try:
-            layers.append(Layer(name, tuple(rules)))
+            layers.append(Layer(name, tuple(rules), limits=tuple(limits)))
         except PolicyError as exc:
             raise _Located(source, [*lpath, "name"], str(exc)) from None
     return Policy(tuple(layers), defaults, taint=taint)
@@ -163,6 +192,19 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<policy>") -> Po
 def _toml_str(text: str) -> str:
     # JSON string escapes are a subset of TOML's; DEL is the one control JSON leaves raw.
     return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _toml_value(value: Any) -> str:
+    """A string, a number, or an inline table of them (lists of strings inside)."""
+    if isinstance(value, str):
+        return _toml_str(value)
+    if isinstance(value, bool):  # pragma: no cover - the canonical form has none
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
 
 
 def policy_to_toml(policy: Policy) -> str:
@@ -176,8 +218,12 @@ def policy_to_toml(policy: Policy) -> str:
         for effect in ("deny", "ask", "allow"):
             if effect in layer:
                 lines.append(f"{effect} = [")
-                lines += [f"    {_toml_str(s)}," for s in layer[effect]]
+                lines += [f"    {_toml_value(s)}," for s in layer[effect]]
                 lines.append("]")
+        if "limits" in layer:
+            lines.append("limits = [")
+            lines += [f"    {_toml_value(s)}," for s in layer["limits"]]
+            lines.append("]")
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,10 @@ against today's disk or PATH:
   there is not known to the record): `approximate` too;
 - NET and CALL targets: canonical forms are pure functions of the recorded text.
 
+A rule's value conditions read the arguments a call was performed with (a refused call kept
+none: undecidable, judged the stricter way, `approximate`). Quotas are not replayed (see
+`replay`).
+
 A CALL's default depends on whether the tool declares `mutates=False`; the record says so only
 when the default decided it (its reason). Otherwise the tool is taken as mutating, the
 stricter reading, and the replay is `approximate` when the two defaults differ.
@@ -220,7 +224,7 @@ class _Decided:
     """Denied by confinement when decided (outside the workspace, not canonical)."""
     approximate: bool = False
 
-    def check(self, policy: Policy, mutates: bool) -> Verdict:
+    def check(self, policy: Policy, mutates: bool, arguments: Any = None) -> Verdict:
         if self.confined:
             return Verdict(Effect.DENY, None, CONFINEMENT, self.target,
                            "path resolves outside the workspace, or cannot be made canonical "
@@ -232,8 +236,9 @@ class _Decided:
             assert self.argv is not None and self.program is not None
             shown, deny, allow = exec_candidates(self.argv, self.program, self.root)
             return policy.check_canonical_exec(shown, deny, allow)
-        # NET and CALL: canonicalising these is a pure function of the text (no DNS).
-        return policy.check(Action(act, self.target), mutates=mutates)
+        # NET and CALL: canonicalising these is a pure function of the text (no DNS). A CALL
+        # rule's value conditions read the arguments the call was performed with.
+        return policy.check(Action(act, self.target), mutates=mutates, arguments=arguments)
 
 
 @dataclass(slots=True)
@@ -354,6 +359,8 @@ def _prepare(run: RunRecord, agent: str, record: CallRecord) -> _Call | None:
     verdict = record.verdict
     if not isinstance(verdict, dict):
         return None
+    if _held_by_quota(verdict):
+        return None  # a quota decided it, not the rules: counted, never replayed (`replay`)
     before = _EFFECTS.get(verdict.get("effect"))  # type: ignore[arg-type]
     if before is None:
         return None  # refused before the policy (the tool control): no effect to compare
@@ -371,18 +378,29 @@ def _prepare(run: RunRecord, agent: str, record: CallRecord) -> _Call | None:
                  not read_only, known, bool(verdict.get("taint")))
 
 
+def _held_by_quota(verdict: Mapping[str, Any]) -> bool:
+    """Whether a full quota held the call back (its verdict is the limit's, not the rules')."""
+    shown = verdict.get("quota")
+    return isinstance(shown, list) and any(isinstance(e, dict) and e.get("over") for e in shown)
+
+
 def _verdict_of(call: _Call, policy: Policy) -> tuple[Verdict, _Decided, bool]:
     """The proposed policy's verdict (strictest over the actions, ties: the first)."""
     best: Verdict | None = None
     which = call.actions[0]
+    arguments = call.record.performed_arguments
     for action in call.actions:
-        verdict = action.check(policy, call.mutates)
+        verdict = action.check(policy, call.mutates, arguments)
         if best is None or verdict.effect > best.effect:
             best, which = verdict, action
             if verdict.effect is Effect.DENY:
                 break
     assert best is not None
     approximate = any(a.approximate for a in call.actions)
+    if arguments is None and best.rule is not None and best.rule.when:
+        # The record kept no arguments (a refused call's): the condition was undecidable,
+        # so decided the stricter way; the call itself may have fared otherwise.
+        approximate = True
     if (not call.mutates_known and best.rule is None and best.layer is None
             and best.effect is not Effect.DENY and which.act is Act.CALL
             and policy.default_for(Act.CALL) != policy.default_for(Act.CALL, mutates=False)):
@@ -476,6 +494,12 @@ def replay(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], policy: Po
            agent: str | None = None) -> WhatIf:
     """Replay recorded calls against `policy`: what flips, call by call.
 
+    A rule with value conditions reads the arguments each call was performed with; a refused
+    call's were not kept, so its conditions are undecidable (the stricter verdict) and such
+    a flip is `approximate`. Quotas are not replayed: a count depends on what ran before it,
+    and in what order, which a replay cannot say. A call a full quota held back is counted
+    with the undecided (it cannot flip); a call that ran is judged by the proposed rules.
+
     Args:
         history: runs with their calls (`Store.call_history` yields these).
         policy: the proposed policy.
@@ -551,15 +575,19 @@ def parse_since(since: str | float | dt.timedelta | dt.datetime | None, *,
     return value
 
 
-async def _history(store: Store, since: float,
+async def _history(store: Store, since: float, *, arguments: bool = False,
                    ) -> list[tuple[RunRecord, list[CallRecord]]]:
+    """The record since `since`; with each call's performed arguments when `arguments`.
+
+    A policy with value conditions reads them; the decisions alone are cheaper to read.
+    """
     from handrail.store.contract import Store as StoreType
 
     if not isinstance(store, StoreType):
         raise UserError(f"what-if reads an hr.Store, not {type(store).__name__}: "
                         "open one with hr.Store.open(url)")
     history: AsyncIterator[tuple[RunRecord, list[CallRecord]]] = store.call_history(
-        since=since, decisions_only=True)
+        since=since, decisions_only=not arguments)
     return [pair async for pair in history]
 
 
@@ -582,7 +610,8 @@ async def what_if(store: Store, policy: Policy | str | os.PathLike[str], *,
         policy = Policy.load(policy)
     _check_agent(agent)
     start = parse_since(since)
-    return replay(await _history(store, start), policy, agent=agent)
+    return replay(await _history(store, start, arguments=policy.conditional), policy,
+                  agent=agent)
 
 
 # -- suggest ----------------------------------------------------------------------------

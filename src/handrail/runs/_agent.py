@@ -327,6 +327,10 @@ class Agent:
         elif expect_digest is not None:
             raise UserError("expect_digest= needs a manifest= to compare against")
         self.policy = policy if policy is not None else Policy.default()
+        # A value condition naming an argument its tool lacks could never be decided: said
+        # now, not at the first call (the manifest's view of a tool when one is in force).
+        specs = self.toolbox.specs()
+        self.policy.check_arguments(manifest.offer(specs) if manifest is not None else specs)
         self.instructions = instructions
         self.name = name
         self.max_steps = max_steps
@@ -514,6 +518,7 @@ class Agent:
         continue_run: str | None = None,
         message_history: Sequence[Any] | None = None,
         intent: Sequence[str] | None = None,
+        principal: str | None = None,
     ) -> RunResult:
         """Run the agent on `task` until it answers, pauses, fails or is cancelled.
 
@@ -538,6 +543,8 @@ class Agent:
                 (`["mail/send", "calendar/*"]`), said by the trusted side, not the model: a
                 mutating call outside them asks, however its arguments were chosen
                 (docs/taint.md). Recorded with the run; a sub-agent inherits it.
+            principal: Who starts the run (a user id, a team): what a quota `per principal`
+                counts apart (docs/policy.md). Recorded with the run; a sub-agent inherits it.
 
         Cancellation: an outside cancellation (an enclosing cancel scope) is never swallowed;
         like an exception or Ctrl-C it leaves the run READY in the store (the error in its
@@ -548,6 +555,9 @@ class Agent:
         if verify is not None and not isinstance(verify, Verify):
             raise UserError("verify= takes hr.Verify.command(argv) or hr.Verify.check(fn)")
         intended = None if intent is None else check_intent(intent)
+        if principal is not None and (not isinstance(principal, str) or not principal.strip()
+                                      or len(principal) > 200):
+            raise UserError("principal= takes a non-empty name of at most 200 characters")
         collector.freeze_start_up()  # once per process: start-up leaves the GC's passes
         verify = verify if verify is not None else self.verify
         checking = None if verify is None else Verification(verify, check_max_attempts(
@@ -575,6 +585,8 @@ class Agent:
                           {"kind": "records", "dir": str(self.records_dir), "at": now}]
         if intended is not None:  # read back by every runner of the run (resume too)
             run.events = [*run.events, {"kind": "intent", "tools": list(intended), "at": now}]
+        if principal is not None:  # read back by every runner of the run (resume too)
+            run.events = [*run.events, {"kind": "principal", "name": principal, "at": now}]
         dumped = dump_messages(messages)
         await store.write(Batch(run=run, messages=[(run.id, i, m) for i, m in enumerate(dumped)]))
         runner = _Runner(self, store, run, governance, start.remembered, messages,
@@ -712,6 +724,16 @@ def _intent_of(events: Sequence[Any]) -> tuple[str, ...] | None:
     return None
 
 
+def _principal_of(events: Sequence[Any]) -> str | None:
+    """Who started a run (`Agent.run(principal=...)`), as it recorded, or None."""
+    for event in events:
+        # Only the run's own event: one a tool recorded (`ctx.record_event`) has a call id.
+        if isinstance(event, dict) and event.get("kind") == "principal" and \
+                "call_id" not in event:
+            return str(event.get("name"))
+    return None
+
+
 class _Runner:
     """Drives one run: turns through the gate, state into the store."""
 
@@ -745,6 +767,7 @@ class _Runner:
         self.scope.provenance.trust_text(
             "task", run.task if run.parent_call_id is None else None, agent.instructions)
         self.scope.intent = _intent_of(run.events)
+        self.scope.principal = _principal_of(run.events)
         self.records: CallRecords | None = None
         if agent.records_dir is not None or agent.projection is not None:
             self.records = CallRecords(agent.records_dir, projection=agent.projection)

@@ -26,6 +26,7 @@ from handrail.store.contract import (
     CallRecord,
     CallStatus,
     PendingItem,
+    QuotaExceeded,
     RunRecord,
     RunStatus,
     Store,
@@ -140,6 +141,7 @@ class MemoryStore(Store):
         self._run_calls: dict[str, list[str]] = {}
         self._pending: dict[str, PendingItem] = {}
         self._pacer = Pacer(WRITERS_PER_ITERATION)
+        self._quota: dict[tuple[str, int], int] = {}  # (counter, window) -> calls started
 
     async def write(self, batch: Batch, *, wait: bool = True) -> None:
         # Packed before the wait, and the batch let go (issue 24): a run waiting here holds
@@ -149,6 +151,7 @@ class MemoryStore(Store):
         # itself lets it be freed now. What is written is the batch's messages, records and
         # pending items as they were at the call, and its run record as it is after the wait.
         run, messages, calls, pending = _packed(batch)
+        claims = batch.claims
         del batch
         # Yield to the loop once per write, before the change (which stays atomic, and is not
         # made if the caller is cancelled here): otherwise a run on this store never yields,
@@ -156,6 +159,17 @@ class MemoryStore(Store):
         # Paced: a few writers resume per loop iteration, so an iteration is never every
         # run's turn at once (100 runs: 10-35 ms, the loop's lag).
         await self._pacer.yield_()
+        if claims:
+            # Checked whole before any change: a full window refuses the batch, nothing kept.
+            counts = self._quota
+            taken: dict[tuple[str, int], int] = {}
+            for claim in sorted(claims, key=lambda c: (c.counter, c.window)):  # as SQL stores
+                key = (claim.counter, claim.window)
+                now = taken.get(key, counts.get(key, 0))
+                if not claim.force and now >= claim.limit:
+                    raise QuotaExceeded(claim, now)
+                taken[key] = claim.count = now + 1
+            counts.update(taken)
         if run is not None:
             self._runs[run.id] = clone(run)
         for run_id, seq, packed in messages:

@@ -61,6 +61,7 @@ from handrail.store.contract import (
     CallRecord,
     Durability,
     PendingItem,
+    QuotaExceeded,
     RunRecord,
     RunStatus,
     Store,
@@ -185,6 +186,34 @@ END
 $fence$
 """
 
+QUOTA_SQLSTATE = "HR429"
+"""The SQLSTATE `handrail_quota` raises: the window is full (nothing of the write is kept)."""
+
+# One statement a claim, sent in the pipeline like the fence (no reply awaited before the
+# commit): the window's count with this call, or, when it is full, an error that rolls the
+# whole transaction back. Two transactions claiming in one window meet at its row's lock; the
+# second, once the first has committed, re-checks `n < lim` on the row as the first left it
+# (PostgreSQL re-evaluates an ON CONFLICT UPDATE's WHERE on the newest version): never over.
+_M0008_QUOTA = f"""
+CREATE FUNCTION handrail_quota(c TEXT, b BIGINT, lim BIGINT, force BOOLEAN) RETURNS BIGINT
+LANGUAGE plpgsql AS $quota$
+DECLARE
+    counted BIGINT;
+BEGIN
+    INSERT INTO quota_counts AS q (counter, bucket, n) VALUES (c, b, 1)
+    ON CONFLICT (counter, bucket) DO UPDATE SET n = q.n + 1 WHERE force OR q.n < lim
+    RETURNING n INTO counted;
+    IF counted IS NULL THEN
+        SELECT n INTO counted FROM quota_counts WHERE counter = c AND bucket = b;
+        RAISE EXCEPTION 'quota % window % is full: % of %', c, b, counted, lim
+            USING ERRCODE = '{QUOTA_SQLSTATE}',
+                  DETAIL = json_build_object('counter', c, 'bucket', b, 'count', counted);
+    END IF;
+    RETURN counted;
+END
+$quota$
+"""
+
 MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     ("0001_initial", _M0001),
     # Where a call's output stands for the taint check (CallRecord.provenance), as JSON.
@@ -197,11 +226,25 @@ MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     # The runs a worker holds, found by their owner (a claim reads ahead the runs it just
     # held): a few rows, however many runs the store has seen.
     ("0006_runs_owner", "CREATE INDEX runs_owner ON runs (owner) WHERE owner IS NOT NULL"),
+    # How many calls each quota window started: one row per counter and window, counted in
+    # the transaction of each counted call's STARTED mark (`_QUOTA_CLAIM`).
+    ("0008_quotas", ("CREATE TABLE quota_counts (counter TEXT NOT NULL, bucket BIGINT NOT "
+                     "NULL, n BIGINT NOT NULL, PRIMARY KEY (counter, bucket))", _M0008_QUOTA)),
 ]
 """Ordered, named migrations; a database records which ran in `handrail_migrations`.
 
 Each is SQL split on `;`, or a tuple of statements taken whole (a function body).
 """
+
+_QUOTA_CLAIM = "SELECT handrail_quota(%s, %s, %s, %s)"
+
+
+class _QuotaFull(StoreError):
+    """A write's claim found its window full (`QUOTA_SQLSTATE`); `write` names the claim."""
+
+    def __init__(self, message: str, counter: str, bucket: int, count: int) -> None:
+        super().__init__(message)
+        self.counter, self.bucket, self.count = counter, bucket, count
 
 SCHEMA_VERSION = len(MIGRATIONS)
 """The schema version this handrail writes."""
@@ -388,6 +431,10 @@ def map_psycopg_error(url: str, exc: BaseException) -> BaseException:
     becomes a `StoreError` naming the store; anything else is returned unchanged.
     """
     driver, psycopg_pool = _import_driver()
+    if isinstance(exc, driver.Error) and exc.sqlstate == QUOTA_SQLSTATE:
+        detail = json.loads(exc.diag.message_detail or "{}")
+        return _QuotaFull(exc.diag.message_primary or str(exc), str(detail.get("counter")),
+                          int(detail.get("bucket") or 0), int(detail.get("count") or 0))
     if isinstance(exc, driver.Error) and exc.sqlstate == FENCE_SQLSTATE:
         # The run was taken over (its lease lapsed, another worker holds it now): this
         # writer no longer drives it, and nothing of its write was committed.
@@ -774,13 +821,25 @@ class PostgresStore(Store):
                 if claim is not None:
                     claims.append((run_id, *claim))
         lease = self.lease_seconds
+        # Sorted: two writers' claims on the same windows lock their rows in one order.
+        quotas = sorted(batch.claims, key=lambda c: (c.counter, c.window))
 
-        async def apply(conn: psycopg.AsyncConnection[Any]) -> None:
+        counted: list[Any] = []
+
+        async def apply(conn: psycopg.AsyncConnection[Any]) -> Any:
+            counted.clear()  # applied again alone when its group failed
             cur = conn.cursor()
             for run_id, owner, held_by in claims:  # before its fence (`claim`)
                 await cur.execute(_CLAIM_HELD, (owner, lease, run_id, held_by))
             for fence in fences:
                 await cur.execute("SELECT handrail_fence(%s, %s)", fence)
+            for quota in quotas:
+                # Sent, not read: a full window fails the transaction (`handrail_quota`);
+                # the counts are read once it has committed (`deferred`).
+                one = conn.cursor()
+                await one.execute(_QUOTA_CLAIM, (quota.counter, quota.window, quota.limit,
+                                                 quota.force))
+                counted.append(one)
             if run_row is not None:
                 await cur.execute(_RUN_UPSERT, run_row)
             if messages:
@@ -789,8 +848,29 @@ class PostgresStore(Store):
                 await cur.executemany(_CALL_UPSERT, calls)
             if pending:
                 await cur.executemany(_PENDING_UPSERT, pending)
+            if not quotas:
+                return None
 
-        await self._enqueue(apply, wait=wait)
+            async def read() -> None:
+                for quota, one in zip(quotas, counted, strict=True):
+                    row = await one.fetchone()
+                    quota.count = int(row[0])
+
+            return read
+
+        if quotas:
+            try:
+                await self._enqueue(apply, cas=True, deferred=True)
+            except _QuotaFull as full:
+                # Nothing of it was written, a run's claim riding on it included: the next
+                # write carries that again.
+                for run_id, owner, held_by in claims:
+                    self._claims.setdefault(run_id, (owner, held_by))
+                refused = next((q for q in quotas if (q.counter, q.window)
+                                == (full.counter, full.bucket)), quotas[0])
+                raise QuotaExceeded(refused, full.count) from None
+        else:
+            await self._enqueue(apply, wait=wait)
         run = batch.run
         if run is not None:
             # Committed (or queued, with wait=False; a write after it is fenced the same).

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from handrail.errors import StoreError
+
 _R = TypeVar("_R")
 
 __all__ = [
@@ -13,6 +15,8 @@ __all__ = [
     "CallRecord",
     "CallStatus",
     "PendingItem",
+    "QuotaClaim",
+    "QuotaExceeded",
     "RunRecord",
     "RunStatus",
     "clone",
@@ -243,3 +247,38 @@ class Batch:
     """Call records to insert or replace."""
     pending: list[PendingItem] = field(default_factory=list)
     """Pending items to insert."""
+    claims: list[QuotaClaim] = field(default_factory=list)
+    """Quota counts to take with this batch's STARTED marks: each one counted in the same
+    transaction, or the whole batch refused (`QuotaExceeded`) and nothing of it written."""
+
+
+@dataclass(kw_only=True, slots=True)
+class QuotaClaim:
+    """One call's place in one quota window, taken with its STARTED mark (see `Limit`)."""
+
+    call_record: str
+    """The `CallRecord.id` whose start it counts."""
+    counter: str
+    """What is counted (`Limit.counter`): the limit's act, pattern, window and key value."""
+    window: int
+    """The window's number since the epoch (`Limit.window`)."""
+    limit: int
+    """How many calls the window may start; ignored when `force`."""
+    force: bool = False
+    """Counted even over the limit (a call a person approved over it)."""
+    count: int | None = None
+    """Set by the store: the window's count with this call in it."""
+
+
+class QuotaExceeded(StoreError):
+    """A batch was not written: one of its claims found its window full.
+
+    Raised by `Store.write`; nothing of the batch was stored. `claim` is the claim refused,
+    `count` the window's count (the limit, or more when forced claims went over).
+    """
+
+    def __init__(self, claim: QuotaClaim, count: int) -> None:
+        super().__init__(f"quota {claim.counter} window {claim.window}: {count} of "
+                         f"{claim.limit} used; call {claim.call_record} not started")
+        self.claim = claim
+        self.count = count

@@ -92,6 +92,8 @@ from handrail.store.contract import (
     CallRecord,
     Durability,
     PendingItem,
+    QuotaClaim,
+    QuotaExceeded,
     RunRecord,
     RunStatus,
     Store,
@@ -321,6 +323,46 @@ def _m0007_run_progress(db: sqlite3.Connection) -> None:
     db.execute(_RUN_PROGRESS_TABLE)
 
 
+_QUOTA_TABLE = """
+    CREATE TABLE quota_counts (
+        counter TEXT NOT NULL, bucket INTEGER NOT NULL, n INTEGER NOT NULL,
+        PRIMARY KEY (counter, bucket)
+    ) WITHOUT ROWID
+"""
+"""How many calls each quota window started (migration 0008): one row per counter and window,
+incremented in the transaction of each counted call's STARTED mark (`_QUOTA_CLAIM`)."""
+
+
+def _m0008_quotas(db: sqlite3.Connection) -> None:
+    db.execute(_QUOTA_TABLE)
+
+
+_QUOTA_CLAIM = (
+    "INSERT INTO quota_counts (counter, bucket, n) VALUES (?1, ?2, 1) ON CONFLICT (counter, "
+    "bucket) DO UPDATE SET n = n + 1 WHERE n < ?3 RETURNING n")
+"""One statement a claim: the window's count with this call, or no row when it is full."""
+_QUOTA_FORCE = (
+    "INSERT INTO quota_counts (counter, bucket, n) VALUES (?1, ?2, 1) ON CONFLICT (counter, "
+    "bucket) DO UPDATE SET n = n + 1 RETURNING n")
+_QUOTA_READ = "SELECT n FROM quota_counts WHERE counter = ? AND bucket = ?"
+
+
+def claim_quotas(db: sqlite3.Connection, claims: Sequence[QuotaClaim]) -> None:
+    """Count `claims` in the open transaction; raise `QuotaExceeded` at the first full window.
+
+    The caller's transaction holds SQLite's write lock (BEGIN IMMEDIATE): no other writer
+    counts between the statement and the commit.
+    """
+    for claim in claims:
+        row = db.execute(_QUOTA_FORCE if claim.force else _QUOTA_CLAIM,
+                         (claim.counter, claim.window) if claim.force else
+                         (claim.counter, claim.window, claim.limit)).fetchone()
+        if row is None:
+            full = db.execute(_QUOTA_READ, (claim.counter, claim.window)).fetchone()
+            raise QuotaExceeded(claim, int(full[0]) if full else claim.limit)
+        claim.count = int(row[0])
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_clustered_calls_and_messages", _m0002_clustered_calls_and_messages),
@@ -329,6 +371,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0005_run_tree", _m0005_run_tree),
     ("0006_rowid_calls_and_messages", _m0006_rowid_calls_and_messages),
     ("0007_run_progress", _m0007_run_progress),
+    ("0008_quotas", _m0008_quotas),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`. A new migration
 changes `_CURRENT_SCHEMA` too (a new file is created from it; a test compares the two)."""
@@ -383,7 +426,8 @@ _CURRENT_SCHEMA = """
         id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id),
         """ + ", ".join(f"c{i}" for i in range(23)) + """
     );
-    """ + _RUN_PROGRESS_TABLE + """
+    """ + _RUN_PROGRESS_TABLE + """;
+    """ + _QUOTA_TABLE + """
 """
 """The schema every migration in `MIGRATIONS` leads to, created at once in a new, empty file.
 
@@ -872,6 +916,18 @@ class _Write:
             db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
         if self.pending:
             db.executemany(_PENDING_REPLACE, self.pending)
+
+
+class _ClaimingWrite(_Write):
+    """A write that counts quota claims first, in its transaction (`claim_quotas`)."""
+
+    __slots__ = ("claims",)
+
+    claims: tuple[QuotaClaim, ...]
+
+    def __call__(self, db: sqlite3.Connection) -> None:
+        claim_quotas(db, self.claims)
+        super().__call__(db)
 
 
 _PROGRESS_COLUMNS = ("id, p_updated_at, p_input_tokens, p_output_tokens, p_model_requests, "
@@ -1664,7 +1720,17 @@ class SQLiteStore(Store):
         # Built now, as flat tuples of strings and numbers (which the collector stops
         # tracking): the write holds no list, closure or record of the caller's while queued.
         pending = tuple([_pending_row(p) for p in batch.pending]) if batch.pending else ()
-        fn = _Write(run, run_update, update_sql, run_row, tuple(log), pending, progress)
+        if batch.claims:
+            # Counted in the write's own transaction, never merged with another's (a full
+            # window fails this write alone: `_apply_group`). Sorted: two writers' claims
+            # on the same windows are taken in one order.
+            claiming = _ClaimingWrite(run, run_update, update_sql, run_row, tuple(log),
+                                      pending, progress)
+            claiming.claims = tuple(sorted(batch.claims, key=lambda c: (c.counter, c.window)))
+            fn: _Write = claiming
+            wait = True
+        else:
+            fn = _Write(run, run_update, update_sql, run_row, tuple(log), pending, progress)
         if wait and self._idle():
             await self._write_direct(fn)
             return

@@ -36,6 +36,8 @@ from handrail.store._records import (
     CallRecord,
     CallStatus,
     PendingItem,
+    QuotaClaim,
+    QuotaExceeded,
     RunRecord,
     RunStatus,
     clone,
@@ -49,6 +51,8 @@ __all__ = [
     "CallStatus",
     "Durability",
     "PendingItem",
+    "QuotaClaim",
+    "QuotaExceeded",
     "RunRecord",
     "RunStatus",
     "Store",
@@ -198,6 +202,12 @@ class Store(abc.ABC):
         Raises `StoreError` (nothing written) when the batch's run has a status and an outcome
         that disagree (see `check_run_record`).
 
+        Each of `batch.claims` adds one call to its quota window in the same transaction
+        (sets `claim.count`); when a claim that is not `force`d finds its window at its
+        limit, nothing of the batch is written and `QuotaExceeded` names that claim. However
+        many processes write at once, a window never counts more than its limit from claims
+        that are not forced. Claims are never made with `wait=False`.
+
         With `wait=False` the write is queued and this returns at once; writes still apply
         in order, any later operation waits for it, and its failure is raised by the next
         operation (or `flush`). Nothing may rely on a write made with `wait=False` being
@@ -205,6 +215,7 @@ class Store(abc.ABC):
         this returns.
 
         Raises:
+            QuotaExceeded: a claim's window is full (nothing of the batch was kept).
             StoreError: the transaction holding this write failed (nothing of it was kept).
         """
 

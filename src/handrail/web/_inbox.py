@@ -47,6 +47,7 @@ from handrail.policy import (
     Policy,
     Rule,
     UncanonicalPath,
+    quota_lines,
     resolve_in_workspace,
 )
 from handrail.runs import (
@@ -472,7 +473,8 @@ class Inbox:
             policy = policy.with_layer_on_top(
                 "remembered", [Rule.from_dict(r) for r in run.remembered])
         workspace = run.workspace or str(agent.workspace)
-        verdict = policy.check_all(actions, workspace=workspace, mutates=impl.spec.mutates)
+        verdict = policy.check_all(actions, workspace=workspace, mutates=impl.spec.mutates,
+                                   arguments=dumped)
         if verdict.effect is Effect.DENY:
             raise Refused(422, f"the policy denies the edited call: {verdict.reason}")
         views = []
@@ -652,6 +654,8 @@ def _call_view(c: Any) -> dict[str, Any]:
         # denies the sandbox could not enforce): beside the call, as `handrail show` has them.
         "program": _program_view(result),
         "sandbox": confinement_note(result_confinement(result)),
+        # Each quota the call counted in (or was held back by): count, limit and window.
+        "quota": quota_lines(verdict),
     }
 
 
