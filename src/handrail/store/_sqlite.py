@@ -66,6 +66,7 @@ import concurrent.futures
 import dataclasses
 import datetime as dt
 import functools
+import hashlib
 import json
 import os
 import queue
@@ -74,19 +75,21 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio.to_thread
 
 from handrail.errors import AlreadyDecided, NotFound, SchemaTooNew, StoreError
+from handrail.store import audit as _audit
 from handrail.store._pace import nothing_else_to_run
 from handrail.store._rows import DECISION_COLUMNS, DECISION_INDEXES
 from handrail.store._rows import call_from_row as _call_from
 from handrail.store._rows import decision_from_row as _decision_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
+from handrail.store.audit import ZERO, call_body, pending_body, run_body, status_body
 from handrail.store.contract import (
     Batch,
     CallRecord,
@@ -321,6 +324,30 @@ def _m0007_run_progress(db: sqlite3.Connection) -> None:
     db.execute(_RUN_PROGRESS_TABLE)
 
 
+_AUDIT_TABLES = """
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, n INTEGER NOT NULL, kind TEXT NOT NULL,
+        ref TEXT NOT NULL, body TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL,
+        link TEXT NOT NULL, at REAL NOT NULL
+    );
+    CREATE INDEX audit_run ON audit (run_id, n);
+    CREATE TABLE audit_signatures (
+        seq INTEGER NOT NULL, link TEXT NOT NULL, key TEXT NOT NULL, signature TEXT NOT NULL,
+        signed_at REAL NOT NULL, PRIMARY KEY (seq, key)
+    )
+"""
+"""The tamper-evident record (migration 0010, `handrail.store.audit`): one row per fact,
+chained by run (`prev`, `hash`) and store-wide (`link`); signatures of heads beside it."""
+
+
+def _m0010_audit_chain(db: sqlite3.Connection) -> None:
+    # The chain starts with the record as it stands: every run, call and item there is is
+    # chained once, as found (docs/audit.md: what a migrated store's chain proves).
+    _script(db, _AUDIT_TABLES)
+    _fold_rows(db)
+    _adopt(db)
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_clustered_calls_and_messages", _m0002_clustered_calls_and_messages),
@@ -329,6 +356,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0005_run_tree", _m0005_run_tree),
     ("0006_rowid_calls_and_messages", _m0006_rowid_calls_and_messages),
     ("0007_run_progress", _m0007_run_progress),
+    ("0010_audit_chain", _m0010_audit_chain),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`. A new migration
 changes `_CURRENT_SCHEMA` too (a new file is created from it; a test compares the two)."""
@@ -383,7 +411,8 @@ _CURRENT_SCHEMA = """
         id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id),
         """ + ", ".join(f"c{i}" for i in range(23)) + """
     );
-    """ + _RUN_PROGRESS_TABLE + """
+    """ + _RUN_PROGRESS_TABLE + """;
+    """ + _AUDIT_TABLES + """
 """
 """The schema every migration in `MIGRATIONS` leads to, created at once in a new, empty file.
 
@@ -562,6 +591,58 @@ def _fold_rows(db: sqlite3.Connection) -> None:
             db.execute(statement, {"upto": upto})
     for statement in _FOLD_PROGRESS:
         db.execute(statement)
+
+
+_AUDIT_LAST = "SELECT seq, link FROM audit ORDER BY seq DESC LIMIT 1"
+_AUDIT_TIP = "SELECT n, hash FROM audit WHERE run_id = ? ORDER BY n DESC LIMIT 1"
+_AUDIT_INSERT = "INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+Fact = tuple[str, str, str, str]
+"""A fact to chain: (run id, kind, ref, body); see `handrail.store.audit`."""
+
+
+def _chain(db: sqlite3.Connection, facts: Sequence[Fact]) -> None:
+    """Append `facts` to their runs' chains and to the store's, in the caller's transaction.
+
+    The tips are read here, inside the transaction that holds the write lock, so writers in
+    other processes chain after each other; a rolled-back write takes its facts with it.
+    A `run` fact (a run's start) is kept only when its run has no chain yet: a run resumed
+    by another process was started elsewhere.
+    """
+    last = db.execute(_AUDIT_LAST).fetchone()
+    seq, link = (0, ZERO) if last is None else last
+    tips: dict[str, tuple[int, str]] = {}
+    rows = []
+    at = time.time()
+    sha256 = hashlib.sha256
+    for run_id, kind, ref, body in facts:
+        tip = tips.get(run_id)
+        if tip is None:
+            tip = db.execute(_AUDIT_TIP, (run_id,)).fetchone() or (-1, ZERO)
+        n, prev = tip
+        if kind == "run" and n >= 0:
+            continue
+        digest = sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()
+        seq += 1
+        n += 1
+        link = sha256((link + digest).encode()).hexdigest()
+        rows.append((seq, run_id, n, kind, ref, body, prev, digest, link, at))
+        tips[run_id] = (n, digest)
+    if rows:
+        db.executemany(_AUDIT_INSERT, rows)
+
+
+def _adopt(db: sqlite3.Connection) -> None:
+    """Chain the record as it stands (a store migrated to the chain, migration 0010)."""
+    facts: list[Fact] = []
+    for row in db.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at, id"):
+        facts.append((row[0], "run", row[0], run_body(row)))
+        facts.append((row[0], "status", row[0], status_body(row[0], row[3], row[11])))
+    for row in db.execute(f"SELECT {_CALL_COLUMNS} FROM calls ORDER BY run_id, turn, idx"):
+        facts.append((row[1], "call", row[0], call_body(row)))
+    for row in db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending ORDER BY created_at, id"):
+        facts.append((row[2], "pending", row[0], pending_body(row)))
+    _chain(db, facts)
 
 
 def _fold_unchecked(db: sqlite3.Connection) -> None:
@@ -827,13 +908,14 @@ class _Write:
     caller's but `run`, read only when its row went missing (below).
     """
 
-    __slots__ = ("pending", "progress", "rows", "run", "run_id", "run_row", "run_update",
-                 "update_sql")
+    __slots__ = ("facts", "pending", "progress", "rows", "run", "run_id", "run_row",
+                 "run_update", "update_sql")
 
     def __init__(self, run: RunRecord | None, run_update: tuple[Any, ...] | None,
                  update_sql: str, run_row: tuple[Any, ...] | None, rows: tuple[Any, ...],
                  pending: tuple[tuple[Any, ...], ...],
-                 progress: tuple[Any, ...] | None = None) -> None:
+                 progress: tuple[Any, ...] | None = None, facts: tuple[Fact, ...] = ()
+                 ) -> None:
         self.run = run
         self.run_id = None if run is None else run.id
         self.run_update = run_update
@@ -847,6 +929,8 @@ class _Write:
         self.progress = progress
         """A running run's turn that changed only its progress: `_PROGRESS_INSERT`'s
         parameters. The run's row stays as it is when it is as this process left it."""
+        self.facts = facts
+        """What this write records in the audit chain (`_chain`), in order."""
 
     def __call__(self, db: sqlite3.Connection) -> None:
         """Write the rows alone, in the group's transaction."""
@@ -872,6 +956,8 @@ class _Write:
             db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
         if self.pending:
             db.executemany(_PENDING_REPLACE, self.pending)
+        if self.facts:
+            _chain(db, self.facts)
 
 
 _PROGRESS_COLUMNS = ("id, p_updated_at, p_input_tokens, p_output_tokens, p_model_requests, "
@@ -926,6 +1012,7 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
     cleared: list[tuple[str]] = []
     rows: list[tuple[Any, ...]] = []
     pending: list[tuple[Any, ...]] = []
+    facts: list[Fact] = []
     for w in writes:
         if w.progress is not None:
             progress.append(w.progress)
@@ -942,6 +1029,8 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
         rows += w.rows
         if w.pending:
             pending += w.pending
+        if w.facts:
+            facts += w.facts
     if progress and _merged(db, _PROGRESS_INSERT, _merged_progress, progress) != len(progress):
         raise _Mismatch
     if cleared:
@@ -957,6 +1046,8 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
         db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
     if pending:
         db.executemany(_PENDING_REPLACE, pending)
+    if facts:
+        _chain(db, facts)
 
 
 MERGED_ROWS = 64
@@ -1208,6 +1299,8 @@ class SQLiteStore(Store):
         """Operations committed since the last fold."""
         self._checkpointing = False
         self._background_error: BaseException | None = None
+        self._chained_status: dict[str, str] = {}
+        """Running runs' status facts as this store last chained them (`write`)."""
         self._runs_written: dict[str, tuple[Any, ...] | None] = {}
         """Runs this store has written and that are running, with what their row holds
         besides their progress (owner, remembered rules, events) as last written."""
@@ -1659,22 +1752,49 @@ class SQLiteStore(Store):
                 self._runs_written.pop(run.id, None)
         enc = _ENCODE
         log = [(0, r, s, enc(m)) for r, s, m in batch.messages]
+        # The facts this write adds to the audit chain (`_chain`): the run's start (its
+        # first write here), each call record and pending item as written, then the run's
+        # status when it is not the one this store chained last.
+        facts: list[Fact] = []
+        if run_row is not None:
+            facts.append((run_row[0], "run", run_row[0], run_body(run_row)))
         if batch.calls:
-            log += [_call_row(c) for c in batch.calls]
+            calls = [_call_row(c) for c in batch.calls]
+            log += calls
+            facts += [(c[1], "call", c[2], call_body(c[2:])) for c in calls]
         # Built now, as flat tuples of strings and numbers (which the collector stops
         # tracking): the write holds no list, closure or record of the caller's while queued.
         pending = tuple([_pending_row(p) for p in batch.pending]) if batch.pending else ()
-        fn = _Write(run, run_update, update_sql, run_row, tuple(log), pending, progress)
-        if wait and self._idle():
-            await self._write_direct(fn)
-            return
-        waiter = self._enqueue(fn, wait=wait)
-        if waiter is None:
-            return
-        if isinstance(waiter, concurrent.futures.Future):
-            await _wait(waiter)
-        else:
-            await waiter
+        facts += [(p[2], "pending", p[0], pending_body(p)) for p in pending]
+        status = None
+        if run is not None:
+            status = status_body(run.id, run.status._value_, run_update[11]  # type: ignore[index]
+                                 if run.outcome is not None else None)
+            if self._chained_status.get(run.id) != status:
+                facts.append((run.id, "status", run.id, status))
+                if wait and run.status is RunStatus.RUNNING:
+                    self._chained_status[run.id] = status
+                else:
+                    # Not kept: a run that leaves this process's hands (bounded), and a
+                    # write nobody waits for (its failure would leave a status unchained).
+                    self._chained_status.pop(run.id, None)
+        fn = _Write(run, run_update, update_sql, run_row, tuple(log), pending, progress,
+                    tuple(facts))
+        try:
+            if wait and self._idle():
+                await self._write_direct(fn)
+                return
+            waiter = self._enqueue(fn, wait=wait)
+            if waiter is None:
+                return
+            if isinstance(waiter, concurrent.futures.Future):
+                await _wait(waiter)
+            else:
+                await waiter
+        except BaseException:
+            if run is not None:
+                self._chained_status.pop(run.id, None)  # its status may not be chained
+            raise
 
     def _idle(self) -> bool:
         """Whether a write now would be alone at the head of the next group, on the loop."""
@@ -1882,6 +2002,7 @@ class SQLiteStore(Store):
                 raise AlreadyDecided(
                     f"{item.kind} {item_id} was already decided by {item.decided_by}"
                 )
+            facts: list[Fact] = [(item.run_id, "pending", item.id, pending_body(row))]
             run_row = db.execute(f"SELECT {_RUN_SELECT} WHERE id = ?",
                                  (item.run_id,)).fetchone()
             if run_row is not None:
@@ -1890,9 +2011,14 @@ class SQLiteStore(Store):
                     "state = 'open'", (item.run_id,)).fetchall()]
                 moved = status_after_decision(_run_from(run_row), still_open)
                 if moved is not None:
+                    outcome = _dumps(moved.outcome)
                     db.execute("UPDATE runs SET status = ?, outcome = ?, updated_at = ? "
-                               "WHERE id = ?", (moved.status.value, _dumps(moved.outcome),
+                               "WHERE id = ?", (moved.status.value, outcome,
                                                 moved.updated_at, moved.id))
+                    facts.append((moved.id, "status", moved.id,
+                                  status_body(moved.id, moved.status.value, outcome)))
+            _chain(db, facts)
+            self._chained_status.pop(item.run_id, None)
             return item
 
         return await self._submit_write(cas)
@@ -1913,6 +2039,8 @@ class SQLiteStore(Store):
             db.execute("UPDATE runs SET status = ?, owner = ?, lease_until = ?, updated_at = ?, "
                        "outcome = NULL WHERE id = ?",
                        (run.status.value, owner, run.lease_until, now, run_id))
+            _chain(db, [(run_id, "status", run_id, status_body(run_id, "running", None))])
+            self._chained_status.pop(run_id, None)
             return run
 
         return await self._submit_write(cas)
@@ -1944,3 +2072,132 @@ class SQLiteStore(Store):
 
             self._worker.submit(release)
             self._worker.stop()
+
+
+class _AuditReader:
+    """The audit chain and the record of a SQLite file, for `handrail.store.audit`.
+
+    One connection opened read-only (`mode=ro`, `query_only`) and one read transaction: one
+    snapshot, and nothing written (as `read_history`). Calls are the table's rows with the
+    log's not folded yet laid over them, as the fold would.
+    """
+
+    def __init__(self, path: str, *, writable: bool = False, busy_timeout: float = 10.0
+                 ) -> None:
+        self.path = path
+        uri = "file:" + urllib.parse.quote(str(Path(path).expanduser().resolve()))
+        try:
+            db = sqlite3.connect(uri + ("?mode=rw" if writable else "?mode=ro"), uri=True,
+                                 isolation_level=None, check_same_thread=False,
+                                 timeout=busy_timeout)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the SQLite store {path}: {exc}") from exc
+        self.db = db
+        try:
+            if not writable:
+                db.execute("PRAGMA query_only=1")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version != len(MIGRATIONS):
+                raise StoreError(
+                    f"{path} has schema version {version}, this handrail reads version "
+                    f"{len(MIGRATIONS)}: " + ("upgrade handrail to read it" if version > len(
+                        MIGRATIONS) else "open it once with this handrail (`handrail runs`) "
+                        "to migrate it (which starts its audit chain), then read it"))
+            db.execute("BEGIN IMMEDIATE" if writable else "BEGIN")
+        except sqlite3.Error as exc:
+            db.close()
+            raise StoreError(f"cannot read the SQLite store {path}: {exc}") from exc
+        except BaseException:
+            db.close()
+            raise
+
+    def close(self) -> None:
+        """End the transaction (committing what `sign` wrote) and close."""
+        try:
+            if self.db.in_transaction:
+                self.db.execute("COMMIT")
+        finally:
+            self.db.close()
+
+    def _where(self, run_id: str | None, column: str = "run_id") -> tuple[str, tuple[Any, ...]]:
+        return ("", ()) if run_id is None else (f" WHERE {column} = ?", (run_id,))
+
+    def source(self, run_id: str | None = None) -> _audit.Source:
+        """What `handrail.store.audit.verify` reads (one run's rows, with `run_id`)."""
+        db = self.db
+        where, params = self._where(run_id)
+        run_where, run_params = self._where(run_id, "id")
+
+        def facts() -> Iterator[_audit.Fact]:
+            yield from db.execute(
+                "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit"
+                f"{where} ORDER BY run_id, n, seq", params)
+
+        def links() -> Iterator[tuple[int, str, str]]:
+            if run_id is None:
+                yield from db.execute("SELECT seq, hash, link FROM audit ORDER BY seq")
+
+        def calls() -> Iterator[Sequence[Any]]:
+            log: dict[str, dict[str, tuple[Any, ...]]] = {}
+            for row in db.execute(f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log "
+                                  f"WHERE kind = 1{where.replace('WHERE', 'AND')} "
+                                  "ORDER BY id", params):
+                log.setdefault(row[1], {})[row[0]] = row
+            later = sorted(log)
+            for rid, rows in _audit._grouped(db.execute(
+                    f"SELECT {_CALL_COLUMNS} FROM calls{where} ORDER BY run_id", params), 1):
+                while later and later[0] < rid:
+                    yield from log.pop(later.pop(0)).values()
+                over = log.pop(rid, None)
+                if later and later[0] == rid:
+                    later.pop(0)
+                if over:
+                    rows = [over.pop(r[0], r) for r in rows] + list(over.values())
+                yield from rows
+            for rid in later:
+                yield from log.pop(rid).values()
+
+        return _audit.Source(
+            facts=facts, links=links,
+            runs=lambda: db.execute(f"SELECT {_RUN_COLUMNS} FROM runs{run_where} ORDER BY id",
+                                    run_params),
+            calls=calls,
+            pending=lambda: db.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending{where} ORDER BY run_id", params),
+            signatures=lambda: db.execute(
+                "SELECT seq, link, key, signature, signed_at FROM audit_signatures "
+                "ORDER BY seq"),
+            previous_link=self.previous_link)
+
+    def previous_link(self, seq: int) -> str | None:
+        """The link of fact `seq - 1` (`ZERO` before the first), or None if it is gone."""
+        if seq == 1:
+            return ZERO
+        row = self.db.execute("SELECT link FROM audit WHERE seq = ?", (seq - 1,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def head(self) -> tuple[int, str] | None:
+        """The store's head: its last fact's (seq, link)."""
+        row = self.db.execute(_AUDIT_LAST).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def first_since(self, since: float) -> int | None:
+        """The first fact written at or after `since` (Unix time)."""
+        row = self.db.execute("SELECT min(seq) FROM audit WHERE at >= ?", (since,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def facts_from(self, seq: int) -> Iterator[tuple[Any, ...]]:
+        """Every fact from `seq` on, in order, with its `at`."""
+        yield from self.db.execute(
+            "SELECT seq, run_id, n, kind, ref, body, prev, hash, link, at FROM audit "
+            "WHERE seq >= ? ORDER BY seq", (seq,))
+
+    def signatures(self) -> list[tuple[Any, ...]]:
+        """Every signature, in head order."""
+        return self.db.execute("SELECT seq, link, key, signature, signed_at FROM "
+                               "audit_signatures ORDER BY seq, key").fetchall()
+
+    def add_signature(self, seq: int, link: str, key: str, signature: str) -> None:
+        """Record a head's signature (a writable reader, in its transaction)."""
+        self.db.execute("INSERT OR REPLACE INTO audit_signatures VALUES (?, ?, ?, ?, ?)",
+                        (seq, link, key, signature, time.time()))
