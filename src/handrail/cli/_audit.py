@@ -62,7 +62,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     finally:
         reader.close()
     if args.run and report.runs == 0:
-        raise UserError(f"no run {printable(args.run)} in the audit chain of "
+        raise UserError(f"no run '{printable(args.run)}' in the audit chain of "
                         f"{printable(url)}")
     if args.json:
         print(json.dumps({

@@ -550,6 +550,7 @@ def _check_links(links: Iterable[tuple[int, str, str]], report: Report,
     wanted = {s[0] for s in signatures}
     heads: dict[int, str] = {}
     prev_link, expected = ZERO, 1
+    before_prev = ""
     head: tuple[int, str] | None = None
     for seq, f_hash, link in links:
         if seq in wanted:
@@ -562,10 +563,15 @@ def _check_links(links: Iterable[tuple[int, str, str]], report: Report,
                 report.add(Break(what="inserted", where=f"fact #{seq}", seq=seq,
                                  detail="a second fact with this number"))
         elif link_hash(prev_link, f_hash) != link:
-            report.add(Break(what="edited", where=f"fact #{seq}", seq=seq, detail=(
-                "its link does not follow from the fact before it (the store-wide chain "
-                "was changed here)")))
-        prev_link, expected = link, seq + 1
+            if before_prev and link_hash(before_prev, f_hash) == link:
+                report.add(Break(what="inserted", where=f"fact #{seq - 1}", seq=seq - 1,
+                                 detail="it is not in the store-wide chain: the fact after "
+                                        "it follows the one before it"))
+            else:
+                report.add(Break(what="edited", where=f"fact #{seq}", seq=seq, detail=(
+                    "its link does not follow from the fact before it (the store-wide "
+                    "chain was changed here)")))
+        before_prev, prev_link, expected = prev_link, link, seq + 1
         head = (seq, link)
     report.head = head
     return heads
