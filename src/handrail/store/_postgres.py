@@ -763,7 +763,10 @@ class PostgresStore(Store):
                     for op in ops:
                         outcomes.append((True, await op.fn(conn)))
                     if facts:
-                        await conn.execute(_AUDIT_APPEND, _fact_arrays(facts))
+                        # Never a prepared statement: a pipeline aborted by a lost fence
+                        # before this one's Parse left psycopg believing it prepared, and
+                        # the next group failed on "prepared statement does not exist".
+                        await conn.execute(_AUDIT_APPEND, _fact_arrays(facts), prepare=False)
             else:
                 async with conn.pipeline(), conn.transaction():
                     for op in ops:
@@ -776,7 +779,7 @@ class PostgresStore(Store):
                         except _CAS_ERRORS as exc:
                             outcomes.append((False, exc))
                     if facts:
-                        await conn.execute(_AUDIT_APPEND, _fact_arrays(facts))
+                        await conn.execute(_AUDIT_APPEND, _fact_arrays(facts), prepare=False)
             for i, op in enumerate(ops):
                 if op.deferred:
                     try:
