@@ -563,6 +563,9 @@ _FOLD = (
     f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log WHERE kind = 1 AND id <= :upto "
     "ORDER BY id ON CONFLICT(id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _CALL_COLUMNS.split(", ")[1:]),
+    # The audit chain's facts (kind 2) into their table, in the order they were chained.
+    "INSERT INTO audit SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7, c8 FROM log "
+    "WHERE kind = 2 AND id <= :upto ORDER BY id",
     # Every row: `upto` is the log's last, read in this transaction, which holds the write
     # lock. On a connection without foreign-key checks (the fold's own, below) SQLite then
     # frees the table's pages at once instead of deleting it row by row.
@@ -596,40 +599,132 @@ def _fold_rows(db: sqlite3.Connection) -> None:
 _AUDIT_LAST = "SELECT seq, link FROM audit ORDER BY seq DESC LIMIT 1"
 _AUDIT_TIP = "SELECT n, hash FROM audit WHERE run_id = ? ORDER BY n DESC LIMIT 1"
 _AUDIT_INSERT = "INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# A fact waiting in the log (kind 2): c0 seq, c1 n, c2 kind, c3 ref, c4 body, c5 prev,
+# c6 hash, c7 link, c8 at. The fold moves them into `audit` (`_FOLD`).
+_LOG_FACTS_NEWEST = ("SELECT c0, c7, run_id, c1, c6 FROM log WHERE kind = 2 "
+                     "ORDER BY id DESC")
+_LOG_TIP = "SELECT c1, c6 FROM log WHERE kind = 2 AND run_id = ? ORDER BY id DESC LIMIT 1"
+_AUDIT_SINCE = "SELECT seq, link, run_id, n, hash FROM audit WHERE seq > ? ORDER BY seq"
 
 Fact = tuple[str, str, str, str]
 """A fact to chain: (run id, kind, ref, body); see `handrail.store.audit`."""
 
 
-def _chain(db: sqlite3.Connection, facts: Sequence[Fact]) -> None:
+class _Tips:
+    """The chain's tips as this store's writer last saw them: a cache, checked every time.
+
+    `last` is the store's newest fact (seq, link), `runs` each run's newest (n, hash). Each
+    transaction that chains first reads the store's newest fact (the log's last row, one
+    step of a b-tree); when it is not `last`, the facts written since by anyone are read (from
+    the end of the log backwards: as many rows as there are new facts) and the tips caught
+    up, and when `last` itself is gone (a rolled-back write of ours) the cache starts over.
+    So a chained write reads no index and writes no page but the log's (issue 42: with the
+    facts in a table of their own, with an index for the tips, a turn's commit wrote twice
+    the pages).
+    """
+
+    __slots__ = ("last", "runs")
+
+    def __init__(self) -> None:
+        self.last: tuple[int, str] | None = None
+        self.runs: dict[str, tuple[int, str]] = {}
+
+    def catch_up(self, db: sqlite3.Connection) -> tuple[int, str]:
+        """Bring the tips up to the store's newest fact; return it."""
+        last, runs = self.last, self.runs
+        newer: list[tuple[Any, ...]] = []
+        found: tuple[int, str] | None = None
+        for row in db.execute(_LOG_FACTS_NEWEST):
+            if found is None:
+                found = (row[0], row[1])
+                if found == last:
+                    return found
+            if last is not None and row[0] <= last[0]:
+                if (row[0], row[1]) != last:
+                    break  # not the chain we saw: start over (below)
+                for r in reversed(newer):
+                    runs[r[2]] = (r[3], r[4])
+                self.last = found
+                return found
+            if last is None or len(newer) > 10_000:
+                break
+            newer.append(row)
+        if found is None or last is not None:
+            # The log holds none of the facts since `last` (folded): read the table.
+            top = db.execute(_AUDIT_LAST).fetchone()
+            if found is None:
+                found = (0, ZERO) if top is None else (top[0], top[1])
+                if found == last:
+                    return found
+            if last is not None and top is not None and top[0] >= last[0]:
+                seen = db.execute("SELECT link FROM audit WHERE seq = ?", (last[0],)).fetchone()
+                if seen is not None and seen[0] == last[1]:
+                    for r in db.execute(_AUDIT_SINCE, (last[0],)):
+                        runs[r[2]] = (r[3], r[4])
+                    for r in reversed(newer):
+                        runs[r[2]] = (r[3], r[4])
+                    self.last = found
+                    return found
+        runs.clear()
+        self.last = found
+        return found
+
+    def tip(self, db: sqlite3.Connection, run_id: str) -> tuple[int, str]:
+        """A run's newest fact (n, hash), or (-1, ZERO) for a run with no chain."""
+        tip = self.runs.get(run_id)
+        if tip is not None:
+            return tip
+        if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+            tip = (-1, ZERO)  # a new run (this is called before its row is written)
+        else:
+            # A run this store has not chained since it opened (resumed from another
+            # process): once per run, the log from its end, then the table's index.
+            tip = db.execute(_LOG_TIP, (run_id,)).fetchone() or db.execute(
+                _AUDIT_TIP, (run_id,)).fetchone() or (-1, ZERO)
+        if len(self.runs) >= 10_000:
+            self.runs.clear()  # bounded: a miss costs a lookup, never a wrong hash
+        self.runs[run_id] = tip
+        return tip
+
+
+def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
+           insert: bool = True) -> list[tuple[Any, ...]]:
     """Append `facts` to their runs' chains and to the store's, in the caller's transaction.
 
-    The tips are read here, inside the transaction that holds the write lock, so writers in
+    Called before the write's own rows (a new run is one without a row). The tips are
+    read inside the transaction that holds the write lock (`_Tips.catch_up`), so writers in
     other processes chain after each other; a rolled-back write takes its facts with it.
     A `run` fact (a run's start) is kept only when its run has no chain yet: a run resumed
-    by another process was started elsewhere.
+    by another process was started elsewhere. The facts go to the log (kind 2), on the page
+    the write's other rows are on; the fold moves them into `audit`. With `insert=False` the
+    log rows are returned for the caller to insert after its run's row (the log's foreign
+    key), through `_insert_facts`.
     """
-    last = db.execute(_AUDIT_LAST).fetchone()
-    seq, link = (0, ZERO) if last is None else last
-    tips: dict[str, tuple[int, str]] = {}
+    seq, link = tips.catch_up(db)
     rows = []
     at = time.time()
     sha256 = hashlib.sha256
+    runs = tips.runs
     for run_id, kind, ref, body in facts:
-        tip = tips.get(run_id)
-        if tip is None:
-            tip = db.execute(_AUDIT_TIP, (run_id,)).fetchone() or (-1, ZERO)
-        n, prev = tip
+        n, prev = tips.tip(db, run_id)
         if kind == "run" and n >= 0:
             continue
         digest = sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()
         seq += 1
         n += 1
         link = sha256((link + digest).encode()).hexdigest()
-        rows.append((seq, run_id, n, kind, ref, body, prev, digest, link, at))
-        tips[run_id] = (n, digest)
+        rows.append((2, run_id, seq, n, kind, ref, body, prev, digest, link, at))
+        runs[run_id] = (n, digest)
     if rows:
-        db.executemany(_AUDIT_INSERT, rows)
+        tips.last = (seq, link)
+        if insert:
+            _insert_facts(db, rows)
+    return rows
+
+
+def _insert_facts(db: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
+        db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
 
 
 def _adopt(db: sqlite3.Connection) -> None:
@@ -642,7 +737,8 @@ def _adopt(db: sqlite3.Connection) -> None:
         facts.append((row[1], "call", row[0], call_body(row)))
     for row in db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending ORDER BY created_at, id"):
         facts.append((row[2], "pending", row[0], pending_body(row)))
-    _chain(db, facts)
+    _chain(db, facts, _Tips())
+    _fold_rows(db)
 
 
 def _fold_unchecked(db: sqlite3.Connection) -> None:
@@ -909,13 +1005,13 @@ class _Write:
     """
 
     __slots__ = ("facts", "pending", "progress", "rows", "run", "run_id", "run_row",
-                 "run_update", "update_sql")
+                 "run_update", "tips", "update_sql")
 
     def __init__(self, run: RunRecord | None, run_update: tuple[Any, ...] | None,
                  update_sql: str, run_row: tuple[Any, ...] | None, rows: tuple[Any, ...],
                  pending: tuple[tuple[Any, ...], ...],
-                 progress: tuple[Any, ...] | None = None, facts: tuple[Fact, ...] = ()
-                 ) -> None:
+                 progress: tuple[Any, ...] | None = None, facts: tuple[Fact, ...] = (),
+                 tips: _Tips | None = None) -> None:
         self.run = run
         self.run_id = None if run is None else run.id
         self.run_update = run_update
@@ -931,9 +1027,13 @@ class _Write:
         parameters. The run's row stays as it is when it is as this process left it."""
         self.facts = facts
         """What this write records in the audit chain (`_chain`), in order."""
+        self.tips = tips
+        """The store's chain tips (`_Tips`), when it has facts."""
 
     def __call__(self, db: sqlite3.Connection) -> None:
         """Write the rows alone, in the group's transaction."""
+        chained = _chain(db, self.facts, self.tips,  # type: ignore[arg-type]
+                         insert=False) if self.facts else None
         run, run_update = self.run, self.run_update
         if run is not None and run_update is not None and (
                 self.progress is None
@@ -956,8 +1056,8 @@ class _Write:
             db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
         if self.pending:
             db.executemany(_PENDING_REPLACE, self.pending)
-        if self.facts:
-            _chain(db, self.facts)
+        if chained:
+            _insert_facts(db, chained)
 
 
 _PROGRESS_COLUMNS = ("id, p_updated_at, p_input_tokens, p_output_tokens, p_model_requests, "
@@ -1031,6 +1131,8 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
             pending += w.pending
         if w.facts:
             facts += w.facts
+    chained = _chain(db, facts, writes[0].tips,  # type: ignore[arg-type]
+                     insert=False) if facts else None
     if progress and _merged(db, _PROGRESS_INSERT, _merged_progress, progress) != len(progress):
         raise _Mismatch
     if cleared:
@@ -1046,8 +1148,8 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
         db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
     if pending:
         db.executemany(_PENDING_REPLACE, pending)
-    if facts:
-        _chain(db, facts)
+    if chained:
+        _insert_facts(db, chained)
 
 
 MERGED_ROWS = 64
@@ -1299,6 +1401,8 @@ class SQLiteStore(Store):
         """Operations committed since the last fold."""
         self._checkpointing = False
         self._background_error: BaseException | None = None
+        self._tips = _Tips()
+        """The audit chain's tips as the writer last saw them (`_chain`)."""
         self._chained_status: dict[str, str] = {}
         """Running runs' status facts as this store last chained them (`write`)."""
         self._runs_written: dict[str, tuple[Any, ...] | None] = {}
@@ -1779,7 +1883,7 @@ class SQLiteStore(Store):
                     # write nobody waits for (its failure would leave a status unchained).
                     self._chained_status.pop(run.id, None)
         fn = _Write(run, run_update, update_sql, run_row, tuple(log), pending, progress,
-                    tuple(facts))
+                    tuple(facts), self._tips)
         try:
             if wait and self._idle():
                 await self._write_direct(fn)
@@ -2017,7 +2121,7 @@ class SQLiteStore(Store):
                                                 moved.updated_at, moved.id))
                     facts.append((moved.id, "status", moved.id,
                                   status_body(moved.id, moved.status.value, outcome)))
-            _chain(db, facts)
+            _chain(db, facts, self._tips)
             self._chained_status.pop(item.run_id, None)
             return item
 
@@ -2039,7 +2143,8 @@ class SQLiteStore(Store):
             db.execute("UPDATE runs SET status = ?, owner = ?, lease_until = ?, updated_at = ?, "
                        "outcome = NULL WHERE id = ?",
                        (run.status.value, owner, run.lease_until, now, run_id))
-            _chain(db, [(run_id, "status", run_id, status_body(run_id, "running", None))])
+            _chain(db, [(run_id, "status", run_id, status_body(run_id, "running", None))],
+                   self._tips)
             self._chained_status.pop(run_id, None)
             return run
 
@@ -2129,13 +2234,27 @@ class _AuditReader:
         run_where, run_params = self._where(run_id, "id")
 
         def facts() -> Iterator[_audit.Fact]:
-            yield from db.execute(
-                "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit"
-                f"{where} ORDER BY run_id, n, seq", params)
+            log: dict[str, list[Any]] = {}
+            for row in db.execute(
+                    "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7 FROM log WHERE kind = 2"
+                    f"{where.replace('WHERE', 'AND')} ORDER BY id", params):
+                log.setdefault(row[1], []).append(row)
+            later = sorted(log)
+            for rid, rows in _audit._grouped(db.execute(
+                    "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit"
+                    f"{where} ORDER BY run_id, n, seq", params), 1):
+                while later and later[0] < rid:
+                    yield from log.pop(later.pop(0))
+                yield from rows
+                if later and later[0] == rid:
+                    yield from log.pop(later.pop(0))
+            for rid in later:
+                yield from log.pop(rid)
 
         def links() -> Iterator[tuple[int, str, str]]:
             if run_id is None:
                 yield from db.execute("SELECT seq, hash, link FROM audit ORDER BY seq")
+                yield from db.execute("SELECT c0, c6, c7 FROM log WHERE kind = 2 ORDER BY id")
 
         def calls() -> Iterator[Sequence[Any]]:
             log: dict[str, dict[str, tuple[Any, ...]]] = {}
@@ -2173,17 +2292,22 @@ class _AuditReader:
         """The link of fact `seq - 1` (`ZERO` before the first), or None if it is gone."""
         if seq == 1:
             return ZERO
-        row = self.db.execute("SELECT link FROM audit WHERE seq = ?", (seq - 1,)).fetchone()
+        row = self.db.execute("SELECT link FROM audit WHERE seq = ?", (seq - 1,)).fetchone(
+            ) or self.db.execute("SELECT c7 FROM log WHERE kind = 2 AND c0 = ?",
+                                 (seq - 1,)).fetchone()
         return None if row is None else str(row[0])
 
     def head(self) -> tuple[int, str] | None:
         """The store's head: its last fact's (seq, link)."""
-        row = self.db.execute(_AUDIT_LAST).fetchone()
+        row = self.db.execute("SELECT c0, c7 FROM log WHERE kind = 2 ORDER BY id DESC LIMIT 1"
+                              ).fetchone() or self.db.execute(_AUDIT_LAST).fetchone()
         return None if row is None else (int(row[0]), str(row[1]))
 
     def first_since(self, since: float) -> int | None:
         """The first fact written at or after `since` (Unix time)."""
-        row = self.db.execute("SELECT min(seq) FROM audit WHERE at >= ?", (since,)).fetchone()
+        row = self.db.execute(
+            "SELECT min(s) FROM (SELECT min(seq) AS s FROM audit WHERE at >= ? UNION ALL "
+            "SELECT min(c0) FROM log WHERE kind = 2 AND c8 >= ?)", (since, since)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
     def facts_from(self, seq: int) -> Iterator[tuple[Any, ...]]:
@@ -2191,6 +2315,9 @@ class _AuditReader:
         yield from self.db.execute(
             "SELECT seq, run_id, n, kind, ref, body, prev, hash, link, at FROM audit "
             "WHERE seq >= ? ORDER BY seq", (seq,))
+        yield from self.db.execute(
+            "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7, c8 FROM log WHERE kind = 2 "
+            "AND c0 >= ? ORDER BY id", (seq,))
 
     def signatures(self) -> list[tuple[Any, ...]]:
         """Every signature, in head order."""
