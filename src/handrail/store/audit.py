@@ -126,8 +126,9 @@ def _i(value: int | None) -> str:
 # exactly this order, no spaces: a string as Python's json writes it (ASCII, \uXXXX escapes),
 # a number as Python's repr of it (REAL columns as floats), a digest as the hex sha256 of the
 # column's stored UTF-8 text, a JSON column (actions, verdict, decision, outcome) as its
-# stored text, verbatim; `answers` as `[]` when there are none (else its digest). A verifier recomputes a body from the row as stored and compares the
-# text; a reader of an export needs none of this: each line carries the body it hashed.
+# stored text, verbatim; `answers` as `[]` when there are none (else its digest). A verifier
+# recomputes a body from the row as stored and compares the text; a reader of an export needs
+# none of this: each line carries the body it hashed.
 ENCODING = {
     "run": ("v", "kind", "run", "task#", "agent", "parent", "parent_call", "depth", "policy#",
             "manifest_digest", "model", "workspace", "agent_ref", "created_at"),
