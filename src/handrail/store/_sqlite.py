@@ -623,15 +623,31 @@ class _Tips:
     the pages).
     """
 
-    __slots__ = ("last", "runs")
+    __slots__ = ("_cursor", "_db", "last", "runs")
 
     def __init__(self) -> None:
         self.last: tuple[int, str] | None = None
         self.runs: dict[str, tuple[int, str]] = {}
+        self._db: sqlite3.Connection | None = None
+        self._cursor: sqlite3.Cursor | None = None
+
+    def cursor(self, db: sqlite3.Connection) -> sqlite3.Cursor:
+        """One cursor of `db`, reused.
+
+        Every `execute` of a connection makes a cursor, which the connection tracks by a
+        weak reference until its next sweep: a tracked object a statement, on the per-call
+        path.
+        """
+        cursor = self._cursor
+        if cursor is None or self._db is not db:
+            cursor = self._cursor = db.cursor()
+            self._db = db
+        return cursor
 
     def catch_up(self, db: sqlite3.Connection) -> tuple[int, str]:
         """Bring the tips up to the store's newest fact; return it."""
         last, runs = self.last, self.runs
+        db = self.cursor(db)  # type: ignore[assignment]
         newer: list[tuple[Any, ...]] = []
         found: tuple[int, str] | None = None
         for row in db.execute(_LOG_FACTS_NEWEST):
@@ -674,6 +690,7 @@ class _Tips:
         tip = self.runs.get(run_id)
         if tip is not None:
             return tip
+        db = self.cursor(db)  # type: ignore[assignment]
         if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
             tip = (-1, ZERO)  # a new run (this is called before its row is written)
         else:
@@ -718,13 +735,14 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
     if rows:
         tips.last = (seq, link)
         if insert:
-            _insert_facts(db, rows)
+            _insert_facts(db, rows, tips)
     return rows
 
 
-def _insert_facts(db: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+def _insert_facts(db: sqlite3.Connection, rows: list[tuple[Any, ...]], tips: _Tips) -> None:
+    cursor = tips.cursor(db)
     for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
-        db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
+        cursor.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
 
 
 def _adopt(db: sqlite3.Connection) -> None:
@@ -1057,7 +1075,7 @@ class _Write:
         if self.pending:
             db.executemany(_PENDING_REPLACE, self.pending)
         if chained:
-            _insert_facts(db, chained)
+            _insert_facts(db, chained, self.tips)  # type: ignore[arg-type]
 
 
 _PROGRESS_COLUMNS = ("id, p_updated_at, p_input_tokens, p_output_tokens, p_model_requests, "
@@ -1149,7 +1167,7 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
     if pending:
         db.executemany(_PENDING_REPLACE, pending)
     if chained:
-        _insert_facts(db, chained)
+        _insert_facts(db, chained, writes[0].tips)  # type: ignore[arg-type]
 
 
 MERGED_ROWS = 64
