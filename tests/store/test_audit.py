@@ -444,3 +444,53 @@ def test_postgres_tampering_is_named(pg_url: str, tmp_path: Path,
     code, report = check("--key", str(tmp_path / "key.pub"))
     assert code == 1 and {"what": "rewritten", "where": f"signed head #{head}"}.items() <= next(
         b for b in report["breaks"] if b["what"] == "rewritten").items()
+
+
+def test_a_decision_not_yet_resumed_is_chained(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # `deny --no-resume`: the decision and the run's move to READY are one transaction of
+    # `decide`, with nothing of the run's own after them: both must be in the chain.
+    path = tmp_path / "runs.db"
+    assert main(["demo", "--store", str(path)]) == 0
+    found = re.search(r" approve (\S+)", capsys.readouterr().out)
+    assert found
+    assert main(["deny", found.group(1), "--reason", "no", "--no-resume",
+                 "--store", str(path)]) == 0
+    capsys.readouterr()
+    code, report = verify(path, capsys=capsys)
+    assert code == 0, report["breaks"]
+    assert rows(path, "SELECT status FROM runs") == [("ready",)]
+    (last,), = rows(path, "SELECT body FROM audit ORDER BY seq DESC LIMIT 1")
+    assert json.loads(last) == {"v": 1, "kind": "status", "run": json.loads(last)["run"],
+                                "status": "ready", "outcome": None}
+
+
+@pytest.mark.anyio
+async def test_a_live_store_verifies_with_its_log_not_folded(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # While a store is open its facts wait in the log (folded every so many writes, and on
+    # close): verify reads them there, and a fact edited there is found as in the table.
+    import sys
+
+    sys.path.insert(0, str(AUDITABLE.parent))
+    try:
+        from auditable import build
+    finally:
+        sys.path.pop(0)
+    from handrail.store import Store
+
+    path = tmp_path / "runs.db"
+    store = Store.open(path)
+    try:
+        import handrail as hr
+
+        await build().run("change the world, run live", store=store, approver=hr.ApproveAll())
+        assert rows(path, "SELECT count(*) FROM log WHERE kind = 2")[0][0] > 0
+        assert rows(path, "SELECT count(*) FROM audit") == [(0,)]
+        code, report = verify(path, capsys=capsys)
+        assert code == 0 and report["facts"] > 0, report
+        edit(path, "UPDATE log SET c4 = replace(c4, '\"ask\"', '\"allow\"') WHERE kind = 2")
+        code, report = verify(path, capsys=capsys)
+        assert code == 1 and first(report)["what"] == "edited"
+    finally:
+        await store.close()
