@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from handrail.cli._display import Out, printable, style
@@ -27,6 +26,8 @@ SHOWN_BREAKS = 10
 
 
 def _read_key(path: str, what: str) -> bytes:
+    from pathlib import Path  # (not at import: pathlib loads ipaddress, for `--help` too)
+
     try:
         return Path(path).expanduser().read_bytes()
     except OSError as exc:
@@ -116,6 +117,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         from handrail.policy._whatif import parse_since
 
         since = parse_since(args.since)
+    from pathlib import Path
+
     url = _store_url(args)
     reader = audit.open_reader(url)
     try:
@@ -142,6 +145,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from handrail.store import audit
 
     private, public = audit.generate_key()
