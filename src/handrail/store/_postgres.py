@@ -1472,7 +1472,7 @@ class _AuditReader:
             if run_id is None:
                 yield from self._stream("SELECT seq, hash, link FROM audit ORDER BY seq")
 
-        return _audit.Source(
+        one = _audit.Source(
             facts=lambda: self._stream(
                 "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit"
                 f"{where} ORDER BY run_id, n, seq", params),
@@ -1485,6 +1485,20 @@ class _AuditReader:
                                          f"ORDER BY run_id{c}", params),
             signatures=lambda: self.signatures(),
             previous_link=self.previous_link)
+        if run_id is not None:
+            return one
+        return dataclasses.replace(
+            one,
+            ordered_facts=lambda: self._stream(
+                "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit "
+                "ORDER BY seq"),
+            all_runs=lambda: self._stream(f"SELECT {_RUN_COLUMNS} FROM runs"),
+            all_calls=lambda: self._stream(f"SELECT {_CALL_COLUMNS} FROM calls"),
+            all_pending=lambda: self._stream(f"SELECT {_PENDING_COLUMNS} FROM pending"),
+            fact=lambda seq: self.db.execute(
+                "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit "
+                "WHERE seq = %s", (seq,)).fetchone(),
+            for_run=self.source)
 
     def previous_link(self, seq: int) -> str | None:
         """The link of fact `seq - 1` (`ZERO` before the first), or None if it is gone."""

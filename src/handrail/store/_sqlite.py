@@ -2294,7 +2294,7 @@ class _AuditReader:
             for rid in later:
                 yield from log.pop(rid).values()
 
-        return _audit.Source(
+        one = _audit.Source(
             facts=facts, links=links,
             runs=lambda: db.execute(f"SELECT {_RUN_COLUMNS} FROM runs{run_where} ORDER BY id",
                                     run_params),
@@ -2305,6 +2305,40 @@ class _AuditReader:
                 "SELECT seq, link, key, signature, signed_at FROM audit_signatures "
                 "ORDER BY seq"),
             previous_link=self.previous_link)
+        if run_id is not None:
+            return one
+        return dataclasses.replace(
+            one,
+            ordered_facts=self._ordered_facts,
+            all_runs=lambda: db.execute(f"SELECT {_RUN_COLUMNS} FROM runs"),
+            all_calls=self._all_calls,
+            all_pending=lambda: db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending"),
+            fact=self._fact,
+            for_run=self.source)
+
+    def _ordered_facts(self) -> Iterator[_audit.Fact]:
+        yield from self.db.execute(
+            "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit ORDER BY seq")
+        yield from self.db.execute(
+            "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7 FROM log WHERE kind = 2 ORDER BY id")
+
+    def _all_calls(self) -> Iterator[Sequence[Any]]:
+        # The table in its own order (sequential reads), the log's newer rows laid over it.
+        log: dict[str, tuple[Any, ...]] = {}
+        for row in self.db.execute(f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log "
+                                   "WHERE kind = 1 ORDER BY id"):
+            log[row[0]] = row
+        for row in self.db.execute(f"SELECT {_CALL_COLUMNS} FROM calls"):
+            yield log.pop(row[0], row) if log else row
+        yield from log.values()
+
+    def _fact(self, seq: int) -> _audit.Fact | None:
+        row: _audit.Fact | None = self.db.execute(
+            "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit WHERE seq = ?",
+            (seq,)).fetchone() or self.db.execute(
+            "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7 FROM log WHERE kind = 2 AND c0 = ?",
+            (seq,)).fetchone()
+        return row
 
     def previous_link(self, seq: int) -> str | None:
         """The link of fact `seq - 1` (`ZERO` before the first), or None if it is gone."""

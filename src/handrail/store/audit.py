@@ -96,6 +96,20 @@ def _q(value: str | None) -> str:
     return _ENCODE_STR(value)
 
 
+_NAMES: dict[str | None, str] = {}
+"""`_q` of the values a few names take again and again (statuses, tools, approvers)."""
+
+
+def _n(value: str | None) -> str:
+    """`_q`, remembered: for columns whose values repeat (bounded)."""
+    quoted = _NAMES.get(value)
+    if quoted is None:
+        quoted = _q(value)
+        if len(_NAMES) < 4096:
+            _NAMES[value] = quoted
+    return quoted
+
+
 def _d(text: str | None) -> str:
     """The sha256 of a stored text (UTF-8), as a JSON string, or null."""
     if text is None:
@@ -164,11 +178,11 @@ def status_body(run_id: str, status: str, outcome: str | None) -> str:
 def call_body(c: Sequence[Any]) -> str:
     """The `call` fact of a call row in the stores' call column order (23 values)."""
     return (f'{{"v":1,"kind":"call","run":{_q(c[1])},"id":{_q(c[0])},"turn":{_i(c[3])},'
-            f'"index":{_i(c[4])},"name":{_q(c[5])},"tool":{_q(c[6])},'
+            f'"index":{_i(c[4])},"name":{_n(c[5])},"tool":{_n(c[6])},'
             f'"arguments":{_d(c[7])},"arguments_digest":{_q(c[8])},"performed":{_d(c[9])},'
             f'"actions":{_v(c[10])},"verdict":{_v(c[11])},"decision":{_v(c[12])},'
-            f'"decided_by":{_q(c[13])},"status":{_q(c[14])},"result":{_d(c[15])},'
-            f'"disposition":{_q(c[16])},"error":{_d(c[17])},"answers":{_a(c[18])},'
+            f'"decided_by":{_n(c[13])},"status":{_n(c[14])},"result":{_d(c[15])},'
+            f'"disposition":{_n(c[16])},"error":{_d(c[17])},"answers":{_a(c[18])},'
             f'"pending":{_q(c[19])},"started_at":{_f(c[20])},"ended_at":{_f(c[21])},'
             f'"provenance":{_d(c[22])}}}')
 
@@ -356,6 +370,18 @@ class Source:
     previous_link: Callable[[int], str | None] = lambda seq: None
     """The link of fact `seq - 1` (`ZERO` for seq 1), or None when the store has none: one
     run's verification checks its facts' links against it."""
+    ordered_facts: Callable[[], Iterable[Fact]] | None = None
+    """Every audit row in seq order (the whole store's scan: sequential reads)."""
+    all_runs: Callable[[], Iterable[Sequence[Any]]] | None = None
+    """Every run row, in any order."""
+    all_calls: Callable[[], Iterable[Sequence[Any]]] | None = None
+    """Every call row, in any order."""
+    all_pending: Callable[[], Iterable[Sequence[Any]]] | None = None
+    """Every pending row, in any order."""
+    fact: Callable[[int], Fact | None] | None = None
+    """One audit row by its seq."""
+    for_run: Callable[[str], Source] | None = None
+    """The source of one run (its rows grouped), for a closer look at a broken run."""
 
 
 def _grouped(rows: Iterable[Sequence[Any]], key: int) -> Iterator[tuple[str, list[Any]]]:
@@ -516,6 +542,12 @@ def verify(source: Source, *, run_id: str | None = None,
     verify and sign a head the chain still has; at least one must exist.
     """
     report = Report()
+    if run_id is None and source.ordered_facts is not None:
+        signatures = list(source.signatures())
+        heads = _scan_store(source, report, signatures)
+        _check_signatures(signatures, heads, keys, report, whole=True)
+        report.breaks.sort(key=lambda b: b.seq or 2**62)
+        return report
     one: dict[int, tuple[str, str]] | None = {} if run_id is not None else None
     streams = (_grouped(source.facts(), 1), _grouped(source.runs(), 0),
                _grouped(source.calls(), 1), _grouped(source.pending(), 2))
@@ -547,6 +579,138 @@ def verify(source: Source, *, run_id: str | None = None,
     _check_signatures(signatures, heads, keys, report, whole=run_id is None)
     report.breaks.sort(key=lambda b: b.seq or 2**62)
     return report
+
+
+def _scan_store(source: Source, report: Report,
+                signatures: list[tuple[int, str, str, str, float]]) -> dict[int, str]:
+    """The whole store in two sequential passes; returns the links of the signed heads.
+
+    First every fact in store order: the store-wide links, each run's chain (its n, prev
+    and hash), and the digest of the last fact about each run, call and item. Then every
+    row, whose body is recomputed and compared with that digest. A run whose chain is not
+    whole is looked at again closely (`_check_run` on its rows alone), which names what
+    happened to it. Memory: a digest a call, a tip a run.
+    """
+    assert source.ordered_facts is not None and source.all_runs is not None
+    assert source.all_calls is not None and source.all_pending is not None
+    assert source.fact is not None and source.for_run is not None
+    sha256 = hashlib.sha256
+    wanted = {s[0] for s in signatures}
+    heads: dict[int, str] = {}
+    tips: dict[str, tuple[int, str]] = {}
+    suspect: set[str] = set()
+    starts: dict[str, tuple[int, bytes]] = {}
+    statuses: dict[str, tuple[int, bytes]] = {}
+    calls: dict[str, tuple[int, bytes]] = {}
+    items: dict[str, tuple[int, bytes]] = {}
+    last_of = {"run": starts, "status": statuses, "call": calls, "pending": items}
+    prev_link, expected, before_prev = ZERO, 1, ""
+    head: tuple[int, str] | None = None
+    count = 0
+    # The store-wide chain's breaks are listed after a broken run's own (which say better
+    # what happened at the same fact: reordered, inserted).
+    linked = Report()
+    for seq, run, n, kind, ref, body, f_prev, f_hash, link in source.ordered_facts():
+        count += 1
+        if seq in wanted:
+            heads[seq] = link
+        if seq != expected:
+            if seq > expected:
+                linked.add(Break(what="deleted", where=f"fact #{seq}", seq=seq, detail=(
+                    f"the store's facts #{expected}..#{seq - 1} are missing")))
+            else:
+                linked.add(Break(what="inserted", where=f"fact #{seq}", seq=seq,
+                                 detail="a second fact with this number"))
+        elif sha256((prev_link + f_hash).encode()).hexdigest() != link:
+            if before_prev and link_hash(before_prev, f_hash) == link:
+                linked.add(Break(what="inserted", where=f"fact #{seq - 1}", seq=seq - 1,
+                                 detail="it is not in the store-wide chain: the fact after "
+                                        "it follows the one before it"))
+            else:
+                linked.add(Break(what="edited", where=f"fact #{seq}", seq=seq, detail=(
+                    "its link does not follow from the fact before it (the store-wide "
+                    "chain was changed here)")))
+        before_prev, prev_link, expected = prev_link, link, seq + 1
+        head = (seq, link)
+        tip = tips.get(run)
+        data = body.encode("utf-8", "surrogatepass")
+        # (The columns kind, run and ref are not hashed: a fact moved to another ref or
+        # kind no longer matches the row it is compared with below; to another run, it
+        # breaks that run's chain. The close look names it.)
+        if (n != (0 if tip is None else tip[0] + 1)
+                or f_prev != (ZERO if tip is None else tip[1])
+                or sha256(f_prev.encode() + data).hexdigest() != f_hash):
+            suspect.add(run)
+        tips[run] = (n, f_hash)
+        last = last_of.get(kind)
+        if last is None:
+            suspect.add(run)
+        else:
+            last[run if kind in ("run", "status") else ref] = (seq, sha256(data).digest())
+    report.head = head
+    report.facts = count
+
+    def compare(where: str, recorded: tuple[int, bytes] | None, now: str,
+                what: str) -> None:
+        if recorded is None:
+            report.add(Break(what="inserted", where=where, detail=f"no fact records {what}"))
+            return
+        if sha256(now.encode("utf-8", "surrogatepass")).digest() == recorded[1]:
+            return
+        fact = source.fact(recorded[0])  # type: ignore[misc]
+        body = "" if fact is None else fact[5]
+        differ = _diff(body, now)
+        if differ in ("turn, index", "turn", "index"):
+            was = json.loads(body)
+            report.add(Break(what="reordered", where=where, seq=recorded[0], detail=(
+                f"it is at turn {json.loads(now)['turn']} index {json.loads(now)['index']}, "
+                f"fact #{recorded[0]} put it at turn {was['turn']} index {was['index']}")))
+        else:
+            report.add(Break(what="edited", where=where, seq=recorded[0], detail=(
+                f"its {differ} differ from fact #{recorded[0]}")))
+
+    seen_runs = set(tips)
+    for row in source.all_runs():
+        report.rows += 1
+        rid = row[0]
+        seen_runs.add(rid)
+        if rid in suspect:
+            continue
+        compare(f"run {rid}", starts.pop(rid, None), run_body(row), "its start")
+        compare(f"run {rid}", statuses.pop(rid, None), status_body(rid, row[3], row[11]),
+                "its status")
+    for row in source.all_calls():
+        report.rows += 1
+        if row[1] in suspect:
+            continue
+        compare(f"call {row[0]}", calls.pop(row[0], None), call_body(row), "this call")
+    for row in source.all_pending():
+        report.rows += 1
+        if row[2] in suspect:
+            continue
+        compare(f"pending item {row[0]}", items.pop(row[0], None), pending_body(row),
+                "this item")
+    for name, last in (("run", starts), ("run", statuses), ("call", calls),
+                       ("pending item", items)):
+        for ref, (seq, _) in last.items():
+            fact = source.fact(seq)
+            if fact is not None and fact[1] in suspect:
+                continue
+            report.add(Break(what="deleted", where=f"{name} {ref}", seq=seq, detail=(
+                f"fact #{seq} records it; the store no longer holds it")))
+    report.runs = len(seen_runs)
+    for rid in sorted(suspect):
+        one = source.for_run(rid)
+        streams = (_grouped(one.facts(), 1), _grouped(one.runs(), 0),
+                   _grouped(one.calls(), 1), _grouped(one.pending(), 2))
+        for _, (facts, runs, run_calls, pending) in _merge(*streams):
+            rows = report.rows
+            _check_run(rid, facts, runs, run_calls, pending, report, None)
+            report.rows = rows  # counted in the scan already
+    for found in linked.breaks:
+        report.add(found)
+    report.more += linked.more
+    return heads
 
 
 def _check_links(links: Iterable[tuple[int, str, str]], report: Report,
