@@ -40,7 +40,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from handrail.errors import (
@@ -51,11 +51,13 @@ from handrail.errors import (
     SchemaTooNew,
     StoreError,
 )
+from handrail.store import audit as _audit
 from handrail.store._rows import DECISION_COLUMNS
 from handrail.store._rows import call_from_row as _call_from
 from handrail.store._rows import decision_from_row as _decision_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
+from handrail.store.audit import ZERO, call_body, pending_body, run_body, status_body
 from handrail.store.contract import (
     Batch,
     CallRecord,
@@ -214,6 +216,57 @@ END
 $quota$
 """
 
+_M0010_AUDIT = (
+    'CREATE TABLE audit (seq BIGINT PRIMARY KEY, run_id TEXT COLLATE "C" NOT NULL, '
+    "n INTEGER NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL, body TEXT NOT NULL, "
+    "prev TEXT NOT NULL, hash TEXT NOT NULL, link TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)",
+    "CREATE INDEX audit_run ON audit (run_id, n)",
+    "CREATE TABLE audit_tip (id INTEGER PRIMARY KEY, seq BIGINT NOT NULL, link TEXT NOT NULL)",
+    f"INSERT INTO audit_tip VALUES (1, 0, '{ZERO}')",
+    "CREATE TABLE audit_signatures (seq BIGINT NOT NULL, link TEXT NOT NULL, key TEXT NOT NULL, "
+    "signature TEXT NOT NULL, signed_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (seq, key))",
+)
+
+# Appends facts to their runs' chains and the store's, at the end of the transaction that
+# writes them (one statement, sent in the pipeline). The store-wide tip is locked first and
+# is the last lock the transaction takes, so writers chain one after another and never
+# deadlock on it. A fact with a condition (an owner) is kept only when its run is RUNNING
+# under that owner by then (a claim decided in SQL); a `run` fact only for a run with no
+# chain yet.
+_M0010_APPEND = f"""
+CREATE FUNCTION handrail_audit(p_runs TEXT[], p_kinds TEXT[], p_refs TEXT[],
+                               p_bodies TEXT[], p_conds TEXT[]) RETURNS void
+LANGUAGE plpgsql AS $audit$
+DECLARE
+    s BIGINT; l TEXT; tip_n INTEGER; tip_hash TEXT; h TEXT; at_now DOUBLE PRECISION;
+BEGIN
+    SELECT seq, link INTO s, l FROM audit_tip WHERE id = 1 FOR UPDATE;
+    at_now := extract(epoch from clock_timestamp());
+    FOR i IN 1 .. coalesce(array_length(p_bodies, 1), 0) LOOP
+        IF p_conds[i] IS NOT NULL AND NOT EXISTS (SELECT 1 FROM runs WHERE id = p_runs[i]
+                AND status = 'running' AND owner = p_conds[i]) THEN
+            CONTINUE;
+        END IF;
+        SELECT n, hash INTO tip_n, tip_hash FROM audit WHERE run_id = p_runs[i]
+            ORDER BY n DESC LIMIT 1;
+        IF NOT FOUND THEN
+            tip_n := -1;
+            tip_hash := '{ZERO}';
+        END IF;
+        CONTINUE WHEN p_kinds[i] = 'run' AND tip_n >= 0;
+        h := encode(sha256(convert_to(tip_hash || p_bodies[i], 'UTF8')), 'hex');
+        s := s + 1;
+        l := encode(sha256(convert_to(l || h, 'UTF8')), 'hex');
+        INSERT INTO audit VALUES (s, p_runs[i], tip_n + 1, p_kinds[i], p_refs[i], p_bodies[i],
+                                  tip_hash, h, l, at_now);
+    END LOOP;
+    UPDATE audit_tip SET seq = s, link = l WHERE id = 1;
+END
+$audit$
+"""
+
+_AUDIT_APPEND = "SELECT handrail_audit(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
+
 MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     ("0001_initial", _M0001),
     # Where a call's output stands for the taint check (CallRecord.provenance), as JSON.
@@ -230,6 +283,9 @@ MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     # the transaction of each counted call's STARTED mark (`_QUOTA_CLAIM`).
     ("0008_quotas", ("CREATE TABLE quota_counts (counter TEXT NOT NULL, bucket BIGINT NOT "
                      "NULL, n BIGINT NOT NULL, PRIMARY KEY (counter, bucket))", _M0008_QUOTA)),
+    # The tamper-evident record (`handrail.store.audit`); the record as it stands is chained
+    # once, as found, right after (`_adopt`).
+    ("0010_audit_chain", (*_M0010_AUDIT, _M0010_APPEND)),
 ]
 """Ordered, named migrations; a database records which ran in `handrail_migrations`.
 
@@ -412,6 +468,31 @@ def _pending_from(row: tuple[Any, ...]) -> PendingItem:
     )
 
 
+Fact = tuple[str, str, str, str, str | None]
+"""A fact to chain: (run id, kind, ref, body, condition: an owner the run must be RUNNING
+under when the transaction ends, or None); see `handrail_audit`."""
+
+
+def _fact_arrays(facts: list[Fact]) -> tuple[list[Any], ...]:
+    """`handrail_audit`'s parameters: one array per field."""
+    return tuple(list(column) for column in zip(*facts, strict=True))
+
+
+async def _adopt(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Chain the record as it stands (a database migrated to the chain, 0010)."""
+    facts: list[Fact] = []
+    cur = await conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at, id")
+    for row in await cur.fetchall():
+        facts.append((row[0], "run", row[0], run_body(row), None))
+        facts.append((row[0], "status", row[0], status_body(row[0], row[3], row[11]), None))
+    cur = await conn.execute(f"SELECT {_CALL_COLUMNS} FROM calls ORDER BY run_id, turn, idx")
+    facts += [(r[1], "call", r[0], call_body(r), None) for r in await cur.fetchall()]
+    cur = await conn.execute(f"SELECT {_PENDING_COLUMNS} FROM pending ORDER BY created_at, id")
+    facts += [(r[2], "pending", r[0], pending_body(r), None) for r in await cur.fetchall()]
+    for i in range(0, len(facts), 10_000):
+        await conn.execute(_AUDIT_APPEND, _fact_arrays(facts[i:i + 10_000]))
+
+
 def _import_driver() -> tuple[Any, Any]:
     try:
         import psycopg
@@ -535,6 +616,10 @@ class PostgresStore(Store):
         self._held_reads: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
         """Run id -> its message, call and settled item rows, read in the transaction that
         held it (`claim_ready`): the snapshot its claim will serve."""
+        self._chained_status: dict[str, str] = {}
+        """Running runs' status facts as this store last chained them (`write`)."""
+        self._group_facts: list[Fact] = []
+        """The facts of the group being committed (`_commit_group`), in order."""
         self._claims: dict[str, tuple[str, str]] = {}
         """Run id -> (owner, held_by): a claim of a held run not sent yet (see `claim`)."""
 
@@ -617,6 +702,8 @@ class PostgresStore(Store):
                 for statement in statements:
                     if statement.strip():
                         await conn.execute(statement.encode())
+                if name == "0010_audit_chain":
+                    await _adopt(conn)
                 await conn.execute(
                     "INSERT INTO handrail_migrations VALUES (%s, %s, %s)",
                     (number, name, time.time()),
@@ -711,6 +798,8 @@ class PostgresStore(Store):
         # round trip per group, not per statement); a compare-and-swap reads its own reply.
         # A deferred op (a conditional UPDATE ... RETURNING) is read after the commit: its
         # condition is the database's, nothing to undo when it matched no row.
+        facts: list[Fact] = []
+        self._group_facts = facts
         async with pool.connection() as conn:
             if all(not op.cas or op.deferred for op in ops):
                 # Nothing to read before the commit: no BEGIN, no COMMIT. Everything up to
@@ -720,6 +809,11 @@ class PostgresStore(Store):
                 async with conn.pipeline():
                     for op in ops:
                         outcomes.append((True, await op.fn(conn)))
+                    if facts:
+                        # Never a prepared statement: a pipeline aborted by a lost fence
+                        # before this one's Parse left psycopg believing it prepared, and
+                        # the next group failed on "prepared statement does not exist".
+                        await conn.execute(_AUDIT_APPEND, _fact_arrays(facts), prepare=False)
             else:
                 async with conn.pipeline(), conn.transaction():
                     for op in ops:
@@ -731,6 +825,8 @@ class PostgresStore(Store):
                                 outcomes.append((True, await op.fn(conn)))
                         except _CAS_ERRORS as exc:
                             outcomes.append((False, exc))
+                    if facts:
+                        await conn.execute(_AUDIT_APPEND, _fact_arrays(facts), prepare=False)
             for i, op in enumerate(ops):
                 if op.deferred:
                     try:
@@ -821,6 +917,30 @@ class PostgresStore(Store):
                 if claim is not None:
                     claims.append((run_id, *claim))
         lease = self.lease_seconds
+        # What this write adds to the audit chain, appended at the end of its group's
+        # transaction (`handrail_audit`): a claim sent with it (kept if it took), the run's
+        # start (when this store has not chained it), its call records and pending items,
+        # then its status when it is not the one this store chained last.
+        facts: list[Fact] = [(run_id, "status", run_id, status_body(run_id, "running", None),
+                              owner) for run_id, owner, _ in claims]
+        run = batch.run
+        chained = self._chained_status
+        if run is not None and run.id not in chained:
+            facts.append((run.id, "run", run.id, run_body((
+                run.id, run.task, run.agent, None, run.parent_id, run_row[5],  # type: ignore[index]
+                run.manifest_digest, run.model, run.workspace, run.created_at, *(None,) * 10,
+                run.agent_ref, run.parent_call_id, run.depth)), None))
+        facts += [(c[1], "call", c[0], call_body(c), None) for c in calls]
+        facts += [(p[2], "pending", p[0], pending_body(p), None) for p in pending]
+        if run is not None:
+            status = status_body(run.id, run.status.value, run_row[11])  # type: ignore[index]
+            if chained.get(run.id) != status:
+                facts.append((run.id, "status", run.id, status, None))
+                if wait and run.status is RunStatus.RUNNING:
+                    chained[run.id] = status
+                else:
+                    chained.pop(run.id, None)
+
         # Sorted: two writers' claims on the same windows lock their rows in one order.
         quotas = sorted(batch.claims, key=lambda c: (c.counter, c.window))
 
@@ -828,6 +948,7 @@ class PostgresStore(Store):
 
         async def apply(conn: psycopg.AsyncConnection[Any]) -> Any:
             counted.clear()  # applied again alone when its group failed
+            self._group_facts += facts
             cur = conn.cursor()
             for run_id, owner, held_by in claims:  # before its fence (`claim`)
                 await cur.execute(_CLAIM_HELD, (owner, lease, run_id, held_by))
@@ -858,20 +979,24 @@ class PostgresStore(Store):
 
             return read
 
-        if quotas:
-            try:
-                await self._enqueue(apply, cas=True, deferred=True)
-            except _QuotaFull as full:
-                # Nothing of it was written, a run's claim riding on it included: the next
-                # write carries that again.
-                for run_id, owner, held_by in claims:
-                    self._claims.setdefault(run_id, (owner, held_by))
-                refused = next((q for q in quotas if (q.counter, q.window)
-                                == (full.counter, full.bucket)), quotas[0])
-                raise QuotaExceeded(refused, full.count) from None
-        else:
-            await self._enqueue(apply, wait=wait)
-        run = batch.run
+        try:
+            if quotas:
+                try:
+                    await self._enqueue(apply, cas=True, deferred=True)
+                except _QuotaFull as full:
+                    # Nothing of it was written, a run's claim riding on it included: the
+                    # next write carries that again.
+                    for run_id, owner, held_by in claims:
+                        self._claims.setdefault(run_id, (owner, held_by))
+                    refused = next((q for q in quotas if (q.counter, q.window)
+                                    == (full.counter, full.bucket)), quotas[0])
+                    raise QuotaExceeded(refused, full.count) from None
+            else:
+                await self._enqueue(apply, wait=wait)
+        except BaseException:
+            if run is not None:
+                chained.pop(run.id, None)  # its status may not be chained
+            raise
         if run is not None:
             # Committed (or queued, with wait=False; a write after it is fenced the same).
             if run.status is RunStatus.RUNNING and run.owner:
@@ -1024,17 +1149,24 @@ class PostgresStore(Store):
             open_rows = await open_cur.fetchall()
             if row is not None:
                 decided = _pending_from(row)
+                facts: list[Fact] = [(decided.run_id, "pending", decided.id, pending_body(row),
+                                      None)]
                 # In the same transaction a paused run moves on: READY when nothing else of it
                 # is open, else the status of its oldest open item (see the Store contract).
                 if run_row is not None:
                     still_open = [_pending_from(r) for r in open_rows]
                     moved = status_after_decision(_run_from(run_row), still_open)
                     if moved is not None:
+                        outcome = _dumps(moved.outcome)
                         await conn.execute(
                             "UPDATE runs SET status = %s, outcome = %s, updated_at = %s "
-                            "WHERE id = %s", (moved.status.value, _dumps(moved.outcome),
+                            "WHERE id = %s", (moved.status.value, outcome,
                                               moved.updated_at, moved.id))
+                        facts.append((moved.id, "status", moved.id, status_body(
+                            moved.id, moved.status.value, outcome), None))
                 await conn.execute(_NOTIFY)
+                self._group_facts += facts
+                self._chained_status.pop(decided.run_id, None)
                 return decided
             cur = await conn.execute(
                 f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = %s", (item_id,))
@@ -1078,6 +1210,9 @@ class PostgresStore(Store):
             )
             updated = await cur.fetchone()
             assert updated is not None
+            self._group_facts.append((run_id, "status", run_id,
+                                      status_body(run_id, "running", None), None))
+            self._chained_status.pop(run_id, None)
             return _run_from(updated)
 
         result: RunRecord = await self._enqueue(cas, cas=True)
@@ -1099,6 +1234,7 @@ class PostgresStore(Store):
         run. Reads of the database send the claims waiting first (`_send_claims`).
         """
         self._claims[run_id] = (owner, held_by)
+        self._chained_status.pop(run_id, None)
         self._driving[run_id] = owner
         self._snapshots[run_id] = reads
         for item in reads[2]:
@@ -1117,6 +1253,8 @@ class PostgresStore(Store):
             cur = conn.cursor()
             for run_id, (owner, held_by) in claims:
                 await cur.execute(_CLAIM_HELD, (owner, lease, run_id, held_by))
+                self._group_facts.append((run_id, "status", run_id,
+                                          status_body(run_id, "running", None), owner))
 
         await self._enqueue(send)
 
@@ -1138,6 +1276,8 @@ class PostgresStore(Store):
                 conn.cursor(), conn.cursor(), conn.cursor(), conn.cursor())
             await run_cur.execute(f"{_CLAIM_HELD} RETURNING {_RUN_COLUMNS}",
                                   (owner, lease, run_id, held_by))
+            self._group_facts.append((run_id, "status", run_id,
+                                      status_body(run_id, "running", None), owner))
             await message_cur.execute(
                 "SELECT data FROM messages WHERE run_id = %s ORDER BY seq", (run_id,))
             await call_cur.execute(
@@ -1160,6 +1300,7 @@ class PostgresStore(Store):
 
         row, message_rows, call_rows, item_rows = await self._enqueue(send, cas=True,
                                                                       deferred=True)
+        self._chained_status.pop(run_id, None)
         self._driving[run_id] = owner
         if len(self._snapshots) >= 4096:  # runs left without a write (a lost worker's)
             self._forget(next(iter(self._snapshots)))
@@ -1358,3 +1499,122 @@ class PostgresStore(Store):
         if error is not None:
             self._background_error = None
             raise StoreError(f"an earlier write to {self._where} failed: {error}") from error
+
+
+class _AuditReader:
+    """The audit chain and the record of a PostgreSQL store, for `handrail.store.audit`.
+
+    One connection (psycopg's synchronous API: the CLI has no event loop to share), one
+    `REPEATABLE READ, READ ONLY` transaction: one snapshot, nothing written. Writable (to
+    record a signature), the transaction locks the store-wide tip first, so the head it
+    signs stays the head until it commits. Large reads stream through server-side cursors.
+    """
+
+    def __init__(self, url: str, *, writable: bool = False) -> None:
+        driver, _ = _import_driver()
+        self._where = redacted_url(url)
+        self._cursors = 0
+        try:
+            self.db = driver.connect(url, autocommit=False)
+            if writable:
+                self.db.execute("SELECT 1 FROM audit_tip WHERE id = 1 FOR UPDATE")
+            else:
+                self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                self.db.execute("SELECT 1 FROM audit_tip")
+        except Exception as exc:
+            error = map_psycopg_error(self._where, exc)
+            if isinstance(error, StoreError) and "audit_tip" in str(exc):
+                raise StoreError(f"the PostgreSQL store {self._where} has no audit chain "
+                                 "yet: open it once with this handrail (`handrail runs`) to "
+                                 "migrate it, then read it") from exc
+            raise error from exc
+
+    def close(self) -> None:
+        """End the transaction (committing what `add_signature` wrote) and close."""
+        try:
+            self.db.commit()
+        finally:
+            self.db.close()
+
+    def _stream(self, sql: str, params: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+        self._cursors += 1
+        with self.db.cursor(name=f"handrail_audit_{self._cursors}") as cur:
+            cur.itersize = 5000
+            cur.execute(sql, params)
+            yield from cur
+
+    def source(self, run_id: str | None = None) -> _audit.Source:
+        """What `handrail.store.audit.verify` reads (one run's rows, with `run_id`)."""
+        where, params = ("", ()) if run_id is None else (" WHERE run_id = %s", (run_id,))
+        by_id = "" if run_id is None else " WHERE id = %s"
+        c = ' COLLATE "C"'
+
+        def links() -> Iterator[tuple[Any, ...]]:
+            if run_id is None:
+                yield from self._stream("SELECT seq, hash, link FROM audit ORDER BY seq")
+
+        one = _audit.Source(
+            facts=lambda: self._stream(
+                "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit"
+                f"{where} ORDER BY run_id, n, seq", params),
+            links=links,
+            runs=lambda: self._stream(f"SELECT {_RUN_COLUMNS} FROM runs{by_id} "
+                                      f"ORDER BY id{c}", params),
+            calls=lambda: self._stream(f"SELECT {_CALL_COLUMNS} FROM calls{where} "
+                                       f"ORDER BY run_id{c}", params),
+            pending=lambda: self._stream(f"SELECT {_PENDING_COLUMNS} FROM pending{where} "
+                                         f"ORDER BY run_id{c}", params),
+            signatures=lambda: self.signatures(),
+            previous_link=self.previous_link)
+        if run_id is not None:
+            return one
+        return dataclasses.replace(
+            one,
+            ordered_facts=lambda: self._stream(
+                "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit "
+                "ORDER BY seq"),
+            all_runs=lambda: self._stream(f"SELECT {_RUN_COLUMNS} FROM runs"),
+            all_calls=lambda: self._stream(f"SELECT {_CALL_COLUMNS} FROM calls"),
+            all_pending=lambda: self._stream(f"SELECT {_PENDING_COLUMNS} FROM pending"),
+            fact=lambda seq: self.db.execute(
+                "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit "
+                "WHERE seq = %s", (seq,)).fetchone(),
+            for_run=self.source)
+
+    def previous_link(self, seq: int) -> str | None:
+        """The link of fact `seq - 1` (`ZERO` before the first), or None if it is gone."""
+        if seq == 1:
+            return ZERO
+        row = self.db.execute("SELECT link FROM audit WHERE seq = %s", (seq - 1,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def head(self) -> tuple[int, str] | None:
+        """The store's head: its last fact's (seq, link)."""
+        row = self.db.execute("SELECT seq, link FROM audit ORDER BY seq DESC LIMIT 1"
+                              ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def first_since(self, since: float) -> int | None:
+        """The first fact written at or after `since` (Unix time)."""
+        row = self.db.execute("SELECT min(seq) FROM audit WHERE at >= %s", (since,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def facts_from(self, seq: int) -> Iterator[tuple[Any, ...]]:
+        """Every fact from `seq` on, in order, with its `at`."""
+        yield from self._stream(
+            "SELECT seq, run_id, n, kind, ref, body, prev, hash, link, at FROM audit "
+            "WHERE seq >= %s ORDER BY seq", (seq,))
+
+    def signatures(self) -> list[tuple[Any, ...]]:
+        """Every signature, in head order."""
+        rows: list[tuple[Any, ...]] = self.db.execute(
+            "SELECT seq, link, key, signature, signed_at FROM audit_signatures "
+            "ORDER BY seq, key").fetchall()
+        return rows
+
+    def add_signature(self, seq: int, link: str, key: str, signature: str) -> None:
+        """Record a head's signature (a writable reader, in its transaction)."""
+        self.db.execute("INSERT INTO audit_signatures VALUES (%s, %s, %s, %s, %s) "
+                        "ON CONFLICT (seq, key) DO UPDATE SET signature = excluded.signature, "
+                        "link = excluded.link, signed_at = excluded.signed_at",
+                        (seq, link, key, signature, time.time()))
