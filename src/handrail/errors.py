@@ -28,6 +28,8 @@ HandrailError
 ├── VerificationFailed         a run's final answer failed its check (`Failed.verification`)
 ├── RunNotCompleted            `result.output` of a run that paused, failed or was cancelled
 ├── InteractionDeclined        raised inside a tool: its caller declined to answer ctx.ask/elicit
+├── SignatureInvalid           a webhook delivery or decision link forged, expired or replayed
+├── DeliveryFailed             a notification did not arrive (the dispatcher retries it)
 └── ModelError                 the model provider failed
     ├── ModelAuthError         401/403: the key is missing or wrong
     ├── ModelNotFound          404: the model name is unknown to the provider
@@ -53,6 +55,7 @@ __all__ = [
     "CallCancelled",
     "ConfigError",
     "Deferred",
+    "DeliveryFailed",
     "Disposition",
     "HandlerStateError",
     "HandrailError",
@@ -75,6 +78,7 @@ __all__ = [
     "ResumeRefused",
     "RunNotCompleted",
     "SchemaTooNew",
+    "SignatureInvalid",
     "StoreError",
     "ToolError",
     "ToolFailed",
@@ -397,6 +401,21 @@ class InteractionDeclined(HandrailError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"the caller declined to answer: {reason}")
         self.reason = reason
+
+
+class SignatureInvalid(HandrailError):
+    """A webhook delivery or a decision link does not check out.
+
+    Its signature does not match (forged, or signed with another secret), it is too old or
+    expired, or it was seen before (a replay, a link already used). Nothing was decided.
+    """
+
+
+class DeliveryFailed(HandrailError):
+    """A notification did not arrive: the receiver refused it or could not be reached.
+
+    The `Dispatcher` records each failed attempt in the item's notes and retries later.
+    """
 
 
 class ModelError(HandrailError):

@@ -81,7 +81,7 @@ from handrail.errors import (
 )
 from handrail.models import ToolCall, ToolResultMessage
 from handrail.otel import Instrumentation
-from handrail.policy import Act, Action, Effect, Limit, Policy, Rule, Verdict
+from handrail.policy import Act, Action, AskTerms, Effect, Limit, Policy, Rule, Verdict
 from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
 from handrail.store.contract import QuotaClaim, QuotaExceeded, update
 from handrail.tools import (
@@ -1407,6 +1407,8 @@ class Gate:
             taint=tuple(state.taint),
             held=state.held,
             agent_path=scope.agent_path,
+            terms=AskTerms.strictest(v.rule.terms for _, v in asked
+                                     if v.effect is Effect.ASK and v.rule is not None),
         )
 
     async def _decide(self, state: _Call, request: Request | None, decision: Decision, *,
@@ -1434,9 +1436,14 @@ class Gate:
             # verdict the policy gave it (ask), beside the decision that answered it.
             self.scope.remember(decision.remember_rules(request.act))
             return
+        # The rules' terms, and the deferring approver's deadline if it gave one (docs/notify.md).
+        now = time.time()
+        terms = (request.terms if not isinstance(decision, Defer) or decision.expires is None
+                 else AskTerms.strictest([request.terms, decision.terms()]))
         item = PendingItem(id=request.id, kind="approval", run_id=self.scope.run_id,
                            call_record=state.record.id, agent=self.scope.agent,
-                           tool=request.tool, payload=request.to_dict(), created_at=time.time())
+                           tool=request.tool, payload=request.to_dict(), created_at=now,
+                           **terms.item_fields(now))
         state.pause(PausedOnRequest(request.id), CallStatus.AWAITING_APPROVAL, item)
 
     # --------------------------------------------------- stages 7-8: execute

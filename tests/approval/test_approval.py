@@ -51,9 +51,12 @@ def test_exports_are_pinned() -> None:
         "CommandControl", "Control", "ControlVerdict", "Decision", "Defer", "Deny",
         "DenyAll", "FixedResponder", "Question", "Request", "Responder", "ResponderNone",
         "StdinApprover", "StdinResponder", "adjudicate", "control_from",
-        "kill_running_controls"}
+        "kill_running_controls", "DELIVERY_HEADER", "SIGNATURE_HEADER", "DecisionLinks",
+        "LinkClaim", "Notification", "Notifier", "WebhookNotifier", "WebhookVerifier", "clean",
+        "default_backoff", "sign", "verify_signature"}
     assert set(policy_pkg.__all__) == {
-        "CONFINEMENT", "SECRETS", "Act", "Action", "Effect", "Layer", "OutsideWorkspace",
+        "CONFINEMENT", "SECRETS", "Act", "Action", "AskTerms", "parse_duration", "Effect",
+        "Layer", "OutsideWorkspace",
         "Policy", "Rule", "UncanonicalPath", "UncanonicalTarget", "Verdict", "canonicalize",
         "resolve_in_workspace", "MAX_NESTING", "PATH_MAX", "address_classes", "canonical_net",
         "canonical_path", "is_inside", "resolve_program", "too_deep", "without_bom",

@@ -8,6 +8,7 @@ Screenshots of the list and of an approval with its diff are saved in a temporar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -405,6 +406,41 @@ def test_several_approvals_are_decided_at_once_each_on_its_own(server: Server, p
     page.get_by_role("button", name="Deny selected").click()
     expect(page.locator("#bulk-summary")).to_contain_text("1 of 1 decided")
     assert server.item(extra_item.id).decision == {"kind": "deny", "reason": "not today"}
+
+
+def test_bulk_counts_one_approval_of_a_four_eyes_item_and_shows_one_of_two(
+        server: Server, page: Any) -> None:
+    """Four-eyes in the list: the badge says "0 of 2", a bulk approval counts one (each item
+    still its own compare-and-swap and record), the badge follows, and the page says the
+    item waits for another person while the plain one is decided."""
+    plain = server.pause(WRITE, {"path": "eyes-1.txt", "content": "one\n"})
+    four = server.pause(WRITE, {"path": "eyes-2.txt", "content": "two\n"})
+    plain_item, four_item = server.item_of(plain.run_id), server.item_of(four.run_id)
+
+    async def four_eyes(store: hr.Store) -> None:
+        await store.write(hr.store.Batch(pending=[
+            dataclasses.replace(four_item, approvals_needed=2)]))
+
+    run_store(server.db, four_eyes)
+    page.goto(origin(server) + "/")
+    expect(page.locator(f"#approvals-{four_item.id}")).to_have_text("0 of 2")
+    page.locator(f"#pick-{plain_item.id}").check()
+    page.locator(f"#pick-{four_item.id}").check()
+    page.get_by_role("button", name="Approve selected").click()
+    expect(page.locator("#bulk-summary")).to_contain_text(
+        "1 of 2 decided, 1 approval counted and waiting for more people")
+    expect(page.locator(f".bulk-counted[data-id='{four_item.id}']")).to_contain_text(
+        "Approval 1 of 2 recorded")
+    expect(page.locator(f".bulk-ok[data-id='{plain_item.id}']")).to_be_visible()
+    assert [a["by"] for a in server.item(four_item.id).approvals] == ["alice"]
+    assert server.item(plain_item.id).decided_by == "alice"
+    page.goto(origin(server) + "/")
+    expect(page.locator(f"#approvals-{four_item.id}")).to_have_text("1 of 2")
+    # Another person, elsewhere: the list drops it by itself.
+    run_store(server.db, lambda s: s.decide(four_item.id, hr.Decision.approve().to_dict(),
+                                            "bob"))
+    expect(page.locator(f"#item-{four_item.id}")).to_have_count(0)
+    assert server.item(four_item.id).decided_by == "alice, bob"
 
 
 def test_a_program_s_exit_code_output_and_confinement_are_beside_its_call(

@@ -28,6 +28,20 @@ from handrail.approval._control import (
     kill_running_controls,
 )
 from handrail.approval._decision import Approve, Decision, Defer, Deny
+from handrail.approval._notify import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    DecisionLinks,
+    LinkClaim,
+    Notification,
+    Notifier,
+    WebhookNotifier,
+    WebhookVerifier,
+    clean,
+    default_backoff,
+    sign,
+    verify_signature,
+)
 from handrail.approval._request import Request
 from handrail.approval._responders import (
     FixedResponder,
@@ -38,6 +52,8 @@ from handrail.approval._responders import (
 from handrail.tools import Question
 
 __all__ = [
+    "DELIVERY_HEADER",
+    "SIGNATURE_HEADER",
     "Approve",
     "ApproveAll",
     "Approver",
@@ -47,17 +63,27 @@ __all__ = [
     "Control",
     "ControlVerdict",
     "Decision",
+    "DecisionLinks",
     "Defer",
     "Deny",
     "DenyAll",
     "FixedResponder",
+    "LinkClaim",
+    "Notification",
+    "Notifier",
     "Question",
     "Request",
     "Responder",
     "ResponderNone",
     "StdinApprover",
     "StdinResponder",
+    "WebhookNotifier",
+    "WebhookVerifier",
     "adjudicate",
+    "clean",
     "control_from",
+    "default_backoff",
     "kill_running_controls",
+    "sign",
+    "verify_signature",
 ]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from handrail.errors import PolicyError, UserError
+from handrail.policy import AskTerms, parse_duration
 from handrail.policy._policy import Effect, Rule, parse_act
 from handrail.tools import Act
 
@@ -47,9 +48,18 @@ class Decision:
         return Deny(reason=reason)
 
     @classmethod
-    def defer(cls) -> Defer:
-        """Decide later: the request is persisted and the run pauses (AwaitingApproval)."""
-        return Defer()
+    def defer(cls, *, expires: float | str | None = None,
+              default: Literal["deny", "approve"] = "deny") -> Defer:
+        """Decide later: the request is persisted and the run pauses (AwaitingApproval).
+
+        Args:
+            expires: After this long undecided (`"30m"`, or seconds), `default` is recorded
+                by "expiry" (the rule's own deadline, if earlier, stands).
+            default: What expiry records: `"deny"` ("expired after 30m") or `"approve"`.
+        """
+        return Defer(expires=None if expires is None else parse_duration(expires,
+                                                                          what="expires"),
+                     default=default)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible form, tagged by `kind`."""
@@ -71,7 +81,7 @@ class Decision:
         if kind == "deny":
             return Deny(reason=data["reason"])
         if kind == "defer":
-            return Defer()
+            return Defer(expires=data.get("expires"), default=data.get("default", "deny"))
         raise UserError(f"not a decision: kind {kind!r} (expected approve, deny or defer)")
 
 
@@ -156,8 +166,24 @@ class Deny(Decision):
 class Defer(Decision):
     """Decide later: persist the request and pause the run."""
 
+    expires: float | None = None
+    """Seconds after which `default` is recorded by "expiry"; None: no deadline of its own."""
+    default: Literal["deny", "approve"] = "deny"
+    """What expiry records."""
     kind: ClassVar[Literal["defer"]] = "defer"
 
+    def __post_init__(self) -> None:
+        try:
+            self.terms()
+        except PolicyError as exc:
+            raise UserError(f"Decision.defer: {exc}") from None
+
+    def terms(self) -> AskTerms:
+        """The deadline this deferral gives the item, as `AskTerms`."""
+        return AskTerms(expires=self.expires, default=self.default)
+
     def to_dict(self) -> dict[str, Any]:
-        """`{"kind": "defer"}`."""
-        return {"kind": "defer"}
+        """`{"kind": "defer"}` (with `expires` and `default` when it sets a deadline)."""
+        if self.expires is None:
+            return {"kind": "defer"}
+        return {"kind": "defer", "expires": self.expires, "default": self.default}

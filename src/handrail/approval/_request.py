@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from handrail.errors import UserError
+from handrail.policy import AskTerms
 from handrail.policy._policy import parse_act
 from handrail.tools import Act, Action, Taint
 
@@ -84,6 +85,9 @@ class Request:
     agent_path: tuple[str, ...] = ()
     """Who asks, from the root of a tree of agents: `("planner", "coder")` for the sub-agent
     `coder` of `planner` (docs/subagents.md). Empty for an agent that is not in a tree."""
+    terms: AskTerms = field(default_factory=AskTerms)
+    """How the request is decided beyond one yes or no, from the rules that asked
+    (`AskTerms`: distinct approvers, a deadline with its default, escalation)."""
     kind: Literal["request"] = field(default="request", init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +101,8 @@ class Request:
         object.__setattr__(self, "actions", tuple(self.actions))
         object.__setattr__(self, "taint", tuple(self.taint))
         object.__setattr__(self, "agent_path", tuple(self.agent_path))
+        if not isinstance(self.terms, AskTerms):
+            raise UserError("Request.terms takes hr.AskTerms")
 
     def describe(self) -> str:
         """`write src/app.py (tool local/write_file)`: one line for people."""
@@ -122,6 +128,7 @@ class Request:
             # Only when held: requests persisted before the tool control keep their form.
             **({"held": self.held} if self.held is not None else {}),
             **({"agent_path": list(self.agent_path)} if self.agent_path else {}),
+            **({"terms": self.terms.to_dict()} if not self.terms.plain else {}),
         }
 
     @classmethod
@@ -135,7 +142,8 @@ class Request:
         if data.pop("kind", "request") != "request":
             raise UserError(f"not a request: kind {data.get('kind')!r}")
         known = {"id", "act", "target", "content", "tool", "arguments", "call_id", "agent",
-                 "run_id", "workspace", "actions", "verdict_reason", "taint", "held", "agent_path"}
+                 "run_id", "workspace", "actions", "verdict_reason", "taint", "held", "agent_path",
+                 "terms"}
         unknown = set(data) - known
         if unknown:
             raise UserError(f"unknown request key(s): {sorted(unknown)}")
@@ -156,6 +164,7 @@ class Request:
                 taint=tuple(Taint.from_dict(t) for t in data.get("taint", ())),
                 held=data.get("held"),
                 agent_path=tuple(str(a) for a in data.get("agent_path", ())),
+                terms=AskTerms.from_dict(data.get("terms") or {}),
             )
         except KeyError as exc:
             raise UserError(f"a persisted request lacks the key {exc.args[0]!r}") from None

@@ -89,16 +89,27 @@ def _cmd_inbox(args: argparse.Namespace) -> int:
     def agent_for(run: RunRecord) -> Any:
         return _agent_for(argparse.Namespace(agent=args.agent), run)
 
+    links, notifier, escalate_to = _notify_options(args)
+
     async def serve() -> int:
         store = Store.open(url_store)
         try:
+            from handrail.web import Dispatcher
+
+            dispatcher = None if notifier is None else Dispatcher(
+                store, notifier, escalate_to=escalate_to, links=links,
+                inbox_url=args.public_url)
             app = create_app(store, agent_for=agent_for, login_tokens=(one_time,),
                              reusable_tokens=reusable, default_user=user,
-                             resume_runs=args.resume)
+                             resume_runs=args.resume, links=links, dispatcher=dispatcher)
             sock = _bind(host, args.port)
             port = sock.getsockname()[1]
             shown = f"[{host}]" if ":" in host else host
             print(f"handrail inbox for {redacted_url(url_store)}", flush=True)
+            if notifier is not None:
+                print(f"notifying {notifier.name} of every pending item"
+                      + (f", escalations to {escalate_to.name}" if escalate_to else "")
+                      + ("; with decision links" if links else ""), flush=True)
             if not app.state.inbox.resume_runs:
                 print("decided runs are left to `handrail worker` (--resume: continue them "
                       "here)", flush=True)
@@ -122,6 +133,34 @@ def _cmd_inbox(args: argparse.Namespace) -> int:
         return anyio.run(serve)
     except KeyboardInterrupt:
         return 0
+
+
+def _notify_options(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The decision links, the notifier and the escalation target `--notify-*` ask for."""
+    from handrail.approval import DecisionLinks, WebhookNotifier
+    from handrail.cli._token_file import read_token_file
+
+    if (args.escalate_url or args.link_key_file) and not args.notify_url:
+        raise UserError("--escalate-url and --link-key-file go with --notify-url URL (where "
+                        "the notifications go)")
+    if not args.notify_url:
+        return None, None, None
+    if not args.notify_secret_file:
+        raise UserError("--notify-url needs --notify-secret-file FILE: the secret each "
+                        "delivery is signed with (at least 16 characters; the receiver "
+                        "verifies it with hr.approval.WebhookVerifier)")
+    secret = read_token_file(args.notify_secret_file, option="--notify-secret-file")
+    links = None
+    if args.link_key_file:
+        if not args.public_url:
+            raise UserError("--link-key-file needs --public-url URL: the inbox's address as "
+                            "the people who click the links reach it")
+        links = DecisionLinks(read_token_file(args.link_key_file, option="--link-key-file"),
+                              base_url=args.public_url)
+    notifier = WebhookNotifier(args.notify_url, secret, shape=args.notify_shape)
+    escalate = None if not args.escalate_url else WebhookNotifier(
+        args.escalate_url, secret, shape=args.notify_shape)
+    return links, notifier, escalate
 
 
 def _default_user() -> str:
@@ -152,6 +191,21 @@ def register(sub: Any) -> None:
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=None,
                    help="continue a run in this process once it is decided (default: yes, "
                         "except on a PostgreSQL store, whose `handrail worker`s continue it)")
+    p.add_argument("--notify-url", metavar="URL",
+                   help="POST each new pending item (and each escalation) here, signed; "
+                        "see docs/notify.md")
+    p.add_argument("--notify-secret-file", metavar="FILE",
+                   help="the secret deliveries are signed with (HMAC-SHA256)")
+    p.add_argument("--notify-shape", choices=["json", "chat"], default="json",
+                   help="json: handrail's payload; chat: text + blocks, for a chat's "
+                        "incoming webhook (default json)")
+    p.add_argument("--escalate-url", metavar="URL",
+                   help="where an item past its rule's `escalate` time is notified again")
+    p.add_argument("--link-key-file", metavar="FILE",
+                   help="a key for one-time approve/deny links in notifications (not the "
+                        "notify secret)")
+    p.add_argument("--public-url", metavar="URL",
+                   help="the inbox's address as people reach it, for links in notifications")
     p.add_argument("--log-level", default="warning",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="the web server's log level (default: warning)")

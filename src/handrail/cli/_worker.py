@@ -152,6 +152,8 @@ class Worker:
                     scan = time.monotonic() >= self.next_orphan_scan
                     if scan:
                         self.next_orphan_scan = time.monotonic() + self.poll
+                        # Deadlines too: an expired item's run becomes READY, claimed below.
+                        await self.store.expire_due()
                     now = time.monotonic()
                     for run_id in [r for r, at in self.retry_at.items() if at <= now]:
                         del self.retry_at[run_id]

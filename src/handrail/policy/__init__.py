@@ -49,6 +49,7 @@ from handrail.policy._paths import (
 )
 from handrail.policy._policy import CONFINEMENT, SECRETS, Effect, Layer, Policy, Rule, Verdict
 from handrail.policy._targets import address_classes, canonical_net, is_inside, resolve_program
+from handrail.policy._terms import AskTerms, parse_duration
 from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 from handrail.policy._whatif import (
     Flip,
@@ -69,6 +70,7 @@ __all__ = [
     "Act",
     "Action",
     "Condition",
+    "AskTerms",
     "Effect",
     "Flip",
     "Layer",
@@ -87,6 +89,7 @@ __all__ = [
     "canonicalize",
     "is_inside",
     "quota_lines",
+    "parse_duration",
     "replay",
     "resolve_in_workspace",
     "resolve_program",

@@ -36,6 +36,7 @@ from handrail.policy._targets import (
     canonical_net,
     net_addresses,
 )
+from handrail.policy._terms import AskTerms, parse_duration
 from handrail.tools import Act, Action
 
 __all__ = ["CONFINEMENT", "Effect", "Layer", "Policy", "Rule", "Verdict", "parse_act",
@@ -136,6 +137,9 @@ class Rule:
     """The glob matched against the canonical target (see `handrail.policy` for the syntax)."""
     effect: Effect
     """What the rule decides when it matches."""
+    terms: AskTerms | None = None
+    """An ask's approvers, deadline, default and escalation (`AskTerms`); None: one person,
+    no deadline. Only an ask rule has terms."""
     when: tuple[Condition, ...] = field(default=(), kw_only=True)
     """Value conditions on the call's validated arguments, all of which must hold (empty:
     the target alone decides). Accepts a condition's text, a `Condition`, or a sequence of
@@ -153,6 +157,14 @@ class Rule:
                 "reads a call's arguments, so it goes on a call rule (e.g. "
                 "ask(Act.CALL, 'bank/transfer', when='amount > 500'))")
         object.__setattr__(self, "when", when)
+        if self.terms is not None:
+            if not isinstance(self.terms, AskTerms):
+                raise PolicyError(f"Rule.terms takes hr.AskTerms, not {self.terms!r}")
+            if self.effect is not Effect.ASK:
+                raise PolicyError(f"{self.effect.value} {self.spec}: approvals, expires, "
+                                  "default and escalate belong to an ask rule")
+            if self.terms.plain:
+                object.__setattr__(self, "terms", None)
 
     @property
     def spec(self) -> str:
@@ -183,11 +195,13 @@ class Rule:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        """`{"act": ..., "pattern": ..., "effect": ...}` (and `"when": [...]` when it has any)."""
+        """`{"act": ..., "pattern": ..., "effect": ...}` (and `"when"`, `"terms"` when it has any)."""
         out: dict[str, Any] = {"act": self.act.value, "pattern": self.pattern,
                                "effect": self.effect.value}
         if self.when:
             out["when"] = [str(c) for c in self.when]
+        if self.terms is not None:
+            out["terms"] = self.terms.to_dict()
         return out
 
     @classmethod
@@ -198,9 +212,14 @@ class Rule:
             PolicyError: a key is missing or unknown, or a value is malformed.
         """
         if not isinstance(data, Mapping) or not (
-                {"act", "pattern", "effect"} <= set(data) <= {"act", "pattern", "effect", "when"}):
-            raise PolicyError(f"a rule is {{act, pattern, effect[, when]}}, got {data!r}")
-        return cls(data["act"], data["pattern"], data["effect"], when=data.get("when", ()))
+                {"act", "pattern", "effect"} <= set(data) <= {"act", "pattern", "effect", "when",
+                                                               "terms"}):
+            raise PolicyError(f"a rule is {{act, pattern, effect[, when][, terms]}}, got {data!r}")
+        terms = data.get("terms")
+        if terms is not None and not isinstance(terms, Mapping):
+            raise PolicyError(f"a rule's terms are a table, got {terms!r}")
+        return cls(data["act"], data["pattern"], data["effect"],
+                   None if terms is None else AskTerms.from_dict(terms), when=data.get("when", ()))
 
 
 def parse_when(when: Any) -> tuple[Condition, ...]:
@@ -523,12 +542,13 @@ class Policy:
                 return self._replace(current=i)
         return self._replace(layers=(*self.layers, Layer(name)), current=len(self.layers))
 
-    def _add(self, act: Act | str, pattern: str, effect: Effect, when: Any = None) -> Policy:
+    def _add(self, act: Act | str, pattern: str, effect: Effect, when: Any = None,
+             terms: AskTerms | None = None) -> Policy:
         if self._current is None:
             raise PolicyError(
                 f"call .layer(name) before .{effect.value}(...): every rule belongs to a layer"
             )
-        rule = Rule(parse_act(act), pattern, effect, when=when)
+        rule = Rule(parse_act(act), pattern, effect, terms, when=when)
         layers = list(self.layers)
         target = layers[self._current]
         layers[self._current] = Layer(target.name, (*target.rules, rule), limits=target.limits)
@@ -540,13 +560,31 @@ class Policy:
         return self._add(act, pattern, Effect.ALLOW, when)
 
     def ask(self, act: Act | str, pattern: str, *,
-            when: str | Condition | Sequence[str | Condition] | None = None) -> Policy:
+            when: str | Condition | Sequence[str | Condition] | None = None,
+            approvals: int = 1, expires: float | str | None = None,
+            default: Literal["deny", "approve"] = "deny",
+            escalate: float | str | None = None) -> Policy:
         """Add `ask act pattern [when ...]` to the selected layer.
 
-        `policy.layer("app").ask(Act.CALL, "bank/transfer", when="amount > 500")` asks for a
-        transfer of more than 500 only.
+        Args:
+            act: The act the rule applies to.
+            pattern: The glob matched against the canonical target.
+            when: Value conditions on the call's arguments (see `Rule`):
+                `policy.layer("app").ask(Act.CALL, "bank/transfer", when="amount > 500")`
+                asks for a transfer of more than 500 only.
+            approvals: Distinct people who must approve (four-eyes: 2); any deny ends it.
+            expires: After this long undecided (`"30m"`, or seconds), `default` is recorded
+                by "expiry" (docs/notify.md).
+            default: What expiry records: `"deny"` (reason "expired after 30m") or
+                `"approve"`.
+            escalate: After this long undecided, a second notification goes out (before
+                `expires`).
         """
-        return self._add(act, pattern, Effect.ASK, when)
+        terms = AskTerms(
+            approvals=approvals, default=default,
+            expires=None if expires is None else parse_duration(expires, what="expires"),
+            escalate=None if escalate is None else parse_duration(escalate, what="escalate"))
+        return self._add(act, pattern, Effect.ASK, when, terms)
 
     def deny(self, act: Act | str, pattern: str, *,
              when: str | Condition | Sequence[str | Condition] | None = None) -> Policy:

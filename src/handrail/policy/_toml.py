@@ -20,6 +20,9 @@ ask = ["call:ledger/transfer/*"]
 allow = ["write:src/**", "exec:git status", "net:api.example.com:443"]
 ```
 
+An `ask` entry may be a table with options (`AskTerms`, docs/notify.md):
+`{ rule = "call:ledger/transfer/*", approvals = 2, expires = "30m", escalate = "10m" }`.
+
 A rule is `"act:pattern"` (split at the first `:`, so `net:host:443` works). Unknown keys,
 acts and effects are refused with the key path (`policy.layers[1].alow`) and, for TOML text,
 the line. `to_dict` writes the canonical form: all six defaults, every layer with its `deny`,
@@ -37,6 +40,7 @@ from typing import Any
 from handrail.errors import PolicyError
 from handrail.policy._limits import Limit
 from handrail.policy._policy import DEFAULT_KEYS, Effect, Layer, Policy, Rule
+from handrail.policy._terms import AskTerms
 from handrail.policy._tomltext import MAX_NESTING, too_deep, without_bom
 
 __all__ = ["policy_from_dict", "policy_from_toml", "policy_to_dict", "policy_to_toml"]
@@ -45,6 +49,7 @@ _TOP_KEYS = ("extends", "taint", "defaults", "layers")
 _TAINT = ("ask", "deny")
 _LAYER_KEYS = ("name", "deny", "ask", "allow", "limits")
 _RULE_KEYS = ("rule", "when")
+_ASK_TERMS = ("approvals", "expires", "default", "escalate")
 _EXTENDS = ("default",)
 
 
@@ -71,8 +76,13 @@ def policy_to_dict(policy: Policy) -> dict[str, Any]:
     for layer in policy.layers:
         entry: dict[str, Any] = {"name": layer.name}
         for effect in (Effect.DENY, Effect.ASK, Effect.ALLOW):
-            specs: list[Any] = [r.spec if not r.when else
-                                {"rule": r.spec, "when": [str(c) for c in r.when]}
+            # A rule with value conditions or an ask with terms (approvals, a deadline) is a
+            # table; every other rule stays the string it always was (and so does every
+            # canonical form that hashes it).
+            specs: list[Any] = [
+                r.spec if not r.when and r.terms is None else
+                {"rule": r.spec, **({"when": [str(c) for c in r.when]} if r.when else {}),
+                 **(r.terms.to_dict() if r.terms is not None else {})}
                                 for r in layer.rules if r.effect is effect]
             if specs:
                 entry[effect.value] = specs
@@ -158,14 +168,16 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<policy>") -> Po
             for j, spec in enumerate(specs):
                 try:
                     if isinstance(spec, Mapping):
-                        # `{rule = "call:bank/transfer", when = "amount > 500"}`
-                        _unknown(source, [*lpath, effect.value, j], spec, _RULE_KEYS)
+                        # `{rule = "call:bank/transfer", when = "amount > 500"}`, and for an
+                        # ask its terms: `approvals = 2, expires = "30m", ...`
+                        keys = _RULE_KEYS + (_ASK_TERMS if effect is Effect.ASK else ())
+                        _unknown(source, [*lpath, effect.value, j], spec, keys)
                         if "rule" not in spec:
-                            raise PolicyError("a rule with a condition is {rule = "
-                                              '"act:pattern", when = "argument op value"}')
-                        rule = Rule.parse(spec["rule"], effect)
-                        rules.append(Rule(rule.act, rule.pattern, effect,
-                                          when=spec.get("when", ())))
+                            raise PolicyError(
+                                "a rule with options is a table: {rule = \"act:pattern\", "
+                                "when = \"argument op value\"}, and for an ask any of "
+                                "approvals, expires, default, escalate")
+                        rules.append(_rule_table(spec, effect))
                     else:
                         rules.append(Rule.parse(spec, effect))
                 except _Located:
@@ -187,6 +199,14 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<policy>") -> Po
         except PolicyError as exc:
             raise _Located(source, [*lpath, "name"], str(exc)) from None
     return Policy(tuple(layers), defaults, taint=taint)
+
+
+def _rule_table(spec: Mapping[str, Any], effect: Effect) -> Rule:
+    """`{rule = "call:x/*", when = "...", approvals = 2, expires = "30m", ...}` as a Rule."""
+    options = {k: v for k, v in spec.items() if k not in _RULE_KEYS}
+    rule = Rule.parse(spec["rule"], effect)
+    return Rule(rule.act, rule.pattern, effect, AskTerms.from_dict(options) if options else None,
+                when=spec.get("when", ()))
 
 
 def _toml_str(text: str) -> str:

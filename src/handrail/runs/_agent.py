@@ -78,6 +78,7 @@ from handrail.runs._events import EventKind, RunStream, call_detail, planned_det
 from handrail.runs._handle import RunHandle
 from handrail.runs._interrupt import interrupt_handler_kept, second_interrupt_kills
 from handrail.runs._outcome import (
+    AwaitingApproval,
     Cancelled,
     Completed,
     Failed,
@@ -1420,7 +1421,12 @@ async def _decide_and_resume(store: Store, item_id: str, kind: str, decision: di
     if tree is not None:  # an item of a sub-agent's run: checked, then the root continues
         run, owner, _ = tree
     check_resumable(run, agent, allow_manifest_change)
-    await record_decision(store, item_id, kind, decision, decided_by, agent=owner)
+    counted = await record_decision(store, item_id, kind, decision, decided_by, agent=owner)
+    if counted.state == "open":
+        # One approval of several (four-eyes): counted, the run still waits. Not resumed: a
+        # resume now would only pause again, and hold the run while the last approver's
+        # decision lands.
+        return RunResult(run.id, AwaitingApproval(item_id), in_memory=not store.durable)
     return await _resume(store, run.id, agent=agent, approver=approver,
                          responder=responder, allow_manifest_change=allow_manifest_change,
                          on_event=None, cancel=None)

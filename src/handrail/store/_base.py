@@ -5,17 +5,25 @@ Public through `handrail.store.contract`; this module imports no backend (backen
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
+import hashlib
 import os
 import socket
 import time
+import unicodedata
+from typing import Any
 
-from handrail.errors import ResumeRefused, StoreError
+from handrail.errors import AlreadyDecided, ResumeRefused, StoreError, UserError
 from handrail.store._records import PendingItem, RunRecord, RunStatus
 
-__all__ = ["ACTIVE_OWNERS", "check_claimable", "check_run_record", "cutoff", "is_owner_alive",
-           "new_owner", "status_after_decision"]
+__all__ = ["ACTIVE_OWNERS", "EXPIRY", "check_claimable", "check_run_record", "counted",
+           "cutoff", "expired", "is_owner_alive", "new_owner", "principal",
+           "status_after_decision"]
+
+EXPIRY = "expiry"
+"""Who decided an item whose deadline passed (`PendingItem.decided_by`)."""
 
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED)
 
@@ -138,3 +146,83 @@ def cutoff(older_than: float | dt.timedelta | None) -> float | None:
         return None
     seconds = older_than.total_seconds() if isinstance(older_than, dt.timedelta) else older_than
     return time.time() - float(seconds)
+
+
+def principal(name: str) -> str:
+    """The person a `decided_by` names, for counting distinct approvers.
+
+    NFKC-normalised, stripped and case-folded: "Alice", "alice " and a full-width "ａｌｉｃｅ"
+    are one person, so nobody counts twice by spelling their name another way.
+    """
+    return unicodedata.normalize("NFKC", name).strip().casefold()
+
+
+def counted(item: PendingItem, decision: dict[str, Any], decided_by: str, now: float,
+            payload: dict[str, Any] | None = None) -> PendingItem | None:
+    """`item` once `decided_by`'s decision is counted, or None when it changes nothing.
+
+    Every backend's `decide` goes through this, inside its compare-and-swap. An item that
+    needs one approval is decided by any decision. One that needs N (`approvals_needed`,
+    four-eyes) stays open until N distinct people (`principal`) approved, each kept in
+    `approvals`; its final decision lists them and `decided_by` names them all. A deny (or a
+    defer) decides it at once. The same person approving again counts once: None.
+
+    Raises:
+        AlreadyDecided: the item is not open.
+        UserError: a four-eyes approval that modifies the arguments or remembers a rule
+            (each approver must approve the same request, and nothing may outlive it).
+    """
+    if item.state != "open":
+        raise AlreadyDecided(f"{item.kind} {item.id} was already decided by {item.decided_by}")
+    kept = item.payload if payload is None else payload
+    if item.approvals_needed > 1 and decision.get("kind") == "approve":
+        if decision.get("modified") is not None or decision.get("remember"):
+            raise UserError(
+                f"approval {item.id} needs {item.approvals_needed} approvers: each approves "
+                "the request as it is, without edited arguments or remembered rules (deny it "
+                "with a reason to have the agent ask for something else)")
+        who = principal(decided_by)
+        if any(principal(str(a.get("by", ""))) == who for a in item.approvals):
+            return None
+        approvals = [*item.approvals, {"by": decided_by, "at": now}]
+        if len(approvals) < item.approvals_needed:
+            return dataclasses.replace(item, approvals=approvals)
+        names = [str(a["by"]) for a in approvals]
+        return dataclasses.replace(
+            item, approvals=approvals, state="decided",
+            decision={**decision, "approvals": names}, decided_by=", ".join(names),
+            decided_at=now, payload=kept)
+    return dataclasses.replace(item, state="decided", decision=decision,
+                               decided_by=decided_by, decided_at=now, payload=kept)
+
+
+def expired(item: PendingItem, now: float) -> PendingItem:
+    """`item` decided by `EXPIRY` with its default (`on_expiry`), its expiry noted.
+
+    A denied approval keeps what it asked and its digest, never the bytes (as a person's
+    deny does).
+    """
+    decision = item.on_expiry or {"kind": "deny", "reason": "expired"}
+    payload = item.payload
+    if item.kind == "approval" and decision.get("kind") == "deny":
+        payload = _without_contents(payload)
+    note = {"kind": "expired", "at": now, "decision": decision.get("kind")}
+    return dataclasses.replace(item, state="decided", decision=decision, decided_by=EXPIRY,
+                               decided_at=now, payload=payload, notes=[*item.notes, note])
+
+
+def _without_contents(request: dict[str, Any]) -> dict[str, Any]:
+    # As `handrail.runs.without_contents` (the store sits below runs and cannot import it).
+    kept = dict(request)
+    content = kept.get("content")
+    if isinstance(content, str) and content:
+        raw = base64.b64decode(content)
+        kept["content"] = None
+        kept["content_sha256"] = hashlib.sha256(raw).hexdigest()
+        kept["content_bytes"] = len(raw)
+    kept["arguments"] = {"redacted": "a denied request keeps only what it touched"}
+    actions = kept.get("actions")
+    if isinstance(actions, list):
+        kept["actions"] = [{**a, "content": None} if isinstance(a, dict) else a
+                           for a in actions]
+    return kept

@@ -19,7 +19,7 @@ import marshal
 import time
 from typing import Any
 
-from handrail.errors import AlreadyDecided, NotFound
+from handrail.errors import NotFound
 from handrail.store._pace import Pacer
 from handrail.store.contract import (
     Batch,
@@ -34,7 +34,9 @@ from handrail.store.contract import (
     check_run_record,
     clone,
     continues_conversation,
+    counted,
     cutoff,
+    expired,
     status_after_decision,
 )
 
@@ -142,6 +144,7 @@ class MemoryStore(Store):
         self._pending: dict[str, PendingItem] = {}
         self._pacer = Pacer(WRITERS_PER_ITERATION)
         self._quota: dict[tuple[str, int], int] = {}  # (counter, window) -> calls started
+        self._timed: set[str] = set()  # open items with a deadline: what `_expire` looks at
 
     async def write(self, batch: Batch, *, wait: bool = True) -> None:
         # Packed before the wait, and the batch let go (issue 24): a run waiting here holds
@@ -187,6 +190,8 @@ class MemoryStore(Store):
             self._calls[record_id] = stored
         for item in pending:
             self._pending[item.id] = item
+            if item.deadline is not None and item.state == "open":
+                self._timed.add(item.id)
 
     async def run(self, run_id: str) -> RunRecord:
         try:
@@ -230,6 +235,7 @@ class MemoryStore(Store):
         tool: str | None = None,
         older_than: float | dt.timedelta | None = None,
     ) -> list[PendingItem]:
+        self._expire()
         bound = cutoff(older_than)
         found = [
             p for p in self._pending.values()
@@ -243,6 +249,7 @@ class MemoryStore(Store):
         return found
 
     async def pending_item(self, item_id: str) -> PendingItem:
+        self._expire()
         try:
             return self._pending[item_id]
         except KeyError:
@@ -250,25 +257,71 @@ class MemoryStore(Store):
 
     async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str, *,
                      payload: dict[str, Any] | None = None) -> PendingItem:
+        self._expire()
         item = await self.pending_item(item_id)
-        if item.state != "open":
-            raise AlreadyDecided(
-                f"{item.kind} {item_id} was already decided by {item.decided_by}"
-            )
-        item = dataclasses.replace(item, state="decided", decision=decision,
-                                   decided_by=decided_by, decided_at=time.time(),
-                                   payload=item.payload if payload is None else payload)
-        self._pending[item_id] = item
-        run = self._runs.get(item.run_id)
+        now = self.clock()
+        after = counted(item, decision, decided_by, now, payload)
+        if after is None:
+            return item
+        self._pending[item_id] = after
+        if after.state != "open":
+            self._move_run(after.run_id)
+        return after
+
+    def _move_run(self, run_id: str) -> None:
+        run = self._runs.get(run_id)
         if run is not None:
             still_open = [p for p in self._pending.values()
                           if p.run_id == run.id and p.state == "open"]
             moved = status_after_decision(run, still_open)
             if moved is not None:
                 self._runs[run.id] = moved
-        return item
+
+    def _expire(self) -> list[PendingItem]:
+        if not self._timed:
+            return []
+        now = self.clock()
+        due = []
+        for item_id in list(self._timed):
+            p = self._pending[item_id]
+            if p.state != "open":
+                self._timed.discard(item_id)
+            elif p.deadline is not None and p.deadline <= now:
+                due.append(p)
+                self._timed.discard(item_id)
+        for item in due:
+            self._pending[item.id] = expired(item, now)
+            self._move_run(item.run_id)
+        return [self._pending[item.id] for item in due]
+
+    async def expire_due(self) -> list[PendingItem]:
+        return self._expire()
+
+    async def take_notifications(self, *, hold: float, limit: int = 50,
+                                 ) -> list[PendingItem]:
+        now = self.clock()
+        owed = [p for p in self._pending.values()
+                if p.state == "open" and p.notify_after <= now
+                and (p.notified == 0 or (p.notified == 1 and p.escalate_at is not None
+                                         and p.escalate_at <= now))]
+        owed.sort(key=lambda p: p.created_at)
+        taken = []
+        for item in owed[:max(limit, 0)]:
+            self._pending[item.id] = held = dataclasses.replace(item, notify_after=now + hold)
+            taken.append(held)
+        return taken
+
+    async def record_notification(self, item_id: str, note: dict[str, Any], *,
+                                  notified: int | None = None,
+                                  retry_at: float | None = None) -> None:
+        item = await self.pending_item(item_id)
+        self._pending[item_id] = dataclasses.replace(
+            item, notes=[*item.notes, note],
+            notified=item.notified if notified is None else max(item.notified, notified),
+            notify_after=item.notify_after if retry_at is None else retry_at)
 
     async def claim(self, run_id: str, owner: str) -> RunRecord:
+        self._expire()
         run = await self.run(run_id)
         now = time.time()
         check_claimable(run, now)

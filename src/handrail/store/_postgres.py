@@ -41,7 +41,7 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from handrail.errors import (
     AlreadyDecided,
@@ -50,6 +50,7 @@ from handrail.errors import (
     ResumeRefused,
     SchemaTooNew,
     StoreError,
+    UserError,
 )
 from handrail.store import audit as _audit
 from handrail.store._rows import DECISION_COLUMNS
@@ -69,7 +70,9 @@ from handrail.store.contract import (
     Store,
     check_claimable,
     check_run_record,
+    counted,
     cutoff,
+    expired,
     is_owner_alive,
     redacted_url,
     status_after_decision,
@@ -80,6 +83,8 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 __all__ = ["MIGRATIONS", "NOTIFY_CHANNEL", "PostgresStore"]
+
+T = TypeVar("T")
 
 NOTIFY_CHANNEL = "handrail_ready"
 """The channel a decision is announced on; workers LISTEN to it.
@@ -283,6 +288,23 @@ MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     # the transaction of each counted call's STARTED mark (`_QUOTA_CLAIM`).
     ("0008_quotas", ("CREATE TABLE quota_counts (counter TEXT NOT NULL, bucket BIGINT NOT "
                      "NULL, n BIGINT NOT NULL, PRIMARY KEY (counter, bucket))", _M0008_QUOTA)),
+    # Deadlines with a default, four-eyes approvals and the notification outbox, on the item
+    # (each changed by the item's own compare-and-swap); items open at the upgrade are not
+    # notified. The indexes hold only open items with a deadline, or owed a notification.
+    ("0009_pending_deadlines",
+     "ALTER TABLE pending ADD COLUMN deadline DOUBLE PRECISION; "
+     "ALTER TABLE pending ADD COLUMN on_expiry TEXT; "
+     "ALTER TABLE pending ADD COLUMN escalate_at DOUBLE PRECISION; "
+     "ALTER TABLE pending ADD COLUMN approvals_needed INTEGER NOT NULL DEFAULT 1; "
+     "ALTER TABLE pending ADD COLUMN approvals TEXT NOT NULL DEFAULT '[]'; "
+     "ALTER TABLE pending ADD COLUMN notified INTEGER NOT NULL DEFAULT 0; "
+     "ALTER TABLE pending ADD COLUMN notify_after DOUBLE PRECISION NOT NULL DEFAULT 0; "
+     "ALTER TABLE pending ADD COLUMN notes TEXT NOT NULL DEFAULT '[]'; "
+     "UPDATE pending SET notified = 2; "
+     "CREATE INDEX pending_deadline ON pending (deadline) "
+     "WHERE state = 'open' AND deadline IS NOT NULL; "
+     "CREATE INDEX pending_notify ON pending (notify_after) "
+     "WHERE state = 'open' AND notified < 2"),
     # The tamper-evident record (`handrail.store.audit`); the record as it stands is chained
     # once, as found, right after (`_adopt`).
     ("0010_audit_chain", (*_M0010_AUDIT, _M0010_APPEND)),
@@ -332,7 +354,8 @@ _HISTORY_CHUNK = 1000
 """Runs whose calls `call_history` reads in one query."""
 _PENDING_COLUMNS = (
     "id, kind, run_id, call_record, agent, tool, payload, created_at, state, decision, "
-    "decided_by, decided_at"
+    "decided_by, decided_at, deadline, on_expiry, escalate_at, approvals_needed, approvals, "
+    "notified, notify_after, notes"
 )
 _NOW_AT = len(_RUN_COLUMNS.split(", "))
 """Where the database's clock sits in a row selected as `_RUN_COLUMNS, _NOW`."""
@@ -358,7 +381,7 @@ _CALL_UPSERT = (
     + ", ".join(f"{c} = excluded.{c}" for c in _CALL_COLUMNS.split(", ")[1:])
 )
 _PENDING_UPSERT = (
-    f"INSERT INTO pending ({_PENDING_COLUMNS}) VALUES ({', '.join(['%s'] * 12)}) "
+    f"INSERT INTO pending ({_PENDING_COLUMNS}) VALUES ({', '.join(['%s'] * 20)}) "
     "ON CONFLICT (id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _PENDING_COLUMNS.split(", ")[1:])
 )
@@ -457,14 +480,18 @@ def _call_row(c: CallRecord) -> tuple[Any, ...]:
 
 def _pending_row(p: PendingItem) -> tuple[Any, ...]:
     return (p.id, p.kind, p.run_id, p.call_record, p.agent, p.tool, _dumps(p.payload),
-            p.created_at, p.state, _dumps(p.decision), p.decided_by, p.decided_at)
+            p.created_at, p.state, _dumps(p.decision), p.decided_by, p.decided_at,
+            p.deadline, _dumps(p.on_expiry), p.escalate_at, p.approvals_needed,
+            _dumps(p.approvals), p.notified, p.notify_after, _dumps(p.notes))
 
 
 def _pending_from(row: tuple[Any, ...]) -> PendingItem:
     return PendingItem(
         id=row[0], kind=row[1], run_id=row[2], call_record=row[3], agent=row[4], tool=row[5],
         payload=_loads(row[6]), created_at=row[7], state=row[8], decision=_loads(row[9]),
-        decided_by=row[10], decided_at=row[11],
+        decided_by=row[10], decided_at=row[11], deadline=row[12], on_expiry=_loads(row[13]),
+        escalate_at=row[14], approvals_needed=row[15], approvals=_loads(row[16]),
+        notified=row[17], notify_after=row[18], notes=_loads(row[19]),
     )
 
 
@@ -491,6 +518,63 @@ async def _adopt(conn: psycopg.AsyncConnection[Any]) -> None:
     facts += [(r[2], "pending", r[0], pending_body(r), None) for r in await cur.fetchall()]
     for i in range(0, len(facts), 10_000):
         await conn.execute(_AUDIT_APPEND, _fact_arrays(facts[i:i + 10_000]))
+
+
+_DUE = "SELECT 1 FROM pending WHERE state = 'open' AND deadline <= %s LIMIT 1"
+"""Whether an item is due to expire (the `pending_deadline` index)."""
+
+
+async def _move_run(conn: Any, run_id: str, facts: list[Fact]) -> None:
+    """Move a paused run on once one of its items was decided (see `Store.decide`).
+
+    The run's new status is added to `facts`, for the caller to chain in its transaction.
+    """
+    cur = await conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s FOR UPDATE",
+                             (run_id,))
+    run_row = await cur.fetchone()
+    if run_row is None:
+        return
+    cur = await conn.execute(
+        f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = %s AND state = 'open'",
+        (run_id,))
+    still_open = [_pending_from(r) for r in await cur.fetchall()]
+    moved = status_after_decision(_run_from(run_row), still_open)
+    if moved is not None:
+        outcome = _dumps(moved.outcome)
+        await conn.execute("UPDATE runs SET status = %s, outcome = %s, updated_at = %s "
+                           "WHERE id = %s", (moved.status.value, outcome,
+                                              moved.updated_at, moved.id))
+        facts.append((moved.id, "status", moved.id,
+                      status_body(moved.id, moved.status.value, outcome), None))
+
+
+async def _expire_due(conn: Any, now: float, facts: list[Fact]) -> list[PendingItem]:
+    """Expire what is due, in the caller's transaction; each expiry (and each run it moves)
+    is added to `facts`, for the caller to chain in the same transaction.
+
+    Exactly once: the items are locked (`FOR UPDATE`), and one a concurrent transaction
+    decided meanwhile is re-read by PostgreSQL after that one commits, no longer open, and
+    left out.
+    """
+    cur = await conn.execute(
+        f"SELECT {_PENDING_COLUMNS} FROM pending WHERE state = 'open' AND deadline <= %s "
+        "ORDER BY id FOR UPDATE", (now,))
+    done = []
+    for row in await cur.fetchall():
+        item = expired(_pending_from(row), now)
+        decided = await (await conn.execute(
+            "UPDATE pending SET state = 'decided', decision = %s, decided_by = %s, "
+            "decided_at = %s, payload = %s, notes = %s WHERE id = %s AND state = 'open' "
+            f"RETURNING {_PENDING_COLUMNS}",
+            (_dumps(item.decision), item.decided_by, now, _dumps(item.payload),
+             _dumps(item.notes), item.id))).fetchone()
+        if decided is not None:
+            facts.append((item.run_id, "pending", item.id, pending_body(decided), None))
+        await _move_run(conn, item.run_id, facts)
+        done.append(item)
+    if done:
+        await conn.execute(_NOTIFY)
+    return done
 
 
 def _import_driver() -> tuple[Any, Any]:
@@ -1105,78 +1189,143 @@ class PostgresStore(Store):
         if bound is not None:
             where.append("created_at <= %s")
             params.append(bound)
+        await self._expire_if_due()
         rows = await self._read(
             f"SELECT {_PENDING_COLUMNS} FROM pending WHERE {' AND '.join(where)} "
             "ORDER BY created_at, id", params)
         return [_pending_from(r) for r in rows]
+
+    async def _expire_if_due(self) -> None:
+        """Expire what is due (this touch enforces it); one indexed read when nothing is."""
+        if await self._read_one(_DUE, (self.clock(),)) is not None:
+            await self.expire_due()
+
+    async def expire_due(self) -> list[PendingItem]:
+        clock = self.clock
+
+        async def expire(conn: psycopg.AsyncConnection[Any]) -> list[PendingItem]:
+            return await self._chained(conn, lambda c, facts: _expire_due(c, clock(), facts))
+
+        done: list[PendingItem] = await self._enqueue(expire, cas=True)
+        for item in done:
+            self._held_rows.pop(item.run_id, None)  # its status moved
+            self._held_reads.pop(item.run_id, None)
+        return done
+
+    async def take_notifications(self, *, hold: float, limit: int = 50,
+                                 ) -> list[PendingItem]:
+        now = self.clock()
+
+        async def take(conn: psycopg.AsyncConnection[Any]) -> list[PendingItem]:
+            # SKIP LOCKED: an item another sender is taking right now is theirs.
+            cur = await conn.execute(
+                "UPDATE pending SET notify_after = %s WHERE id IN (SELECT id FROM pending "
+                "WHERE state = 'open' AND notified < 2 AND notify_after <= %s AND "
+                "(notified = 0 OR escalate_at <= %s) ORDER BY created_at LIMIT %s "
+                f"FOR UPDATE SKIP LOCKED) RETURNING {_PENDING_COLUMNS}",
+                (now + hold, now, now, max(limit, 0)))
+            return sorted((_pending_from(r) for r in await cur.fetchall()),
+                          key=lambda p: p.created_at)
+
+        taken: list[PendingItem] = await self._enqueue(take, cas=True)
+        return taken
+
+    async def record_notification(self, item_id: str, note: dict[str, Any], *,
+                                  notified: int | None = None,
+                                  retry_at: float | None = None) -> None:
+        note_json, where = _dumps([note]), self._where
+
+        async def record(conn: psycopg.AsyncConnection[Any]) -> Exception | None:
+            cur = await conn.execute(
+                "UPDATE pending SET notes = (notes::jsonb || %s::jsonb)::text, "
+                "notified = greatest(notified, coalesce(%s, notified)), "
+                "notify_after = coalesce(%s, notify_after) WHERE id = %s RETURNING id",
+                (note_json, notified, retry_at, item_id))
+            if await cur.fetchone() is None:
+                return NotFound(f"no pending item {item_id!r} in {where}")
+            return None
+
+        failed = await self._enqueue(record, cas=True)
+        if isinstance(failed, Exception):
+            raise failed
 
     async def pending_item(self, item_id: str) -> PendingItem:
         settled = self._settled_items.get(item_id)
         if settled is not None:
             self._check_open()
             return _pending_from(settled)
+        await self._expire_if_due()
         row = await self._read_one(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = %s",
                                    (item_id,))
         if row is None:
             raise NotFound(f"no pending item {item_id!r} in {self._where}")
         return _pending_from(row)
 
+    async def _chained(self, conn: psycopg.AsyncConnection[Any],
+                       change: Callable[[Any, list[Fact]], Awaitable[T]]) -> T:
+        """Run `change` in the write's transaction; chain the facts it adds to its list.
+
+        For the writes that are not batches (a decision, an expiry, a claim): the facts go
+        to the group's `handrail_audit` whatever `change` returns (a refusal returned after
+        an expiry keeps the expiry, and so its facts); a raise rolls both back, and adds none.
+        """
+        facts: list[Fact] = []
+        result = await change(conn, facts)
+        self._group_facts += facts
+        for run_id in {fact[0] for fact in facts}:
+            self._chained_status.pop(run_id, None)
+        return result
+
     async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str, *,
                      payload: dict[str, Any] | None = None) -> PendingItem:
-        decision_json, payload_json = _dumps(decision), _dumps(payload)
-        where = self._where
+        where, clock = self._where, self.clock
 
-        async def cas(conn: psycopg.AsyncConnection[Any]) -> PendingItem:
-            # One conditional UPDATE: the row lock makes a concurrent second UPDATE wait, then
-            # re-check `state = 'open'` and change nothing. The run's row and its items still
-            # open are read in the same pipeline, after it (one round trip, not three: a
-            # group of decisions waits for each one's replies in turn).
-            decided_cur, run_cur, open_cur = conn.cursor(), conn.cursor(), conn.cursor()
-            await decided_cur.execute(
-                f"UPDATE pending SET state = 'decided', decision = %s, decided_by = %s, "
-                f"decided_at = {_NOW}, payload = COALESCE(%s, payload) "
-                f"WHERE id = %s AND state = 'open' RETURNING {_PENDING_COLUMNS}",
-                (decision_json, decided_by, payload_json, item_id),
-            )
-            of_item = "(SELECT run_id FROM pending WHERE id = %s)"
-            await run_cur.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = {of_item} FOR UPDATE", (item_id,))
-            await open_cur.execute(
-                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = {of_item} AND "
-                "state = 'open'", (item_id,))
-            row = await decided_cur.fetchone()
-            run_row = await run_cur.fetchone()
-            open_rows = await open_cur.fetchall()
-            if row is not None:
-                decided = _pending_from(row)
-                facts: list[Fact] = [(decided.run_id, "pending", decided.id, pending_body(row),
-                                      None)]
-                # In the same transaction a paused run moves on: READY when nothing else of it
-                # is open, else the status of its oldest open item (see the Store contract).
-                if run_row is not None:
-                    still_open = [_pending_from(r) for r in open_rows]
-                    moved = status_after_decision(_run_from(run_row), still_open)
-                    if moved is not None:
-                        outcome = _dumps(moved.outcome)
-                        await conn.execute(
-                            "UPDATE runs SET status = %s, outcome = %s, updated_at = %s "
-                            "WHERE id = %s", (moved.status.value, outcome,
-                                              moved.updated_at, moved.id))
-                        facts.append((moved.id, "status", moved.id, status_body(
-                            moved.id, moved.status.value, outcome), None))
-                await conn.execute(_NOTIFY)
-                self._group_facts += facts
-                self._chained_status.pop(decided.run_id, None)
-                return decided
+        async def decide_in(conn: psycopg.AsyncConnection[Any], facts: list[Fact]
+                            ) -> PendingItem | Exception:
+            now = clock()
+            # What is due expires first, in this transaction: a decision after the deadline
+            # is refused ("already decided by expiry"). A refusal is returned, not raised: a
+            # raise rolls back the transaction, the expiry with it.
+            if await (await conn.execute(_DUE, (now,))).fetchone() is not None:
+                await _expire_due(conn, now, facts)
+            # The item's row lock makes a concurrent decision wait, then read what this one
+            # wrote: counted once, in order (four-eyes approvals included).
             cur = await conn.execute(
-                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = %s", (item_id,))
-            found = await cur.fetchone()
-            if found is None:
-                raise NotFound(f"no pending item {item_id!r} in {where}")
-            item = _pending_from(found)
-            raise AlreadyDecided(f"{item.kind} {item_id} was already decided by {item.decided_by}")
+                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = %s FOR UPDATE", (item_id,))
+            row = await cur.fetchone()
+            if row is None:
+                return NotFound(f"no pending item {item_id!r} in {where}")
+            item = _pending_from(row)
+            try:
+                after = counted(item, decision, decided_by, now, payload)
+            except (AlreadyDecided, UserError) as exc:
+                return exc
+            if after is None:
+                return item
+            decided = await (await conn.execute(
+                "UPDATE pending SET state = %s, decision = %s, decided_by = %s, "
+                "decided_at = %s, payload = %s, approvals = %s WHERE id = %s "
+                f"RETURNING {_PENDING_COLUMNS}",
+                (after.state, _dumps(after.decision), after.decided_by, after.decided_at,
+                 _dumps(after.payload), _dumps(after.approvals), item_id))).fetchone()
+            if after.state != "open":
+                # Chained: the decision and the run's move (a four-eyes approval that still
+                # waits for another person changes no chained field).
+                if decided is not None:
+                    facts.append((item.run_id, "pending", item.id, pending_body(decided), None))
+                # In the same transaction a paused run moves on: READY when nothing else of
+                # it is open, else the status of its oldest open item (the Store contract).
+                await _move_run(conn, item.run_id, facts)
+                await conn.execute(_NOTIFY)
+            return after
 
-        result: PendingItem = await self._enqueue(cas, cas=True)
+        async def cas(conn: psycopg.AsyncConnection[Any]) -> PendingItem | Exception:
+            return await self._chained(conn, decide_in)
+
+        result = await self._enqueue(cas, cas=True)
+        if isinstance(result, Exception):
+            raise result
+        assert isinstance(result, PendingItem)
         self._held_rows.pop(result.run_id, None)  # its status may have moved
         self._held_reads.pop(result.run_id, None)
         return result
@@ -1196,7 +1345,12 @@ class PostgresStore(Store):
         if held_by is not None:
             return await self._claim_held(run_id, owner, held_by)
 
-        async def cas(conn: psycopg.AsyncConnection[Any]) -> RunRecord:
+        clock = self.clock
+
+        async def claim_in(conn: psycopg.AsyncConnection[Any], facts: list[Fact]) -> RunRecord:
+            # A run resumed after its item's deadline continues with the default.
+            if await (await conn.execute(_DUE, (clock(),))).fetchone() is not None:
+                await _expire_due(conn, clock(), facts)
             cur = await conn.execute(
                 f"SELECT {_RUN_COLUMNS}, {_NOW} FROM runs WHERE id = %s FOR UPDATE", (run_id,))
             row = await cur.fetchone()
@@ -1210,10 +1364,11 @@ class PostgresStore(Store):
             )
             updated = await cur.fetchone()
             assert updated is not None
-            self._group_facts.append((run_id, "status", run_id,
-                                      status_body(run_id, "running", None), None))
-            self._chained_status.pop(run_id, None)
+            facts.append((run_id, "status", run_id, status_body(run_id, "running", None), None))
             return _run_from(updated)
+
+        async def cas(conn: psycopg.AsyncConnection[Any]) -> RunRecord:
+            return await self._chained(conn, claim_in)
 
         result: RunRecord = await self._enqueue(cas, cas=True)
         self._driving[run_id] = owner

@@ -233,6 +233,23 @@ class PendingItem:
     """Who decided."""
     decided_at: float | None = None
     """When."""
+    deadline: float | None = None
+    """When `on_expiry` applies if nobody decided (Unix time); None: the item never expires."""
+    on_expiry: dict[str, Any] | None = None
+    """The decision recorded at the deadline, by `expiry` (a deny unless a rule said else)."""
+    escalate_at: float | None = None
+    """When a second notification goes to the escalation target (before the deadline)."""
+    approvals_needed: int = 1
+    """How many distinct people must approve (four-eyes: 2); any deny ends it at once."""
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    """The approvals counted so far, `{"by", "at"}` each, one per person."""
+    notified: int = 0
+    """Notifications delivered: 0 none yet, 1 the first, 2 the escalation too."""
+    notify_after: float = 0.0
+    """No notification is attempted before this (a sender's hold, or the next retry)."""
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    """What happened to the item besides its decision: each notification attempt (delivered
+    or failed, to which target), the escalation, the expiry; `{"kind", "at", ...}` each."""
 
 
 @dataclass(kw_only=True, slots=True)

@@ -77,11 +77,18 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 
-from handrail.errors import AlreadyDecided, NotFound, SchemaTooNew, StoreError
+from handrail.errors import (
+    AlreadyDecided,
+    NotFound,
+    ResumeRefused,
+    SchemaTooNew,
+    StoreError,
+    UserError,
+)
 from handrail.store import audit as _audit
 from handrail.store._pace import nothing_else_to_run
 from handrail.store._rows import DECISION_COLUMNS, DECISION_INDEXES
@@ -103,7 +110,9 @@ from handrail.store.contract import (
     check_claimable,
     check_run_record,
     continues_conversation,
+    counted,
     cutoff,
+    expired,
     status_after_decision,
 )
 
@@ -388,6 +397,32 @@ def _m0010_audit_chain(db: sqlite3.Connection) -> None:
     _adopt(db)
 
 
+_PENDING_DEADLINES = """
+    CREATE INDEX pending_deadline ON pending (deadline) WHERE state = 'open'
+        AND deadline IS NOT NULL;
+    CREATE INDEX pending_notify ON pending (notify_after) WHERE state = 'open' AND notified < 2
+"""
+"""The two indexes the touches of migration 0009 read: what is due to expire, and what is owed
+a notification (both a few rows, however many items the store has decided)."""
+
+
+def _m0009_pending_deadlines(db: sqlite3.Connection) -> None:
+    # Deadlines with a default, four-eyes approvals, and the notification outbox (what was
+    # sent to whom): columns of the item, so each is changed by the item's own
+    # compare-and-swap. Items already open are not notified when a store is upgraded.
+    _script(db, """
+        ALTER TABLE pending ADD COLUMN deadline REAL;
+        ALTER TABLE pending ADD COLUMN on_expiry TEXT;
+        ALTER TABLE pending ADD COLUMN escalate_at REAL;
+        ALTER TABLE pending ADD COLUMN approvals_needed INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE pending ADD COLUMN approvals TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE pending ADD COLUMN notified INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE pending ADD COLUMN notify_after REAL NOT NULL DEFAULT 0;
+        ALTER TABLE pending ADD COLUMN notes TEXT NOT NULL DEFAULT '[]';
+        UPDATE pending SET notified = 2
+    """ + ";" + _PENDING_DEADLINES)
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_clustered_calls_and_messages", _m0002_clustered_calls_and_messages),
@@ -397,6 +432,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0006_rowid_calls_and_messages", _m0006_rowid_calls_and_messages),
     ("0007_run_progress", _m0007_run_progress),
     ("0008_quotas", _m0008_quotas),
+    ("0009_pending_deadlines", _m0009_pending_deadlines),
     ("0010_audit_chain", _m0010_audit_chain),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`. A new migration
@@ -432,9 +468,13 @@ _CURRENT_SCHEMA = """
         id TEXT PRIMARY KEY, kind TEXT NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id),
         call_record TEXT NOT NULL, agent TEXT, tool TEXT, payload TEXT NOT NULL,
         created_at REAL NOT NULL, state TEXT NOT NULL, decision TEXT, decided_by TEXT,
-        decided_at REAL
+        decided_at REAL, deadline REAL, on_expiry TEXT, escalate_at REAL,
+        approvals_needed INTEGER NOT NULL DEFAULT 1, approvals TEXT NOT NULL DEFAULT '[]',
+        notified INTEGER NOT NULL DEFAULT 0, notify_after REAL NOT NULL DEFAULT 0,
+        notes TEXT NOT NULL DEFAULT '[]'
     );
     CREATE INDEX pending_open ON pending (state, created_at);
+    """ + _PENDING_DEADLINES + """;
     CREATE TABLE calls (
         id TEXT NOT NULL PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs (id),
         call_id TEXT NOT NULL, turn INTEGER NOT NULL, idx INTEGER NOT NULL,
@@ -524,7 +564,8 @@ _CALL_COLUMNS = (
 )
 _PENDING_COLUMNS = (
     "id, kind, run_id, call_record, agent, tool, payload, created_at, state, decision, "
-    "decided_by, decided_at"
+    "decided_by, decided_at, deadline, on_expiry, escalate_at, approvals_needed, approvals, "
+    "notified, notify_after, notes"
 )
 
 
@@ -941,7 +982,7 @@ def _fold(db: sqlite3.Connection) -> None:
 
 
 _PENDING_REPLACE = (
-    f"INSERT OR REPLACE INTO pending ({_PENDING_COLUMNS}) VALUES ({','.join('?' * 12)})"
+    f"INSERT OR REPLACE INTO pending ({_PENDING_COLUMNS}) VALUES ({','.join('?' * 20)})"
 )
 
 
@@ -977,15 +1018,67 @@ def _call_row(c: CallRecord) -> tuple[Any, ...]:
 
 def _pending_row(p: PendingItem) -> tuple[Any, ...]:
     return (p.id, p.kind, p.run_id, p.call_record, p.agent, p.tool, _dumps(p.payload),
-            p.created_at, p.state, _dumps(p.decision), p.decided_by, p.decided_at)
+            p.created_at, p.state, _dumps(p.decision), p.decided_by, p.decided_at,
+            p.deadline, _dumps(p.on_expiry), p.escalate_at, p.approvals_needed,
+            _dumps(p.approvals), p.notified, p.notify_after, _dumps(p.notes))
 
 
 def _pending_from(row: tuple[Any, ...]) -> PendingItem:
     return PendingItem(
         id=row[0], kind=row[1], run_id=row[2], call_record=row[3], agent=row[4], tool=row[5],
         payload=_loads(row[6]), created_at=row[7], state=row[8], decision=_loads(row[9]),
-        decided_by=row[10], decided_at=row[11],
+        decided_by=row[10], decided_at=row[11], deadline=row[12], on_expiry=_loads(row[13]),
+        escalate_at=row[14], approvals_needed=row[15], approvals=_loads(row[16]),
+        notified=row[17], notify_after=row[18], notes=_loads(row[19]),
     )
+
+
+_DUE = "SELECT 1 FROM pending WHERE state = 'open' AND deadline <= ? LIMIT 1"
+"""Whether an item is due to expire (the `pending_deadline` index: microseconds)."""
+
+
+def _move_run(db: sqlite3.Connection, run_id: str, facts: list[Fact]) -> None:
+    """Move a paused run on once one of its items was decided (see `Store.decide`).
+
+    The run's new status is added to `facts`, for the caller to chain in its transaction.
+    """
+    run_row = db.execute(f"SELECT {_RUN_SELECT} WHERE id = ?", (run_id,)).fetchone()
+    if run_row is None:
+        return
+    still_open = [_pending_from(r) for r in db.execute(
+        f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = ? AND state = 'open'",
+        (run_id,)).fetchall()]
+    moved = status_after_decision(_run_from(run_row), still_open)
+    if moved is not None:
+        outcome = _dumps(moved.outcome)
+        db.execute("UPDATE runs SET status = ?, outcome = ?, updated_at = ? WHERE id = ?",
+                   (moved.status.value, outcome, moved.updated_at, moved.id))
+        facts.append((moved.id, "status", moved.id,
+                      status_body(moved.id, moved.status.value, outcome)))
+
+
+def _expire_due(db: sqlite3.Connection, now: float, facts: list[Fact]) -> list[PendingItem]:
+    """Expire what is due, inside the caller's write transaction (so exactly once).
+
+    Each expiry (the item as decided by "expiry") and each run it moves are added to
+    `facts`, for the caller to chain in the same transaction.
+    """
+    if db.execute(_DUE, (now,)).fetchone() is None:
+        return []
+    done = []
+    for row in db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE state = 'open' "
+                          "AND deadline <= ?", (now,)).fetchall():
+        item = expired(_pending_from(row), now)
+        db.execute("UPDATE pending SET state = 'decided', decision = ?, decided_by = ?, "
+                   "decided_at = ?, payload = ?, notes = ? WHERE id = ? AND state = 'open'",
+                   (_dumps(item.decision), item.decided_by, now, _dumps(item.payload),
+                    _dumps(item.notes), item.id))
+        decided = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
+                             (item.id,)).fetchone()
+        facts.append((item.run_id, "pending", item.id, pending_body(decided)))
+        _move_run(db, item.run_id, facts)
+        done.append(item)
+    return done
 
 
 CHECKPOINT_EVERY = 16_384
@@ -2138,8 +2231,61 @@ class SQLiteStore(Store):
             params.append(bound)
         sql = (f"SELECT {_PENDING_COLUMNS} FROM pending WHERE {' AND '.join(where)} "
                "ORDER BY created_at")
-        rows = await self._read(lambda db: db.execute(sql, params).fetchall())
+        rows = await self._read_pending(lambda db: db.execute(sql, params).fetchall())
         return [_pending_from(r) for r in rows]
+
+    async def _read_pending(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`fn`'s read, once every item due to expire has been (this touch enforces it)."""
+        now = self.clock()
+        due: Any = _DUE
+
+        def read(db: sqlite3.Connection) -> Any:
+            if db.execute(_DUE, (now,)).fetchone() is not None:
+                return due
+            return fn(db)
+
+        result = await self._read(read)
+        if result is due:
+            await self.expire_due()
+            result = await self._read(fn)
+        return cast(T, result)
+
+    async def expire_due(self) -> list[PendingItem]:
+        clock = self.clock
+        return await self._submit_write(lambda db: self._chained(db, lambda facts: _expire_due(
+            db, clock(), facts)))
+
+    async def take_notifications(self, *, hold: float, limit: int = 50,
+                                 ) -> list[PendingItem]:
+        now = self.clock()
+
+        def take(db: sqlite3.Connection) -> list[PendingItem]:
+            rows = db.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending WHERE state = 'open' AND notified < 2 "
+                "AND notify_after <= ? AND (notified = 0 OR escalate_at <= ?) "
+                "ORDER BY created_at LIMIT ?", (now, now, max(limit, 0))).fetchall()
+            db.executemany("UPDATE pending SET notify_after = ? WHERE id = ?",
+                           [(now + hold, r[0]) for r in rows])
+            return [dataclasses.replace(_pending_from(r), notify_after=now + hold)
+                    for r in rows]
+
+        return await self._submit_write(take)
+
+    async def record_notification(self, item_id: str, note: dict[str, Any], *,
+                                  notified: int | None = None,
+                                  retry_at: float | None = None) -> None:
+        note_json = _dumps(note)
+
+        def record(db: sqlite3.Connection) -> None:
+            changed = db.execute(
+                "UPDATE pending SET notes = json_insert(notes, '$[#]', json(?)), "
+                "notified = max(notified, coalesce(?, notified)), "
+                "notify_after = coalesce(?, notify_after) WHERE id = ?",
+                (note_json, notified, retry_at, item_id)).rowcount
+            if changed != 1:
+                raise NotFound(f"no pending item {item_id!r} in {self.path}")
+
+        await self._submit_write(record)
 
     async def pending_page(self, limit: int, *, kind: str | None = None,
                            agent: str | None = None, tool: str | None = None,
@@ -2154,13 +2300,13 @@ class SQLiteStore(Store):
         # positive limit means none is open.
         sql = (f"SELECT {_PENDING_COLUMNS}, (SELECT count(*) FROM pending WHERE {clause}) "
                f"FROM pending WHERE {clause} ORDER BY created_at LIMIT ?")
-        rows = await self._read(
+        rows = await self._read_pending(
             lambda db: db.execute(sql, [*params, *params, max(limit, 1)]).fetchall())
         total = int(rows[0][-1]) if rows else 0
         return [_pending_from(r[:-1]) for r in rows[:max(limit, 0)]], total
 
     async def pending_item(self, item_id: str) -> PendingItem:
-        row = await self._read(
+        row = await self._read_pending(
             lambda db: db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
                                   (item_id,)).fetchone()
         )
@@ -2168,69 +2314,94 @@ class SQLiteStore(Store):
             raise NotFound(f"no pending item {item_id!r} in {self.path}")
         return _pending_from(row)
 
+    def _chained(self, db: sqlite3.Connection, change: Callable[[list[Fact]], T]) -> T:
+        """Run `change` in the write transaction and chain the facts it adds to its list.
+
+        For the writes that are not batches (a decision, an expiry, a claim): the facts are
+        chained whatever `change` returns (a refusal returned after an expiry keeps the
+        expiry, and so its facts); a raise rolls both back.
+        """
+        facts: list[Fact] = []
+        result = change(facts)
+        if facts:
+            _chain(db, facts, self._tips)
+            for run_id in {fact[0] for fact in facts}:
+                self._chained_status.pop(run_id, None)
+        return result
+
     async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str, *,
                      payload: dict[str, Any] | None = None) -> PendingItem:
-        decision_json, payload_json = _dumps(decision), _dumps(payload)
+        clock = self.clock
 
-        def cas(db: sqlite3.Connection) -> PendingItem:
-            now = time.time()
-            changed = db.execute(
-                "UPDATE pending SET state = 'decided', decision = ?, decided_by = ?, "
-                "decided_at = ?, payload = COALESCE(?, payload) WHERE id = ? AND state = 'open'",
-                (decision_json, decided_by, now, payload_json, item_id),
-            ).rowcount
+        def cas(db: sqlite3.Connection, facts: list[Fact]) -> PendingItem | Exception:
+            now = clock()
+            # What is due expires first, in this transaction: a decision after the deadline
+            # is refused ("already decided by expiry"), and the expiry is kept (a failure
+            # returned, not raised: raised, it would roll the expiry back with it).
+            _expire_due(db, now, facts)
             row = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
                              (item_id,)).fetchone()
             if row is None:
-                raise NotFound(f"no pending item {item_id!r} in {self.path}")
+                return NotFound(f"no pending item {item_id!r} in {self.path}")
             item = _pending_from(row)
-            if changed != 1:
-                raise AlreadyDecided(
-                    f"{item.kind} {item_id} was already decided by {item.decided_by}"
-                )
-            facts: list[Fact] = [(item.run_id, "pending", item.id, pending_body(row))]
-            run_row = db.execute(f"SELECT {_RUN_SELECT} WHERE id = ?",
-                                 (item.run_id,)).fetchone()
-            if run_row is not None:
-                still_open = [_pending_from(r) for r in db.execute(
-                    f"SELECT {_PENDING_COLUMNS} FROM pending WHERE run_id = ? AND "
-                    "state = 'open'", (item.run_id,)).fetchall()]
-                moved = status_after_decision(_run_from(run_row), still_open)
-                if moved is not None:
-                    outcome = _dumps(moved.outcome)
-                    db.execute("UPDATE runs SET status = ?, outcome = ?, updated_at = ? "
-                               "WHERE id = ?", (moved.status.value, outcome,
-                                                moved.updated_at, moved.id))
-                    facts.append((moved.id, "status", moved.id,
-                                  status_body(moved.id, moved.status.value, outcome)))
-            _chain(db, facts, self._tips)
-            self._chained_status.pop(item.run_id, None)
-            return item
+            try:
+                after = counted(item, decision, decided_by, now, payload)
+            except (AlreadyDecided, UserError) as exc:
+                return exc
+            if after is None:
+                return item
+            db.execute(
+                "UPDATE pending SET state = ?, decision = ?, decided_by = ?, decided_at = ?, "
+                "payload = ?, approvals = ? WHERE id = ? AND state = 'open'",
+                (after.state, _dumps(after.decision), after.decided_by, after.decided_at,
+                 _dumps(after.payload), _dumps(after.approvals), item_id))
+            if after.state != "open":
+                # The decision and the run's move are chained (a four-eyes approval that
+                # still waits for another person changes no chained field).
+                row = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
+                                 (item_id,)).fetchone()
+                facts.append((item.run_id, "pending", item.id, pending_body(row)))
+                _move_run(db, item.run_id, facts)
+            return after
 
-        return await self._submit_write(cas)
+        result = await self._submit_write(lambda db: self._chained(db, lambda facts: cas(
+            db, facts)))
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     async def claim(self, run_id: str, owner: str) -> RunRecord:
         lease = self.lease_seconds
 
-        def cas(db: sqlite3.Connection) -> RunRecord:
+        clock = self.clock
+
+        def cas(db: sqlite3.Connection, facts: list[Fact]) -> RunRecord | Exception:
+            # A run resumed after its item's deadline continues with the default (kept even
+            # when the claim is refused: returned, not raised, see `decide`).
+            _expire_due(db, clock(), facts)
             row = db.execute(f"SELECT {_RUN_SELECT} WHERE id = ?",
                              (run_id,)).fetchone()
             if row is None:
-                raise NotFound(f"no run {run_id!r} in {self.path}")
+                return NotFound(f"no run {run_id!r} in {self.path}")
             run = _run_from(row)
             now = time.time()
-            check_claimable(run, now)
+            try:
+                check_claimable(run, now)
+            except ResumeRefused as exc:
+                return exc
             run = dataclasses.replace(run, status=RunStatus.RUNNING, owner=owner, outcome=None,
                                       lease_until=now + lease, updated_at=now)
             db.execute("UPDATE runs SET status = ?, owner = ?, lease_until = ?, updated_at = ?, "
                        "outcome = NULL WHERE id = ?",
                        (run.status.value, owner, run.lease_until, now, run_id))
-            _chain(db, [(run_id, "status", run_id, status_body(run_id, "running", None))],
-                   self._tips)
-            self._chained_status.pop(run_id, None)
+            facts.append((run_id, "status", run_id, status_body(run_id, "running", None)))
             return run
 
-        return await self._submit_write(cas)
+        result = await self._submit_write(lambda db: self._chained(db, lambda facts: cas(
+            db, facts)))
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     async def close(self) -> None:
         """Commit what is queued, then release the connections without a final checkpoint.

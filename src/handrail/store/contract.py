@@ -17,18 +17,23 @@ import abc
 import datetime as dt
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 from handrail.errors import ConfigError
 from handrail.store._base import (
     ACTIVE_OWNERS,
+    EXPIRY,
     check_claimable,
     check_run_record,
+    counted,
     cutoff,
+    expired,
     is_owner_alive,
     new_owner,
     owner_is_on_this_host,
+    principal,
     status_after_decision,
 )
 from handrail.store._records import (
@@ -46,6 +51,7 @@ from handrail.store._records import (
 
 __all__ = [
     "ACTIVE_OWNERS",
+    "EXPIRY",
     "Batch",
     "CallRecord",
     "CallStatus",
@@ -61,10 +67,13 @@ __all__ = [
     "check_run_record",
     "clone",
     "continues_conversation",
+    "counted",
     "cutoff",
+    "expired",
     "is_owner_alive",
     "new_owner",
     "owner_is_on_this_host",
+    "principal",
     "redacted_url",
     "register_backend",
     "registered_schemes",
@@ -155,6 +164,10 @@ class Store(abc.ABC):
 
     durable: bool = True
     """Whether what is written outlives the process (False for `Store.memory()`)."""
+
+    clock: Callable[[], float] = staticmethod(time.time)
+    """What time it is (Unix time) for deadlines and notification retries: a test sets
+    `store.clock = lambda: t` to move time without waiting."""
 
     @staticmethod
     def open(url: str | os.PathLike[str], *, durability: Durability = "process") -> Store:
@@ -326,6 +339,10 @@ class Store(abc.ABC):
     ) -> PendingItem:
         """Record the decision on an open item, atomically (compare-and-swap).
 
+        An item needing several approvers (`approvals_needed`) counts an approval and stays
+        open until enough distinct people approved (`counted`); the same person again
+        changes nothing; a deny decides it at once. The returned item says which.
+
         `payload`, when given, replaces the item's payload in the same step (a denied write's
         bytes are dropped this way). In the same step a paused run moves on: to READY when
         nothing else of it is open (decided, not yet continued), else to the status of its
@@ -335,6 +352,47 @@ class Store(abc.ABC):
             NotFound: no item has that id.
             AlreadyDecided: it was decided before (by anyone, in any process).
         """
+
+    async def expire_due(self) -> list[PendingItem]:
+        """Decide every open item whose deadline has passed with its default, by "expiry".
+
+        Each with the same compare-and-swap as `decide` (so an item is expired exactly once
+        whichever processes touch the store at once, and never after a person decided it),
+        the paused run moved on as `decide` moves it. Returns the items this call expired.
+        A backend's `pending`, `pending_page`, `pending_item`, `decide` and `claim` call it
+        when something is due: whatever process next touches the store enforces a deadline.
+
+        Raises:
+            ConfigError: this backend keeps no deadlines.
+        """
+        raise ConfigError(f"{type(self).__name__} keeps no deadlines on pending items")
+
+    async def take_notifications(self, *, hold: float, limit: int = 50,
+                                 ) -> list[PendingItem]:
+        """Open items owed a notification now, each held for `hold` seconds for the caller.
+
+        Owed: never notified yet, or notified once and past `escalate_at`; not held
+        (`notify_after` passed). Holding (`notify_after = now + hold`) keeps two senders
+        from taking the same item at once; a sender that dies lets it go when the hold ends.
+
+        Raises:
+            ConfigError: this backend keeps no notifications.
+        """
+        raise ConfigError(f"{type(self).__name__} keeps no notifications of pending items")
+
+    async def record_notification(self, item_id: str, note: dict[str, Any], *,
+                                  notified: int | None = None,
+                                  retry_at: float | None = None) -> None:
+        """Append `note` to an item's notes (a notification attempt, an escalation).
+
+        `notified` raises its stage; `retry_at` sets when the next attempt may be made
+        (`notify_after`).
+
+        Raises:
+            NotFound: no item has that id.
+            ConfigError: this backend keeps no notifications.
+        """
+        raise ConfigError(f"{type(self).__name__} keeps no notifications of pending items")
 
     @abc.abstractmethod
     async def claim(self, run_id: str, owner: str) -> RunRecord:

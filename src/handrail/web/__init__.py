@@ -1,9 +1,10 @@
 """The approvals inbox: a web page where people see and decide what agents wait on.
 
 `handrail inbox` serves it (extra `handrail[web]`: Starlette, uvicorn, Jinja2); see
-docs/inbox.md. `InboxApprover` (no web dependency) lets a long-lived process wait for the
-inbox's decision in-process. `create_app` builds the ASGI application itself, for tests and
-for hosting it another way.
+docs/inbox.md. `Dispatcher` (no web dependency) sends notifications of pending items and
+enforces their deadlines (docs/notify.md). `InboxApprover` (no web dependency) lets a
+long-lived process wait for the inbox's decision in-process. `create_app` builds the ASGI
+application itself, for tests and for hosting it another way.
 """
 
 from __future__ import annotations
@@ -12,20 +13,24 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from handrail.web._approver import InboxApprover
+from handrail.web._dispatch import Dispatcher, notification_of
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
+    from handrail.approval import DecisionLinks
     from handrail.runs import Agent
     from handrail.store import RunRecord, Store
 
-__all__ = ["InboxApprover", "create_app"]
+__all__ = ["Dispatcher", "InboxApprover", "create_app", "notification_of"]
 
 
 def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
                login_tokens: tuple[str, ...] = (),
                reusable_tokens: tuple[str, ...] = (), default_user: str | None = None,
-               poll_seconds: float = 1.5, resume_runs: bool | None = None) -> Starlette:
+               poll_seconds: float = 1.5, resume_runs: bool | None = None,
+               links: DecisionLinks | None = None, dispatcher: Dispatcher | None = None,
+               ) -> Starlette:
     """The inbox as an ASGI application (needs `handrail[web]`).
 
     Args:
@@ -38,6 +43,10 @@ def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
         resume_runs: Whether a decision continues its run in this process. None (the
             default): yes, unless `handrail worker` processes serve the store (PostgreSQL):
             then the decision is recorded and a worker continues the run.
+        links: Checks the decision links of notifications (`/links/TOKEN`, docs/notify.md);
+            None: such links are refused.
+        dispatcher: Runs beside the app while it serves (sends notifications, enforces
+            deadlines); None: none.
 
     Raises:
         UserError: the web extra is not installed.
@@ -52,4 +61,5 @@ def create_app(store: Store, *, agent_for: Callable[[RunRecord], Agent | None],
                         ) from exc
     sessions = Sessions(one_time=set(login_tokens), reusable=set(reusable_tokens))
     return build(store, sessions=sessions, agent_for=agent_for, default_user=default_user,
-                 poll_seconds=poll_seconds, resume_runs=resume_runs)
+                 poll_seconds=poll_seconds, resume_runs=resume_runs, links=links,
+                 dispatcher=dispatcher)

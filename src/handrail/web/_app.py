@@ -28,9 +28,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from handrail.errors import NotFound
+from handrail.approval import DecisionLinks, LinkClaim
+from handrail.errors import NotFound, SignatureInvalid
 from handrail.store import PendingItem, Store
 from handrail.web._auth import COOKIE, Session, Sessions, clean_user, csrf_ok
+from handrail.web._dispatch import Dispatcher
 from handrail.web._inbox import PAGE_SIZE, AgentFor, Filters, Inbox, Refused
 
 __all__ = ["SECURITY_HEADERS", "create_app"]
@@ -112,7 +114,9 @@ def _templates() -> Environment:
 
 def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
                default_user: str | None = None, poll_seconds: float = 1.5,
-               resume_runs: bool | None = None) -> Starlette:
+               resume_runs: bool | None = None,
+               links: DecisionLinks | None = None,
+               dispatcher: Dispatcher | None = None) -> Starlette:
     """The inbox as an ASGI application.
 
     Args:
@@ -123,6 +127,8 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
         poll_seconds: How often the page looks for changes.
         resume_runs: Whether a decision continues its run in this process; None: unless
             `handrail worker` processes serve the store (PostgreSQL).
+        links: The key that checks decision links (`/links/TOKEN`); None: links refused.
+        dispatcher: Runs while the app serves (notifications, deadlines); None: none.
     """
     inbox = Inbox(store, agent_for, resume_runs=resume_runs)
     env = _templates()
@@ -353,12 +359,93 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
                     message = await inbox.approve(item_id, session.user)
                 else:
                     message = await inbox.deny(item_id, session.user, reason)
-                results.append({"id": item_id, "ok": True, "message": message})
+                # A four-eyes item counts the approval and stays open: said as such.
+                waits = action == "approve" and (
+                    await store.pending_item(item_id)).state == "open"
+                results.append({"id": item_id, "ok": True, "message": message,
+                                "waits": waits})
             except Refused as exc:
                 results.append({"id": item_id, "ok": False,
                                 "message": "no such pending item" if exc.status == 404
                                 else exc.message})
         return render(request, "bulk.html", error=None, results=results, action=action)
+
+    # ----------------------------------------------------- decision links
+
+    async def link_claim(request: Request) -> tuple[str, LinkClaim, PendingItem] | Response:
+        """The link's claim and item, or the page that refuses it (nothing decided)."""
+        token = request.path_params["token"]
+        if links is None:
+            return render(request, "link_refused.html", status=404,
+                          reason="this inbox takes no decision links")
+        try:
+            claim = links.check(token)
+            item = await store.pending_item(claim.item_id)
+        except SignatureInvalid as exc:
+            return render(request, "link_refused.html", status=403, reason=str(exc))
+        except NotFound:
+            return render(request, "link_refused.html", status=404,
+                          reason="the item it decides is not in this store")
+        if any(n.get("kind") == "link_used" and n.get("nonce") == claim.nonce
+               for n in item.notes):
+            return render(request, "link_refused.html", status=410,
+                          reason="this link was used already: each link decides once")
+        if item.state != "open":
+            return render(request, "link_refused.html", status=410,
+                          reason=f"the item was {_already_text(item)}")
+        return token, claim, item
+
+    async def link_get(request: Request) -> Response:
+        """The confirmation page: what the link would decide, and the button. Never decides."""
+        found = await link_claim(request)
+        if isinstance(found, Response):
+            return found
+        token, claim, item = found
+        return render(request, "link.html", token=token, claim=claim, item=item, person="",
+                      done=False, error=None)
+
+    async def link_post(request: Request) -> Response:
+        """The button: decide as the link proposes, once, naming who decided."""
+        if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+            return JSONResponse({"error": "cross-site request refused"}, status_code=403)
+        form = await _form(request)
+        if form is None:
+            return JSONResponse({"error": "send a url-encoded form of at most 1 MiB"},
+                                status_code=413)
+        found = await link_claim(request)
+        if isinstance(found, Response):
+            return found
+        token, claim, item = found
+        session = sessions.from_cookie(request.cookies.get(COOKIE))
+        name = clean_user(field(form, "name"))
+        if session is not None:
+            who = session.user
+        elif item.approvals_needed > 1 and claim.action == "approve":
+            return render(request, "link.html", status=401, token=token, claim=claim,
+                          item=item, person=name, done=False,
+                          error=f"this approval needs {item.approvals_needed} different "
+                                "people: sign in to the inbox first (your sign-in names "
+                                "you), then press the button again")
+        elif not name:
+            return render(request, "link.html", status=422, token=token, claim=claim,
+                          item=item, person=name, done=False,
+                          error="give your name: it is recorded with the decision")
+        else:
+            who = f"{name} (link sent to {claim.to})" if claim.to else name
+        # Spent before it decides: a second press, another tab, a replay are refused.
+        await store.record_notification(item.id, {
+            "kind": "link_used", "nonce": claim.nonce, "action": claim.action, "by": who,
+            "at": store.clock()})
+        try:
+            if claim.action == "approve":
+                message = await inbox.approve(item.id, who)
+            else:
+                message = await inbox.deny(item.id, who, field(form, "reason"))
+        except Refused as exc:
+            return render(request, "link.html", status=exc.status, token=token, claim=claim,
+                          item=item, person=name, done=True, ok=False, message=exc.message)
+        return render(request, "link.html", token=token, claim=claim, item=item, person=name,
+                      done=True, ok=True, message=message)
 
     # -------------------------------------------------------------- run
 
@@ -395,6 +482,8 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
             inbox.task_group = tg
+            if dispatcher is not None:
+                tg.start_soon(dispatcher.run)
             try:
                 yield
             finally:
@@ -421,6 +510,8 @@ def create_app(store: Store, *, sessions: Sessions, agent_for: AgentFor,
         Route("/items/{item_id}/answer", post(decision_endpoint(do_answer)), methods=["POST"]),
         Route("/items/{item_id}/recover", post(decision_endpoint(do_recover)),
               methods=["POST"]),
+        Route("/links/{token}", link_get, methods=["GET"]),
+        Route("/links/{token}", link_post, methods=["POST"]),
         Route("/runs/{run_id}", guarded(run_page)),
         Route("/fragments/runs/{run_id}", guarded(run_fragment, api=True)),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -463,10 +554,17 @@ async def _form(request: Request) -> FormData | None:
 def _version(items: list[PendingItem], *suggestions: list[str]) -> str:
     """What the list shows, as a short digest (the fragment's ETag)."""
     digest = hashlib.sha256()
-    for text in [p.id for p in items] + [t for group in suggestions for t in ("\1", *group)]:
+    # An item's approvals so far are part of what shows ("1 of 2").
+    for text in [f"{p.id}:{len(p.approvals)}" for p in items] + [
+            t for group in suggestions for t in ("\1", *group)]:
         digest.update(text.encode("utf-8", "surrogatepass"))
         digest.update(b"\0")
     return digest.hexdigest()[:16]
+
+
+def _already_text(item: PendingItem) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(item.decided_at or 0))
+    return f"already decided by {item.decided_by or 'someone'} at {when}"
 
 
 def _job_key(inbox: Inbox, run_id: str) -> str:

@@ -52,10 +52,12 @@ class InboxApprover:
         """Publish `request` to the inbox, wait for a decision; `Defer` after the timeout."""
         if request.run_id is None:
             raise UserError("InboxApprover needs a request from a run (an Agent with a store)")
+        now = time.time()
+        # The rule's terms hold here too: two people must approve, the default at the deadline.
         item = PendingItem(id=request.id, kind="approval", run_id=request.run_id,
                            call_record=f"{request.run_id}:{request.call_id}",
                            agent=request.agent, tool=request.tool, payload=request.to_dict(),
-                           created_at=time.time())
+                           created_at=now, **request.terms.item_fields(now))
         await self.store.write(Batch(pending=[item]))
         deadline = time.monotonic() + self.timeout
         while True:

@@ -61,6 +61,7 @@ from handrail.runs import (
 )
 from handrail.runs._program import confinement_note, program_of, result_confinement, text_lines
 from handrail.store import PendingItem, RunRecord, Store
+from handrail.store.contract import principal
 from handrail.tools import Act, ToolImpl
 
 __all__ = ["AgentFor", "EditCheck", "Inbox", "ItemView", "Refused"]
@@ -504,19 +505,25 @@ class Inbox:
             # Left to the workers: recorded as `handrail approve --no-resume` records it
             # (checked against the item and the rebuilt agent; a denial without contents).
             try:
-                await record_decision(self.store, item.id, item.kind, decision, user,
-                                      agent=agent)
+                counted = await record_decision(self.store, item.id, item.kind, decision,
+                                                user, agent=agent)
             except AlreadyDecided:
                 raise Refused(409, _already(await self.store.pending_item(item.id))) from None
             except UserError as exc:
                 raise Refused(422, f"not decided: {exc}") from None
+            if counted.state == "open":
+                return _one_of(item, counted, user)
             return "Recorded. A worker (`handrail worker`) continues the run."
         if agent is None:
             payload = _without_contents(item.payload) if redact else None
             try:
-                await self.store.decide(item.id, decision, user, payload=payload)
+                counted = await self.store.decide(item.id, decision, user, payload=payload)
             except AlreadyDecided:
                 raise Refused(409, _already(await self.store.pending_item(item.id))) from None
+            except UserError as exc:
+                raise Refused(422, f"not decided: {exc}") from None
+            if counted.state == "open":
+                return _one_of(item, counted, user)
             return (f"Recorded. The run waits for `handrail resume {run.id} --agent "
                     "MODULE:OBJECT`.")
         if self.task_group is None:
@@ -551,6 +558,8 @@ class Inbox:
             # be continued): nothing was recorded.
             status = 422 if isinstance(job.error, HandrailError | ValueError) else 409
             raise Refused(status, f"not decided: {job.message or error}")
+        if signal.decided.state == "open":
+            return _one_of(item, signal.decided, user)  # not resumed (resume_with_decision)
         self.jobs.pop(run.id, None)
         if len(self.jobs) >= MAX_JOBS:
             self.jobs.pop(next(iter(self.jobs)))
@@ -573,6 +582,17 @@ def _impl(agent: Agent | None, tool: str | None) -> ToolImpl | None:
         return agent.toolbox.get(tool)
     except HandrailError:
         return None
+
+
+def _one_of(before: PendingItem, after: PendingItem, user: str) -> str:
+    """What a four-eyes approval that did not decide the item says."""
+    count, needed = len(after.approvals), after.approvals_needed
+    if count == len(before.approvals) and any(
+            principal(str(a.get("by", ""))) == principal(user) for a in after.approvals):
+        return (f"Your approval was already counted ({count} of {needed}); it needs "
+                f"{needed - count} more from other people.")
+    return (f"Approval {count} of {needed} recorded; it waits for {needed - count} more "
+            "from other people.")
 
 
 def _already(item: PendingItem) -> str:
