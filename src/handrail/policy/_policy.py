@@ -195,7 +195,7 @@ class Rule:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        """`{"act": ..., "pattern": ..., "effect": ...}` (and `"when"`, `"terms"` when it has any)."""
+        """`{"act": ..., "pattern": ..., "effect": ...}`, with `"when"` and `"terms"` if any."""
         out: dict[str, Any] = {"act": self.act.value, "pattern": self.pattern,
                                "effect": self.effect.value}
         if self.when:

@@ -549,12 +549,12 @@ async def _move_run(conn: Any, run_id: str, facts: list[Fact]) -> None:
 
 
 async def _expire_due(conn: Any, now: float, facts: list[Fact]) -> list[PendingItem]:
-    """Expire what is due, in the caller's transaction; each expiry (and each run it moves)
-    is added to `facts`, for the caller to chain in the same transaction.
+    """Expire what is due, in the caller's transaction.
 
-    Exactly once: the items are locked (`FOR UPDATE`), and one a concurrent transaction
-    decided meanwhile is re-read by PostgreSQL after that one commits, no longer open, and
-    left out.
+    Each expiry (and each run it moves) is added to `facts`, for the caller to chain in the
+    same transaction. Exactly once: the items are locked (`FOR UPDATE`), and one a concurrent
+    transaction decided meanwhile is re-read by PostgreSQL after that one commits, no longer
+    open, and left out.
     """
     cur = await conn.execute(
         f"SELECT {_PENDING_COLUMNS} FROM pending WHERE state = 'open' AND deadline <= %s "

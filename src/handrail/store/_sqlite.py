@@ -493,7 +493,7 @@ _CURRENT_SCHEMA = """
         """ + ", ".join(f"c{i}" for i in range(23)) + """
     );
     """ + _RUN_PROGRESS_TABLE + """;
-    """ + _QUOTA_TABLE + """
+    """ + _QUOTA_TABLE + """;
     """ + _AUDIT_TABLES + """
 """
 """The schema every migration in `MIGRATIONS` leads to, created at once in a new, empty file.
