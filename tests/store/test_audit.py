@@ -152,7 +152,9 @@ def test_two_swapped_facts_are_named(store: Path, capsys: pytest.CaptureFixture[
 
 def test_a_forged_approval_is_named(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (call, run), = rows(store, "SELECT id, run_id FROM calls WHERE turn = 1")
-    edit(store, "INSERT INTO pending VALUES ('ap-forged', 'approval', ?, ?, 'demo', "
+    edit(store, "INSERT INTO pending (id, kind, run_id, call_record, agent, tool, payload, "
+                "created_at, state, decision, decided_by, decided_at) VALUES ('ap-forged', "
+                "'approval', ?, ?, 'demo', "
                 "'workspace/read_file', '{}', 1.0, 'decided', '{\"kind\":\"approve\"}', "
                 "'alice', 2.0)", params=(run, call))
     code, report = verify(store, capsys=capsys)
@@ -428,7 +430,9 @@ def test_postgres_tampering_is_named(pg_url: str, tmp_path: Path,
     assert code == 1 and (first(report)["what"], first(report)["where"]) == (
         "deleted", f"call {call}")
     # A forged approval.
-    _pg(pg_url, "INSERT INTO pending VALUES ('ap-forged', 'approval', %s, %s, 'auditable', "
+    _pg(pg_url, "INSERT INTO pending (id, kind, run_id, call_record, agent, tool, payload, "
+                "created_at, state, decision, decided_by, decided_at) VALUES ('ap-forged', "
+                "'approval', %s, %s, 'auditable', "
                 "'world/effect', '{}', 1.0, 'decided', '{}', 'alice', 2.0)", (ids[1], call))
     code, report = check()
     assert code == 1 and any(b["where"] == "pending item ap-forged" and b["what"] == "inserted"

@@ -174,9 +174,11 @@ def policy_from_dict(data: Mapping[str, Any], *, source: str = "<policy>") -> Po
                         _unknown(source, [*lpath, effect.value, j], spec, keys)
                         if "rule" not in spec:
                             raise PolicyError(
-                                "a rule with options is a table: {rule = \"act:pattern\", "
-                                "when = \"argument op value\"}, and for an ask any of "
-                                "approvals, expires, default, escalate")
+                                "an ask with options is a table with rule = 'act:pattern' "
+                                "and any of when, approvals, expires, default, escalate"
+                                if effect is Effect.ASK else
+                                "a rule with a condition is {rule = \"act:pattern\", "
+                                "when = \"argument op value\"}")
                         rules.append(_rule_table(spec, effect))
                     else:
                         rules.append(Rule.parse(spec, effect))
