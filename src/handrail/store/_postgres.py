@@ -1308,11 +1308,11 @@ class PostgresStore(Store):
                 f"RETURNING {_PENDING_COLUMNS}",
                 (after.state, _dumps(after.decision), after.decided_by, after.decided_at,
                  _dumps(after.payload), _dumps(after.approvals), item_id))).fetchone()
+            # Chained: each approval (a four-eyes item's first one changes who decided so
+            # far), the decision, and the run's move.
+            if decided is not None:
+                facts.append((item.run_id, "pending", item.id, pending_body(decided), None))
             if after.state != "open":
-                # Chained: the decision and the run's move (a four-eyes approval that still
-                # waits for another person changes no chained field).
-                if decided is not None:
-                    facts.append((item.run_id, "pending", item.id, pending_body(decided), None))
                 # In the same transaction a paused run moves on: READY when nothing else of
                 # it is open, else the status of its oldest open item (the Store contract).
                 await _move_run(conn, item.run_id, facts)

@@ -2355,12 +2355,12 @@ class SQLiteStore(Store):
                 "payload = ?, approvals = ? WHERE id = ? AND state = 'open'",
                 (after.state, _dumps(after.decision), after.decided_by, after.decided_at,
                  _dumps(after.payload), _dumps(after.approvals), item_id))
+            # Chained: each approval (a four-eyes item's first one changes who decided so
+            # far), the decision, and the run's move.
+            row = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
+                             (item_id,)).fetchone()
+            facts.append((item.run_id, "pending", item.id, pending_body(row)))
             if after.state != "open":
-                # The decision and the run's move are chained (a four-eyes approval that
-                # still waits for another person changes no chained field).
-                row = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
-                                 (item_id,)).fetchone()
-                facts.append((item.run_id, "pending", item.id, pending_body(row)))
                 _move_run(db, item.run_id, facts)
             return after
 
