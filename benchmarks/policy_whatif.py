@@ -6,11 +6,13 @@ Builds a store of recorded calls (1,000 runs of 100 calls by default: reads, wri
 net, MCP-style calls, a sub-agent run every tenth), each call's verdict the recorded policy's
 `check` and every ask approved or denied, as the gate records them. Then, per backend, from a
 freshly opened store each time, as the command does: read the history (`call_history`),
-replay it against a proposed policy, derive the suggested policy. Prints medians over
+replay it against a proposed policy, derive the suggested policy (`hr.policy.what_if`,
+`hr.policy.suggest`, and the read and the replay apart). Prints medians over
 `--reps`, wall and CPU (this process's, all threads: PostgreSQL's server side is not in
 it), and checks that reading wrote nothing: the SQLite file (and its WAL) byte for byte,
 the log of unfolded writes untouched; on PostgreSQL, the WAL position before and after.
-Also times the command itself (`handrail policy what-if`, a new process) on the SQLite file.
+Also times the commands themselves (`handrail policy what-if` and `suggest`, each a new
+process) on the SQLite file.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 import anyio
 
 import handrail as hr
+from handrail.policy._whatif import _paused_gc
 from handrail.store import Batch, CallRecord, CallStatus, RunRecord, RunStatus
 
 HERE = Path(__file__).resolve().parent
@@ -119,24 +122,29 @@ async def measure(url: str) -> dict[str, float]:
     async def one() -> dict[str, float]:
         store = hr.Store.open(url)
         try:
+            # The API as a user calls it (each reads the record: with the collector paused)...
             c0, t0 = time.process_time(), time.perf_counter()
-            history = [pair async for pair in store.call_history(decisions_only=True)]
+            report = await hr.policy.what_if(store, PROPOSED)
             c1, t1 = time.process_time(), time.perf_counter()
-            report = hr.policy.replay(history, PROPOSED)
+            suggestion = await hr.policy.suggest(store)
             c2, t2 = time.process_time(), time.perf_counter()
-            suggestion = hr.policy.suggest_from(history)
-            c3, t3 = time.process_time(), time.perf_counter()
+            # ... and its two halves, for where the time goes.
+            with _paused_gc():
+                history = [pair async for pair in store.call_history(decisions_only=True)]
+            t3 = time.perf_counter()
+            again = hr.policy.replay(history, PROPOSED)
+            t4 = time.perf_counter()
         finally:
             await store.close()
         calls = sum(len(c) for _, c in history)
         assert report.replayed == calls and report.flips, "nothing replayed"
+        assert again == report
         # Nothing approved is denied by the suggestion (a target a person denied once and
         # approved another time is allowed: the replay names those as loosenings).
         assert not [f for f in hr.policy.replay(history, suggestion.policy).gating
                     if f.after is hr.Effect.DENY], suggestion.conflicts
-        row = {"read": t1 - t0, "replay": t2 - t1, "suggest": t3 - t2,
-               "what-if": t2 - t0, "suggest total": (t1 - t0) + (t3 - t2),
-               "what-if cpu": c2 - c0, "suggest cpu": (c1 - c0) + (c3 - c2),
+        row = {"read": t3 - t2, "replay": t4 - t3, "what-if": t1 - t0, "suggest": t2 - t1,
+               "what-if cpu": c1 - c0, "suggest cpu": c2 - c1,
                "calls": float(calls), "flips": float(len(report.flips))}
         print(f"  {url[:40]}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()
                                              if k not in ("calls", "flips")), flush=True)
@@ -203,14 +211,17 @@ def main() -> None:
     # The command, a new process (imports included), on the same file.
     proposed = tmp / "proposed.toml"
     PROPOSED.save(proposed)
-    command = []
+    command: dict[str, list[float]] = {"what-if": [], "suggest": []}
     for _ in range(args.reps):
-        t = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "handrail.cli", "policy", "what-if",
-                               str(proposed), "--store", str(db), "--json"],
-                              capture_output=True, check=False)
-        command.append(time.perf_counter() - t)
-        assert done.returncode == 1, done.stderr  # the proposal denies approved writes
+        for name, argv, code in (("what-if", ["what-if", str(proposed)], 1),
+                                 ("suggest", ["suggest"], 0)):
+            t = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "handrail.cli", "policy", *argv,
+                                   "--store", str(db), *(["--json"] if code else [])],
+                                  capture_output=True, check=False)
+            command[name].append(time.perf_counter() - t)
+            # The proposal denies approved writes: what-if exits 1.
+            assert done.returncode == code, done.stderr
     server = None
     if not args.no_postgres and pgserver.unavailable() is None:
         server = pgserver.start()
@@ -242,14 +253,15 @@ def main() -> None:
             pgserver.stop(server)
 
     print(f"\nmedians over {args.reps} reps (seconds), {args.calls:,} calls:")
-    keys = ("read", "replay", "suggest", "what-if", "suggest total", "what-if cpu",
-            "suggest cpu")
+    keys = ("read", "replay", "what-if", "suggest", "what-if cpu", "suggest cpu")
     print(f"{'store':<12}" + "".join(f"{k:>15}" for k in keys) + f"{'calls/s (what-if)':>20}")
     for kind, rows in results.items():
         print(f"{kind:<12}" + "".join(f"{median(rows, k):>15.2f}" for k in keys)
               + f"{median(rows, 'calls') / median(rows, 'what-if'):>20,.0f}")
-    print(f"\nhandrail policy what-if (a new process, SQLite): median "
-          f"{statistics.median(command):.2f} s")
+    for name, took in command.items():
+        print(f"\nhandrail policy {name} (a new process, SQLite): median "
+              f"{statistics.median(took):.2f} s", end="")
+    print()
     if len(results) == 2:
         ratio = median(results["postgresql"], "what-if") / median(results["sqlite"], "what-if")
         print(f"postgresql / sqlite (what-if): {ratio:.2f}x")

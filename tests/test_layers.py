@@ -69,7 +69,8 @@ KNOWN_PRIVATE: dict[tuple[str, str], str] = {
         "`handrail.policy`",
     ("cli", "handrail.policy._whatif"):
         "`parse_since` (`7d`, `12h`, an ISO date): the CLI's `--since` takes the same values "
-        "the what-if API does, with its error messages",
+        "the what-if API does, with its error messages; `_paused_gc`: the command reads the "
+        "record with the collector paused, as the API does",
     ("cli", "handrail.store._sqlite"):
         "`read_history`: `handrail policy what-if` reads a SQLite file on a read-only "
         "connection, without opening a store (which could fold its log: a write)",

@@ -170,23 +170,26 @@ async def test_stdin_approver_new_file_and_binary(tmp_path: Path) -> None:
 
 async def test_stdin_approver_does_not_block_the_loop(tmp_path: Path) -> None:
     class SlowInput(io.StringIO):
-        def __init__(self, released: anyio.Event) -> None:
+        def __init__(self, reading: anyio.Event, released: anyio.Event) -> None:
             super().__init__()
-            self.released = released
+            self.reading, self.released = reading, released
 
         def readline(self, size: int | None = -1) -> str:  # type: ignore[override]
+            anyio.from_thread.run_sync(self.reading.set)
             anyio.from_thread.run(self.released.wait)
             return "y\n"
 
-    released = anyio.Event()
-    approver = StdinApprover(input=SlowInput(released), output=io.StringIO())
+    reading, released = anyio.Event(), anyio.Event()
+    approver = StdinApprover(input=SlowInput(reading, released), output=io.StringIO())
     result: list[Decision] = []
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             async def decide() -> None:
                 result.append(await approver.decide(make_request(workspace=str(tmp_path))))
             tg.start_soon(decide)
-            await anyio.sleep(0.01)  # the loop still runs while the reader waits
+            # The reader waits for its line; the loop still runs this task meanwhile (a
+            # reader on the loop would hold it, and nothing would release the line).
+            await reading.wait()
             released.set()
     assert isinstance(result[0], Approve)
 

@@ -1,6 +1,5 @@
 import os
 import stat
-import time
 from pathlib import Path
 
 import anyio
@@ -298,10 +297,10 @@ async def test_search_refuses_patterns_re2_cannot_run_with_a_clear_error(
 async def test_a_catastrophic_pattern_returns_promptly(call, workspace: Path) -> None:
     """Issue 9 §2: `(-+)+x` over a line of dashes backtracked for hours holding the GIL."""
     (workspace / "dashes.txt").write_text(("-" * 40 + "\n") * 2000 + "-" * 100_000 + "\n")
-    started = time.monotonic()
+    # Linear (RE2): milliseconds. A backtracking engine would take hours here, so the guard
+    # below tells them apart on any machine without asserting a time of its own.
     with anyio.fail_after(20):
         result = await call("search", pattern="(-+)+x")
-    assert time.monotonic() - started < 5
     assert "no matches" in text_of(result)
 
 

@@ -100,3 +100,17 @@ def test_a_record_within_the_bound_is_kept_whole(tmp_path: Path) -> None:
     assert out["stdout"].encode() == data
     assert base64.b64decode(out["stderr"]["base64"]) == b"\xffraw"
     assert "cut" not in out
+
+
+def test_a_binary_stream_past_the_bound_stays_within_it_base64_wrapper_included(
+        tmp_path: Path, small_limit: int) -> None:
+    # Bytes that are not UTF-8 are kept as {"base64": "..."}: the bound holds for that whole
+    # value, its wrapper included, and the bytes kept are the stream's first.
+    data = bytes(range(256)) * (2 * small_limit // 256)
+    slot = CallSlot(path=tmp_path, stdout=data, stderr=b"", exit_code=0)
+    CallRecords(tmp_path)._write_output(tmp_path, fake_record(), slot, "finished")
+    out = json.loads((tmp_path / "output.json").read_text())
+    kept = base64.b64decode(out["stdout"]["base64"])
+    assert len(json.dumps(out["stdout"])) <= small_limit
+    assert kept == data[:len(kept)] and len(kept) >= small_limit // 2
+    assert out["cut"]["stdout"] == {"kept_bytes": len(kept), "total_bytes": len(data)}

@@ -81,6 +81,12 @@ async def test_records_after_a_run_python_spawned_and_refused(tmp_path: Path,
     assert out["source"] == "subprocess"
 
     assert "TOP SECRET" not in (put_dir / "input.json").read_text()
+    # What the refused call's input keeps instead: the digest of its arguments, said so.
+    [put] = [c for c in await store.calls(result.run_id) if c.call_id == "call_1_0"]
+    assert put.arguments_digest
+    assert load(put_dir / "input.json") == {"id": "call_1_0", "tool": "local/put", "input": {
+        "redacted": "a refused call's record keeps only the digest",
+        "digest": put.arguments_digest}}
     out = load(put_dir / "output.json")
     assert out["verdict"]["status"] == "refused"
     assert out["verdict"]["policy"]["effect"] == "deny"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import socket
+from typing import Any
 
 import anyio
 import mcp_types as t
@@ -195,13 +196,174 @@ async def test_the_http_address_is_announced_only_once_it_accepts_connections() 
     gateway = Gateway(hr.Toolbox([echo]), store=hr.Store.memory(),
                       manifest=hr.Manifest.from_toml(MANIFEST))
     reached: list[str] = []
+    # The server is stopped once it has announced (not after a fixed time: on a loaded
+    # machine it may take longer than that to start).
+    stop = anyio.CancelScope()
 
     def announce(line: str) -> None:
         found = re.search(r"http://127\.0\.0\.1:(\d+)/mcp", line)
         if found:
             with socket.create_connection(("127.0.0.1", int(found.group(1))), timeout=10):
                 reached.append(line)
+            stop.cancel()
 
-    with anyio.fail_after(30), anyio.move_on_after(0.5):
+    with anyio.fail_after(30), stop:
         await serve_http(gateway, "127.0.0.1", 0, token="t" * 32, announce=announce)
     assert len(reached) == 1
+
+
+async def test_a_policy_given_beside_a_manifest_is_contained_in_the_manifests() -> None:
+    # The manifest's policy denies echo; a policy given beside it allows every call: the
+    # manifest's deny still holds (the given policy can only tighten it), as docs/mcp.md says.
+    manifest = hr.Manifest.from_toml(
+        MANIFEST + '\n[policy]\nextends = "default"\n\n[[policy.layers]]\nname = "team"\n'
+        'deny = ["call:local/echo"]\n')
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([echo]), store=store, manifest=manifest,
+                      policy=hr.Policy.permissive())
+    async with Client(gateway.server()) as client:
+        result = await client.call_tool("echo", {"text": "hi"})
+    assert result.is_error
+    (run,) = await store.runs()
+    (call,) = await store.calls(run.id)
+    assert call.status is hr.CallStatus.REFUSED
+    assert call.verdict is not None and call.verdict["effect"] == "deny"
+
+
+async def test_a_client_leaving_while_its_call_is_in_flight_keeps_its_run_until_it_ends(
+        ) -> None:
+    # A DELETE (end_client) while a call still runs must not end the run under it: the
+    # call's result would land in a completed run. The run ends once nothing is in flight.
+    started, release = anyio.Event(), anyio.Event()
+
+    @hr.tool(mutates=False)
+    async def slow(text: str) -> str:
+        """Wait, then echo."""
+        started.set()
+        await release.wait()
+        return text
+
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([slow]), store=store, manifest=hr.Manifest.from_toml(
+        '[[tools]]\nref = "local/slow"\ndescription = "Slow."\nmutates = false\n'))
+    async with Client(gateway.server()) as client:
+        results: list[Any] = []
+
+        async def call() -> None:
+            results.append(await client.call_tool("slow", {"text": "done"}))
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                await started.wait()
+                (key,) = list(gateway._by_client)
+                await gateway.end_client(key)  # the client says goodbye mid-call
+                (run,) = await store.runs()
+                assert run.status is hr.RunStatus.RUNNING
+                release.set()
+        assert results[0].content[0].text == "done"
+        await gateway.end_client(key)
+    (run,) = await store.runs()
+    assert run.status is hr.RunStatus.COMPLETED
+    (record,) = await store.calls(run.id)
+    assert record.status is hr.CallStatus.FINISHED
+
+
+def test_a_stateless_client_is_known_by_its_token_never_joining_anothers_run() -> None:
+    # The key of a stateless-era request (no handshake): its bearer token, the client's name
+    # and version. Another token is another client, whatever name it gives; only a digest
+    # is kept, never the token.
+    from types import SimpleNamespace
+
+    from handrail.mcp._gateway import client_key
+
+    def key(token: str, name: str = "desk") -> tuple[Any, ...]:
+        connection = SimpleNamespace(session_id=None, protocol_version="2026-07-28",
+                                     has_standalone_channel=False)
+        info = SimpleNamespace(name=name, version="1.0")
+        ctx = SimpleNamespace(request=SimpleNamespace(headers={"authorization": token}),
+                              session=SimpleNamespace(client_params=SimpleNamespace(
+                                  client_info=info)))
+        return client_key(ctx, connection)
+
+    assert key("Bearer aaaa") == key("Bearer aaaa")
+    assert key("Bearer aaaa") != key("Bearer bbbb")
+    assert key("Bearer aaaa", "desk") != key("Bearer aaaa", "other")
+    assert "aaaa" not in repr(key("Bearer aaaa"))
+
+
+async def test_past_the_bound_a_client_with_a_call_in_flight_keeps_its_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Past MAX_SESSIONS the idlest client's run is ended to make room, but never one whose
+    # call is still running: its result would land in an ended run.
+    from handrail.mcp import _gateway
+
+    started, release = anyio.Event(), anyio.Event()
+
+    @hr.tool(mutates=False)
+    async def slow(text: str) -> str:
+        """Wait, then echo."""
+        if text == "wait":
+            started.set()
+            await release.wait()
+        return text
+
+    monkeypatch.setattr(_gateway, "MAX_SESSIONS", 1)
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([slow]), store=store, manifest=hr.Manifest.from_toml(
+        '[[tools]]\nref = "local/slow"\ndescription = "Slow."\nmutates = false\n'))
+    server = gateway.server()
+    results: list[Any] = []
+
+    async def busy_client() -> None:
+        async with Client(server, client_info=t.Implementation(name="busy", version="1")) as c:
+            results.append(await c.call_tool("slow", {"text": "wait"}))
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(busy_client)
+            await started.wait()
+            # Another client arrives: two past a bound of one, the busy one the idlest.
+            async with Client(server, client_info=t.Implementation(name="new",
+                                                                   version="1")) as c:
+                assert (await c.call_tool("slow", {"text": "hi"})).content[0].text == "hi"  # type: ignore[union-attr]
+            status = {run.task: run.status for run in await store.runs()}
+            assert status["MCP session of busy"] is hr.RunStatus.RUNNING
+            release.set()
+    assert results[0].content[0].text == "wait"
+    busy = next(r for r in await store.runs() if r.task == "MCP session of busy")
+    (record,) = await store.calls(busy.id)
+    assert record.status is hr.CallStatus.FINISHED
+
+
+async def test_a_session_ending_while_a_call_waits_for_an_answer_leaves_its_run_waiting(
+        ) -> None:
+    # A call parked on a tool's question (nobody answers in the gateway): the session ends,
+    # but a person's answer is still awaited, so the run is not completed.
+    @hr.tool(mutates=False, interactions={"question"})
+    async def ask(ctx: hr.CallContext) -> str:
+        """Ask which account."""
+        return str(await ctx.ask(hr.Question("Which account?")))
+
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([ask]), store=store, approval_timeout=0,
+                      manifest=hr.Manifest.from_toml(
+                          '[[tools]]\nref = "local/ask"\ndescription = "Ask."\n'
+                          'mutates = false\n'))
+    async with Client(gateway.server()) as client:
+        result = await client.call_tool("ask", {})
+        assert result.is_error and "awaiting an answer: question" in result.content[0].text  # type: ignore[union-attr]
+    await gateway.close()
+    (run,) = await store.runs()
+    assert run.status is hr.RunStatus.AWAITING_APPROVAL
+    assert run.outcome is not None and run.outcome["kind"] == "awaiting_approval"
+
+
+async def test_clients_are_shown_the_manifests_descriptions_not_the_codes() -> None:
+    # The manifest is what a person reviewed: its description is what a model reads (the
+    # code's docstring says only "Echo.").
+    gateway = Gateway(hr.Toolbox([echo]), store=hr.Store.memory(),
+                      manifest=hr.Manifest.from_toml(MANIFEST))
+    async with Client(gateway.server()) as client:
+        listed = {tool.name: tool.description for tool in (await client.list_tools()).tools}
+    assert listed == {"echo": "Echo the text."}

@@ -123,11 +123,28 @@ async def test_the_record_is_realistic(recorded: Recorded) -> None:
     assert any(c.tool == "fx/echo" for c in calls)
 
 
+@pytest.fixture(scope="module")
+async def shared(recorded: Recorded) -> list[tuple[RunRecord, list[CallRecord]]]:
+    """The same history as the command reads it: the SQLite file on a read-only connection,
+    what the policy decided on only, each distinct JSON text decoded once (records recorded
+    alike share one value, and the replay one shape)."""
+    from handrail.store._sqlite import read_history
+
+    history = [pair async for pair in read_history(str(recorded.db), decisions_only=True)]
+    calls = [c for _, cs in history for c in cs]
+    # Proof that the shared path is the one exercised: far fewer values than records.
+    assert len({id(c.verdict) for c in calls}) < len(calls) / 2
+    assert len({id(c.actions) for c in calls}) < len(calls) / 2
+    return history
+
+
+@pytest.mark.parametrize("read", ["records", "shared"])
 @pytest.mark.parametrize("proposal", [tighter, looser])
 async def test_every_flip_what_if_reports_is_what_policy_check_decides(
-        recorded: Recorded, proposal: Any) -> None:
+        recorded: Recorded, shared: list[tuple[RunRecord, list[CallRecord]]], proposal: Any,
+        read: str) -> None:
     policy = proposal(recorded.port)
-    report = hr.policy.replay(recorded.history, policy)
+    report = hr.policy.replay(recorded.history if read == "records" else shared, policy)
     expected = expected_flips(recorded, policy)
     assert expected, "the proposal changes nothing: the test would prove nothing"
     got = {(f.run_id, f.call_id): (f.before.value, f.after.value) for f in report.flips}
@@ -428,6 +445,67 @@ async def test_the_suggested_policy_passes_its_own_what_if(tmp_path: Path,
     code, out, _ = await _handrail("policy", "suggest", "--store", db, cwd=tmp_path)
     assert code == 0 and hr.Policy.from_toml(out) == policy
     assert _digest(recorded.db) == before
+
+
+def test_calls_recorded_alike_in_two_workspaces_are_each_replayed_in_their_own() -> None:
+    # One call of two actions, recorded twice with the very same decoded values (as a
+    # store's history shares them), in runs of two workspaces. Its paths are absolute and
+    # carry no decided form: made canonical against each run's workspace, they lie inside
+    # the first and outside the second, which confinement denies.
+    actions = [{"act": "read", "target": "/ws/one/a.py"},
+               {"act": "write", "target": "/ws/one/b.py"}]
+    verdict = {"effect": "allow", "rule": None, "layer": None, "reason": "default",
+               "target": "a.py"}
+    history = []
+    for n, ws in enumerate(("/ws/one", "/ws/two")):
+        run = RunRecord(id=f"r{n}", task="t", agent="a", workspace=ws, created_at=n)
+        history.append((run, [CallRecord(id=f"r{n}:c", run_id=f"r{n}", call_id="c", turn=0,
+                                         index=0, model_name="s/t", tool="s/t",
+                                         actions=actions, verdict=verdict)]))
+    report = hr.policy.replay(history, hr.Policy.permissive())
+    assert [(f.run_id, f.after) for f in report.flips] == [("r1", hr.Effect.DENY)]
+    assert report.flips[0].reason_after.startswith("path resolves outside the workspace")
+
+
+def test_calls_recorded_alike_keep_their_own_outcome() -> None:
+    # The same asked call, approved once and denied once: one shape, two outcomes. Denying
+    # it fails the check for the approval only; allowing it, for the denial only.
+    actions = [{"act": "write", "target": "src/a.py"}]
+    verdict = {"effect": "ask", "rule": None, "layer": None, "reason": "default",
+               "target": "src/a.py"}
+    run = RunRecord(id="r", task="t", agent="a", workspace="/ws")
+    calls = [CallRecord(id=f"r:{kind}", run_id="r", call_id=kind, turn=i, index=0,
+                        model_name="s/t", tool="s/t", actions=actions, verdict=verdict,
+                        decision={"kind": kind})
+             for i, kind in enumerate(("approve", "deny"))]
+    deny = hr.Policy.default().layer("x").deny(hr.Act.WRITE, "src/**")
+    allow = hr.Policy.default().layer("x").allow(hr.Act.WRITE, "src/**")
+    assert [(f.call_id, f.outcome, f.gating) for f in hr.policy.replay([(run, calls)], deny)
+            .flips] == [("approve", "approved", True), ("deny", "denied", False)]
+    assert [(f.call_id, f.gating) for f in hr.policy.replay([(run, calls)], allow)
+            .flips] == [("approve", False), ("deny", True)]
+
+
+async def test_a_history_read_decodes_each_text_once_and_shares_it(recorded: Recorded,
+                                                                   monkeypatch: Any) -> None:
+    from handrail.store._rows import DecisionRows
+    from handrail.store._sqlite import read_history
+
+    async def read() -> list[CallRecord]:
+        return [c async for _, cs in read_history(str(recorded.db), decisions_only=True)
+                for c in cs]
+
+    calls = await read()
+    by_text: dict[str, set[int]] = {}
+    for c in calls:
+        by_text.setdefault(json.dumps(c.verdict, sort_keys=True), set()).add(id(c.verdict))
+    assert all(len(ids) == 1 for ids in by_text.values())  # equal text: one value
+    assert len(by_text) > 10  # and different texts: different values
+    # Nothing remembered (a record of all-distinct texts): the same records, none shared.
+    monkeypatch.setattr(DecisionRows, "MEMO", 0)
+    alone = await read()
+    assert alone == calls
+    assert len({id(c.verdict) for c in alone}) == len(alone)
 
 
 async def test_the_memory_store_gives_the_same_history(recorded: Recorded) -> None:

@@ -13,7 +13,6 @@ import re
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -327,6 +326,15 @@ async def test_a_crashing_command_refuses(tmp_path: Path) -> None:
     assert "could not check this call" in text
 
 
+async def test_a_command_killed_by_a_signal_after_printing_pass_refuses(tmp_path: Path) -> None:
+    # Its answer was written, but it did not end well (the machine's OOM killer, a crash in
+    # its cleanup): an exit that is not 0 fails closed, a signal as much as an exit code.
+    killed = script(tmp_path / "killed.sh", '#!/bin/sh\ncat > /dev/null\n'
+                    'echo \'{"decision": "pass", "reason": "fine"}\'\nkill -9 $$\n')
+    _, error = await refused_by(hr.CommandControl([str(killed)]))
+    assert "was killed by signal 9" in error
+
+
 async def test_a_missing_command_refuses(tmp_path: Path) -> None:
     _, error = await refused_by(hr.CommandControl([str(tmp_path / "absent")]))
     assert "could not start" in error
@@ -337,10 +345,10 @@ async def test_a_hanging_command_refuses_and_its_process_group_is_killed(
     pids = tmp_path / "pids"
     hang = script(tmp_path / "hang.sh",
                   f"#!/bin/sh\nsleep 300 &\necho $! > {pids}\nsleep 300\n")
-    started = time.monotonic()
+    # Refused at its timeout, not after the program's 300 s: the error says so, and the
+    # program's group is dead below (no clock asserted).
     _, error = await refused_by(hr.CommandControl([str(hang)], timeout=1))
     assert "timed out after 1s" in error
-    assert time.monotonic() - started < 30
     child = int(pids.read_text())
     # The background child of the program is gone too (killed with its group, reaped by
     # init): poll its state without sleeping for coordination.
@@ -377,12 +385,11 @@ async def test_a_babbling_command_refuses(tmp_path: Path, output: str, why: str)
 
 async def test_an_oversized_answer_refuses_without_being_read_whole(tmp_path: Path) -> None:
     # An endless answer: the read stops at the bound, and the program is killed.
+    # Refused at the bound, not at the 30 s timeout (which would say "timed out").
     flood = script(tmp_path / "flood.sh", "#!/bin/sh\nyes pass\n")
-    started = time.monotonic()
     _, error = await refused_by(hr.CommandControl([str(flood)], max_output_bytes=1000,
                                                   timeout=30))
     assert "exceeds 1000 bytes" in error
-    assert time.monotonic() - started < 20
 
 
 async def test_a_python_control_that_raises_or_answers_badly_refuses() -> None:
@@ -572,3 +579,40 @@ async def test_a_turns_calls_are_put_to_the_control_together() -> None:
         "sum", store=hr.Store.memory())
     assert result.outcome == hr.Completed("done")
     assert [m.result.is_error for m in got[0]] == [False, False, False]
+
+
+async def test_a_childs_own_control_adds_its_refusal_to_its_roots_pass(tmp_path: Path) -> None:
+    # A tree's calls go to the root's control first, then to the child's own: a child's
+    # control can only add refusals (docs/control.md, docs/subagents.md). Here the root's
+    # passes everything and the child's refuses its write: the write is refused.
+    from handrail.builtin import WriteFile
+
+    asked: list[str] = []
+
+    def root_control(query: dict[str, Any]) -> dict[str, str]:
+        asked.append(f"root {query['tool']}")
+        return {"decision": "pass", "reason": ""}
+
+    def kid_control(query: dict[str, Any]) -> dict[str, str]:
+        asked.append(f"kid {query['tool']}")
+        return {"decision": "refuse", "reason": "the kid writes nothing"}
+
+    allow = (hr.Policy.default().layer("app").allow(hr.Act.WRITE, "**")
+             .allow(hr.Act.CALL, "agents/*"))
+    kid = hr.Agent(Scripted([call("workspace/write_file", {"path": "kid.txt", "content": "x"}),
+                             reply("kid done")]),
+                   [WriteFile], policy=allow, workspace=tmp_path, name="kid",
+                   control=kid_control)
+    root = hr.Agent(Scripted([call("agents/kid", {"task": "go"}), reply("done")]),
+                    [kid.as_tool()], policy=allow, workspace=tmp_path, name="root",
+                    control=root_control)
+    store = hr.Store.memory()
+    result = await root.run("go", store=store)
+    assert result.outcome == hr.Completed("done")
+    assert not (tmp_path / "kid.txt").exists()
+    assert asked == ["root agents/kid", "root workspace/write_file", "kid workspace/write_file"]
+    [child] = [r for r in await store.runs() if r.depth == 1]
+    [write] = await store.calls(child.id)
+    assert write.status is hr.CallStatus.REFUSED and write.verdict is not None
+    assert write.verdict["control"] == {"decision": "refuse",
+                                        "reason": "the kid writes nothing"}

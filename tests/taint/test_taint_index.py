@@ -59,6 +59,24 @@ def test_numbers_match_by_value() -> None:
     assert corpus.find(4999) is None
 
 
+def test_a_token_is_found_without_the_punctuation_around_it() -> None:
+    # A short value ends a sentence, or is starred or asked about: the same value.
+    corpus = Corpus()
+    corpus.add(("c1", "t"), ["then run it: rm! or ls?, or *cat* ... done."])
+    for value in ("rm", "ls", "cat", "it", "done"):
+        assert corpus.find(value) is not None, value
+    assert corpus.find("mv") is None
+
+
+def test_a_zero_padded_number_is_the_same_number() -> None:
+    corpus = Corpus()
+    corpus.add(("c1", "t"), ["account 007 has 0042.50 left, ref 1_000"])
+    assert _found(corpus, 7) == (("c1", "t"), "number")
+    assert corpus.find(42.5) is not None
+    assert corpus.find(1000) is not None
+    assert corpus.find(70) is None and corpus.find(425) is None
+
+
 def test_the_first_source_is_named() -> None:
     corpus = Corpus()
     for i in range(50):

@@ -1,5 +1,6 @@
 """ToolHandler: one call as a resumable state machine."""
 
+import asyncio
 import threading
 from pathlib import Path
 from typing import Any
@@ -578,15 +579,22 @@ async def test_class_tool_timeout() -> None:
         await hr.Toolbox([Hangs]).call("hangs", {})
 
 
-async def test_the_deadline_counts_running_time_not_waiting_time() -> None:
-    @hr.tool(timeout=0.1, interactions={"question"})
+async def test_the_deadline_counts_running_time_not_waiting_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    @hr.tool(timeout=5, interactions={"question"})
     async def patient(ctx: hr.CallContext) -> str:
-        return await ctx.ask(hr.Question("?"))
+        answer = await ctx.ask(hr.Question("?"))
+        await anyio.lowlevel.checkpoint()  # it goes on after the answer: a deadline past bites
+        return answer
 
     handler = hr.Toolbox([patient]).handler("patient")
     out = await handler.step(hr.Invoke("c", {}))
     assert isinstance(out, hr.Interaction)
-    await anyio.sleep(0.2)  # the caller takes longer than the deadline to answer
+    # The caller takes a minute to answer, twelve times the deadline: the loop's clock is
+    # moved on by that much (no sleep; nothing of the tool is scheduled meanwhile).
+    loop = asyncio.get_running_loop()
+    now = loop.time
+    monkeypatch.setattr(loop, "time", lambda: now() + 60)
     out = await handler.step(hr.Respond(out.id, hr.Submit("ok")))
     assert isinstance(out, hr.Finished) and out.result.structured == "ok"
 

@@ -57,11 +57,13 @@ def _history(args: argparse.Namespace, since: float, *, arguments: bool = False)
 
     A SQLite file is read on a read-only connection of its own (`read_history`), never
     through a store, whose read-write connections could fold its log or checkpoint its WAL
-    into the file when they close; any other store through its `call_history`.
+    into the file when they close; any other store through its `call_history`. The cycle
+    collector is paused meanwhile, as `hr.policy.what_if` does (see `_paused_gc`).
     """
     import asyncio
 
     from handrail.cli._runs import _existing_store, _store_path
+    from handrail.policy._whatif import _paused_gc
 
     path = _store_path(args)
     file = path.removeprefix("sqlite://")
@@ -75,7 +77,8 @@ def _history(args: argparse.Namespace, since: float, *, arguments: bool = False)
             return [pair async for pair in read_history(local, since=since,
                                                              decisions_only=not arguments)]
 
-        return asyncio.run(read_file())
+        with _paused_gc():
+            return asyncio.run(read_file())
 
     async def read_store() -> list[Any]:
         store = _existing_store(args)
@@ -85,7 +88,8 @@ def _history(args: argparse.Namespace, since: float, *, arguments: bool = False)
         finally:
             await store.close()
 
-    return asyncio.run(read_store())
+    with _paused_gc():
+        return asyncio.run(read_store())
 
 
 def _print_report(report: WhatIf, source: str, limit: int, *, quotas: bool = False) -> None:

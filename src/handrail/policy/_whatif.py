@@ -27,13 +27,16 @@ stricter reading, and the replay is `approximate` when the two defaults differ.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import gc
+import json
 import os
 import posixpath
 import re
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -242,18 +245,29 @@ class _Decided:
 
 
 @dataclass(slots=True)
+class _Shape:
+    """What a recorded call was decided on: shared by every call recorded alike.
+
+    The same file read, the same program run, the same rule deciding: a record of 100,000
+    calls holds a few hundred shapes, so each is built, and replayed, once.
+    """
+
+    actions: tuple[_Decided, ...]
+    before: Effect
+    reason_before: str
+    mutates: bool
+    mutates_known: bool
+    tainted: bool
+
+
+@dataclass(slots=True)
 class _Call:
     """A recorded call the policy decided, ready to replay."""
 
     record: CallRecord
     agent: str
-    actions: tuple[_Decided, ...]
-    before: Effect
-    reason_before: str
+    shape: _Shape
     outcome: Outcome
-    mutates: bool
-    mutates_known: bool
-    tainted: bool
 
 
 def _lexical_path(raw: object, root: str) -> tuple[str, bool]:
@@ -355,7 +369,8 @@ def _outcome(record: CallRecord, effect: Effect) -> Outcome:
     return "pending"
 
 
-def _prepare(run: RunRecord, agent: str, record: CallRecord) -> _Call | None:
+def _shape(record: CallRecord, root: str) -> _Shape | None:
+    """What `record` was decided on; None when no policy decided it, or it is unusable."""
     verdict = record.verdict
     if not isinstance(verdict, dict):
         return None
@@ -364,7 +379,7 @@ def _prepare(run: RunRecord, agent: str, record: CallRecord) -> _Call | None:
     before = _EFFECTS.get(verdict.get("effect"))  # type: ignore[arg-type]
     if before is None:
         return None  # refused before the policy (the tool control): no effect to compare
-    actions = _decided(record, run.workspace or "/")
+    actions = _decided(record, root)
     if actions is None:
         return None
     reason = verdict.get("reason")
@@ -374,8 +389,7 @@ def _prepare(run: RunRecord, agent: str, record: CallRecord) -> _Call | None:
         and reason.endswith(_READ_ONLY_REASON))
     known = "mutates" in verdict or (verdict.get("rule") is None
                                      and verdict.get("layer") is None)
-    return _Call(record, agent, actions, before, reason, _outcome(record, before),
-                 not read_only, known, bool(verdict.get("taint")))
+    return _Shape(actions, before, reason, not read_only, known, bool(verdict.get("taint")))
 
 
 def _held_by_quota(verdict: Mapping[str, Any]) -> bool:
@@ -384,28 +398,80 @@ def _held_by_quota(verdict: Mapping[str, Any]) -> bool:
     return isinstance(shown, list) and any(isinstance(e, dict) and e.get("over") for e in shown)
 
 
-def _verdict_of(call: _Call, policy: Policy) -> tuple[Verdict, _Decided, bool]:
-    """The proposed policy's verdict (strictest over the actions, ties: the first)."""
+class _Shapes:
+    """Each recorded call's `_Shape`, built once per distinct (actions, verdict, workspace).
+
+    A store's history shares one decoded value among records with equal JSON
+    (`call_history(decisions_only=True)`), so the objects' identities are the key; the
+    entry keeps both objects alive (an id is only unique while its object lives) and is
+    checked against them. Records that share nothing (built one by one) are shaped one by
+    one, the same result.
+    """
+
+    __slots__ = ("_memo",)
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[int, int, str], tuple[object, object, _Shape | None]] = {}
+
+    def of(self, record: CallRecord, root: str) -> _Shape | None:
+        actions, verdict = record.actions, record.verdict
+        key = (id(actions), id(verdict), root)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is actions and hit[1] is verdict:
+            return hit[2]
+        shape = _shape(record, root)
+        self._memo[key] = (actions, verdict, shape)
+        return shape
+
+
+class _Verdicts:
+    """`_shape_verdict` of each shape under one policy, decided once per shape."""
+
+    __slots__ = ("_conditional", "_memo", "_policy")
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self._conditional = policy.conditional
+        # Keyed by the shape's id: every shape outlives this (the calls hold them).
+        self._memo: dict[int, tuple[Verdict, _Decided, bool]] = {}
+
+    def of(self, call: _Call) -> tuple[Verdict, _Decided, bool]:
+        shape = call.shape
+        if self._conditional:
+            # Value conditions read each call's own arguments: nothing to share.
+            return _shape_verdict(shape, self._policy, call.record.performed_arguments)
+        hit = self._memo.get(id(shape))
+        if hit is None:
+            hit = self._memo[id(shape)] = _shape_verdict(shape, self._policy)
+        return hit
+
+
+def _shape_verdict(shape: _Shape, policy: Policy, arguments: Any = None
+                   ) -> tuple[Verdict, _Decided, bool]:
+    """The proposed policy's verdict (strictest over the actions, ties: the first).
+
+    `arguments`: what the call was performed with, for a policy with value conditions.
+    """
     best: Verdict | None = None
-    which = call.actions[0]
-    arguments = call.record.performed_arguments
-    for action in call.actions:
-        verdict = action.check(policy, call.mutates, arguments)
+    which = shape.actions[0]
+    for action in shape.actions:
+        verdict = action.check(policy, shape.mutates, arguments)
         if best is None or verdict.effect > best.effect:
             best, which = verdict, action
             if verdict.effect is Effect.DENY:
                 break
     assert best is not None
-    approximate = any(a.approximate for a in call.actions)
-    if arguments is None and best.rule is not None and best.rule.when:
+    approximate = any(a.approximate for a in shape.actions)
+    if (policy.conditional and arguments is None and best.rule is not None
+            and best.rule.when):
         # The record kept no arguments (a refused call's): the condition was undecidable,
         # so decided the stricter way; the call itself may have fared otherwise.
         approximate = True
-    if (not call.mutates_known and best.rule is None and best.layer is None
+    if (not shape.mutates_known and best.rule is None and best.layer is None
             and best.effect is not Effect.DENY and which.act is Act.CALL
             and policy.default_for(Act.CALL) != policy.default_for(Act.CALL, mutates=False)):
         approximate = True
-    if call.tainted and best.effect is Effect.ALLOW:
+    if shape.tainted and best.effect is Effect.ALLOW:
         # The same protected arguments came from untrusted output: the proposed policy's
         # taint setting decides what an allowed call gets (docs/taint.md).
         effect = Effect.DENY if policy.taint == "deny" else Effect.ASK
@@ -465,19 +531,41 @@ def _calls(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], agent: str
     prepared: list[_Call] = []
     undecided = runs = 0
     seen: set[str] = set()
+    shapes = _Shapes()
     for run, records in pairs:
         path = paths[run.id]
         seen.add(path)
         if not _matches_agent(path, agent):
             continue
         runs += 1
+        root = run.workspace or "/"
         for record in records:
-            call = _prepare(run, path, record)
-            if call is None:
+            shape = shapes.of(record, root)
+            if shape is None:
                 undecided += 1
             else:
-                prepared.append(call)
+                prepared.append(_Call(record, path, shape, _outcome(record, shape.before)))
     return prepared, undecided, runs, seen
+
+
+@contextlib.contextmanager
+def _paused_gc() -> Iterator[None]:
+    """The cycle collector paused while a history is built and replayed.
+
+    A history of 100,000 calls is that many records and as many replay entries, all alive
+    until the report is made and none in a cycle: each full collection the allocations
+    trigger walks them all for nothing (a third of the replay's time, measured on 100,000
+    calls). Only the collector's automatic runs pause; it is re-enabled on the way out by
+    whoever paused it (a nested or concurrent pause leaves it to the outer one).
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _no_such_agent(agent: str, seen: set[str]) -> UserError:
@@ -511,20 +599,28 @@ def replay(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], policy: Po
     if not isinstance(policy, Policy):
         raise UserError(f"what-if replays against an hr.Policy, not {type(policy).__name__}")
     _check_agent(agent)
+    with _paused_gc():
+        return _replay(history, policy, agent)
+
+
+def _replay(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], policy: Policy,
+            agent: str | None) -> WhatIf:
     prepared, undecided, runs, seen = _calls(history, agent)
     if agent is not None and runs == 0:
         raise _no_such_agent(agent, seen)
     flips: list[Flip] = []
+    verdicts = _Verdicts(policy)
     for call in prepared:
-        verdict, which, approximate = _verdict_of(call, policy)
-        if verdict.effect is call.before:
+        verdict, which, approximate = verdicts.of(call)
+        shape = call.shape
+        if verdict.effect is shape.before:
             continue
         record = call.record
         flips.append(Flip(
             run_id=record.run_id, call_id=record.call_id, agent=call.agent,
             tool=record.tool or record.model_name, act=which.act.value, target=verdict.target,
-            before=call.before, after=verdict.effect, outcome=call.outcome,
-            reason_before=call.reason_before, reason_after=verdict.reason,
+            before=shape.before, after=verdict.effect, outcome=call.outcome,
+            reason_before=shape.reason_before, reason_after=verdict.reason,
             approximate=approximate))
     return WhatIf(replayed=len(prepared), undecided=undecided, runs=runs, flips=tuple(flips))
 
@@ -588,7 +684,8 @@ async def _history(store: Store, since: float, *, arguments: bool = False,
                         "open one with hr.Store.open(url)")
     history: AsyncIterator[tuple[RunRecord, list[CallRecord]]] = store.call_history(
         since=since, decisions_only=not arguments)
-    return [pair async for pair in history]
+    with _paused_gc():
+        return [pair async for pair in history]
 
 
 async def what_if(store: Store, policy: Policy | str | os.PathLike[str], *,
@@ -647,7 +744,12 @@ def _pattern(action: _Decided) -> str:
     return _escape(action.target)
 
 
-def _not_denying(let: Sequence[_Call], rules: list[Rule]) -> list[Rule]:
+def _unique(calls: Iterable[_Call]) -> list[_Shape]:
+    """The distinct shapes of `calls`, in first-seen order."""
+    return list({id(c.shape): c.shape for c in calls}.values())
+
+
+def _not_denying(let: Sequence[_Shape], rules: list[Rule]) -> list[Rule]:
     """`rules` without those that would deny an action the record let through.
 
     A person's denial is denied exactly, but a CALL pattern also covers longer targets
@@ -657,7 +759,7 @@ def _not_denying(let: Sequence[_Call], rules: list[Rule]) -> list[Rule]:
         policy = Policy(layers=(Layer(DENIED_LAYER, tuple(rules)),),
                         defaults=dict.fromkeys(("read", "write", "exec", "net", "call",
                                                 "call_read_only"), Effect.ALLOW))
-        hits = {verdict.rule for call in let for verdict in [_verdict_of(call, policy)[0]]
+        hits = {verdict.rule for shape in let for verdict in [_shape_verdict(shape, policy)[0]]
                 if verdict.rule is not None}
         if not hits:
             break
@@ -682,7 +784,12 @@ def suggest_from(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], *,
             no call the policy let through (nothing to suggest from).
     """
     _check_agent(agent)
-    pairs = list(history)
+    with _paused_gc():
+        return _suggest_from(list(history), agent)
+
+
+def _suggest_from(pairs: list[tuple[RunRecord, Sequence[CallRecord]]], agent: str | None,
+                  ) -> Suggestion:
     prepared, _, runs, seen = _calls(pairs, agent)
     if agent is not None and runs == 0:
         raise _no_such_agent(agent, seen)
@@ -693,8 +800,15 @@ def suggest_from(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], *,
     # The policies the runs were bound by: their deny rules, defaults and taint.
     bound: list[Policy] = [Policy.default()]
     agent_runs = {c.record.run_id for c in prepared}
+    read: set[str] = set()
     for run, _ in pairs:
         if run.id in agent_runs and isinstance(run.policy, Mapping):
+            # Runs of one agent mostly share one policy: each distinct one is read once
+            # (what is kept of them, denies, strictest defaults, taint, is the same twice).
+            text = json.dumps(run.policy, sort_keys=True, default=repr)
+            if text in read:
+                continue
+            read.add(text)
             try:
                 bound.append(Policy.from_dict(run.policy, source=f"run {run.id}'s policy"))
             except PolicyError:
@@ -712,10 +826,11 @@ def suggest_from(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], *,
             defaults[key] = max(defaults[key], effect)
     taint = "deny" if any(p.taint == "deny" for p in bound[1:]) else "ask"
 
+    let_shapes = _unique(let)
     allowed: dict[tuple[Act, str], None] = {}
     files: dict[tuple[Act, str], set[str]] = {}
-    for call in let:
-        for action in call.actions:
+    for shape in let_shapes:
+        for action in shape.actions:
             if action.confined:
                 continue
             allowed[action.act, _pattern(action)] = None
@@ -724,10 +839,8 @@ def suggest_from(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], *,
                 files.setdefault((action.act, folder), set()).add(action.target)
     # Folders that held something not let through are never generalised.
     held_back: set[tuple[Act, str]] = set()
-    for call in prepared:
-        if call.outcome in ("allowed", "approved"):
-            continue
-        for action in call.actions:
+    for shape in _unique(c for c in prepared if c.outcome not in ("allowed", "approved")):
+        for action in shape.actions:
             if action.act in (Act.READ, Act.WRITE) and "/" in action.target:
                 held_back.add((action.act, action.target.rpartition("/")[0]))
     generalised: list[str] = []
@@ -744,14 +857,12 @@ def suggest_from(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], *,
     # What a person refused (and nobody let through anywhere in the record) stays refused:
     # denying it exactly is tighter than asking again, and is what the record shows.
     refused: dict[tuple[Act, str], None] = {}
-    for call in prepared:
-        if call.outcome != "denied":
-            continue
-        for action in call.actions:
+    for shape in _unique(c for c in prepared if c.outcome == "denied"):
+        for action in shape.actions:
             denied = (action.act, _pattern(action))
             if not action.confined and denied not in allowed:
                 refused[denied] = None
-    by_person = _not_denying(let, [Rule(act, pattern, Effect.DENY)
+    by_person = _not_denying(let_shapes, [Rule(act, pattern, Effect.DENY)
                                    for act, pattern in refused])
     layers = [Layer(name, tuple(kept)) for name, kept in deny_layers.items()]
     if by_person:
@@ -761,8 +872,9 @@ def suggest_from(history: Iterable[tuple[RunRecord, Sequence[CallRecord]]], *,
     if taint == "deny":
         policy = policy.with_taint("deny")
     conflicts: list[str] = []
+    verdicts = _Verdicts(policy)
     for call in let:
-        verdict, which, _ = _verdict_of(call, policy)
+        verdict, which, _ = verdicts.of(call)
         if verdict.effect is Effect.DENY and verdict.layer != TAINT_LAYER:
             conflicts.append(f"{call.record.run_id}:{call.record.call_id} "
                              f"{which.act.value} {which.target} ({verdict.reason})")

@@ -53,9 +53,8 @@ from handrail.errors import (
     UserError,
 )
 from handrail.store import audit as _audit
-from handrail.store._rows import DECISION_COLUMNS
+from handrail.store._rows import DECISION_COLUMNS, DecisionRows
 from handrail.store._rows import call_from_row as _call_from
-from handrail.store._rows import decision_from_row as _decision_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
 from handrail.store.audit import ZERO, call_body, pending_body, run_body, status_body
@@ -1118,7 +1117,8 @@ class PostgresStore(Store):
         # One READ ONLY, REPEATABLE READ transaction: the server refuses any write in it, and
         # every chunk of calls is read from the snapshot the runs were listed in.
         columns = ", ".join(DECISION_COLUMNS) if decisions_only else _CALL_COLUMNS
-        decode = _decision_from if decisions_only else _call_from
+        decode: Callable[[tuple[Any, ...]], CallRecord] = (
+            DecisionRows() if decisions_only else _call_from)
         self._check_open()
         pool = await self._ensure_open()
         if self._claims:

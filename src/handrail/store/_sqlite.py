@@ -91,9 +91,8 @@ from handrail.errors import (
 )
 from handrail.store import audit as _audit
 from handrail.store._pace import nothing_else_to_run
-from handrail.store._rows import DECISION_COLUMNS, DECISION_INDEXES
+from handrail.store._rows import DECISION_COLUMNS, DECISION_INDEXES, DecisionRows
 from handrail.store._rows import call_from_row as _call_from
-from handrail.store._rows import decision_from_row as _decision_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
 from handrail.store.audit import ZERO, call_body, pending_body, run_body, status_body
@@ -888,18 +887,19 @@ _HISTORY_CHUNK = 400
 before 3.32)."""
 
 
-def _history_calls(db: sqlite3.Connection, ids: Sequence[str], decisions_only: bool,
-                   ) -> dict[str, list[CallRecord]]:
-    """The calls of runs `ids` by run, in order.
+def _history_calls(db: sqlite3.Connection, ids: Sequence[str],
+                   decisions: DecisionRows | None) -> dict[str, list[CallRecord]]:
+    """The calls of runs `ids` by run, in order (`decisions`: only those columns).
 
     The table's rows, with the log's not folded yet over them (a later log row of a call
     replaces an earlier one, as `_fold_rows` does).
     """
     marks = ",".join("?" * len(ids))
-    if decisions_only:
+    decode: Callable[[tuple[Any, ...]], CallRecord]
+    if decisions is not None:
         columns, log_columns = ", ".join(DECISION_COLUMNS), ", ".join(
             f"c{i}" for i in DECISION_INDEXES)
-        decode = _decision_from
+        decode = decisions
     else:
         columns, log_columns = _CALL_COLUMNS, ", ".join(f"c{i}" for i in range(23))
         decode = _call_from
@@ -956,6 +956,7 @@ async def read_history(path: str, *, since: float = 0.0, decisions_only: bool = 
         return db
 
     db = await anyio.to_thread.run_sync(lambda: mapped(connect))
+    decisions = DecisionRows() if decisions_only else None
     try:
         runs = await anyio.to_thread.run_sync(lambda: mapped(lambda: [
             _run_from(r) for r in db.execute(
@@ -966,7 +967,7 @@ async def read_history(path: str, *, since: float = 0.0, decisions_only: bool = 
             ids = [r.id for r in chunk]
             calls = await anyio.to_thread.run_sync(
                 lambda ids=ids: mapped(  # type: ignore[misc]
-                    lambda: _history_calls(db, ids, decisions_only)))
+                    lambda: _history_calls(db, ids, decisions)))
             for run in chunk:
                 yield run, calls.get(run.id, [])
     finally:

@@ -278,8 +278,9 @@ class Store(abc.ABC):
         of its log); a SQLite file and a PostgreSQL database are read in one read-only
         transaction, so the history is one consistent snapshot. With `decisions_only`, a
         store may leave out of each call what the policy did not decide on (arguments,
-        result, answers, timings, provenance: left at their defaults), a third of the
-        decoding. This default lists runs with `runs` and their calls with `calls`; a store
+        result, answers, timings, provenance: left at their defaults), and records whose
+        actions, verdict or decision were recorded alike may share one decoded value: treat
+        them as read-only. This default lists runs with `runs` and their calls with `calls`; a store
         overrides it to read in bulk.
         """
         found = [r for r in await self.runs(limit=2**62) if r.created_at >= since]
