@@ -116,8 +116,12 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def serve(root: Path, *args: str, manifest: str) -> AsyncIterator[Served]:
-    """`handrail serve --stdio *args` in `root` (with `manifest` as its handrail.toml)."""
+async def serve(root: Path, *args: str, manifest: str,
+                elicitation_callback: Any = None) -> AsyncIterator[Served]:
+    """`handrail serve --stdio *args` in `root` (with `manifest` as its handrail.toml).
+
+    With `elicitation_callback`, the client declares elicitation and answers forms with it.
+    """
     (root / "handrail.toml").write_text(manifest)
     env = {**os.environ, "LAUNCH_LOG": str(root / "launched.log"),
            "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
@@ -128,7 +132,8 @@ async def serve(root: Path, *args: str, manifest: str) -> AsyncIterator[Served]:
     # The child writes its stderr straight to this file; nothing here blocks on it.
     with open(root / "serve.stderr", "w") as errlog:  # noqa: ASYNC230
         async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write,
+                                     elicitation_callback=elicitation_callback) as session:
                 await session.initialize()
                 yield Served(session, root)
 

@@ -31,12 +31,15 @@ TOOLS = ["test_simple_text", "test_tool_with_progress", "test_tool_with_logging"
          "test_sampling", "test_elicitation"]
 
 
-def manifest_text(*, deny: str = "", names: str = "", extra_tools: str = "") -> str:
+def manifest_text(*, deny: str = "", names: str = "", extra_tools: str = "",
+                  ask: str = "") -> str:
     argv = f"{sys.executable} {SERVER} --stdio"
     lines = ["[policy]", 'extends = "default"', "[[policy.layers]]", 'name = "test"',
              f"allow = [{json.dumps('exec:' + argv)}]"]
     if deny:
         lines.append(f"deny = [{json.dumps(deny)}]")
+    if ask:
+        lines.append(f"ask = [{json.dumps(ask)}]")
     lines += ["[[servers]]", 'name = "ref"', f"command = {json.dumps(sys.executable)}",
               f"args = [{json.dumps(str(SERVER))}, \"--stdio\"]"]
     if names:
@@ -106,6 +109,35 @@ async def test_a_read_the_policy_does_not_allow_is_refused_and_recorded(tmp_path
 
     action = Carried(gateway, None).action("ref", "file:///etc/pass%77d")  # type: ignore[arg-type]
     assert (action.act, action.target) == (hr.Act.READ, "/etc/passwd")
+
+
+async def test_a_read_the_policy_asks_about_is_asked_like_a_call(tmp_path: Path) -> None:
+    text = manifest_text(ask="call:ref/test/static-*")
+    async with gateway_of(tmp_path, text, approval_timeout=0.1) as gateway, \
+            Client(gateway.server()) as client:
+        with pytest.raises(MCPError, match="awaiting approval: request ") as waiting:
+            await client.read_resource("test://static-text")
+        request_id = str(waiting.value).rpartition(" ")[2].strip("'\"")
+        [item] = await gateway.store.pending()
+        assert item.id == request_id and item.payload["target"] == "ref/test/static-text"
+        assert (await client.read_resource("test://watched-resource")).contents  # allowed
+        from handrail.approval import Decision
+
+        await gateway.store.decide(request_id, Decision.approve().to_dict(), "alice")
+        read = await client.read_resource("test://static-text")  # the same read again
+        assert read.contents[0].text == "This is the content of the static text resource."
+        # Once: a later read is a new read, asked again.
+        with pytest.raises(MCPError, match="awaiting approval: request "):
+            await client.read_resource("test://static-text")
+    await gateway.close()  # the session ends: the read still waiting expires, as a call would
+    [run] = await gateway.store.runs()
+    records = await gateway.store.calls(run.id)
+    assert [(r.tool, r.decided_by, r.disposition) for r in records] == [
+        ("handrail/read_resource", "alice", None),
+        ("handrail/read_resource", "handrail serve (the session ended)", "not_sent")]
+    assert await gateway.store.pending() == []
+    reads = await events(gateway, "mcp_resource_read")
+    assert [e["effect"] for e in reads] == ["ask", "allow", "ask", "ask"]
 
 
 async def test_progress_and_log_messages_reach_the_client_of_the_call(tmp_path: Path) -> None:
@@ -250,11 +282,89 @@ async def test_an_http_server_that_wants_authorization_says_where(tmp_path: Path
             in str(caught.value))
 
 
+async def test_a_host_the_auth_flow_reaches_is_a_net_action_the_policy_decides() -> None:
+    """An OAuth flow's other hosts (metadata, the authorization server, a token endpoint)
+    are reached only if the policy allows `net host:port`; nothing is sent to one it does
+    not."""
+    import httpx2
+
+    reached: list[int] = []
+
+    async def answer(stream: Any) -> None:
+        async with stream:
+            reached.append(stream.extra(anyio.abc.SocketAttribute.local_port))
+            with contextlib.suppress(Exception):
+                await stream.receive(65536)
+                await stream.send(b"HTTP/1.1 500 No\r\ncontent-length: 0\r\n"
+                                  b"connection: close\r\n\r\n")
+
+    server = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    issuer = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = server.extra(anyio.abc.SocketAttribute.local_port)
+    issuer_port = issuer.extra(anyio.abc.SocketAttribute.local_port)
+
+    class TokenFirst(httpx2.Auth):
+        def auth_flow(self, request: Any) -> Any:
+            yield httpx2.Request("POST", f"http://127.0.0.1:{issuer_port}/token")
+            yield request
+
+    policy = hr.Policy.default().layer("t").allow("net", f"127.0.0.1:{port}")
+    async with server, issuer, anyio.create_task_group() as tg:
+        tg.start_soon(server.serve, answer)
+        tg.start_soon(issuer.serve, answer)
+        toolset = hr.mcp.MCPToolset.http(f"http://127.0.0.1:{port}/mcp", name="api",
+                                         policy=policy, auth=TokenFirst(), connect_timeout=20)
+        with pytest.raises(hr.HandrailError) as caught:
+            async with toolset:
+                pass
+        tg.cancel_scope.cancel()
+    assert (f"reaching 127.0.0.1:{issuer_port} (for '/token') is 'net 127.0.0.1:{issuer_port}'"
+            ", which the policy does not allow") in str(caught.value)
+    assert issuer_port not in reached  # nothing was sent there
+    assert [e["target"] for e in toolset.events if e["kind"] == "mcp_host_refused"] == [
+        f"127.0.0.1:{issuer_port}"]
+
+
 async def test_auth_is_an_httpx_auth_for_an_http_server() -> None:
     with pytest.raises(hr.UserError, match="auth is for an HTTP server"):
         hr.mcp.MCPToolset.stdio("x", name="s", auth=object())
     with pytest.raises(hr.UserError, match=r"is an httpx\.Auth"):
         hr.mcp.MCPToolset.http("http://127.0.0.1:1/mcp", name="s", auth="token")
+
+
+NOT_AUTH = "a token is not an httpx2.Auth"
+
+
+def token_auth(decl: Any) -> Any:
+    """A factory the manifest's `auth` may name: called with the `[[servers]]` entry."""
+    import httpx2
+
+    class Bearer(httpx2.Auth):
+        def auth_flow(self, request: Any) -> Any:
+            request.headers["Authorization"] = f"Bearer for-{decl.name}"
+            yield request
+
+    return Bearer()
+
+
+def test_a_manifests_auth_names_the_provider_and_is_part_of_its_digest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    entry = ('[[servers]]\nname = "api"\nurl = "http://127.0.0.1:1/mcp"\n'
+             'auth = "test_mcp_carry:token_auth"\n')
+    manifest = hr.Manifest.from_toml(entry)
+    [decl] = manifest.servers
+    toolset = hr.mcp.MCPToolset.from_manifest(decl, manifest=manifest)
+    assert type(toolset.auth).__name__ == "Bearer"
+    plain = hr.Manifest.from_toml(entry.replace('auth = "test_mcp_carry:token_auth"\n', ""))
+    assert plain.digest != manifest.digest
+    with pytest.raises(hr.ManifestError, match="auth is for an HTTP server"):
+        hr.Manifest.from_toml('[[servers]]\nname = "s"\ncommand = "x"\nauth = "m:o"\n')
+    with pytest.raises(hr.ManifestError, match="as MODULE:OBJECT"):
+        hr.Manifest.from_toml(entry.replace("test_mcp_carry:token_auth", "token"))
+    wrong = hr.Manifest.from_toml(entry.replace("token_auth", "NOT_AUTH"))
+    with pytest.raises(hr.UserError, match=r"not an httpx2\.Auth"):
+        hr.mcp.MCPToolset.from_manifest(wrong.servers[0], manifest=wrong)
 
 
 # -- a call that waits for a person ----------------------------------------------------------
@@ -307,3 +417,149 @@ async def test_a_parked_call_whose_session_ended_expires_and_is_recorded() -> No
     assert [e["request_id"] for e in run.events if e["kind"] == "mcp_call_expired"] == [
         request_id]
     assert await store.pending() == []
+
+
+async def parked_in_a_killed_server(store: hr.Store) -> tuple[Gateway, str, str]:
+    """A server whose session parked a call and that was then killed (never closed)."""
+    gateway = Gateway(hr.Toolbox([launch]), store=store,
+                      manifest=hr.Manifest.from_toml(LAUNCH), approval_timeout=0.05)
+    session = await gateway.open_session("test")
+    result = await session.call("launch", {"target": "moon"})
+    return gateway, session.run_id, result.render_text().removeprefix(
+        "awaiting approval: request ")
+
+
+async def test_a_call_parked_in_a_killed_server_expires_when_the_next_server_starts(
+        tmp_path: Path) -> None:
+    store = hr.Store.open(str(tmp_path / "runs.db"))
+    store.lease_seconds = 0.01  # the killed server's lease lapses at once
+    _, run_id, request_id = await parked_in_a_killed_server(store)
+    await anyio.sleep(0.02)
+    successor = Gateway(hr.Toolbox([launch]), store=store,
+                        manifest=hr.Manifest.from_toml(LAUNCH))
+    assert await successor.expire_orphans() == 1
+    item = await store.pending_item(request_id)
+    assert item.decision is not None and item.decision["kind"] == "deny"
+    assert "expired: the handrail serve that held its MCP session stopped" in item.decision[
+        "reason"]
+    [record] = await store.calls(run_id)
+    assert record.disposition == Disposition.NOT_SENT.value
+    run = await store.run(run_id)
+    assert run.status is hr.RunStatus.COMPLETED
+    assert [e["request_id"] for e in run.events if e["kind"] == "mcp_call_expired"] == [
+        request_id]
+    assert await successor.expire_orphans() == 0  # once
+
+
+async def test_a_call_of_a_live_server_is_not_expired_by_another(tmp_path: Path) -> None:
+    store = hr.Store.open(str(tmp_path / "runs.db"))
+    store.lease_seconds = 0.3
+    live, _, request_id = await parked_in_a_killed_server(store)
+    other = Gateway(hr.Toolbox([launch]), store=store, manifest=hr.Manifest.from_toml(LAUNCH))
+    # The live server renews the lease of its waiting call: still its own past the lease.
+    for _ in range(4):
+        await anyio.sleep(0.1)
+        await live.keep_alive()
+    assert await other.expire_orphans() == 0
+    assert (await store.pending_item(request_id)).state == "open"
+    # Another server's runs, or an agent's, are not its business either.
+    stranger = Gateway(hr.Toolbox([launch]), store=store,
+                       manifest=hr.Manifest.from_toml(LAUNCH), name="another")
+    await anyio.sleep(0.35)
+    assert await stranger.expire_orphans() == 0
+    assert (await store.pending_item(request_id)).state == "open"
+    await live.close()
+
+
+async def test_an_agents_paused_run_of_the_same_name_is_not_expired(tmp_path: Path) -> None:
+    from handrail.models import Scripted, call, reply
+    from handrail.runs import DeferAll
+
+    store = hr.Store.open(str(tmp_path / "runs.db"))
+    store.lease_seconds = 0.01
+    agent = hr.Agent(Scripted([call("launch", {"target": "moon"}), reply("done")]), [launch],
+                     name="mcp-gateway")
+    result = await agent.run("launch", store=store, approver=DeferAll())
+    assert result.outcome.kind == "awaiting_approval"
+    await anyio.sleep(0.02)
+    gateway = Gateway(hr.Toolbox([launch]), store=store, manifest=hr.Manifest.from_toml(LAUNCH))
+    assert gateway.name == "mcp-gateway"
+    assert await gateway.expire_orphans() == 0  # an agent's run is resumed, not expired
+    [item] = await store.pending()
+    assert item.state == "open"
+
+
+# -- in-band approval: the client's own user decides ----------------------------------------
+
+
+def approving(answer: t.ElicitResult, asked: list[str]) -> Any:
+    async def elicit(context: Any, params: Any) -> t.ElicitResult:
+        asked.append(params.message)
+        return answer
+
+    return elicit
+
+
+async def test_an_ask_is_put_to_the_clients_user_where_the_operator_allows_it() -> None:
+    asked: list[str] = []
+    store = hr.Store.memory()
+    gateway = Gateway(hr.Toolbox([launch]), store=store, manifest=hr.Manifest.from_toml(LAUNCH),
+                      approval_timeout=0.2, client_approval={"call"})
+    yes = approving(t.ElicitResult(action="accept", content={"approve": True}), asked)
+    async with Client(gateway.server(), elicitation_callback=yes, mode="legacy") as client:
+        result = await client.call_tool("launch", {"target": "moon"})
+    assert not result.is_error and text_of(result) == "launched moon"
+    [message] = asked
+    assert "handrail asks you to approve a call of local/launch" in message
+    assert "call local/launch" in message
+    await gateway.close()
+    [record] = await store.calls((await store.runs())[0].id)
+    assert record.decided_by is not None
+    assert record.decided_by.startswith("the MCP client's user (")
+    assert await store.pending() == []  # decided in the call: nothing queued
+    [event] = await events(gateway, "mcp_client_approval")
+    assert event["outcome"] == "approve" and event["tool"] == "local/launch"
+
+
+async def test_the_clients_user_declining_denies_and_cancelling_leaves_it_to_the_queue(
+        ) -> None:
+    asked: list[str] = []
+    gateway = Gateway(hr.Toolbox([launch]), store=hr.Store.memory(),
+                      manifest=hr.Manifest.from_toml(LAUNCH), approval_timeout=0.1,
+                      client_approval={"call"})
+    no = approving(t.ElicitResult(action="decline"), asked)
+    async with Client(gateway.server(), elicitation_callback=no, mode="legacy") as client:
+        denied = await client.call_tool("launch", {"target": "moon"})
+    assert denied.is_error and "declined by the MCP client's user" in text_of(denied)
+    unticked = approving(t.ElicitResult(action="accept", content={"approve": False}), asked)
+    async with Client(gateway.server(), elicitation_callback=unticked, mode="legacy") as client:
+        refused = await client.call_tool("launch", {"target": "moon"})
+    assert refused.is_error and "declined by the MCP client's user" in text_of(refused)
+    later = approving(t.ElicitResult(action="cancel"), asked)
+    async with Client(gateway.server(), elicitation_callback=later, mode="legacy") as client:
+        queued = await client.call_tool("launch", {"target": "mars"})
+    assert text_of(queued).startswith("awaiting approval: request ")
+    assert len(asked) == 3
+    await gateway.close()
+
+
+async def test_an_ask_of_another_act_or_to_a_client_without_forms_waits_for_a_person() -> None:
+    asked: list[str] = []
+    yes = approving(t.ElicitResult(action="accept", content={"approve": True}), asked)
+    gateway = Gateway(hr.Toolbox([launch]), store=hr.Store.memory(),
+                      manifest=hr.Manifest.from_toml(LAUNCH), approval_timeout=0.1,
+                      client_approval={"write"})
+    async with Client(gateway.server(), elicitation_callback=yes, mode="legacy") as client:
+        other_act = await client.call_tool("launch", {"target": "moon"})
+    assert text_of(other_act).startswith("awaiting approval: request ")
+    assert asked == []  # a call's ask is not the client's user's to decide here
+    allowed = Gateway(hr.Toolbox([launch]), store=hr.Store.memory(),
+                      manifest=hr.Manifest.from_toml(LAUNCH), approval_timeout=0.1,
+                      client_approval={"call"})
+    async with Client(allowed.server(), mode="legacy") as client:  # declares no elicitation
+        no_forms = await client.call_tool("launch", {"target": "moon"})
+    assert text_of(no_forms).startswith("awaiting approval: request ")
+    with pytest.raises(hr.UserError, match="'approve' is not an act"):
+        Gateway(hr.Toolbox([launch]), store=hr.Store.memory(), client_approval={"approve"})
+    await gateway.close()
+    await allowed.close()

@@ -100,7 +100,9 @@ async def test_past_the_timeout_the_client_is_told_and_the_retry_runs_exactly_on
     again = await hasty.call("launch", {"target": "mars"})
     assert text(again) == f"awaiting approval: request {request_id}"
     assert [p.id for p in await hasty.pending()] == [request_id]
-    await hasty.cli("approve", request_id)
+    said = await hasty.cli("approve", request_id)
+    # Nothing to resume: the gateway's call goes on in the server (issue 36).
+    assert "the MCP client's call goes on by itself" in said and "resume" not in said
     assert hasty.launched() == []  # approving records; the call runs in the server
     done = await hasty.call("launch", {"target": "mars"})
     assert not done.is_error and text(done) == "launched mars"
@@ -189,6 +191,27 @@ async def test_an_upstream_servers_restart_is_an_event_of_the_sessions_run(
         [run] = await store.runs()
     finally:
         await store.close()
-    # The session's run records its governance first (issue 32), then what happened.
-    assert [e["kind"] for e in run.events] == ["governance", "mcp_server_restarted"]
-    assert "dying on purpose" in run.events[1]["stderr_tail"]
+    # The session's run records its governance first (issue 32), that it is an MCP client's
+    # session (issue 36), then what happened.
+    assert [e["kind"] for e in run.events] == ["governance", "mcp_session",
+                                               "mcp_server_restarted"]
+    assert "dying on purpose" in run.events[2]["stderr_tail"]
+
+
+async def test_serve_client_approval_puts_an_ask_to_the_clients_user(tmp_path: Path) -> None:
+    import mcp_types as t
+
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> t.ElicitResult:
+        asked.append(params.message)
+        return t.ElicitResult(action="accept", content={"approve": True})
+
+    async with serve(tmp_path, "serve_tools:box", "--approval-timeout", "30",
+                     "--client-approval", "call", manifest=MANIFEST,
+                     elicitation_callback=elicit) as served:
+        result = await served.call("launch", {"target": "moon"})
+        assert not result.is_error, text(result)
+        assert served.launched() == ["moon"]
+        assert await served.pending() == []
+    assert len(asked) == 1 and "local/launch" in asked[0]

@@ -743,7 +743,12 @@ def _decide_then_resume(args: argparse.Namespace, kind: str, decision: dict[str,
             out = Out()
             from handrail.store import RunStatus
 
-            if after.status is RunStatus.READY and served_by_workers(store):
+            if any(isinstance(e, dict) and e.get("kind") == "mcp_session"
+                   for e in after.events):  # an MCP client's call (`handrail serve`)
+                out.print(f"recorded (by {printable(decided_by)}); the MCP client's call goes "
+                          "on by itself: at once if it is still waiting, else when its client "
+                          "makes the same call again")
+            elif after.status is RunStatus.READY and served_by_workers(store):
                 out.print(f"recorded (by {printable(decided_by)}); run {printable(run.id)} is "
                           "ready: a worker (`handrail worker`) serving this store continues "
                           "it")

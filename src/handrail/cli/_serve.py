@@ -52,6 +52,10 @@ def register(sub: Any) -> None:
                    help="how programs are confined (the tools' and the manifest's stdio "
                    "[[servers]]), derived from the policy (docs/sandbox.md; default: the "
                    "served agent's, else auto; a stricter agent's wins)")
+    p.add_argument("--client-approval", metavar="ACTS", default="",
+                   help="acts (comma-separated: write,call) whose asks may be put to the MCP "
+                        "client's own user by a form, when the client declared elicitation "
+                        "(default: none; every ask waits for a person in the queue)")
     p.add_argument("--token-file", help="HTTP: read the bearer token from this file")
     p.add_argument("--idle-timeout", type=_seconds, metavar="SECONDS",
                    help="HTTP: end a client's run after this long without a call, as the "
@@ -171,7 +175,10 @@ def _serve(args: argparse.Namespace) -> int:
                                     sandbox=governance.sandbox))
                 gateway = Gateway(Toolbox([*tools, *upstream]), store=store, manifest=manifest,
                                   governance=governance,
-                                  approval_timeout=args.approval_timeout, **idle)
+                                  approval_timeout=args.approval_timeout, **idle,
+                                  client_approval=[a.strip() for a in
+                                                   args.client_approval.split(",")
+                                                   if a.strip()])
                 names = ", ".join(s.id.model_name for s in gateway.offered()) or "(none)"
                 if host is None:
                     _say(f"serving {names} over stdio")

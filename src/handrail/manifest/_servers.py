@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["SERVER_KEYS", "ArgumentAction", "ServerDecl", "parse_servers"]
 
 SERVER_KEYS = ("name", "command", "args", "env", "cwd", "url", "headers", "timeout", "actions",
-               "names")
+               "names", "auth")
 """The keys a `[[servers]]` entry accepts."""
 
 
@@ -101,6 +101,10 @@ class ServerDecl:
     """How `handrail serve` shows its tools and prompts to MCP clients: "upstream" (the
     server's own names), "prefixed" (`<name>--<tool>`, the model-facing encoding); None: the
     default, "upstream" when the manifest declares one server, else "prefixed"."""
+    auth: str | None = None
+    """For an HTTP server: `MODULE:OBJECT`, an `httpx2.Auth` (the SDK's OAuth providers) or a
+    function of this entry returning one (`MCPToolset.from_manifest` imports it). The
+    manifest names the code; its secrets stay out of the file."""
 
     def __post_init__(self) -> None:
         try:
@@ -110,6 +114,12 @@ class ServerDecl:
         if (self.command is None) == (self.url is None):
             raise ManifestError(f"server '{self.name}' needs exactly one of command = "
                                 "(a stdio server) or url = (an HTTP server)")
+        if self.auth is not None:
+            module, sep, attr = self.auth.partition(":")
+            if self.url is None or not (sep and module and attr):
+                raise ManifestError(f"server '{self.name}': auth is for an HTTP server (url =) "
+                                    "and names an OAuth provider as MODULE:OBJECT, not "
+                                    f"{self.auth!r}")
         if self.names not in NAMES:
             raise ManifestError(f"server '{self.name}': names must be one of "
                                 f"{', '.join(repr(n) for n in NAMES if n)}, not {self.names!r}")
@@ -127,6 +137,8 @@ class ServerDecl:
         }
         if self.names is not None:  # only when stated: older manifests keep their digest
             out["names"] = self.names
+        if self.auth is not None:  # which code authorizes: reviewed like the rest
+            out["auth"] = self.auth
         return out
 
 
@@ -163,7 +175,7 @@ def parse_servers(reader: Any, entries: Any) -> list[ServerDecl]:
             bad("name", f"repeats '{name}'; each server needs its own name")
         else:
             seen.add(name)
-        for key in ("command", "cwd", "url"):
+        for key in ("command", "cwd", "url", "auth"):
             if key in entry and not isinstance(entry[key], str):
                 bad(key, "must be a string")
         if "args" in entry and not _strings(entry["args"]):
@@ -211,7 +223,7 @@ def parse_servers(reader: Any, entries: Any) -> list[ServerDecl]:
                 env=dict(entry.get("env", {})), cwd=entry.get("cwd"), url=entry.get("url"),
                 headers=dict(entry.get("headers", {})),
                 timeout=None if timeout is None else float(timeout), actions=actions,
-                names=names))
+                names=names, auth=entry.get("auth")))
         except ManifestError as exc:
             reader.error(path, f"{exc}")
     return out

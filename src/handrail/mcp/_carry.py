@@ -4,8 +4,9 @@ The gateway serves what its upstream MCP servers serve, each request routed to t
 that offers the thing, and governed: reading a resource is an action the policy decides
 (`read <path>` for a `file://` URI, `call <server>/<scheme>/<rest of the URI>` otherwise),
 getting a prompt is `call <server>/prompt/<name>`; both are decided as reads
-(`mutates=False`), anything but *allow* is refused (nobody is there to approve a read the
-client makes on its own), and each is an event of the client's run (`mcp_resource_read`,
+(`mutates=False`). A read the policy allows is served, one it denies refused; one it asks
+about is asked like a call (`read_tools`: a pending request, the wait, the retry), a prompt
+it asks about is refused. Each is an event of the client's run (`mcp_resource_read`,
 `mcp_prompt_get`).
 
 And how its tools and prompts are named to its clients (`client_names`): a `[[servers]]`
@@ -22,7 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from handrail.errors import ConfigError
-from handrail.tools import Act, Action, ToolSpec
+from handrail.tools import Act, Action, CallContext, Tool, Toolbox, ToolResult, ToolSpec
 
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
@@ -30,7 +31,10 @@ if TYPE_CHECKING:
     from handrail.mcp._client import MCPToolset
     from handrail.mcp._gateway import Gateway, GatewaySession
 
-__all__ = ["Carried", "client_names", "keeps_names"]
+__all__ = ["READ_TOOL", "Carried", "client_names", "keeps_names", "read_tools"]
+
+READ_TOOL = "handrail--read_resource"
+"""The model-facing name of the one tool of a session's resource-read gate (`read_tools`)."""
 
 _MAX_PAGES = 100
 _MAX_URI = 8192
@@ -69,6 +73,53 @@ def client_names(specs: Sequence[ToolSpec], keep: set[str], *, strict: bool = Fa
             shown = model
         out[shown] = model
     return out
+
+
+def resource_action(server: str, uri: str) -> Action:
+    """What reading `uri` of `server` touches: a file's path, else `call server/uri`."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme == "file":
+        return Action(Act.READ, urllib.parse.unquote(parts.path) or "/")
+    # `call server/scheme/rest`: the URI's segments, empty ones dropped, so a pattern
+    # can name them (`test://docs/a` is `call ref/test/docs/a`; `call:ref/test/**`).
+    rest = "/".join(p for p in re.split(r"[/:]+", uri[len(parts.scheme):]) if p)
+    return Action(Act.CALL, "/".join(p for p in (server, parts.scheme or "uri", rest) if p))
+
+
+def read_tools(gateway: Gateway) -> Toolbox:
+    """The toolbox of a session's resource-read gate: one tool, reading an upstream resource.
+
+    A client's `resources/read` the policy asks about is driven through it as a call
+    (`GatewaySession.read_asked`), so it is asked, waited for, retried and recorded like
+    one. Its action is the read's (`resource_action`); it changes nothing.
+    """
+    from pydantic import Field
+
+
+    class ReadResource(Tool, server="handrail", name="read_resource", mutates=False):
+        """Read a resource of an upstream MCP server (a client's `resources/read`)."""
+
+        server: str = Field(max_length=200)
+        """The upstream server's name."""
+        uri: str = Field(max_length=_MAX_URI)
+        """The resource's URI."""
+
+        def actions(self) -> list[Action]:
+            """The read's action: a file's path, else `call server/scheme/...`."""
+            return [resource_action(self.server, self.uri)]
+
+        async def run(self, ctx: CallContext) -> ToolResult:
+            """Read it from the server that serves it now."""
+            from handrail.mcp._client import MCPToolset
+
+            for member in gateway.toolbox.changing():
+                if isinstance(member, MCPToolset) and member.name == self.server:
+                    result = await member.forward("read_resource", uri=self.uri)
+                    return ToolResult.json(result.model_dump(mode="json", by_alias=True,
+                                                             exclude_none=True))
+            return ToolResult.error(f"MCP server {self.server!r} is not served any more")
+
+    return Toolbox([ReadResource])
 
 
 class Carried:
@@ -123,17 +174,15 @@ class Carried:
     # -- governance ----------------------------------------------------------------------
 
     def action(self, server: str, uri: str) -> Action:
-        """What reading `uri` of `server` touches: a file's path, else `call server/uri`."""
-        parts = urllib.parse.urlsplit(uri)
-        if parts.scheme == "file":
-            return Action(Act.READ, urllib.parse.unquote(parts.path) or "/")
-        # `call server/scheme/rest`: the URI's segments, empty ones dropped, so a pattern
-        # can name them (`test://docs/a` is `call ref/test/docs/a`; `call:ref/test/**`).
-        rest = "/".join(p for p in re.split(r"[/:]+", uri[len(parts.scheme):]) if p)
-        return Action(Act.CALL, "/".join(p for p in (server, parts.scheme or "uri", rest) if p))
+        """What reading `uri` of `server` touches (`resource_action`)."""
+        return resource_action(server, uri)
 
-    async def decide(self, ctx: Any, kind: str, action: Action, **detail: Any) -> None:
+    async def decide(self, ctx: Any, kind: str, action: Action, *, asks: bool = False,
+                     **detail: Any) -> bool:
         """The policy's verdict on a read the client asks for; recorded; refused unless allow.
+
+        With `asks`, an *ask* is not refused: False is returned, and the caller asks like
+        a call (a resource read). True: allowed.
 
         Raises:
             MCPError: the policy does not allow it (the client gets the reason).
@@ -148,11 +197,14 @@ class Carried:
         session.run.events.append({"kind": kind, "at": _now(), "action": action.describe(),
                                    "effect": verdict.effect.value, **detail})
         await session.write_events()
+        if asks and verdict.effect is Effect.ASK:
+            return False
         if verdict.effect is not Effect.ALLOW:
             raise MCPError(code=-32600, message=(
                 f"handrail refused '{action.describe()}': {verdict.effect.value} "
                 f"({verdict.reason}); a read a client asks for on its own is never put to "
                 "a person, so only what the policy allows is served"))
+        return True
 
     # -- resources -------------------------------------------------------------------------
 
@@ -201,11 +253,26 @@ class Carried:
         raise MCPError(code=-32602, message=f"no upstream server lists the resource {uri!r}")
 
     async def read_resource(self, ctx: Any, params: Any) -> Any:
+        import mcp_types as t
+        from mcp.shared.exceptions import MCPError
+
+        from handrail.mcp._relay import RELAY, Relay
+
         uri = str(params.uri)
         upstream = await self.owner(uri)
-        await self.decide(ctx, "mcp_resource_read", self.action(upstream.name, uri),
-                          server=upstream.name, uri=uri[:1000])
-        return await upstream.forward("read_resource", uri=uri)
+        if await self.decide(ctx, "mcp_resource_read", self.action(upstream.name, uri),
+                             asks=True, server=upstream.name, uri=uri[:1000]):
+            return await upstream.forward("read_resource", uri=uri)
+        # The policy asks: as a call (a person decides; progress and in-band approval too).
+        session = await self.session_for(ctx)
+        token = RELAY.set(Relay(ctx, session.call_event))
+        try:
+            result = await session.read_asked(upstream.name, uri)
+        finally:
+            RELAY.reset(token)
+        if result.is_error or not isinstance(result.structured, dict):
+            raise MCPError(code=-32600, message=result.render_text()[:4000])
+        return t.ReadResourceResult.model_validate(result.structured)
 
     async def subscribe(self, ctx: Any, params: Any) -> Any:
         import mcp_types as t

@@ -269,6 +269,8 @@ class MCPToolset:
         """The server a manifest's `[[servers]]` entry declares."""
         if decl.timeout is not None:
             options.setdefault("timeout", decl.timeout)
+        if decl.auth is not None and "auth" not in options:
+            options["auth"] = _load_auth(decl)
         return cls(name=decl.name, command=decl.command, args=decl.args, env=decl.env,
                    cwd=decl.cwd, url=decl.url, headers=decl.headers, manifest=manifest,
                    actions=decl.actions, **options)
@@ -999,6 +1001,33 @@ class _InFlight:
     """The gateway client request the call serves (`handrail serve`), else None."""
     heard: set[str] = field(default_factory=set)
     """What the server sent during the call (progress, a log message, a form...)."""
+
+
+def _load_auth(decl: ServerDecl) -> Any:
+    """The `auth = "MODULE:OBJECT"` of a `[[servers]]` entry: an httpx2.Auth, or made by one.
+
+    Raises:
+        UserError: it cannot be imported, or is neither an httpx2.Auth nor a function of
+            the entry returning one.
+    """
+    import importlib
+
+    ref = decl.auth or ""
+    module_name, _, attr = ref.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"MCP server '{decl.name}': auth = {ref!r} cannot be loaded: "
+                        f"{exc}") from exc
+    if not _is_httpx_auth(obj) and callable(obj):
+        obj = obj(decl)
+    if not _is_httpx_auth(obj):
+        raise UserError(f"MCP server '{decl.name}': auth = {ref!r} is a "
+                        f"{type(obj).__name__}, not an httpx2.Auth (such as the SDK's "
+                        "mcp.client.auth.OAuthClientProvider) nor a function returning one")
+    return obj
 
 
 def _is_httpx_auth(auth: object) -> bool:

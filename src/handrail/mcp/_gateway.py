@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -24,7 +25,7 @@ import re
 import time
 import uuid
 import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,12 +36,13 @@ from handrail.approval import ResponderNone
 from handrail.errors import NotFound, UserError
 from handrail.gate import Gate, Governance, PausedOnQuestion, PausedOnRequest, RunScope
 from handrail.manifest import check_against, refusals
-from handrail.mcp._carry import Carried, client_names, keeps_names
+from handrail.mcp._approve import ClientApprover, client_acts
+from handrail.mcp._carry import READ_TOOL, Carried, client_names, keeps_names, read_tools
 from handrail.mcp._relay import RELAY, Relay
 from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.otel import Telemetry, telemetry_from
 from handrail.policy import Policy
-from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
+from handrail.store import Batch, CallRecord, PendingItem, RunRecord, RunStatus, Store
 from handrail.store.contract import new_owner
 from handrail.tools import Toolbox, ToolResult, ToolSpec
 
@@ -59,6 +61,11 @@ POLL_SECONDS = 0.1
 """How often a waiting call reads the store for a decision made by another process."""
 WAIT_PROGRESS_SECONDS = 5.0
 """How often a call waiting for a person tells its client so (a progress notification)."""
+SESSION_EVENT = "mcp_session"
+"""The first event after `governance` of every gateway run: it is an MCP client's session.
+
+The inbox reads it (a call of a live session goes on by itself once decided; one of an ended
+session is offered no resume), and `expire_orphans` looks for it."""
 MAX_SESSIONS = 1024
 """Clients (runs) one server keeps open at once; past it, the idlest session's run ends."""
 
@@ -126,6 +133,8 @@ class _Parked:
     """Held while the call is re-entered, so two identical retries drive it once."""
     what: str = "approval: request"
     """What it waits for, as the client is told: `awaiting <what> <id>`."""
+    gate: Gate | None = None
+    """The gate it goes through: None, the session's tools; else its resource reads'."""
 
 
 class GatewaySession:
@@ -135,6 +144,7 @@ class GatewaySession:
         self.gateway = gateway
         self.run = run
         self.gate = Gate(scope)
+        self._reads: Gate | None = None  # `read_asked`'s, made at the first
         self._turn = 0
         self._seq = 0  # the next message's position in the run's transcript
         self._parked: dict[tuple[str, str], _Parked] = {}
@@ -178,7 +188,7 @@ class GatewaySession:
             records = {r.call_id: r for r in await store.calls(self.run_id)
                        if r.turn == parked.turn}
             with anyio.CancelScope(shield=True):
-                await self._drive(key, parked.turn, parked.call, records)
+                await self._drive(key, parked.turn, parked.call, records, parked.gate)
 
     def use_tools(self, toolbox: Toolbox, change: dict[str, Any]) -> None:
         """From the next call on, resolve against `toolbox`; the change joins the run's events."""
@@ -191,15 +201,37 @@ class GatewaySession:
         `name` is the name the client was shown (the tool's model-facing name). Each call is
         a turn: an upstream server's changed tool list is read again first.
         """
+        return await self._busy(name, arguments, None)
+
+    async def read_asked(self, server: str, uri: str) -> ToolResult:
+        """A client's `resources/read` the policy asks about, as a call: asked like one.
+
+        It goes through a gate of its own whose one tool reads `uri` of the upstream
+        `server` (`Gateway.read_tools`; no manifest grant: the read's action is decided by
+        the policy): a pending request, the wait, in-band approval, the identical retry,
+        expiry, and a call record, all as for a `tools/call`.
+        """
+        return await self._busy(READ_TOOL, {"server": server, "uri": uri}, self.reads_gate())
+
+    def reads_gate(self) -> Gate:
+        """The session's gate for asked resource reads (`read_asked`), made at the first."""
+        if self._reads is None:
+            self._reads = Gate(dataclasses.replace(
+                self.gate.scope, toolbox=self.gateway.read_tools(), manifest=None))
+        return self._reads
+
+    async def _busy(self, name: str, arguments: dict[str, Any] | None,
+                    gate: Gate | None) -> ToolResult:
         self.busy += 1
         self.last_active = time.monotonic()
         try:
-            return await self._call(name, arguments)
+            return await self._call(name, arguments, gate)
         finally:
             self.busy -= 1
             self.last_active = time.monotonic()
 
-    async def _call(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
+    async def _call(self, name: str, arguments: dict[str, Any] | None,
+                    gate: Gate | None = None) -> ToolResult:
         await self.gateway.refresh_tools()
         arguments = arguments if arguments is not None else {}
         try:
@@ -217,19 +249,20 @@ class GatewaySession:
         turn = self._turn
         self._turn += 1
         call = ToolCall(id=f"call-{turn + 1}", name=name, arguments=text)
-        return await self._drive(key, turn, call, {})
+        return await self._drive(key, turn, call, {}, gate)
 
     async def _drive(self, key: tuple[str, str] | None, turn: int, call: ToolCall,
-                     existing: dict[str, CallRecord]) -> ToolResult:
+                     existing: dict[str, CallRecord], via: Gate | None = None) -> ToolResult:
         store = self.gateway.store
+        gate = self.gate if via is None else via
         first = Batch()
         if not existing:
             # The transcript `handrail show` reads: each call is a turn of the client's.
             first.messages.extend(self._transcript([AssistantMessage([call])]))
         try:
-            outcome = await self.gate.drive_turn(turn, [call], existing, first)
+            outcome = await gate.drive_turn(turn, [call], existing, first)
         except BaseException:
-            await self._record_interrupted()
+            await self._record_interrupted(gate)
             raise
         if self._run_due():
             outcome.final.run = self._update()
@@ -253,21 +286,21 @@ class GatewaySession:
                 return await self._wait(key, parked)  # re-entered under its lock already
             what = ("approval: request" if isinstance(pause, PausedOnRequest)
                     else "an answer: question")
-            parked = _Parked(turn, call, request_id, anyio.Lock(), what)
+            parked = _Parked(turn, call, request_id, anyio.Lock(), what, via)
             self._parked[key] = parked
             async with parked.lock:
                 return await self._wait(key, parked)
         return ToolResult.error(f"the call is paused ({pause.kind}); see `handrail show "
                                 f"{self.run_id}`")
 
-    async def _record_interrupted(self) -> None:
+    async def _record_interrupted(self, gate: Gate) -> None:
         """Record a call the client cancelled (or the server's shutdown cut off), settled.
 
         Shielded and bounded: it runs while the cancellation unwinds. A call cut off while
         its body ran is IN_DOUBT in the record (not silently STARTED forever, nor missing);
         one stopped before it ran is NOT_SENT.
         """
-        settled = self.gate.take_interrupted()
+        settled = gate.take_interrupted()
         if settled is None:
             return
         with anyio.move_on_after(10, shield=True):
@@ -306,7 +339,7 @@ class GatewaySession:
             await anyio.sleep(POLL_SECONDS)
         records = {r.call_id: r for r in await store.calls(self.run_id)
                    if r.turn == parked.turn}
-        return await self._drive(key, parked.turn, parked.call, records)
+        return await self._drive(key, parked.turn, parked.call, records, parked.gate)
 
     async def write_events(self) -> None:
         """Write the run's row now (its events: a resource read is not a turn)."""
@@ -387,6 +420,10 @@ class Gateway:
             the flags); when given, `policy` and `workspace` must not be (it has them), and
             its manifest must be `manifest`. Default: from `policy`, `workspace` and
             `manifest`, no control, sandbox "auto".
+        client_approval: The acts (`{"write", "call"}`) whose asks may be put to the MCP
+            client's own user, in the call, when the client declared `elicitation`
+            (`handrail.mcp._approve`); default none: every ask waits for a person in the
+            queue.
     """
 
     def __init__(self, toolbox: Toolbox, *, store: Store, manifest: Manifest | None = None,
@@ -395,7 +432,8 @@ class Gateway:
                  responder: Responder | None = None, name: str | None = None,
                  deps: Any = None, telemetry: Telemetry | Literal[False] | None = None,
                  idle_seconds: float | None = IDLE_SECONDS,
-                 governance: Governance | None = None) -> None:
+                 governance: Governance | None = None,
+                 client_approval: Collection[str] | None = None) -> None:
         if not approval_timeout >= 0:
             raise UserError("approval_timeout must be a non-negative number of seconds")
         if idle_seconds is not None and (isinstance(idle_seconds, bool) or not (
@@ -403,6 +441,7 @@ class Gateway:
             raise UserError(f"idle_seconds must be a positive number of seconds (or None: "
                             f"never), not {idle_seconds!r}")
         self.idle_seconds = None if idle_seconds is None else float(idle_seconds)
+        self.client_approval = client_acts(client_approval)
         self.telemetry: Telemetry | None = telemetry_from(telemetry)
         self.toolbox = toolbox
         self.store = store
@@ -485,6 +524,13 @@ class Gateway:
             await self._subscriptions.publish(ToolsListChanged())
         return change
 
+    def read_tools(self) -> Toolbox:
+        """The toolbox resource reads the policy asks about go through (`_carry.read_tools`)."""
+        box: Toolbox | None = getattr(self, "_read_tools", None)
+        if box is None:
+            box = self._read_tools = read_tools(self)
+        return box
+
     def offered(self) -> list[ToolSpec]:
         """What clients are shown: the granted tools, with the manifest's descriptions."""
         specs = self.toolbox.specs()
@@ -492,8 +538,6 @@ class Gateway:
 
     async def open_session(self, client: str = "mcp client") -> GatewaySession:
         """Start a session: a new run, recorded now so `handrail runs` lists it."""
-        from handrail.runs import DeferAll
-
         now = time.time()
         governance = self.governance
         run = RunRecord(
@@ -502,16 +546,27 @@ class Gateway:
             manifest_digest=governance.manifest_digest, model=f"mcp:{client}",
             workspace=str(governance.workspace), created_at=now, updated_at=now,
             owner=new_owner(), lease_until=now + self.store.lease_seconds,
-            events=[governance.event(now)])
+            events=[governance.event(now),
+                    {"kind": SESSION_EVENT, "at": now, "client": client, "server": self.name}])
         await self.store.write(Batch(run=run))
-        scope: RunScope = governance.scope(
+        session = self._session_of(run)
+        self.sessions.append(session)
+        return session
+
+    def _session_of(self, run: RunRecord) -> GatewaySession:
+        """A session whose calls are recorded in `run`, under this gateway's governance."""
+        from handrail.runs import DeferAll
+
+        scope: RunScope = self.governance.scope(
             run_id=run.id, agent=self.name, toolbox=self.toolbox, store=self.store,
             approver=DeferAll(), responder=self.responder or ResponderNone(), deps=self.deps,
             mark_reads=False,
             telemetry=None if self.telemetry is None else self.telemetry.start())
         session = GatewaySession(self, run, scope)
         scope.events = session.call_event
-        self.sessions.append(session)
+        if self.client_approval:
+            client = (run.model or "").removeprefix("mcp:") or "mcp client"
+            scope.approver = ClientApprover(self.client_approval, client, session.call_event)
         return session
 
     # -- the MCP server -------------------------------------------------------------------
@@ -737,13 +792,22 @@ class Gateway:
         return server.create_initialization_options()
 
     async def serve_stdio(self) -> None:
-        """Serve MCP over this process's stdin/stdout until the client closes it."""
+        """Serve MCP over this process's stdin/stdout until the client closes it.
+
+        Calls of this gateway's earlier servers that were stopped without closing their
+        sessions expire first (`expire_orphans`); waiting calls keep their lease
+        (`heartbeat`).
+        """
         from handrail.mcp._stdio import serve_stdio_transport
 
         server = self.server(single_client=True)
         try:
-            async with serve_stdio_transport() as (read, write):
-                await server.run(read, write, self.initialization_options(server))
+            await self.expire_orphans()
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self.heartbeat)
+                async with serve_stdio_transport() as (read, write):
+                    await server.run(read, write, self.initialization_options(server))
+                tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 await self.close()
@@ -753,6 +817,80 @@ class Gateway:
         sessions, self.sessions = self.sessions, []
         for session in sessions:
             await session.close()
+
+    async def keep_alive(self) -> int:
+        """Renew the lease of each session with a call waiting for a person; how many.
+
+        A session's run row is otherwise written at its calls, so a call parked longer than
+        the store's lease (30 s) would look like one whose server is gone: the inbox says
+        its session ended, and the next `handrail serve` on the store expires it
+        (`expire_orphans`). `serve_stdio` and `serve_http` call this every third of the
+        lease (`heartbeat`); code serving `Gateway.server()` itself should too.
+        """
+        due = time.monotonic() - self.store.lease_seconds / 3
+        written = 0
+        for session in list(self.sessions):
+            if session._parked and session._run_written_at <= due:
+                await self.store.write(Batch(run=session._update()))
+                written += 1
+        return written
+
+    async def heartbeat(self) -> None:
+        """`keep_alive` every third of the store's lease, until cancelled."""
+        while True:
+            await anyio.sleep(self.store.lease_seconds / 3)
+            await self.keep_alive()
+
+    async def expire_orphans(
+            self, why: str = "the handrail serve that held its MCP session stopped") -> int:
+        """Expire the waiting calls of this gateway's runs whose server is gone; how many runs.
+
+        A server that stops in order expires its sessions' parked calls itself
+        (`GatewaySession.close`); one that was killed leaves them pending, and approving one
+        would lead nowhere (nothing holds the session; a new session is a new run). So at
+        start `handrail serve` looks for the open approvals of MCP sessions' runs
+        (`SESSION_EVENT`) recorded under this gateway's name whose lease has lapsed (a live
+        server renews it: `keep_alive`), and expires them as their server would have: the
+        request denied "expired", the call recorded refused (NOT_SENT, an `mcp_call_expired`
+        event), the run completed. A question stays open (an answer is a person's text).
+        """
+        now = time.time()
+        by_run: dict[str, list[PendingItem]] = {}
+        for item in await self.store.pending(agent=self.name):
+            if item.kind in ("approval", "question"):
+                by_run.setdefault(item.run_id, []).append(item)
+        ended = 0
+        for run_id, items in by_run.items():
+            try:
+                run = await self.store.run(run_id)
+            except NotFound:
+                continue
+            if (not is_session_run(run) or run.agent != self.name
+                    or (run.owner is not None and run.lease_until > now)
+                    or not any(i.kind == "approval" for i in items)):
+                continue
+            session = self._session_of(run)
+            records = {r.id: r for r in await self.store.calls(run_id)}
+            for item in items:
+                record = records.get(item.call_record)
+                if record is None:
+                    continue
+                call = ToolCall(id=record.call_id, name=record.model_name,
+                                arguments=record.arguments)
+                what = "approval: request" if item.kind == "approval" else "an answer: question"
+                session._parked[(call.name, item.id)] = _Parked(
+                    record.turn, call, item.id, anyio.Lock(), what,
+                    session.reads_gate() if call.name == READ_TOOL else None)
+            session._turn = max([run.steps, *(r.turn + 1 for r in records.values())])
+            session._seq = len(await self.store.messages(run_id))
+            await session.close(why)
+            ended += 1
+        return ended
+
+
+def is_session_run(run: RunRecord) -> bool:
+    """Whether `run` is an MCP client's session of `handrail serve` (`SESSION_EVENT`)."""
+    return any(isinstance(e, dict) and e.get("kind") == SESSION_EVENT for e in run.events)
 
 
 def _waiting_message(parked: _Parked) -> str:

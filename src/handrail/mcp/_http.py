@@ -196,7 +196,9 @@ async def serve_http(gateway: Gateway, host: str, port: int, *, token: str | Non
             await gateway.end_idle()
 
     try:
+        await gateway.expire_orphans()  # calls of a server that was killed: see its docstring
         async with anyio.create_task_group() as tasks:
+            tasks.start_soon(gateway.heartbeat)
             if gateway.idle_seconds is not None:
                 tasks.start_soon(sweep, min(60.0, max(0.05, gateway.idle_seconds / 4)))
             await server.serve(sockets=[sock])

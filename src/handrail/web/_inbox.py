@@ -243,6 +243,11 @@ class Inbox:
         cached = None if fresh else self._agents.get(run.id)
         if cached is not None:
             return cached
+        session = _mcp_session(run)
+        if session is not None:
+            # A call an MCP client made through `handrail serve`: no agent to rebuild, and
+            # none is needed (the serving process continues it, or nothing can).
+            return None, session
         try:
             agent = await anyio.to_thread.run_sync(self.agent_for, run)
             problem = None if agent is not None else (
@@ -447,6 +452,10 @@ class Inbox:
         except HandrailError as exc:
             raise Refused(422, f"the arguments cannot be edited here: {exc}") from None
         impl = _impl(agent, item.tool)
+        if agent is None and _mcp_session(run) is not None:
+            raise Refused(422, "the arguments cannot be edited here: an MCP client's call is "
+                               "checked by the `handrail serve` that serves its tool; approve "
+                               "or deny it as it is")
         if agent is None or impl is None:
             raise Refused(422, "the arguments cannot be edited here: the tool that checks them "
                                "is not available (the run's agent could not be rebuilt)")
@@ -514,6 +523,9 @@ class Inbox:
             if counted.state == "open":
                 return _one_of(item, counted, user)
             return "Recorded. A worker (`handrail worker`) continues the run."
+        session = _mcp_session(run)
+        if session is not None and session.startswith(_ENDED):
+            raise Refused(409, f"not decided: {session}")
         if agent is None:
             payload = _without_contents(item.payload) if redact else None
             try:
@@ -524,6 +536,9 @@ class Inbox:
                 raise Refused(422, f"not decided: {exc}") from None
             if counted.state == "open":
                 return _one_of(item, counted, user)
+            if session is not None:
+                return ("Recorded. The MCP client's call goes on by itself: at once if it is "
+                        "still waiting, else when its client makes the same call again.")
             return (f"Recorded. The run waits for `handrail resume {run.id} --agent "
                     "MODULE:OBJECT`.")
         if self.task_group is None:
@@ -751,7 +766,32 @@ def _action_diff(action: dict[str, Any], workspace: str | None, tool: str | None
         new = new_or_note
     else:
         return [DiffLine("note", "no diff: the tool does not say what it will write")]
-    return _diff_lines(target, old, new)
+    # Named as in a repository (`a/docs/x.md`), not `b//srv/project/docs/x.md`.
+    shown = path.relative_to(Path(workspace).resolve()).as_posix() \
+        if path.is_relative_to(Path(workspace).resolve()) else target
+    return _diff_lines(shown, old, new)
+
+
+_ENDED = "the MCP session this call belongs to has ended"
+
+
+def _mcp_session(run: RunRecord) -> str | None:
+    """For a call an MCP client made through `handrail serve`: what deciding it does.
+
+    The gateway marks its runs (`handrail.mcp` SESSION_EVENT, "mcp_session") and renews a
+    waiting call's lease while its session lives; a session whose server stopped (or was
+    killed) has none.
+    """
+    if not any(isinstance(e, dict) and e.get("kind") == "mcp_session" for e in run.events):
+        return None
+    if run.owner is None or run.lease_until < time.time():
+        return (f"{_ENDED} (the `handrail serve` that held it is gone): nothing would run "
+                "it, so it is not decided here; an approval expires, recorded, when `handrail "
+                "serve` next starts with this store")
+    return ("a call an MCP client made through `handrail serve`, waiting in its session: "
+            "once decided it goes on by itself (at once if the client still waits, else at "
+            "the client's same call again); nothing to resume. Its arguments cannot be "
+            "edited here")
 
 
 def _edited(old: bytes | None, arguments: dict[str, Any]) -> bytes | DiffLine:
