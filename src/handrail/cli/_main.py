@@ -18,7 +18,8 @@ from typing import Any
 __all__ = ["main"]
 
 # Modules with a `register(subparsers)` function, in help order.
-_COMMAND_MODULES = ("_run", "_runs", "_manifest", "_policy", "_inbox", "_serve", "_worker")
+_COMMAND_MODULES = ("_run", "_runs", "_manifest", "_policy", "_audit", "_inbox", "_serve",
+                    "_worker")
 
 
 class _Version(argparse.Action):

@@ -40,8 +40,8 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from handrail.errors import (
     AlreadyDecided,
@@ -52,10 +52,12 @@ from handrail.errors import (
     StoreError,
     UserError,
 )
+from handrail.store import audit as _audit
 from handrail.store._rows import DECISION_COLUMNS, DecisionRows
 from handrail.store._rows import call_from_row as _call_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
+from handrail.store.audit import ZERO, call_body, pending_body, run_body, status_body
 from handrail.store.contract import (
     Batch,
     CallRecord,
@@ -80,6 +82,8 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
 __all__ = ["MIGRATIONS", "NOTIFY_CHANNEL", "PostgresStore"]
+
+T = TypeVar("T")
 
 NOTIFY_CHANNEL = "handrail_ready"
 """The channel a decision is announced on; workers LISTEN to it.
@@ -216,6 +220,57 @@ END
 $quota$
 """
 
+_M0010_AUDIT = (
+    'CREATE TABLE audit (seq BIGINT PRIMARY KEY, run_id TEXT COLLATE "C" NOT NULL, '
+    "n INTEGER NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL, body TEXT NOT NULL, "
+    "prev TEXT NOT NULL, hash TEXT NOT NULL, link TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)",
+    "CREATE INDEX audit_run ON audit (run_id, n)",
+    "CREATE TABLE audit_tip (id INTEGER PRIMARY KEY, seq BIGINT NOT NULL, link TEXT NOT NULL)",
+    f"INSERT INTO audit_tip VALUES (1, 0, '{ZERO}')",
+    "CREATE TABLE audit_signatures (seq BIGINT NOT NULL, link TEXT NOT NULL, key TEXT NOT NULL, "
+    "signature TEXT NOT NULL, signed_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (seq, key))",
+)
+
+# Appends facts to their runs' chains and the store's, at the end of the transaction that
+# writes them (one statement, sent in the pipeline). The store-wide tip is locked first and
+# is the last lock the transaction takes, so writers chain one after another and never
+# deadlock on it. A fact with a condition (an owner) is kept only when its run is RUNNING
+# under that owner by then (a claim decided in SQL); a `run` fact only for a run with no
+# chain yet.
+_M0010_APPEND = f"""
+CREATE FUNCTION handrail_audit(p_runs TEXT[], p_kinds TEXT[], p_refs TEXT[],
+                               p_bodies TEXT[], p_conds TEXT[]) RETURNS void
+LANGUAGE plpgsql AS $audit$
+DECLARE
+    s BIGINT; l TEXT; tip_n INTEGER; tip_hash TEXT; h TEXT; at_now DOUBLE PRECISION;
+BEGIN
+    SELECT seq, link INTO s, l FROM audit_tip WHERE id = 1 FOR UPDATE;
+    at_now := extract(epoch from clock_timestamp());
+    FOR i IN 1 .. coalesce(array_length(p_bodies, 1), 0) LOOP
+        IF p_conds[i] IS NOT NULL AND NOT EXISTS (SELECT 1 FROM runs WHERE id = p_runs[i]
+                AND status = 'running' AND owner = p_conds[i]) THEN
+            CONTINUE;
+        END IF;
+        SELECT n, hash INTO tip_n, tip_hash FROM audit WHERE run_id = p_runs[i]
+            ORDER BY n DESC LIMIT 1;
+        IF NOT FOUND THEN
+            tip_n := -1;
+            tip_hash := '{ZERO}';
+        END IF;
+        CONTINUE WHEN p_kinds[i] = 'run' AND tip_n >= 0;
+        h := encode(sha256(convert_to(tip_hash || p_bodies[i], 'UTF8')), 'hex');
+        s := s + 1;
+        l := encode(sha256(convert_to(l || h, 'UTF8')), 'hex');
+        INSERT INTO audit VALUES (s, p_runs[i], tip_n + 1, p_kinds[i], p_refs[i], p_bodies[i],
+                                  tip_hash, h, l, at_now);
+    END LOOP;
+    UPDATE audit_tip SET seq = s, link = l WHERE id = 1;
+END
+$audit$
+"""
+
+_AUDIT_APPEND = "SELECT handrail_audit(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
+
 MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     ("0001_initial", _M0001),
     # Where a call's output stands for the taint check (CallRecord.provenance), as JSON.
@@ -249,6 +304,9 @@ MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
      "WHERE state = 'open' AND deadline IS NOT NULL; "
      "CREATE INDEX pending_notify ON pending (notify_after) "
      "WHERE state = 'open' AND notified < 2"),
+    # The tamper-evident record (`handrail.store.audit`); the record as it stands is chained
+    # once, as found, right after (`_adopt`).
+    ("0010_audit_chain", (*_M0010_AUDIT, _M0010_APPEND)),
 ]
 """Ordered, named migrations; a database records which ran in `handrail_migrations`.
 
@@ -436,12 +494,40 @@ def _pending_from(row: tuple[Any, ...]) -> PendingItem:
     )
 
 
+Fact = tuple[str, str, str, str, str | None]
+"""A fact to chain: (run id, kind, ref, body, condition: an owner the run must be RUNNING
+under when the transaction ends, or None); see `handrail_audit`."""
+
+
+def _fact_arrays(facts: list[Fact]) -> tuple[list[Any], ...]:
+    """`handrail_audit`'s parameters: one array per field."""
+    return tuple(list(column) for column in zip(*facts, strict=True))
+
+
+async def _adopt(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Chain the record as it stands (a database migrated to the chain, 0010)."""
+    facts: list[Fact] = []
+    cur = await conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at, id")
+    for row in await cur.fetchall():
+        facts.append((row[0], "run", row[0], run_body(row), None))
+        facts.append((row[0], "status", row[0], status_body(row[0], row[3], row[11]), None))
+    cur = await conn.execute(f"SELECT {_CALL_COLUMNS} FROM calls ORDER BY run_id, turn, idx")
+    facts += [(r[1], "call", r[0], call_body(r), None) for r in await cur.fetchall()]
+    cur = await conn.execute(f"SELECT {_PENDING_COLUMNS} FROM pending ORDER BY created_at, id")
+    facts += [(r[2], "pending", r[0], pending_body(r), None) for r in await cur.fetchall()]
+    for i in range(0, len(facts), 10_000):
+        await conn.execute(_AUDIT_APPEND, _fact_arrays(facts[i:i + 10_000]))
+
+
 _DUE = "SELECT 1 FROM pending WHERE state = 'open' AND deadline <= %s LIMIT 1"
 """Whether an item is due to expire (the `pending_deadline` index)."""
 
 
-async def _move_run(conn: Any, run_id: str) -> None:
-    """Move a paused run on once one of its items was decided (see `Store.decide`)."""
+async def _move_run(conn: Any, run_id: str, facts: list[Fact]) -> None:
+    """Move a paused run on once one of its items was decided (see `Store.decide`).
+
+    The run's new status is added to `facts`, for the caller to chain in its transaction.
+    """
     cur = await conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s FOR UPDATE",
                              (run_id,))
     run_row = await cur.fetchone()
@@ -453,17 +539,21 @@ async def _move_run(conn: Any, run_id: str) -> None:
     still_open = [_pending_from(r) for r in await cur.fetchall()]
     moved = status_after_decision(_run_from(run_row), still_open)
     if moved is not None:
+        outcome = _dumps(moved.outcome)
         await conn.execute("UPDATE runs SET status = %s, outcome = %s, updated_at = %s "
-                           "WHERE id = %s", (moved.status.value, _dumps(moved.outcome),
+                           "WHERE id = %s", (moved.status.value, outcome,
                                               moved.updated_at, moved.id))
+        facts.append((moved.id, "status", moved.id,
+                      status_body(moved.id, moved.status.value, outcome), None))
 
 
-async def _expire_due(conn: Any, now: float) -> list[PendingItem]:
+async def _expire_due(conn: Any, now: float, facts: list[Fact]) -> list[PendingItem]:
     """Expire what is due, in the caller's transaction.
 
-    Exactly once: the items are locked (`FOR UPDATE`), and one a concurrent transaction
-    decided meanwhile is re-read by PostgreSQL after that one commits, no longer open, and
-    left out.
+    Each expiry (and each run it moves) is added to `facts`, for the caller to chain in the
+    same transaction. Exactly once: the items are locked (`FOR UPDATE`), and one a concurrent
+    transaction decided meanwhile is re-read by PostgreSQL after that one commits, no longer
+    open, and left out.
     """
     cur = await conn.execute(
         f"SELECT {_PENDING_COLUMNS} FROM pending WHERE state = 'open' AND deadline <= %s "
@@ -471,12 +561,15 @@ async def _expire_due(conn: Any, now: float) -> list[PendingItem]:
     done = []
     for row in await cur.fetchall():
         item = expired(_pending_from(row), now)
-        await conn.execute(
+        decided = await (await conn.execute(
             "UPDATE pending SET state = 'decided', decision = %s, decided_by = %s, "
-            "decided_at = %s, payload = %s, notes = %s WHERE id = %s AND state = 'open'",
+            "decided_at = %s, payload = %s, notes = %s WHERE id = %s AND state = 'open' "
+            f"RETURNING {_PENDING_COLUMNS}",
             (_dumps(item.decision), item.decided_by, now, _dumps(item.payload),
-             _dumps(item.notes), item.id))
-        await _move_run(conn, item.run_id)
+             _dumps(item.notes), item.id))).fetchone()
+        if decided is not None:
+            facts.append((item.run_id, "pending", item.id, pending_body(decided), None))
+        await _move_run(conn, item.run_id, facts)
         done.append(item)
     if done:
         await conn.execute(_NOTIFY)
@@ -606,6 +699,10 @@ class PostgresStore(Store):
         self._held_reads: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
         """Run id -> its message, call and settled item rows, read in the transaction that
         held it (`claim_ready`): the snapshot its claim will serve."""
+        self._chained_status: dict[str, str] = {}
+        """Running runs' status facts as this store last chained them (`write`)."""
+        self._group_facts: list[Fact] = []
+        """The facts of the group being committed (`_commit_group`), in order."""
         self._claims: dict[str, tuple[str, str]] = {}
         """Run id -> (owner, held_by): a claim of a held run not sent yet (see `claim`)."""
 
@@ -688,6 +785,8 @@ class PostgresStore(Store):
                 for statement in statements:
                     if statement.strip():
                         await conn.execute(statement.encode())
+                if name == "0010_audit_chain":
+                    await _adopt(conn)
                 await conn.execute(
                     "INSERT INTO handrail_migrations VALUES (%s, %s, %s)",
                     (number, name, time.time()),
@@ -782,9 +881,11 @@ class PostgresStore(Store):
         # round trip per group, not per statement); a compare-and-swap reads its own reply.
         # A deferred op (a conditional UPDATE ... RETURNING) is read after the commit: its
         # condition is the database's, nothing to undo when it matched no row.
+        facts: list[Fact] = []
+        self._group_facts = facts
         async with pool.connection() as conn:
             try:
-                return await self._commit_on(conn, ops, outcomes)
+                return await self._commit_on(conn, ops, outcomes, facts)
             except _import_driver()[0].Error:
                 # A statement failed in the pipeline (a full quota window, a lost fence):
                 # psycopg's prepared statements may no longer be the server's (a statement
@@ -794,8 +895,8 @@ class PostgresStore(Store):
                 await conn.close()
                 raise
 
-    async def _commit_on(self, conn: Any, ops: list[_Op], outcomes: list[tuple[bool, Any]]
-                         ) -> list[tuple[bool, Any]]:
+    async def _commit_on(self, conn: Any, ops: list[_Op], outcomes: list[tuple[bool, Any]],
+                         facts: list[Fact]) -> list[tuple[bool, Any]]:
         if all(not op.cas or op.deferred for op in ops):
             # Nothing to read before the commit: no BEGIN, no COMMIT. Everything up to
             # the pipeline's Sync is one implicit transaction, committed at the Sync and
@@ -804,6 +905,11 @@ class PostgresStore(Store):
             async with conn.pipeline():
                 for op in ops:
                     outcomes.append((True, await op.fn(conn)))
+                if facts:
+                    # Never a prepared statement: a pipeline aborted by a lost fence
+                    # before this one's Parse left psycopg believing it prepared, and
+                    # the next group failed on "prepared statement does not exist".
+                    await conn.execute(_AUDIT_APPEND, _fact_arrays(facts), prepare=False)
         else:
             async with conn.pipeline(), conn.transaction():
                 for op in ops:
@@ -815,6 +921,8 @@ class PostgresStore(Store):
                             outcomes.append((True, await op.fn(conn)))
                     except _CAS_ERRORS as exc:
                         outcomes.append((False, exc))
+                if facts:
+                    await conn.execute(_AUDIT_APPEND, _fact_arrays(facts), prepare=False)
         for i, op in enumerate(ops):
             if op.deferred:
                 try:
@@ -905,6 +1013,30 @@ class PostgresStore(Store):
                 if claim is not None:
                     claims.append((run_id, *claim))
         lease = self.lease_seconds
+        # What this write adds to the audit chain, appended at the end of its group's
+        # transaction (`handrail_audit`): a claim sent with it (kept if it took), the run's
+        # start (when this store has not chained it), its call records and pending items,
+        # then its status when it is not the one this store chained last.
+        facts: list[Fact] = [(run_id, "status", run_id, status_body(run_id, "running", None),
+                              owner) for run_id, owner, _ in claims]
+        run = batch.run
+        chained = self._chained_status
+        if run is not None and run.id not in chained:
+            facts.append((run.id, "run", run.id, run_body((
+                run.id, run.task, run.agent, None, run.parent_id, run_row[5],  # type: ignore[index]
+                run.manifest_digest, run.model, run.workspace, run.created_at, *(None,) * 10,
+                run.agent_ref, run.parent_call_id, run.depth)), None))
+        facts += [(c[1], "call", c[0], call_body(c), None) for c in calls]
+        facts += [(p[2], "pending", p[0], pending_body(p), None) for p in pending]
+        if run is not None:
+            status = status_body(run.id, run.status.value, run_row[11])  # type: ignore[index]
+            if chained.get(run.id) != status:
+                facts.append((run.id, "status", run.id, status, None))
+                if wait and run.status is RunStatus.RUNNING:
+                    chained[run.id] = status
+                else:
+                    chained.pop(run.id, None)
+
         # Sorted: two writers' claims on the same windows lock their rows in one order.
         quotas = sorted(batch.claims, key=lambda c: (c.counter, c.window))
 
@@ -912,6 +1044,7 @@ class PostgresStore(Store):
 
         async def apply(conn: psycopg.AsyncConnection[Any]) -> Any:
             counted.clear()  # applied again alone when its group failed
+            self._group_facts += facts
             cur = conn.cursor()
             for run_id, owner, held_by in claims:  # before its fence (`claim`)
                 await cur.execute(_CLAIM_HELD, (owner, lease, run_id, held_by))
@@ -942,20 +1075,24 @@ class PostgresStore(Store):
 
             return read
 
-        if quotas:
-            try:
-                await self._enqueue(apply, cas=True, deferred=True)
-            except _QuotaFull as full:
-                # Nothing of it was written, a run's claim riding on it included: the next
-                # write carries that again.
-                for run_id, owner, held_by in claims:
-                    self._claims.setdefault(run_id, (owner, held_by))
-                refused = next((q for q in quotas if (q.counter, q.window)
-                                == (full.counter, full.bucket)), quotas[0])
-                raise QuotaExceeded(refused, full.count) from None
-        else:
-            await self._enqueue(apply, wait=wait)
-        run = batch.run
+        try:
+            if quotas:
+                try:
+                    await self._enqueue(apply, cas=True, deferred=True)
+                except _QuotaFull as full:
+                    # Nothing of it was written, a run's claim riding on it included: the
+                    # next write carries that again.
+                    for run_id, owner, held_by in claims:
+                        self._claims.setdefault(run_id, (owner, held_by))
+                    refused = next((q for q in quotas if (q.counter, q.window)
+                                    == (full.counter, full.bucket)), quotas[0])
+                    raise QuotaExceeded(refused, full.count) from None
+            else:
+                await self._enqueue(apply, wait=wait)
+        except BaseException:
+            if run is not None:
+                chained.pop(run.id, None)  # its status may not be chained
+            raise
         if run is not None:
             # Committed (or queued, with wait=False; a write after it is fenced the same).
             if run.status is RunStatus.RUNNING and run.owner:
@@ -1080,7 +1217,7 @@ class PostgresStore(Store):
         clock = self.clock
 
         async def expire(conn: psycopg.AsyncConnection[Any]) -> list[PendingItem]:
-            return await _expire_due(conn, clock())
+            return await self._chained(conn, lambda c, facts: _expire_due(c, clock(), facts))
 
         done: list[PendingItem] = await self._enqueue(expire, cas=True)
         for item in done:
@@ -1137,17 +1274,33 @@ class PostgresStore(Store):
             raise NotFound(f"no pending item {item_id!r} in {self._where}")
         return _pending_from(row)
 
+    async def _chained(self, conn: psycopg.AsyncConnection[Any],
+                       change: Callable[[Any, list[Fact]], Awaitable[T]]) -> T:
+        """Run `change` in the write's transaction; chain the facts it adds to its list.
+
+        For the writes that are not batches (a decision, an expiry, a claim): the facts go
+        to the group's `handrail_audit` whatever `change` returns (a refusal returned after
+        an expiry keeps the expiry, and so its facts); a raise rolls both back, and adds none.
+        """
+        facts: list[Fact] = []
+        result = await change(conn, facts)
+        self._group_facts += facts
+        for run_id in {fact[0] for fact in facts}:
+            self._chained_status.pop(run_id, None)
+        return result
+
     async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str, *,
                      payload: dict[str, Any] | None = None) -> PendingItem:
         where, clock = self._where, self.clock
 
-        async def cas(conn: psycopg.AsyncConnection[Any]) -> PendingItem | Exception:
+        async def decide_in(conn: psycopg.AsyncConnection[Any], facts: list[Fact]
+                            ) -> PendingItem | Exception:
             now = clock()
             # What is due expires first, in this transaction: a decision after the deadline
             # is refused ("already decided by expiry"). A refusal is returned, not raised: a
             # raise rolls back the transaction, the expiry with it.
             if await (await conn.execute(_DUE, (now,))).fetchone() is not None:
-                await _expire_due(conn, now)
+                await _expire_due(conn, now, facts)
             # The item's row lock makes a concurrent decision wait, then read what this one
             # wrote: counted once, in order (four-eyes approvals included).
             cur = await conn.execute(
@@ -1162,17 +1315,25 @@ class PostgresStore(Store):
                 return exc
             if after is None:
                 return item
-            await conn.execute(
+            decided = await (await conn.execute(
                 "UPDATE pending SET state = %s, decision = %s, decided_by = %s, "
-                "decided_at = %s, payload = %s, approvals = %s WHERE id = %s",
+                "decided_at = %s, payload = %s, approvals = %s WHERE id = %s "
+                f"RETURNING {_PENDING_COLUMNS}",
                 (after.state, _dumps(after.decision), after.decided_by, after.decided_at,
-                 _dumps(after.payload), _dumps(after.approvals), item_id))
+                 _dumps(after.payload), _dumps(after.approvals), item_id))).fetchone()
+            # Chained: each approval (a four-eyes item's first one changes who decided so
+            # far), the decision, and the run's move.
+            if decided is not None:
+                facts.append((item.run_id, "pending", item.id, pending_body(decided), None))
             if after.state != "open":
                 # In the same transaction a paused run moves on: READY when nothing else of
                 # it is open, else the status of its oldest open item (the Store contract).
-                await _move_run(conn, item.run_id)
+                await _move_run(conn, item.run_id, facts)
                 await conn.execute(_NOTIFY)
             return after
+
+        async def cas(conn: psycopg.AsyncConnection[Any]) -> PendingItem | Exception:
+            return await self._chained(conn, decide_in)
 
         result = await self._enqueue(cas, cas=True)
         if isinstance(result, Exception):
@@ -1199,10 +1360,10 @@ class PostgresStore(Store):
 
         clock = self.clock
 
-        async def cas(conn: psycopg.AsyncConnection[Any]) -> RunRecord:
+        async def claim_in(conn: psycopg.AsyncConnection[Any], facts: list[Fact]) -> RunRecord:
             # A run resumed after its item's deadline continues with the default.
             if await (await conn.execute(_DUE, (clock(),))).fetchone() is not None:
-                await _expire_due(conn, clock())
+                await _expire_due(conn, clock(), facts)
             cur = await conn.execute(
                 f"SELECT {_RUN_COLUMNS}, {_NOW} FROM runs WHERE id = %s FOR UPDATE", (run_id,))
             row = await cur.fetchone()
@@ -1216,7 +1377,11 @@ class PostgresStore(Store):
             )
             updated = await cur.fetchone()
             assert updated is not None
+            facts.append((run_id, "status", run_id, status_body(run_id, "running", None), None))
             return _run_from(updated)
+
+        async def cas(conn: psycopg.AsyncConnection[Any]) -> RunRecord:
+            return await self._chained(conn, claim_in)
 
         result: RunRecord = await self._enqueue(cas, cas=True)
         self._driving[run_id] = owner
@@ -1237,6 +1402,7 @@ class PostgresStore(Store):
         run. Reads of the database send the claims waiting first (`_send_claims`).
         """
         self._claims[run_id] = (owner, held_by)
+        self._chained_status.pop(run_id, None)
         self._driving[run_id] = owner
         self._snapshots[run_id] = reads
         for item in reads[2]:
@@ -1255,6 +1421,8 @@ class PostgresStore(Store):
             cur = conn.cursor()
             for run_id, (owner, held_by) in claims:
                 await cur.execute(_CLAIM_HELD, (owner, lease, run_id, held_by))
+                self._group_facts.append((run_id, "status", run_id,
+                                          status_body(run_id, "running", None), owner))
 
         await self._enqueue(send)
 
@@ -1276,6 +1444,8 @@ class PostgresStore(Store):
                 conn.cursor(), conn.cursor(), conn.cursor(), conn.cursor())
             await run_cur.execute(f"{_CLAIM_HELD} RETURNING {_RUN_COLUMNS}",
                                   (owner, lease, run_id, held_by))
+            self._group_facts.append((run_id, "status", run_id,
+                                      status_body(run_id, "running", None), owner))
             await message_cur.execute(
                 "SELECT data FROM messages WHERE run_id = %s ORDER BY seq", (run_id,))
             await call_cur.execute(
@@ -1298,6 +1468,7 @@ class PostgresStore(Store):
 
         row, message_rows, call_rows, item_rows = await self._enqueue(send, cas=True,
                                                                       deferred=True)
+        self._chained_status.pop(run_id, None)
         self._driving[run_id] = owner
         if len(self._snapshots) >= 4096:  # runs left without a write (a lost worker's)
             self._forget(next(iter(self._snapshots)))
@@ -1496,3 +1667,122 @@ class PostgresStore(Store):
         if error is not None:
             self._background_error = None
             raise StoreError(f"an earlier write to {self._where} failed: {error}") from error
+
+
+class _AuditReader:
+    """The audit chain and the record of a PostgreSQL store, for `handrail.store.audit`.
+
+    One connection (psycopg's synchronous API: the CLI has no event loop to share), one
+    `REPEATABLE READ, READ ONLY` transaction: one snapshot, nothing written. Writable (to
+    record a signature), the transaction locks the store-wide tip first, so the head it
+    signs stays the head until it commits. Large reads stream through server-side cursors.
+    """
+
+    def __init__(self, url: str, *, writable: bool = False) -> None:
+        driver, _ = _import_driver()
+        self._where = redacted_url(url)
+        self._cursors = 0
+        try:
+            self.db = driver.connect(url, autocommit=False)
+            if writable:
+                self.db.execute("SELECT 1 FROM audit_tip WHERE id = 1 FOR UPDATE")
+            else:
+                self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                self.db.execute("SELECT 1 FROM audit_tip")
+        except Exception as exc:
+            error = map_psycopg_error(self._where, exc)
+            if isinstance(error, StoreError) and "audit_tip" in str(exc):
+                raise StoreError(f"the PostgreSQL store {self._where} has no audit chain "
+                                 "yet: open it once with this handrail (`handrail runs`) to "
+                                 "migrate it, then read it") from exc
+            raise error from exc
+
+    def close(self) -> None:
+        """End the transaction (committing what `add_signature` wrote) and close."""
+        try:
+            self.db.commit()
+        finally:
+            self.db.close()
+
+    def _stream(self, sql: str, params: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+        self._cursors += 1
+        with self.db.cursor(name=f"handrail_audit_{self._cursors}") as cur:
+            cur.itersize = 5000
+            cur.execute(sql, params)
+            yield from cur
+
+    def source(self, run_id: str | None = None) -> _audit.Source:
+        """What `handrail.store.audit.verify` reads (one run's rows, with `run_id`)."""
+        where, params = ("", ()) if run_id is None else (" WHERE run_id = %s", (run_id,))
+        by_id = "" if run_id is None else " WHERE id = %s"
+        c = ' COLLATE "C"'
+
+        def links() -> Iterator[tuple[Any, ...]]:
+            if run_id is None:
+                yield from self._stream("SELECT seq, hash, link FROM audit ORDER BY seq")
+
+        one = _audit.Source(
+            facts=lambda: self._stream(
+                "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit"
+                f"{where} ORDER BY run_id, n, seq", params),
+            links=links,
+            runs=lambda: self._stream(f"SELECT {_RUN_COLUMNS} FROM runs{by_id} "
+                                      f"ORDER BY id{c}", params),
+            calls=lambda: self._stream(f"SELECT {_CALL_COLUMNS} FROM calls{where} "
+                                       f"ORDER BY run_id{c}", params),
+            pending=lambda: self._stream(f"SELECT {_PENDING_COLUMNS} FROM pending{where} "
+                                         f"ORDER BY run_id{c}", params),
+            signatures=lambda: self.signatures(),
+            previous_link=self.previous_link)
+        if run_id is not None:
+            return one
+        return dataclasses.replace(
+            one,
+            ordered_facts=lambda: self._stream(
+                "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit "
+                "ORDER BY seq"),
+            all_runs=lambda: self._stream(f"SELECT {_RUN_COLUMNS} FROM runs"),
+            all_calls=lambda: self._stream(f"SELECT {_CALL_COLUMNS} FROM calls"),
+            all_pending=lambda: self._stream(f"SELECT {_PENDING_COLUMNS} FROM pending"),
+            fact=lambda seq: self.db.execute(
+                "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit "
+                "WHERE seq = %s", (seq,)).fetchone(),
+            for_run=self.source)
+
+    def previous_link(self, seq: int) -> str | None:
+        """The link of fact `seq - 1` (`ZERO` before the first), or None if it is gone."""
+        if seq == 1:
+            return ZERO
+        row = self.db.execute("SELECT link FROM audit WHERE seq = %s", (seq - 1,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def head(self) -> tuple[int, str] | None:
+        """The store's head: its last fact's (seq, link)."""
+        row = self.db.execute("SELECT seq, link FROM audit ORDER BY seq DESC LIMIT 1"
+                              ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def first_since(self, since: float) -> int | None:
+        """The first fact written at or after `since` (Unix time)."""
+        row = self.db.execute("SELECT min(seq) FROM audit WHERE at >= %s", (since,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def facts_from(self, seq: int) -> Iterator[tuple[Any, ...]]:
+        """Every fact from `seq` on, in order, with its `at`."""
+        yield from self._stream(
+            "SELECT seq, run_id, n, kind, ref, body, prev, hash, link, at FROM audit "
+            "WHERE seq >= %s ORDER BY seq", (seq,))
+
+    def signatures(self) -> list[tuple[Any, ...]]:
+        """Every signature, in head order."""
+        rows: list[tuple[Any, ...]] = self.db.execute(
+            "SELECT seq, link, key, signature, signed_at FROM audit_signatures "
+            "ORDER BY seq, key").fetchall()
+        return rows
+
+    def add_signature(self, seq: int, link: str, key: str, signature: str) -> None:
+        """Record a head's signature (a writable reader, in its transaction)."""
+        self.db.execute("INSERT INTO audit_signatures VALUES (%s, %s, %s, %s, %s) "
+                        "ON CONFLICT (seq, key) DO UPDATE SET signature = excluded.signature, "
+                        "link = excluded.link, signed_at = excluded.signed_at",
+                        (seq, link, key, signature, time.time()))

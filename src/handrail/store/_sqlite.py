@@ -66,6 +66,7 @@ import concurrent.futures
 import dataclasses
 import datetime as dt
 import functools
+import hashlib
 import json
 import os
 import queue
@@ -74,7 +75,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -88,11 +89,13 @@ from handrail.errors import (
     StoreError,
     UserError,
 )
+from handrail.store import audit as _audit
 from handrail.store._pace import nothing_else_to_run
 from handrail.store._rows import DECISION_COLUMNS, DECISION_INDEXES, DecisionRows
 from handrail.store._rows import call_from_row as _call_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
+from handrail.store.audit import ZERO, call_body, pending_body, run_body, status_body
 from handrail.store.contract import (
     Batch,
     CallRecord,
@@ -371,6 +374,30 @@ def claim_quotas(db: sqlite3.Connection, claims: Sequence[QuotaClaim]) -> None:
         claim.count = int(row[0])
 
 
+_AUDIT_TABLES = """
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, n INTEGER NOT NULL, kind TEXT NOT NULL,
+        ref TEXT NOT NULL, body TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL,
+        link TEXT NOT NULL, at REAL NOT NULL
+    );
+    CREATE INDEX audit_run ON audit (run_id, n);
+    CREATE TABLE audit_signatures (
+        seq INTEGER NOT NULL, link TEXT NOT NULL, key TEXT NOT NULL, signature TEXT NOT NULL,
+        signed_at REAL NOT NULL, PRIMARY KEY (seq, key)
+    )
+"""
+"""The tamper-evident record (migration 0010, `handrail.store.audit`): one row per fact,
+chained by run (`prev`, `hash`) and store-wide (`link`); signatures of heads beside it."""
+
+
+def _m0010_audit_chain(db: sqlite3.Connection) -> None:
+    # The chain starts with the record as it stands: every run, call and item there is is
+    # chained once, as found (docs/audit.md: what a migrated store's chain proves).
+    _script(db, _AUDIT_TABLES)
+    _fold_rows(db)
+    _adopt(db)
+
+
 _PENDING_DEADLINES = """
     CREATE INDEX pending_deadline ON pending (deadline) WHERE state = 'open'
         AND deadline IS NOT NULL;
@@ -407,6 +434,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0007_run_progress", _m0007_run_progress),
     ("0008_quotas", _m0008_quotas),
     ("0009_pending_deadlines", _m0009_pending_deadlines),
+    ("0010_audit_chain", _m0010_audit_chain),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`. A new migration
 changes `_CURRENT_SCHEMA` too (a new file is created from it; a test compares the two)."""
@@ -466,7 +494,8 @@ _CURRENT_SCHEMA = """
         """ + ", ".join(f"c{i}" for i in range(23)) + """
     );
     """ + _RUN_PROGRESS_TABLE + """;
-    """ + _QUOTA_TABLE + """
+    """ + _QUOTA_TABLE + """;
+    """ + _AUDIT_TABLES + """
 """
 """The schema every migration in `MIGRATIONS` leads to, created at once in a new, empty file.
 
@@ -618,6 +647,9 @@ _FOLD = (
     f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log WHERE kind = 1 AND id <= :upto "
     "ORDER BY id ON CONFLICT(id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _CALL_COLUMNS.split(", ")[1:]),
+    # The audit chain's facts (kind 2) into their table, in the order they were chained.
+    "INSERT INTO audit SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7, c8 FROM log "
+    "WHERE kind = 2 AND id <= :upto ORDER BY id",
     # Every row: `upto` is the log's last, read in this transaction, which holds the write
     # lock. On a connection without foreign-key checks (the fold's own, below) SQLite then
     # frees the table's pages at once instead of deleting it row by row.
@@ -646,6 +678,169 @@ def _fold_rows(db: sqlite3.Connection) -> None:
             db.execute(statement, {"upto": upto})
     for statement in _FOLD_PROGRESS:
         db.execute(statement)
+
+
+_AUDIT_LAST = "SELECT seq, link FROM audit ORDER BY seq DESC LIMIT 1"
+_AUDIT_TIP = "SELECT n, hash FROM audit WHERE run_id = ? ORDER BY n DESC LIMIT 1"
+_AUDIT_INSERT = "INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# A fact waiting in the log (kind 2): c0 seq, c1 n, c2 kind, c3 ref, c4 body, c5 prev,
+# c6 hash, c7 link, c8 at. The fold moves them into `audit` (`_FOLD`).
+_LOG_FACTS_NEWEST = ("SELECT c0, c7, run_id, c1, c6 FROM log WHERE kind = 2 "
+                     "ORDER BY id DESC")
+_LOG_TIP = "SELECT c1, c6 FROM log WHERE kind = 2 AND run_id = ? ORDER BY id DESC LIMIT 1"
+_AUDIT_SINCE = "SELECT seq, link, run_id, n, hash FROM audit WHERE seq > ? ORDER BY seq"
+
+Fact = tuple[str, str, str, str]
+"""A fact to chain: (run id, kind, ref, body); see `handrail.store.audit`."""
+
+
+class _Tips:
+    """The chain's tips as this store's writer last saw them: a cache, checked every time.
+
+    `last` is the store's newest fact (seq, link), `runs` each run's newest (n, hash). Each
+    transaction that chains first reads the store's newest fact (the log's last row, one
+    step of a b-tree); when it is not `last`, the facts written since by anyone are read (from
+    the end of the log backwards: as many rows as there are new facts) and the tips caught
+    up, and when `last` itself is gone (a rolled-back write of ours) the cache starts over.
+    So a chained write reads no index and writes no page but the log's (issue 42: with the
+    facts in a table of their own, with an index for the tips, a turn's commit wrote twice
+    the pages).
+    """
+
+    __slots__ = ("_cursor", "_db", "last", "runs")
+
+    def __init__(self) -> None:
+        self.last: tuple[int, str] | None = None
+        self.runs: dict[str, tuple[int, str]] = {}
+        self._db: sqlite3.Connection | None = None
+        self._cursor: sqlite3.Cursor | None = None
+
+    def cursor(self, db: sqlite3.Connection) -> sqlite3.Cursor:
+        """One cursor of `db`, reused.
+
+        Every `execute` of a connection makes a cursor, which the connection tracks by a
+        weak reference until its next sweep: a tracked object a statement, on the per-call
+        path.
+        """
+        cursor = self._cursor
+        if cursor is None or self._db is not db:
+            cursor = self._cursor = db.cursor()
+            self._db = db
+        return cursor
+
+    def catch_up(self, db: sqlite3.Connection) -> tuple[int, str]:
+        """Bring the tips up to the store's newest fact; return it."""
+        last, runs = self.last, self.runs
+        db = self.cursor(db)  # type: ignore[assignment]
+        newer: list[tuple[Any, ...]] = []
+        found: tuple[int, str] | None = None
+        for row in db.execute(_LOG_FACTS_NEWEST):
+            if found is None:
+                found = (row[0], row[1])
+                if found == last:
+                    return found
+            if last is not None and row[0] <= last[0]:
+                if (row[0], row[1]) != last:
+                    break  # not the chain we saw: start over (below)
+                for r in reversed(newer):
+                    runs[r[2]] = (r[3], r[4])
+                self.last = found
+                return found
+            if last is None or len(newer) > 10_000:
+                break
+            newer.append(row)
+        if found is None or last is not None:
+            # The log holds none of the facts since `last` (folded): read the table.
+            top = db.execute(_AUDIT_LAST).fetchone()
+            if found is None:
+                found = (0, ZERO) if top is None else (top[0], top[1])
+                if found == last:
+                    return found
+            if last is not None and top is not None and top[0] >= last[0]:
+                seen = db.execute("SELECT link FROM audit WHERE seq = ?", (last[0],)).fetchone()
+                if seen is not None and seen[0] == last[1]:
+                    for r in db.execute(_AUDIT_SINCE, (last[0],)):
+                        runs[r[2]] = (r[3], r[4])
+                    for r in reversed(newer):
+                        runs[r[2]] = (r[3], r[4])
+                    self.last = found
+                    return found
+        runs.clear()
+        self.last = found
+        return found
+
+    def tip(self, db: sqlite3.Connection, run_id: str) -> tuple[int, str]:
+        """A run's newest fact (n, hash), or (-1, ZERO) for a run with no chain."""
+        tip = self.runs.get(run_id)
+        if tip is not None:
+            return tip
+        db = self.cursor(db)  # type: ignore[assignment]
+        if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+            tip = (-1, ZERO)  # a new run (this is called before its row is written)
+        else:
+            # A run this store has not chained since it opened (resumed from another
+            # process): once per run, the log from its end, then the table's index.
+            tip = db.execute(_LOG_TIP, (run_id,)).fetchone() or db.execute(
+                _AUDIT_TIP, (run_id,)).fetchone() or (-1, ZERO)
+        if len(self.runs) >= 10_000:
+            self.runs.clear()  # bounded: a miss costs a lookup, never a wrong hash
+        self.runs[run_id] = tip
+        return tip
+
+
+def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
+           insert: bool = True) -> list[tuple[Any, ...]]:
+    """Append `facts` to their runs' chains and to the store's, in the caller's transaction.
+
+    Called before the write's own rows (a new run is one without a row). The tips are
+    read inside the transaction that holds the write lock (`_Tips.catch_up`), so writers in
+    other processes chain after each other; a rolled-back write takes its facts with it.
+    A `run` fact (a run's start) is kept only when its run has no chain yet: a run resumed
+    by another process was started elsewhere. The facts go to the log (kind 2), on the page
+    the write's other rows are on; the fold moves them into `audit`. With `insert=False` the
+    log rows are returned for the caller to insert after its run's row (the log's foreign
+    key), through `_insert_facts`.
+    """
+    seq, link = tips.catch_up(db)
+    rows = []
+    at = time.time()
+    sha256 = hashlib.sha256
+    runs = tips.runs
+    for run_id, kind, ref, body in facts:
+        n, prev = tips.tip(db, run_id)
+        if kind == "run" and n >= 0:
+            continue
+        digest = sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()
+        seq += 1
+        n += 1
+        link = sha256((link + digest).encode()).hexdigest()
+        rows.append((2, run_id, seq, n, kind, ref, body, prev, digest, link, at))
+        runs[run_id] = (n, digest)
+    if rows:
+        tips.last = (seq, link)
+        if insert:
+            _insert_facts(db, rows, tips)
+    return rows
+
+
+def _insert_facts(db: sqlite3.Connection, rows: list[tuple[Any, ...]], tips: _Tips) -> None:
+    cursor = tips.cursor(db)
+    for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
+        cursor.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
+
+
+def _adopt(db: sqlite3.Connection) -> None:
+    """Chain the record as it stands (a store migrated to the chain, migration 0010)."""
+    facts: list[Fact] = []
+    for row in db.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at, id"):
+        facts.append((row[0], "run", row[0], run_body(row)))
+        facts.append((row[0], "status", row[0], status_body(row[0], row[3], row[11])))
+    for row in db.execute(f"SELECT {_CALL_COLUMNS} FROM calls ORDER BY run_id, turn, idx"):
+        facts.append((row[1], "call", row[0], call_body(row)))
+    for row in db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending ORDER BY created_at, id"):
+        facts.append((row[2], "pending", row[0], pending_body(row)))
+    _chain(db, facts, _Tips())
+    _fold_rows(db)
 
 
 def _fold_unchecked(db: sqlite3.Connection) -> None:
@@ -847,8 +1042,11 @@ _DUE = ("SELECT 1 FROM pending INDEXED BY pending_deadline WHERE state = 'open' 
 no statistics, SQLite's planner prefers `pending_open` (state = ?) and reads every open item."""
 
 
-def _move_run(db: sqlite3.Connection, run_id: str) -> None:
-    """Move a paused run on once one of its items was decided (see `Store.decide`)."""
+def _move_run(db: sqlite3.Connection, run_id: str, facts: list[Fact]) -> None:
+    """Move a paused run on once one of its items was decided (see `Store.decide`).
+
+    The run's new status is added to `facts`, for the caller to chain in its transaction.
+    """
     run_row = db.execute(f"SELECT {_RUN_SELECT} WHERE id = ?", (run_id,)).fetchone()
     if run_row is None:
         return
@@ -857,12 +1055,19 @@ def _move_run(db: sqlite3.Connection, run_id: str) -> None:
         (run_id,)).fetchall()]
     moved = status_after_decision(_run_from(run_row), still_open)
     if moved is not None:
+        outcome = _dumps(moved.outcome)
         db.execute("UPDATE runs SET status = ?, outcome = ?, updated_at = ? WHERE id = ?",
-                   (moved.status.value, _dumps(moved.outcome), moved.updated_at, moved.id))
+                   (moved.status.value, outcome, moved.updated_at, moved.id))
+        facts.append((moved.id, "status", moved.id,
+                      status_body(moved.id, moved.status.value, outcome)))
 
 
-def _expire_due(db: sqlite3.Connection, now: float) -> list[PendingItem]:
-    """Expire what is due, inside the caller's write transaction (so exactly once)."""
+def _expire_due(db: sqlite3.Connection, now: float, facts: list[Fact]) -> list[PendingItem]:
+    """Expire what is due, inside the caller's write transaction (so exactly once).
+
+    Each expiry (the item as decided by "expiry") and each run it moves are added to
+    `facts`, for the caller to chain in the same transaction.
+    """
     if db.execute(_DUE, (now,)).fetchone() is None:
         return []
     done = []
@@ -874,7 +1079,10 @@ def _expire_due(db: sqlite3.Connection, now: float) -> list[PendingItem]:
                    "decided_at = ?, payload = ?, notes = ? WHERE id = ? AND state = 'open'",
                    (_dumps(item.decision), item.decided_by, now, _dumps(item.payload),
                     _dumps(item.notes), item.id))
-        _move_run(db, item.run_id)
+        decided = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
+                             (item.id,)).fetchone()
+        facts.append((item.run_id, "pending", item.id, pending_body(decided)))
+        _move_run(db, item.run_id, facts)
         done.append(item)
     return done
 
@@ -955,13 +1163,14 @@ class _Write:
     caller's but `run`, read only when its row went missing (below).
     """
 
-    __slots__ = ("pending", "progress", "rows", "run", "run_id", "run_row", "run_update",
-                 "update_sql")
+    __slots__ = ("facts", "pending", "progress", "rows", "run", "run_id", "run_row",
+                 "run_update", "tips", "update_sql")
 
     def __init__(self, run: RunRecord | None, run_update: tuple[Any, ...] | None,
                  update_sql: str, run_row: tuple[Any, ...] | None, rows: tuple[Any, ...],
                  pending: tuple[tuple[Any, ...], ...],
-                 progress: tuple[Any, ...] | None = None) -> None:
+                 progress: tuple[Any, ...] | None = None, facts: tuple[Fact, ...] = (),
+                 tips: _Tips | None = None) -> None:
         self.run = run
         self.run_id = None if run is None else run.id
         self.run_update = run_update
@@ -975,9 +1184,15 @@ class _Write:
         self.progress = progress
         """A running run's turn that changed only its progress: `_PROGRESS_INSERT`'s
         parameters. The run's row stays as it is when it is as this process left it."""
+        self.facts = facts
+        """What this write records in the audit chain (`_chain`), in order."""
+        self.tips = tips
+        """The store's chain tips (`_Tips`), when it has facts."""
 
     def __call__(self, db: sqlite3.Connection) -> None:
         """Write the rows alone, in the group's transaction."""
+        chained = _chain(db, self.facts, self.tips,  # type: ignore[arg-type]
+                         insert=False) if self.facts else None
         run, run_update = self.run, self.run_update
         if run is not None and run_update is not None and (
                 self.progress is None
@@ -1000,6 +1215,8 @@ class _Write:
             db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
         if self.pending:
             db.executemany(_PENDING_REPLACE, self.pending)
+        if chained:
+            _insert_facts(db, chained, self.tips)  # type: ignore[arg-type]
 
 
 class _ClaimingWrite(_Write):
@@ -1066,6 +1283,7 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
     cleared: list[tuple[str]] = []
     rows: list[tuple[Any, ...]] = []
     pending: list[tuple[Any, ...]] = []
+    facts: list[Fact] = []
     for w in writes:
         if w.progress is not None:
             progress.append(w.progress)
@@ -1082,6 +1300,10 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
         rows += w.rows
         if w.pending:
             pending += w.pending
+        if w.facts:
+            facts += w.facts
+    chained = _chain(db, facts, writes[0].tips,  # type: ignore[arg-type]
+                     insert=False) if facts else None
     if progress and _merged(db, _PROGRESS_INSERT, _merged_progress, progress) != len(progress):
         raise _Mismatch
     if cleared:
@@ -1097,6 +1319,8 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
         db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
     if pending:
         db.executemany(_PENDING_REPLACE, pending)
+    if chained:
+        _insert_facts(db, chained, writes[0].tips)  # type: ignore[arg-type]
 
 
 MERGED_ROWS = 64
@@ -1348,6 +1572,10 @@ class SQLiteStore(Store):
         """Operations committed since the last fold."""
         self._checkpointing = False
         self._background_error: BaseException | None = None
+        self._tips = _Tips()
+        """The audit chain's tips as the writer last saw them (`_chain`)."""
+        self._chained_status: dict[str, str] = {}
+        """Running runs' status facts as this store last chained them (`write`)."""
         self._runs_written: dict[str, tuple[Any, ...] | None] = {}
         """Runs this store has written and that are running, with what their row holds
         besides their progress (owner, remembered rules, events) as last written."""
@@ -1799,32 +2027,59 @@ class SQLiteStore(Store):
                 self._runs_written.pop(run.id, None)
         enc = _ENCODE
         log = [(0, r, s, enc(m)) for r, s, m in batch.messages]
+        # The facts this write adds to the audit chain (`_chain`): the run's start (its
+        # first write here), each call record and pending item as written, then the run's
+        # status when it is not the one this store chained last.
+        facts: list[Fact] = []
+        if run_row is not None:
+            facts.append((run_row[0], "run", run_row[0], run_body(run_row)))
         if batch.calls:
-            log += [_call_row(c) for c in batch.calls]
+            calls = [_call_row(c) for c in batch.calls]
+            log += calls
+            facts += [(c[1], "call", c[2], call_body(c[2:])) for c in calls]
         # Built now, as flat tuples of strings and numbers (which the collector stops
         # tracking): the write holds no list, closure or record of the caller's while queued.
         pending = tuple([_pending_row(p) for p in batch.pending]) if batch.pending else ()
+        facts += [(p[2], "pending", p[0], pending_body(p)) for p in pending]
+        status = None
+        if run is not None:
+            status = status_body(run.id, run.status._value_, run_update[11]  # type: ignore[index]
+                                 if run.outcome is not None else None)
+            if self._chained_status.get(run.id) != status:
+                facts.append((run.id, "status", run.id, status))
+                if wait and run.status is RunStatus.RUNNING:
+                    self._chained_status[run.id] = status
+                else:
+                    # Not kept: a run that leaves this process's hands (bounded), and a
+                    # write nobody waits for (its failure would leave a status unchained).
+                    self._chained_status.pop(run.id, None)
         if batch.claims:
             # Counted in the write's own transaction, never merged with another's (a full
             # window fails this write alone: `_apply_group`). Sorted: two writers' claims
             # on the same windows are taken in one order.
             claiming = _ClaimingWrite(run, run_update, update_sql, run_row, tuple(log),
-                                      pending, progress)
+                                      pending, progress, tuple(facts), self._tips)
             claiming.claims = tuple(sorted(batch.claims, key=lambda c: (c.counter, c.window)))
             fn: _Write = claiming
             wait = True
         else:
-            fn = _Write(run, run_update, update_sql, run_row, tuple(log), pending, progress)
-        if wait and self._idle():
-            await self._write_direct(fn)
-            return
-        waiter = self._enqueue(fn, wait=wait)
-        if waiter is None:
-            return
-        if isinstance(waiter, concurrent.futures.Future):
-            await _wait(waiter)
-        else:
-            await waiter
+            fn = _Write(run, run_update, update_sql, run_row, tuple(log), pending, progress,
+                        tuple(facts), self._tips)
+        try:
+            if wait and self._idle():
+                await self._write_direct(fn)
+                return
+            waiter = self._enqueue(fn, wait=wait)
+            if waiter is None:
+                return
+            if isinstance(waiter, concurrent.futures.Future):
+                await _wait(waiter)
+            else:
+                await waiter
+        except BaseException:
+            if run is not None:
+                self._chained_status.pop(run.id, None)  # its status may not be chained
+            raise
 
     def _idle(self) -> bool:
         """Whether a write now would be alone at the head of the next group, on the loop."""
@@ -2003,7 +2258,8 @@ class SQLiteStore(Store):
 
     async def expire_due(self) -> list[PendingItem]:
         clock = self.clock
-        return await self._submit_write(lambda db: _expire_due(db, clock()))
+        return await self._submit_write(lambda db: self._chained(db, lambda facts: _expire_due(
+            db, clock(), facts)))
 
     async def take_notifications(self, *, hold: float, limit: int = 50,
                                  ) -> list[PendingItem]:
@@ -2065,16 +2321,31 @@ class SQLiteStore(Store):
             raise NotFound(f"no pending item {item_id!r} in {self.path}")
         return _pending_from(row)
 
+    def _chained(self, db: sqlite3.Connection, change: Callable[[list[Fact]], T]) -> T:
+        """Run `change` in the write transaction and chain the facts it adds to its list.
+
+        For the writes that are not batches (a decision, an expiry, a claim): the facts are
+        chained whatever `change` returns (a refusal returned after an expiry keeps the
+        expiry, and so its facts); a raise rolls both back.
+        """
+        facts: list[Fact] = []
+        result = change(facts)
+        if facts:
+            _chain(db, facts, self._tips)
+            for run_id in {fact[0] for fact in facts}:
+                self._chained_status.pop(run_id, None)
+        return result
+
     async def decide(self, item_id: str, decision: dict[str, Any], decided_by: str, *,
                      payload: dict[str, Any] | None = None) -> PendingItem:
         clock = self.clock
 
-        def cas(db: sqlite3.Connection) -> PendingItem | Exception:
+        def cas(db: sqlite3.Connection, facts: list[Fact]) -> PendingItem | Exception:
             now = clock()
             # What is due expires first, in this transaction: a decision after the deadline
             # is refused ("already decided by expiry"), and the expiry is kept (a failure
             # returned, not raised: raised, it would roll the expiry back with it).
-            _expire_due(db, now)
+            _expire_due(db, now, facts)
             row = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
                              (item_id,)).fetchone()
             if row is None:
@@ -2091,11 +2362,17 @@ class SQLiteStore(Store):
                 "payload = ?, approvals = ? WHERE id = ? AND state = 'open'",
                 (after.state, _dumps(after.decision), after.decided_by, after.decided_at,
                  _dumps(after.payload), _dumps(after.approvals), item_id))
+            # Chained: each approval (a four-eyes item's first one changes who decided so
+            # far), the decision, and the run's move.
+            row = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
+                             (item_id,)).fetchone()
+            facts.append((item.run_id, "pending", item.id, pending_body(row)))
             if after.state != "open":
-                _move_run(db, item.run_id)
+                _move_run(db, item.run_id, facts)
             return after
 
-        result = await self._submit_write(cas)
+        result = await self._submit_write(lambda db: self._chained(db, lambda facts: cas(
+            db, facts)))
         if isinstance(result, Exception):
             raise result
         return result
@@ -2105,10 +2382,10 @@ class SQLiteStore(Store):
 
         clock = self.clock
 
-        def cas(db: sqlite3.Connection) -> RunRecord | Exception:
+        def cas(db: sqlite3.Connection, facts: list[Fact]) -> RunRecord | Exception:
             # A run resumed after its item's deadline continues with the default (kept even
             # when the claim is refused: returned, not raised, see `decide`).
-            _expire_due(db, clock())
+            _expire_due(db, clock(), facts)
             row = db.execute(f"SELECT {_RUN_SELECT} WHERE id = ?",
                              (run_id,)).fetchone()
             if row is None:
@@ -2124,9 +2401,11 @@ class SQLiteStore(Store):
             db.execute("UPDATE runs SET status = ?, owner = ?, lease_until = ?, updated_at = ?, "
                        "outcome = NULL WHERE id = ?",
                        (run.status.value, owner, run.lease_until, now, run_id))
+            facts.append((run_id, "status", run_id, status_body(run_id, "running", None)))
             return run
 
-        result = await self._submit_write(cas)
+        result = await self._submit_write(lambda db: self._chained(db, lambda facts: cas(
+            db, facts)))
         if isinstance(result, Exception):
             raise result
         return result
@@ -2158,3 +2437,188 @@ class SQLiteStore(Store):
 
             self._worker.submit(release)
             self._worker.stop()
+
+
+class _AuditReader:
+    """The audit chain and the record of a SQLite file, for `handrail.store.audit`.
+
+    One connection opened read-only (`mode=ro`, `query_only`) and one read transaction: one
+    snapshot, and nothing written (as `read_history`). Calls are the table's rows with the
+    log's not folded yet laid over them, as the fold would.
+    """
+
+    def __init__(self, path: str, *, writable: bool = False, busy_timeout: float = 10.0
+                 ) -> None:
+        self.path = path
+        uri = "file:" + urllib.parse.quote(str(Path(path).expanduser().resolve()))
+        try:
+            db = sqlite3.connect(uri + ("?mode=rw" if writable else "?mode=ro"), uri=True,
+                                 isolation_level=None, check_same_thread=False,
+                                 timeout=busy_timeout)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the SQLite store {path}: {exc}") from exc
+        self.db = db
+        try:
+            if not writable:
+                db.execute("PRAGMA query_only=1")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version != len(MIGRATIONS):
+                raise StoreError(
+                    f"{path} has schema version {version}, this handrail reads version "
+                    f"{len(MIGRATIONS)}: " + ("upgrade handrail to read it" if version > len(
+                        MIGRATIONS) else "open it once with this handrail (`handrail runs`) "
+                        "to migrate it (which starts its audit chain), then read it"))
+            db.execute("BEGIN IMMEDIATE" if writable else "BEGIN")
+        except sqlite3.Error as exc:
+            db.close()
+            raise StoreError(f"cannot read the SQLite store {path}: {exc}") from exc
+        except BaseException:
+            db.close()
+            raise
+
+    def close(self) -> None:
+        """End the transaction (committing what `sign` wrote) and close."""
+        try:
+            if self.db.in_transaction:
+                self.db.execute("COMMIT")
+        finally:
+            self.db.close()
+
+    def _where(self, run_id: str | None, column: str = "run_id") -> tuple[str, tuple[Any, ...]]:
+        return ("", ()) if run_id is None else (f" WHERE {column} = ?", (run_id,))
+
+    def source(self, run_id: str | None = None) -> _audit.Source:
+        """What `handrail.store.audit.verify` reads (one run's rows, with `run_id`)."""
+        db = self.db
+        where, params = self._where(run_id)
+        run_where, run_params = self._where(run_id, "id")
+
+        def facts() -> Iterator[_audit.Fact]:
+            log: dict[str, list[Any]] = {}
+            for row in db.execute(
+                    "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7 FROM log WHERE kind = 2"
+                    f"{where.replace('WHERE', 'AND')} ORDER BY id", params):
+                log.setdefault(row[1], []).append(row)
+            later = sorted(log)
+            for rid, rows in _audit._grouped(db.execute(
+                    "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit"
+                    f"{where} ORDER BY run_id, n, seq", params), 1):
+                while later and later[0] < rid:
+                    yield from log.pop(later.pop(0))
+                yield from rows
+                if later and later[0] == rid:
+                    yield from log.pop(later.pop(0))
+            for rid in later:
+                yield from log.pop(rid)
+
+        def links() -> Iterator[tuple[int, str, str]]:
+            if run_id is None:
+                yield from db.execute("SELECT seq, hash, link FROM audit ORDER BY seq")
+                yield from db.execute("SELECT c0, c6, c7 FROM log WHERE kind = 2 ORDER BY id")
+
+        def calls() -> Iterator[Sequence[Any]]:
+            log: dict[str, dict[str, tuple[Any, ...]]] = {}
+            for row in db.execute(f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log "
+                                  f"WHERE kind = 1{where.replace('WHERE', 'AND')} "
+                                  "ORDER BY id", params):
+                log.setdefault(row[1], {})[row[0]] = row
+            later = sorted(log)
+            for rid, rows in _audit._grouped(db.execute(
+                    f"SELECT {_CALL_COLUMNS} FROM calls{where} ORDER BY run_id", params), 1):
+                while later and later[0] < rid:
+                    yield from log.pop(later.pop(0)).values()
+                over = log.pop(rid, None)
+                if later and later[0] == rid:
+                    later.pop(0)
+                if over:
+                    rows = [over.pop(r[0], r) for r in rows] + list(over.values())
+                yield from rows
+            for rid in later:
+                yield from log.pop(rid).values()
+
+        one = _audit.Source(
+            facts=facts, links=links,
+            runs=lambda: db.execute(f"SELECT {_RUN_COLUMNS} FROM runs{run_where} ORDER BY id",
+                                    run_params),
+            calls=calls,
+            pending=lambda: db.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM pending{where} ORDER BY run_id", params),
+            signatures=lambda: db.execute(
+                "SELECT seq, link, key, signature, signed_at FROM audit_signatures "
+                "ORDER BY seq"),
+            previous_link=self.previous_link)
+        if run_id is not None:
+            return one
+        return dataclasses.replace(
+            one,
+            ordered_facts=self._ordered_facts,
+            all_runs=lambda: db.execute(f"SELECT {_RUN_COLUMNS} FROM runs"),
+            all_calls=self._all_calls,
+            all_pending=lambda: db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending"),
+            fact=self._fact,
+            for_run=self.source)
+
+    def _ordered_facts(self) -> Iterator[_audit.Fact]:
+        yield from self.db.execute(
+            "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit ORDER BY seq")
+        yield from self.db.execute(
+            "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7 FROM log WHERE kind = 2 ORDER BY id")
+
+    def _all_calls(self) -> Iterator[Sequence[Any]]:
+        # The table in its own order (sequential reads), the log's newer rows laid over it.
+        log: dict[str, tuple[Any, ...]] = {}
+        for row in self.db.execute(f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log "
+                                   "WHERE kind = 1 ORDER BY id"):
+            log[row[0]] = row
+        for row in self.db.execute(f"SELECT {_CALL_COLUMNS} FROM calls"):
+            yield log.pop(row[0], row) if log else row
+        yield from log.values()
+
+    def _fact(self, seq: int) -> _audit.Fact | None:
+        row: _audit.Fact | None = self.db.execute(
+            "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit WHERE seq = ?",
+            (seq,)).fetchone() or self.db.execute(
+            "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7 FROM log WHERE kind = 2 AND c0 = ?",
+            (seq,)).fetchone()
+        return row
+
+    def previous_link(self, seq: int) -> str | None:
+        """The link of fact `seq - 1` (`ZERO` before the first), or None if it is gone."""
+        if seq == 1:
+            return ZERO
+        row = self.db.execute("SELECT link FROM audit WHERE seq = ?", (seq - 1,)).fetchone(
+            ) or self.db.execute("SELECT c7 FROM log WHERE kind = 2 AND c0 = ?",
+                                 (seq - 1,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def head(self) -> tuple[int, str] | None:
+        """The store's head: its last fact's (seq, link)."""
+        row = self.db.execute("SELECT c0, c7 FROM log WHERE kind = 2 ORDER BY id DESC LIMIT 1"
+                              ).fetchone() or self.db.execute(_AUDIT_LAST).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    def first_since(self, since: float) -> int | None:
+        """The first fact written at or after `since` (Unix time)."""
+        row = self.db.execute(
+            "SELECT min(s) FROM (SELECT min(seq) AS s FROM audit WHERE at >= ? UNION ALL "
+            "SELECT min(c0) FROM log WHERE kind = 2 AND c8 >= ?)", (since, since)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def facts_from(self, seq: int) -> Iterator[tuple[Any, ...]]:
+        """Every fact from `seq` on, in order, with its `at`."""
+        yield from self.db.execute(
+            "SELECT seq, run_id, n, kind, ref, body, prev, hash, link, at FROM audit "
+            "WHERE seq >= ? ORDER BY seq", (seq,))
+        yield from self.db.execute(
+            "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7, c8 FROM log WHERE kind = 2 "
+            "AND c0 >= ? ORDER BY id", (seq,))
+
+    def signatures(self) -> list[tuple[Any, ...]]:
+        """Every signature, in head order."""
+        return self.db.execute("SELECT seq, link, key, signature, signed_at FROM "
+                               "audit_signatures ORDER BY seq, key").fetchall()
+
+    def add_signature(self, seq: int, link: str, key: str, signature: str) -> None:
+        """Record a head's signature (a writable reader, in its transaction)."""
+        self.db.execute("INSERT OR REPLACE INTO audit_signatures VALUES (?, ?, ?, ?, ?)",
+                        (seq, link, key, signature, time.time()))

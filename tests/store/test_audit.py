@@ -1,0 +1,500 @@
+"""The tamper-evident record: a real SQLite store, tampered with each way, and `audit verify`.
+
+The record is made by the demo (`handrail demo`: a read, a denied secret, a deferred write)
+and `handrail approve` in the same store, so it holds every kind of fact: a run's start and
+its statuses, calls refused, allowed and approved, a pending approval and its decision.
+Each tamper edits the file with plain `sqlite3`, as an administrator could.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from handrail.cli import main
+from handrail.store import audit
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with a finished, approved demo run (made once; each test tampers a copy)."""
+    folder = tmp_path_factory.mktemp("recorded")
+    path = folder / "runs.db"
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["demo", "--store", str(path)]) == 0
+    found = re.search(r" approve (\S+)", out.getvalue())
+    assert found
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["approve", found.group(1), "--store", str(path)]) == 0
+    return path
+
+
+@pytest.fixture
+def store(recorded: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "runs.db"
+    shutil.copy(recorded, copy)
+    return copy
+
+
+def verify(path: Path, *extra: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
+    code = main(["audit", "verify", "--store", str(path), "--json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def edit(path: Path, *statements: str, params: tuple[Any, ...] = ()) -> None:
+    db = sqlite3.connect(path)
+    for statement in statements:
+        db.execute(statement, params if "?" in statement else ())
+    db.commit()
+    db.close()
+
+
+def rows(path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute(sql, params).fetchall()
+    finally:
+        db.close()
+
+
+def first(report: Any) -> dict[str, Any]:
+    assert report["ok"] is False and report["breaks"], report
+    return report["breaks"][0]  # type: ignore[no-any-return]
+
+
+def test_the_untouched_record_verifies(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = verify(store, capsys=capsys)
+    assert code == 0 and report["ok"], report
+    kinds = {r[0] for r in rows(store, "SELECT kind FROM audit")}
+    assert kinds == {"run", "status", "call", "pending"}
+    # Every call and item there is is covered, and the chain has no gap.
+    assert report["rows"] == len(rows(store, "SELECT id FROM calls")) + len(
+        rows(store, "SELECT id FROM pending")) + 1
+    (count, top), = rows(store, "SELECT count(*), max(seq) FROM audit")
+    assert count == top == report["head"]["seq"]
+
+
+def test_an_edited_verdict_is_named(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (denied,), = rows(store, "SELECT id FROM calls WHERE verdict LIKE '%\"deny\"%'")
+    edit(store, "UPDATE calls SET verdict = replace(verdict, '\"deny\"', '\"allow\"') "
+                "WHERE id = ?", params=(denied,))
+    code, report = verify(store, capsys=capsys)
+    assert code == 1
+    b = first(report)
+    assert (b["what"], b["where"]) == ("edited", f"call {denied}")
+    assert "verdict" in b["detail"]
+
+
+def test_an_edited_decision_and_approver_are_named(store: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    (item,), = rows(store, "SELECT id FROM pending")
+    edit(store, "UPDATE pending SET decided_by = 'mallory' WHERE id = ?", params=(item,))
+    code, report = verify(store, capsys=capsys)
+    b = first(report)
+    assert code == 1 and (b["what"], b["where"]) == ("edited", f"pending item {item}")
+    assert "decided_by" in b["detail"]
+
+
+def test_a_deleted_call_is_named(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (call,), = rows(store, "SELECT id FROM calls WHERE turn = 1")
+    edit(store, "DELETE FROM calls WHERE id = ?", params=(call,))
+    code, report = verify(store, capsys=capsys)
+    b = first(report)
+    assert code == 1 and (b["what"], b["where"]) == ("deleted", f"call {call}")
+
+
+def test_a_call_deleted_with_its_facts_breaks_the_chain(
+        store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (call,), = rows(store, "SELECT id FROM calls WHERE turn = 1")
+    (seq,), = rows(store, "SELECT min(seq) FROM audit WHERE ref = ?", (call,))
+    edit(store, "DELETE FROM calls WHERE id = ?", "DELETE FROM audit WHERE ref = ?",
+         params=(call,))
+    code, report = verify(store, capsys=capsys)
+    b = first(report)
+    assert code == 1 and b["what"] == "deleted"
+    assert b["seq"] == seq + 1  # the fact after the hole
+
+
+def test_two_swapped_calls_are_named(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (a, ta), (b_, tb) = rows(store, "SELECT id, turn FROM calls WHERE turn IN (0, 1) "
+                                    "ORDER BY turn")
+    edit(store, "UPDATE calls SET turn = -1 WHERE id = ?", params=(a,))
+    edit(store, "UPDATE calls SET turn = ? WHERE id = ?", params=(ta, b_))
+    edit(store, "UPDATE calls SET turn = ? WHERE id = ?", params=(tb, a))
+    code, report = verify(store, capsys=capsys)
+    b = first(report)
+    assert code == 1 and b["what"] == "reordered"
+    assert b["where"] in (f"call {a}", f"call {b_}")
+
+
+def test_two_swapped_facts_are_named(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The chain's own rows swapped (their content moved between the two places).
+    cols = "run_id, n, kind, ref, body, prev, hash, link"
+    (r3,), (r4,) = [rows(store, f"SELECT {cols} FROM audit WHERE seq = ?", (s,)) for s in (3, 4)]
+    for seq, row in ((3, r4), (4, r3)):
+        edit(store, "UPDATE audit SET kind = ?, ref = ?, body = ?, prev = ?, hash = ? "
+                    "WHERE seq = ?", params=(*row[2:7], seq))
+    code, report = verify(store, capsys=capsys)
+    b = first(report)
+    assert code == 1 and b["what"] == "reordered" and b["seq"] == 3
+
+
+def test_a_forged_approval_is_named(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (call, run), = rows(store, "SELECT id, run_id FROM calls WHERE turn = 1")
+    edit(store, "INSERT INTO pending (id, kind, run_id, call_record, agent, tool, payload, "
+                "created_at, state, decision, decided_by, decided_at) VALUES ('ap-forged', "
+                "'approval', ?, ?, 'demo', "
+                "'workspace/read_file', '{}', 1.0, 'decided', '{\"kind\":\"approve\"}', "
+                "'alice', 2.0)", params=(run, call))
+    code, report = verify(store, capsys=capsys)
+    b = first(report)
+    assert code == 1 and (b["what"], b["where"]) == ("inserted", "pending item ap-forged")
+
+
+def test_a_forged_fact_in_the_chain_is_named(store: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    # A forger who writes a well-formed fact (its run hash right) into the middle of the
+    # chain: the store-wide links and the run's next fact no longer follow.
+    (run, n, prev, link), = rows(store, "SELECT run_id, n, hash, link FROM audit "
+                                        "WHERE seq = 5")
+    body = audit.status_body(run, "completed", None)
+    digest = audit.chain_hash(prev, body)
+    edit(store, "UPDATE audit SET seq = seq + 1000, n = n + 1 WHERE seq > 5",
+         "UPDATE audit SET seq = seq - 999 WHERE seq > 1000")
+    edit(store, "INSERT INTO audit VALUES (6, ?, ?, 'status', ?, ?, ?, ?, ?, 0)",
+         params=(run, n + 1, run, body, prev, digest, audit.link_hash(link, digest)))
+    code, report = verify(store, capsys=capsys)
+    b = first(report)
+    assert code == 1 and (b["what"], b["where"]) == ("inserted", "fact #6"), report
+
+
+def _rewrite_run(path: Path) -> None:
+    """What a forger with handrail's own code does: edit a verdict, then rebuild every fact
+    of the store (bodies from the rows, both chains) so the chain is consistent again."""
+    from handrail.store._sqlite import _CALL_COLUMNS
+
+    db = sqlite3.connect(path)
+    db.execute("UPDATE calls SET verdict = replace(verdict, '\"deny\"', '\"allow\"')")
+    calls = {r[0]: r for r in db.execute(f"SELECT {_CALL_COLUMNS} FROM calls")}
+    link, tips = audit.ZERO, {}
+    for seq, run, _n, kind, ref, body in db.execute(
+            "SELECT seq, run_id, n, kind, ref, body FROM audit ORDER BY seq").fetchall():
+        if kind == "call" and seq == max(s for (s,) in db.execute(
+                "SELECT seq FROM audit WHERE ref = ?", (ref,))):
+            body = audit.call_body(calls[ref])
+        prev = tips.get(run, audit.ZERO)
+        digest = audit.chain_hash(prev, body)
+        link = audit.link_hash(link, digest)
+        tips[run] = digest
+        db.execute("UPDATE audit SET body = ?, prev = ?, hash = ?, link = ? WHERE seq = ?",
+                   (body, prev, digest, link, seq))
+    db.commit()
+    db.close()
+
+
+def test_a_rewritten_run_is_caught_by_a_signed_head(
+        store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "keygen", str(tmp_path / "key")]) == 0
+    capsys.readouterr()
+    key, pub = str(tmp_path / "key"), str(tmp_path / "key.pub")
+    code, report = verify(store, "--sign", key, capsys=capsys)
+    assert code == 0 and report["signed"]["seq"] == report["head"]["seq"]
+    code, report = verify(store, "--key", pub, capsys=capsys)
+    assert code == 0 and report["signed_upto"] == report["head"]["seq"]
+
+    _rewrite_run(store)
+    # The chain alone is consistent again: what it cannot prove (docs/audit.md)...
+    code, report = verify(store, capsys=capsys)
+    assert code == 0, report
+    # ...and what the signature does.
+    code, report = verify(store, "--key", pub, capsys=capsys)
+    b = first(report)
+    assert code == 1 and b["what"] == "rewritten" and b["where"] == (
+        f"signed head #{report['head']['seq']}")
+
+
+def test_a_forged_signature_and_a_wrong_key_are_refused(
+        store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("key", "other"):
+        assert main(["audit", "keygen", str(tmp_path / name)]) == 0
+    capsys.readouterr()
+    assert verify(store, "--sign", str(tmp_path / "key"), capsys=capsys)[0] == 0
+    code, report = verify(store, "--key", str(tmp_path / "other.pub"), capsys=capsys)
+    assert code == 1 and "no head is signed by this key" in first(report)["detail"]
+    edit(store, "UPDATE audit_signatures SET signature = ? ",
+         params=("00" * 64,))
+    code, report = verify(store, "--key", str(tmp_path / "key.pub"), capsys=capsys)
+    assert code == 1 and first(report)["what"] == "rewritten"
+    assert "does not verify" in first(report)["detail"]
+
+
+def test_sign_refuses_a_broken_record(store: Path, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "keygen", str(tmp_path / "key")]) == 0
+    edit(store, "DELETE FROM calls WHERE turn = 0")
+    capsys.readouterr()
+    code, report = verify(store, "--sign", str(tmp_path / "key"), capsys=capsys)
+    assert code == 1 and report["signed"] is None
+    assert rows(store, "SELECT count(*) FROM audit_signatures") == [(0,)]
+
+
+def test_verify_one_run_and_the_first_break_in_words(
+        store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (run,), = rows(store, "SELECT id FROM runs")
+    assert main(["audit", "verify", "--store", str(store), "--run", run]) == 0
+    assert "The record verifies" in capsys.readouterr().out
+    edit(store, "UPDATE runs SET status = 'failed'")
+    assert main(["audit", "verify", "--store", str(store), "--run", run]) == 1
+    out = capsys.readouterr().out
+    assert f"BROKEN: edited: run {run}" in out and "status" in out
+    assert main(["audit", "verify", "--store", str(store), "--run", "nope"]) == 1
+    assert "no run 'nope'" in capsys.readouterr().err
+
+
+def test_the_export_verifies_with_plain_json_and_hashlib(
+        store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "keygen", str(tmp_path / "key")]) == 0
+    capsys.readouterr()
+    assert verify(store, "--sign", str(tmp_path / "key"), capsys=capsys)[0] == 0
+    out = tmp_path / "chain.jsonl"
+    assert main(["audit", "export", "--store", str(store), "--out", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    header, *facts = lines
+    signatures = [f for f in facts if f["type"] == "signature"]
+    facts = [f for f in facts if f["type"] == "fact"]
+    assert header["type"] == "header" and header["version"] == 1
+    # What an auditor writes without handrail: recompute each hash and each link.
+    link, tips = header["link_before"], {}
+    for f in facts:
+        assert f["prev"] == tips.get(f["run"], "0" * 64)
+        assert hashlib.sha256((f["prev"] + f["body"]).encode()).hexdigest() == f["hash"]
+        link = hashlib.sha256((link + f["hash"]).encode()).hexdigest()
+        assert link == f["link"]
+        tips[f["run"]] = f["hash"]
+        body = json.loads(f["body"])
+        assert body["v"] == 1 and body["kind"] == f["kind"] and body["run"] == f["run"]
+    assert len(facts) == rows(store, "SELECT count(*) FROM audit")[0][0]
+    # The decision and who made it are readable in the export as they were recorded.
+    decided = [json.loads(f["body"]) for f in facts if f["kind"] == "pending"][-1]
+    assert decided["state"] == "decided" and decided["decided_by"]
+    (sig,) = signatures
+    assert sig["seq"] == facts[-1]["seq"] and sig["link"] == facts[-1]["link"]
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(sig["key"]))
+    key.verify(bytes.fromhex(sig["signature"]),
+               f"handrail-audit/1 head {sig['seq']} {sig['link']}".encode())
+
+
+def test_the_export_since_starts_at_a_verifiable_link(store: Path, tmp_path: Path) -> None:
+    edit(store, "UPDATE audit SET at = 10 WHERE seq <= 5", "UPDATE audit SET at = 1.6e9 "
+                "WHERE seq > 5")
+    out = tmp_path / "chain.jsonl"
+    assert main(["audit", "export", "--store", str(store), "--out", str(out),
+                 "--since", "2020-01-01"]) == 0
+    header, *facts = [json.loads(line) for line in out.read_text().splitlines()]
+    assert header["from_seq"] == 6 == facts[0]["seq"]
+    (link5,), = rows(store, "SELECT link FROM audit WHERE seq = 5")
+    assert header["link_before"] == link5
+    assert hashlib.sha256((link5 + facts[0]["hash"]).encode()).hexdigest() == facts[0]["link"]
+
+
+def test_content_markers_stay_verifiable(store: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # The approved write's content is kept as {sha256, bytes} once performed; the chain
+    # covers the marker, so it cannot be swapped for another file's digest.
+    (call, arguments), = rows(store, "SELECT id, arguments FROM calls WHERE arguments LIKE "
+                                     "'%\"sha256\"%'")
+    marker = re.search(r'"sha256":"([0-9a-f]{64})"', arguments)
+    assert marker
+    edit(store, "UPDATE calls SET arguments = replace(arguments, ?, ?)",
+         params=(marker.group(1), "f" * 64))
+    code, report = verify(store, capsys=capsys)
+    b = first(report)
+    assert code == 1 and (b["what"], b["where"]) == ("edited", f"call {call}")
+    assert "arguments" in b["detail"]
+
+
+def test_a_migrated_store_chains_its_record_as_found(
+        store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from handrail.store import Store
+    from handrail.store._sqlite import MIGRATIONS
+
+    # A store as the previous schema left it: no chain.
+    edit(store, "DROP TABLE audit", "DROP TABLE audit_signatures",
+         "DELETE FROM _migrations WHERE name = '0010_audit_chain'",
+         f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+    code = main(["audit", "verify", "--store", str(store)])
+    assert code == 1 and "to migrate it" in capsys.readouterr().err
+
+    async def reopen() -> None:
+        await Store.open(store).close()
+
+    import anyio
+
+    anyio.run(reopen)
+    code, report = verify(store, capsys=capsys)
+    assert code == 0 and report["facts"] > 0, report
+
+
+def test_a_memory_store_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", "verify", "--store", "memory://"]) == 1
+    assert "keeps no audit chain" in capsys.readouterr().err
+
+
+AUDITABLE = Path(__file__).with_name("auditable.py")
+
+
+def _store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if backend == "sqlite":
+        return str(tmp_path / "runs.db")
+    return str(request.getfixturevalue("pg_url"))
+
+
+def _writers(url: str, processes: int, runs: int) -> list[str]:
+    """`processes` writers at once on one store, `runs` concurrent runs each."""
+    import subprocess
+    import sys
+
+    started = [subprocess.Popen([sys.executable, str(AUDITABLE), url, str(runs), f"w{i}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for i in range(processes)]
+    ids: list[str] = []
+    for p in started:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+        ids += json.loads(out)
+    return ids
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_concurrent_writers_chain_one_record(backend: str, tmp_path: Path,
+                                             request: pytest.FixtureRequest,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    url = _store_url(backend, tmp_path, request)
+    ids = _writers(url, processes=3, runs=8)
+    assert len(set(ids)) == 24
+    code = main(["audit", "verify", "--store", url, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["ok"], report["breaks"][:3]
+    assert report["runs"] == 24
+    # Each run: its start, its statuses, each call's states, and no fact lost or doubled:
+    # the store-wide chain has no gap (checked by verify) and every run's chain is whole.
+    for run in ids[:3]:
+        assert main(["audit", "verify", "--store", url, "--run", run, "--json"]) == 0
+        one = json.loads(capsys.readouterr().out)
+        assert one["ok"] and one["rows"] == 1 + 2  # the run and its two calls
+
+
+def _pg(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else []
+
+
+def test_postgres_tampering_is_named(pg_url: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    ids = _writers(pg_url, processes=1, runs=3)
+
+    def check(*extra: str) -> tuple[int, Any]:
+        code = main(["audit", "verify", "--store", pg_url, "--json", *extra])
+        return code, json.loads(capsys.readouterr().out)
+
+    assert main(["audit", "keygen", str(tmp_path / "key")]) == 0
+    capsys.readouterr()
+    code, report = check("--sign", str(tmp_path / "key"))
+    assert code == 0 and report["signed"], report
+    (call,), = _pg(pg_url, "SELECT id FROM calls WHERE run_id = %s AND turn = 0", (ids[0],))
+
+    # An edited decision's approver.
+    _pg(pg_url, "UPDATE calls SET decided_by = 'mallory' WHERE id = %s", (call,))
+    code, report = check()
+    assert code == 1 and (first(report)["what"], first(report)["where"]) == (
+        "edited", f"call {call}")
+    # A deleted call (its approver edit is gone with it).
+    _pg(pg_url, "DELETE FROM calls WHERE id = %s", (call,))
+    code, report = check()
+    assert code == 1 and (first(report)["what"], first(report)["where"]) == (
+        "deleted", f"call {call}")
+    # A forged approval.
+    _pg(pg_url, "INSERT INTO pending (id, kind, run_id, call_record, agent, tool, payload, "
+                "created_at, state, decision, decided_by, decided_at) VALUES ('ap-forged', "
+                "'approval', %s, %s, 'auditable', "
+                "'world/effect', '{}', 1.0, 'decided', '{}', 'alice', 2.0)", (ids[1], call))
+    code, report = check()
+    assert code == 1 and any(b["where"] == "pending item ap-forged" and b["what"] == "inserted"
+                             for b in report["breaks"])
+    # A fact removed from the middle of the store's chain.
+    _pg(pg_url, "DELETE FROM audit WHERE seq = 3")
+    code, report = check()
+    assert code == 1 and first(report)["what"] == "deleted" and first(report)["seq"] <= 4
+    # A head rewritten (as a rewrite of everything before it would leave it): the signed
+    # head is not the one the chain has.
+    (head,), = _pg(pg_url, "SELECT max(seq) FROM audit")
+    _pg(pg_url, "UPDATE audit SET link = %s WHERE seq = %s", ("f" * 64, head))
+    code, report = check("--key", str(tmp_path / "key.pub"))
+    assert code == 1 and {"what": "rewritten", "where": f"signed head #{head}"}.items() <= next(
+        b for b in report["breaks"] if b["what"] == "rewritten").items()
+
+
+def test_a_decision_not_yet_resumed_is_chained(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # `deny --no-resume`: the decision and the run's move to READY are one transaction of
+    # `decide`, with nothing of the run's own after them: both must be in the chain.
+    path = tmp_path / "runs.db"
+    assert main(["demo", "--store", str(path)]) == 0
+    found = re.search(r" approve (\S+)", capsys.readouterr().out)
+    assert found
+    assert main(["deny", found.group(1), "--reason", "no", "--no-resume",
+                 "--store", str(path)]) == 0
+    capsys.readouterr()
+    code, report = verify(path, capsys=capsys)
+    assert code == 0, report["breaks"]
+    assert rows(path, "SELECT status FROM runs") == [("ready",)]
+    (last,), = rows(path, "SELECT body FROM audit ORDER BY seq DESC LIMIT 1")
+    assert json.loads(last) == {"v": 1, "kind": "status", "run": json.loads(last)["run"],
+                                "status": "ready", "outcome": None}
+
+
+@pytest.mark.anyio
+async def test_a_live_store_verifies_with_its_log_not_folded(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # While a store is open its facts wait in the log (folded every so many writes, and on
+    # close): verify reads them there, and a fact edited there is found as in the table.
+    import sys
+
+    sys.path.insert(0, str(AUDITABLE.parent))
+    try:
+        from auditable import build
+    finally:
+        sys.path.pop(0)
+    from handrail.store import Store
+
+    path = tmp_path / "runs.db"
+    store = Store.open(path)
+    try:
+        import handrail as hr
+
+        await build().run("change the world, run live", store=store, approver=hr.ApproveAll())
+        assert rows(path, "SELECT count(*) FROM log WHERE kind = 2")[0][0] > 0
+        assert rows(path, "SELECT count(*) FROM audit") == [(0,)]
+        code, report = verify(path, capsys=capsys)
+        assert code == 0 and report["facts"] > 0, report
+        edit(path, "UPDATE log SET c4 = replace(c4, '\"ask\"', '\"allow\"') WHERE kind = 2")
+        code, report = verify(path, capsys=capsys)
+        assert code == 1 and first(report)["what"] == "edited"
+    finally:
+        await store.close()
