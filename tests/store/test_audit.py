@@ -498,3 +498,31 @@ async def test_a_live_store_verifies_with_its_log_not_folded(
         assert code == 1 and first(report)["what"] == "edited"
     finally:
         await store.close()
+
+
+def test_a_migrated_postgres_store_chains_its_record_as_found(
+        pg_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    _writers(pg_url, processes=1, runs=2)
+    # The database as the previous schema left it: no chain.
+    _pg(pg_url, "DROP TABLE audit, audit_tip, audit_signatures")
+    _pg(pg_url, "DROP FUNCTION handrail_audit")
+    _pg(pg_url, "DELETE FROM handrail_migrations WHERE name = '0010_audit_chain'")
+    assert main(["audit", "verify", "--store", pg_url]) == 1
+    assert "no audit chain yet" in capsys.readouterr().err
+
+    async def reopen() -> None:
+        from handrail.store import Store
+
+        store = Store.open(pg_url)
+        await store.runs()
+        await store.close()
+
+    import anyio
+
+    anyio.run(reopen)
+    assert main(["audit", "verify", "--store", pg_url, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["runs"] == 2 and report["rows"] == 2 + 4
+    # And the store chains on from there.
+    _writers(pg_url, processes=1, runs=1)
+    assert main(["audit", "verify", "--store", pg_url]) == 0

@@ -1684,12 +1684,16 @@ class _AuditReader:
         self._cursors = 0
         try:
             self.db = driver.connect(url, autocommit=False)
+        except Exception as exc:
+            raise map_psycopg_error(self._where, exc) from exc
+        try:
             if writable:
                 self.db.execute("SELECT 1 FROM audit_tip WHERE id = 1 FOR UPDATE")
             else:
                 self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 self.db.execute("SELECT 1 FROM audit_tip")
         except Exception as exc:
+            self.db.close()
             error = map_psycopg_error(self._where, exc)
             if isinstance(error, StoreError) and "audit_tip" in str(exc):
                 raise StoreError(f"the PostgreSQL store {self._where} has no audit chain "

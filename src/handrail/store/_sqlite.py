@@ -687,6 +687,7 @@ _AUDIT_INSERT = "INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # c6 hash, c7 link, c8 at. The fold moves them into `audit` (`_FOLD`).
 _LOG_FACTS_NEWEST = ("SELECT c0, c7, run_id, c1, c6 FROM log WHERE kind = 2 "
                      "ORDER BY id DESC")
+_LOG_FACT_NEWEST = _LOG_FACTS_NEWEST + " LIMIT 1"
 _LOG_TIP = "SELECT c1, c6 FROM log WHERE kind = 2 AND run_id = ? ORDER BY id DESC LIMIT 1"
 _AUDIT_SINCE = "SELECT seq, link, run_id, n, hash FROM audit WHERE seq > ? ORDER BY seq"
 
@@ -731,10 +732,24 @@ class _Tips:
     def catch_up(self, db: sqlite3.Connection) -> tuple[int, str]:
         """Bring the tips up to the store's newest fact; return it."""
         last, runs = self.last, self.runs
-        db = self.cursor(db)  # type: ignore[assignment]
+        # The reused cursor runs only statements it reads to their end (one left part-read
+        # keeps a read transaction open on the writer: others' checkpoints then fail busy).
+        newest = self.cursor(db).execute(_LOG_FACT_NEWEST).fetchone()
+        if newest is not None and (newest[0], newest[1]) == last:
+            return last
         newer: list[tuple[Any, ...]] = []
         found: tuple[int, str] | None = None
-        for row in db.execute(_LOG_FACTS_NEWEST):
+        scan = db.execute(_LOG_FACTS_NEWEST)
+        try:
+            rows: Any = scan if newest is not None else ()
+            return self._scan(db, rows, last, runs, newer, found)
+        finally:
+            scan.close()
+
+    def _scan(self, db: sqlite3.Connection, scan: Any, last: tuple[int, str] | None,
+                  runs: dict[str, tuple[int, str]], newer: list[tuple[Any, ...]],
+                  found: tuple[int, str] | None) -> tuple[int, str]:
+        for row in scan:
             if found is None:
                 found = (row[0], row[1])
                 if found == last:
@@ -1211,12 +1226,12 @@ class _Write:
             # The row holds the run's progress now: none over it (an older one would hide it).
             db.execute(_PROGRESS_DELETE, (run.id,))
         rows = self.rows
+        if chained:
+            rows += tuple(chained)  # in the same INSERT (after the run's row: its key)
         for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
             db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
         if self.pending:
             db.executemany(_PENDING_REPLACE, self.pending)
-        if chained:
-            _insert_facts(db, chained, self.tips)  # type: ignore[arg-type]
 
 
 class _ClaimingWrite(_Write):
@@ -1315,12 +1330,12 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
                    if _UPDATE_FROM else db.executemany(sql, params).rowcount)
         if matched != len(params):
             raise _Mismatch
+    if chained:
+        rows += chained  # in the same INSERT (after the runs' rows: their keys)
     for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
         db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
     if pending:
         db.executemany(_PENDING_REPLACE, pending)
-    if chained:
-        _insert_facts(db, chained, writes[0].tips)  # type: ignore[arg-type]
 
 
 MERGED_ROWS = 64
