@@ -40,7 +40,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from handrail.errors import (
@@ -222,7 +222,7 @@ $quota$
 
 _M0010_AUDIT = (
     'CREATE TABLE audit (seq BIGINT PRIMARY KEY, run_id TEXT COLLATE "C" NOT NULL, '
-    "n INTEGER NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL, body TEXT NOT NULL, "
+    "n INTEGER NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL, body TEXT, "
     "prev TEXT NOT NULL, hash TEXT NOT NULL, link TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)",
     "CREATE INDEX audit_run ON audit (run_id, n)",
     "CREATE TABLE audit_tip (id INTEGER PRIMARY KEY, seq BIGINT NOT NULL, link TEXT NOT NULL)",
@@ -239,14 +239,14 @@ _M0010_AUDIT = (
 # chain yet.
 _M0010_APPEND = f"""
 CREATE FUNCTION handrail_audit(p_runs TEXT[], p_kinds TEXT[], p_refs TEXT[],
-                               p_bodies TEXT[], p_conds TEXT[]) RETURNS void
+                               p_bodies TEXT[], p_rows BYTEA[], p_conds TEXT[]) RETURNS void
 LANGUAGE plpgsql AS $audit$
 DECLARE
     s BIGINT; l TEXT; tip_n INTEGER; tip_hash TEXT; h TEXT; at_now DOUBLE PRECISION;
 BEGIN
     SELECT seq, link INTO s, l FROM audit_tip WHERE id = 1 FOR UPDATE;
     at_now := extract(epoch from clock_timestamp());
-    FOR i IN 1 .. coalesce(array_length(p_bodies, 1), 0) LOOP
+    FOR i IN 1 .. coalesce(array_length(p_runs, 1), 0) LOOP
         IF p_conds[i] IS NOT NULL AND NOT EXISTS (SELECT 1 FROM runs WHERE id = p_runs[i]
                 AND status = 'running' AND owner = p_conds[i]) THEN
             CONTINUE;
@@ -258,9 +258,15 @@ BEGIN
             tip_hash := '{ZERO}';
         END IF;
         CONTINUE WHEN p_kinds[i] = 'run' AND tip_n >= 0;
-        h := encode(sha256(convert_to(tip_hash || p_bodies[i], 'UTF8')), 'hex');
+        -- A call's body is its row in the row encoding (bytes); the others' JSON text.
+        IF p_rows[i] IS NOT NULL THEN
+            h := encode(sha256(convert_to(tip_hash, 'UTF8') || p_rows[i]), 'hex');
+        ELSE
+            h := encode(sha256(convert_to(tip_hash || p_bodies[i], 'UTF8')), 'hex');
+        END IF;
         s := s + 1;
         l := encode(sha256(convert_to(l || h, 'UTF8')), 'hex');
+        -- A call's body is its row, written in this transaction: its hash alone is kept.
         INSERT INTO audit VALUES (s, p_runs[i], tip_n + 1, p_kinds[i], p_refs[i], p_bodies[i],
                                   tip_hash, h, l, at_now);
     END LOOP;
@@ -269,7 +275,8 @@ END
 $audit$
 """
 
-_AUDIT_APPEND = "SELECT handrail_audit(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[])"
+_AUDIT_APPEND = ("SELECT handrail_audit(%s::text[], %s::text[], %s::text[], %s::text[], "
+                 "%s::bytea[], %s::text[])")
 
 MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     ("0001_initial", _M0001),
@@ -470,11 +477,16 @@ def _run_row(r: RunRecord, policy_json: str | None) -> tuple[Any, ...]:
 
 
 def _call_row(c: CallRecord) -> tuple[Any, ...]:
-    return (c.id, c.run_id, c.call_id, c.turn, c.index, c.model_name, c.tool, c.arguments,
+    # As the table gives them back (DOUBLE PRECISION, INTEGER): the audit chain hashes the
+    # row as written, and verify the row as read.
+    turn, index, started, ended = int(c.turn), int(c.index), c.started_at, c.ended_at
+    started = None if started is None else float(started)
+    ended = None if ended is None else float(ended)
+    return (c.id, c.run_id, c.call_id, turn, index, c.model_name, c.tool, c.arguments,
             c.arguments_digest, _dumps(c.performed_arguments), _dumps(c.actions),
             _dumps(c.verdict), _dumps(c.decision), c.decided_by, c.status.value,
             _dumps(c.result), c.disposition, c.error, _dumps(c.answers), c.pending_id,
-            c.started_at, c.ended_at, _dumps(c.provenance))
+            started, ended, _dumps(c.provenance))
 
 
 def _pending_row(p: PendingItem) -> tuple[Any, ...]:
@@ -494,14 +506,17 @@ def _pending_from(row: tuple[Any, ...]) -> PendingItem:
     )
 
 
-Fact = tuple[str, str, str, str, str | None]
+Fact = tuple[str, str, str, "str | bytes", str | None]
 """A fact to chain: (run id, kind, ref, body, condition: an owner the run must be RUNNING
 under when the transaction ends, or None); see `handrail_audit`."""
 
 
 def _fact_arrays(facts: list[Fact]) -> tuple[list[Any], ...]:
-    """`handrail_audit`'s parameters: one array per field."""
-    return tuple(list(column) for column in zip(*facts, strict=True))
+    """`handrail_audit`'s parameters: one array per field (a call's body in its own)."""
+    runs, kinds, refs, bodies, conds = (list(column) for column in zip(*facts, strict=True))
+    rows = [b if isinstance(b, bytes) else None for b in bodies]
+    texts = [None if isinstance(b, bytes) else b for b in bodies]
+    return runs, kinds, refs, texts, rows, conds
 
 
 async def _adopt(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -1776,6 +1791,12 @@ class _AuditReader:
         yield from self._stream(
             "SELECT seq, run_id, n, kind, ref, body, prev, hash, link, at FROM audit "
             "WHERE seq >= %s ORDER BY seq", (seq,))
+
+    def call_row(self, record_id: str) -> Sequence[Any] | None:
+        """A call's row as it stands."""
+        row: Sequence[Any] | None = self.db.execute(
+            f"SELECT {_CALL_COLUMNS} FROM calls WHERE id = %s", (record_id,)).fetchone()
+        return row
 
     def signatures(self) -> list[tuple[Any, ...]]:
         """Every signature, in head order."""

@@ -377,7 +377,7 @@ def claim_quotas(db: sqlite3.Connection, claims: Sequence[QuotaClaim]) -> None:
 _AUDIT_TABLES = """
     CREATE TABLE audit (
         seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, n INTEGER NOT NULL, kind TEXT NOT NULL,
-        ref TEXT NOT NULL, body TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL,
+        ref TEXT NOT NULL, body TEXT, prev TEXT NOT NULL, hash TEXT NOT NULL,
         link TEXT NOT NULL, at REAL NOT NULL
     );
     CREATE INDEX audit_run ON audit (run_id, n);
@@ -691,7 +691,7 @@ _LOG_FACT_NEWEST = _LOG_FACTS_NEWEST + " LIMIT 1"
 _LOG_TIP = "SELECT c1, c6 FROM log WHERE kind = 2 AND run_id = ? ORDER BY id DESC LIMIT 1"
 _AUDIT_SINCE = "SELECT seq, link, run_id, n, hash FROM audit WHERE seq > ? ORDER BY seq"
 
-Fact = tuple[str, str, str, str]
+Fact = tuple[str, str, str, "str | bytes"]
 """A fact to chain: (run id, kind, ref, body); see `handrail.store.audit`."""
 
 
@@ -817,7 +817,7 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
     key), through `_insert_facts`.
     """
     seq, link = tips.catch_up(db)
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     at = time.time()
     sha256 = hashlib.sha256
     runs = tips.runs
@@ -825,11 +825,17 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
         n, prev = tips.tip(db, run_id)
         if kind == "run" and n >= 0:
             continue
-        digest = sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()
         seq += 1
         n += 1
-        link = sha256((link + digest).encode()).hexdigest()
-        rows.append((2, run_id, seq, n, kind, ref, body, prev, digest, link, at))
+        if isinstance(body, bytes):
+            # A call's body is its row, in this write (`STORED_BODY`): its hash alone is kept.
+            digest = sha256(prev.encode() + body).hexdigest()
+            link = sha256((link + digest).encode()).hexdigest()
+            rows.append((2, run_id, seq, n, kind, ref, None, prev, digest, link, at))
+        else:
+            digest = sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()
+            link = sha256((link + digest).encode()).hexdigest()
+            rows.append((2, run_id, seq, n, kind, ref, body, prev, digest, link, at))
         runs[run_id] = (n, digest)
     if rows:
         tips.last = (seq, link)
@@ -1021,7 +1027,16 @@ def _call_row(c: CallRecord) -> tuple[Any, ...]:
     """
     enc = _ENCODE
     actions, answers = c.actions, c.answers
-    return (1, c.run_id, c.id, c.run_id, c.call_id, c.turn, c.index, c.model_name, c.tool,
+    turn, index, started, ended = c.turn, c.index, c.started_at, c.ended_at
+    if not (type(turn) is int and type(index) is int
+            and (type(started) is float or started is None)
+            and (type(ended) is float or ended is None)):
+        # As the table gives them back (REAL, INTEGER): the audit chain hashes the row as
+        # written, and verify the row as read.
+        turn, index = int(turn), int(index)
+        started = None if started is None else float(started)
+        ended = None if ended is None else float(ended)
+    return (1, c.run_id, c.id, c.run_id, c.call_id, turn, index, c.model_name, c.tool,
             c.arguments, c.arguments_digest,
             None if c.performed_arguments is None else enc(c.performed_arguments),
             None if actions is None else "[]" if not actions and type(actions) is list
@@ -1031,7 +1046,7 @@ def _call_row(c: CallRecord) -> tuple[Any, ...]:
             None if c.result is None else enc(c.result), c.disposition, c.error,
             None if answers is None else "[]" if not answers and type(answers) is list
             else enc(answers), c.pending_id,
-            c.started_at, c.ended_at, None if c.provenance is None else enc(c.provenance))
+            started, ended, None if c.provenance is None else enc(c.provenance))
 
 
 def _pending_row(p: PendingItem) -> tuple[Any, ...]:
@@ -1589,7 +1604,7 @@ class SQLiteStore(Store):
         self._background_error: BaseException | None = None
         self._tips = _Tips()
         """The audit chain's tips as the writer last saw them (`_chain`)."""
-        self._chained_status: dict[str, str] = {}
+        self._chained_status: dict[str, tuple[str, str | None]] = {}
         """Running runs' status facts as this store last chained them (`write`)."""
         self._runs_written: dict[str, tuple[Any, ...] | None] = {}
         """Runs this store has written and that are running, with what their row holds
@@ -2056,12 +2071,12 @@ class SQLiteStore(Store):
         # tracking): the write holds no list, closure or record of the caller's while queued.
         pending = tuple([_pending_row(p) for p in batch.pending]) if batch.pending else ()
         facts += [(p[2], "pending", p[0], pending_body(p)) for p in pending]
-        status = None
         if run is not None:
-            status = status_body(run.id, run.status._value_, run_update[11]  # type: ignore[index]
-                                 if run.outcome is not None else None)
+            # (The pair, not its body: the body is built only when the status changed.)
+            status = (run.status._value_,
+                      run_update[11] if run.outcome is not None else None)  # type: ignore[index]
             if self._chained_status.get(run.id) != status:
-                facts.append((run.id, "status", run.id, status))
+                facts.append((run.id, "status", run.id, status_body(run.id, *status)))
                 if wait and run.status is RunStatus.RUNNING:
                     self._chained_status[run.id] = status
                 else:
@@ -2627,6 +2642,14 @@ class _AuditReader:
         yield from self.db.execute(
             "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7, c8 FROM log WHERE kind = 2 "
             "AND c0 >= ? ORDER BY id", (seq,))
+
+    def call_row(self, record_id: str) -> Sequence[Any] | None:
+        """A call's row as it stands (the log's newer state first)."""
+        row: Sequence[Any] | None = self.db.execute(
+            f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log WHERE kind = 1 AND "
+            "c0 = ? ORDER BY id DESC LIMIT 1", (record_id,)).fetchone() or self.db.execute(
+            f"SELECT {_CALL_COLUMNS} FROM calls WHERE id = ?", (record_id,)).fetchone()
+        return row
 
     def signatures(self) -> list[tuple[Any, ...]]:
         """Every signature, in head order."""

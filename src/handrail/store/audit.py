@@ -1,14 +1,15 @@
 """The tamper-evident record: a hash chain over the facts a store keeps, and its verification.
 
 Every fact that matters (a run's start, each status and outcome it takes, each state a call
-record is written in — its actions, verdict, decision and who made it, digests of its
-arguments and result —, each state of a pending item, its decision included) is appended to
-the store's `audit` table in the transaction that writes it, as one row:
+record is written in — its whole row: actions, verdict, decision and who made it, arguments
+and result —, each state of a pending item, its decision included) is appended to the
+store's `audit` table in the transaction that writes it, as one row:
 
     seq   its place in the store (1, 2, 3, ...: no gaps)
     run   its run; n: its place in the run's chain (0, 1, 2, ...)
     kind  run | status | call | pending;  ref: the run, call record or item it is about
-    body  the fact: compact JSON in the fixed field order of `ENCODING` below
+    body  the fact: compact JSON in the fixed field order of `ENCODING` below; NULL for a
+          `call` fact, whose body is the call's row (hashed, not copied: `STORED_BODY`)
     prev  the hash of the run's previous fact (64 zeros for its first)
     hash  sha256(prev + body), hex
     link  sha256(the previous fact's link + hash), hex: the store-wide chain (64 zeros
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
+import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,8 +40,10 @@ from typing import Any, Protocol
 from handrail.errors import ConfigError
 
 __all__ = [
+    "ENCODING",
     "EXPORT_FORMAT",
     "SIGNATURE_CONTEXT",
+    "STORED_BODY",
     "VERSION",
     "ZERO",
     "Break",
@@ -47,6 +52,7 @@ __all__ = [
     "Source",
     "call_body",
     "chain_hash",
+    "encode_row",
     "export_lines",
     "generate_key",
     "link_hash",
@@ -63,8 +69,8 @@ __all__ = [
     "verify",
 ]
 
-VERSION = 1
-"""The version of the canonical encoding; every body starts `{"v":1,`."""
+VERSION = 2
+"""The version of the canonical encoding; every body starts `[2,`."""
 
 ZERO = "0" * 64
 """The `prev` of a run's first fact, and the link before the store's first fact."""
@@ -72,11 +78,18 @@ ZERO = "0" * 64
 SIGNATURE_CONTEXT = "handrail-audit/1 head"
 """What a signature signs: `f"{SIGNATURE_CONTEXT} {seq} {link}"`, UTF-8."""
 
-_ENCODE_STR = json.JSONEncoder(ensure_ascii=True).encode
+_ENCODE = json.JSONEncoder(ensure_ascii=True, check_circular=False,
+                           separators=(",", ":")).encode
+"""The canonical JSON of a body: compact, ASCII (`\\uXXXX` escapes), floats as Python's repr."""
 
 
-def chain_hash(prev: str, body: str) -> str:
-    """A fact's hash: sha256 of its run's previous hash (hex) followed by its body, UTF-8."""
+def chain_hash(prev: str, body: str | bytes) -> str:
+    """A fact's hash: sha256 of its run's previous hash (hex, ASCII) followed by its body.
+
+    A body is JSON text (ASCII) or, for a call, the bytes of its row (`call_body`).
+    """
+    if isinstance(body, bytes):
+        return hashlib.sha256(prev.encode() + body).hexdigest()
     return hashlib.sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -85,76 +98,46 @@ def link_hash(prev_link: str, fact_hash: str) -> str:
     return hashlib.sha256((prev_link + fact_hash).encode()).hexdigest()
 
 
-def _q(value: str | None) -> str:
-    """A string as JSON (ASCII, escapes as Python's json writes them), or null."""
-    if value is None:
-        return "null"
-    # (Four C-level checks cost less than a regular expression's call; the hot path makes
-    # a dozen of these a call record.)
-    if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
-        return f'"{value}"'
-    return _ENCODE_STR(value)
-
-
-_NAMES: dict[str | None, str] = {}
-"""`_q` of the values a few names take again and again (statuses, tools, approvers)."""
-
-
-def _n(value: str | None) -> str:
-    """`_q`, remembered: for columns whose values repeat (bounded)."""
-    quoted = _NAMES.get(value)
-    if quoted is None:
-        quoted = _q(value)
-        if len(_NAMES) < 4096:
-            _NAMES[value] = quoted
-    return quoted
-
-
-def _d(text: str | None) -> str:
-    """The sha256 of a stored text (UTF-8), as a JSON string, or null."""
+def _d(text: str | None) -> str | None:
+    """The sha256 of a stored text (UTF-8), hex, or None."""
     if text is None:
-        return "null"
-    return '"' + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest() + '"'
+        return None
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _v(text: str | None) -> str:
-    """A stored JSON text as it is (it is JSON already), or null."""
-    return "null" if text is None else text
+def _real(value: float | None) -> float | None:
+    """A REAL column as the store gives it back (an int written there reads as a float)."""
+    return None if value is None else float(value)
 
 
-def _a(text: str | None) -> str:
-    """A list column that is usually empty: `[]` as it is, else the sha256 of its text."""
-    return "[]" if text == "[]" else _d(text)
+def _int(value: int | None) -> int | None:
+    return None if value is None else int(value)
 
 
-def _f(value: float | None) -> str:
-    """A REAL column: Python's repr of the float (the shortest that reads back the same)."""
-    return "null" if value is None else repr(float(value))
-
-
-def _i(value: int | None) -> str:
-    return "null" if value is None else str(int(value))
-
-
-# The canonical encoding, version 1. Each body is one JSON object written with its fields in
-# exactly this order, no spaces: a string as Python's json writes it (ASCII, \uXXXX escapes),
-# a number as Python's repr of it (REAL columns as floats), a digest as the hex sha256 of the
-# column's stored UTF-8 text, a JSON column (actions, verdict, decision, outcome) as its
-# stored text, verbatim; `answers` as `[]` when there are none (else its digest). A verifier
-# recomputes a body from the row as stored and compares the text; a reader of an export needs
-# none of this: each line carries the body it hashed.
+# The canonical encoding, version 2. A `run`, `status` or `pending` body is the compact JSON
+# (ASCII, no spaces) of `[2, kind, run, ref, [values]]`: the values are the columns below,
+# in this order, as the store holds them (text as a JSON string, REAL as a float in Python's
+# shortest repr, INTEGER as an integer, NULL as null); a `#` column is the hex sha256 of its
+# UTF-8 text instead. A `call` body is its whole row, the 23 columns as stored, in the row
+# encoding (`encode_row`: binary, length-prefixed): a call's arguments, result, ... are
+# hashed as they are. A verifier recomputes a body from the row as stored and compares it
+# with the last fact about that row.
 ENCODING = {
-    "run": ("v", "kind", "run", "task#", "agent", "parent", "parent_call", "depth", "policy#",
+    "run": ("id", "task#", "agent", "parent", "parent_call", "depth", "policy#",
             "manifest_digest", "model", "workspace", "agent_ref", "created_at"),
-    "status": ("v", "kind", "run", "status", "outcome"),
-    "call": ("v", "kind", "run", "id", "turn", "index", "name", "tool", "arguments#",
-             "arguments_digest", "performed#", "actions", "verdict", "decision", "decided_by",
-             "status", "result#", "disposition", "error#", "answers#", "pending",
-             "started_at", "ended_at", "provenance#"),
-    "pending": ("v", "kind", "run", "id", "item_kind", "call", "agent", "tool", "payload#",
-                "created_at", "state", "decision", "decided_by", "decided_at"),
+    "status": ("id", "status", "outcome"),
+    "call": ("id", "run_id", "call_id", "turn", "index", "name", "tool", "arguments",
+             "arguments_digest", "performed", "actions", "verdict", "decision", "decided_by",
+             "status", "result", "disposition", "error", "answers", "pending", "started_at",
+             "ended_at", "provenance"),
+    "pending": ("id", "item_kind", "run", "call", "agent", "tool", "payload#", "created_at",
+                "state", "decision", "decided_by", "decided_at"),
 }
-"""Each kind's fields, in order (`#`: the sha256 of the column's text, under the bare name)."""
+"""Each kind's values, in order (`#`: the sha256 of the column's text)."""
+
+STORED_BODY = frozenset({"run", "status", "pending"})
+"""The kinds whose fact keeps its body. A `call` fact keeps only its hash: its body is the
+call's row, which the store holds (its latest state; an earlier state is the hash alone)."""
 
 
 def run_body(row: Sequence[Any]) -> str:
@@ -162,47 +145,91 @@ def run_body(row: Sequence[Any]) -> str:
 
     Those columns never change after a run is created.
     """
-    return (f'{{"v":1,"kind":"run","run":{_q(row[0])},"task":{_d(row[1])},'
-            f'"agent":{_q(row[2])},"parent":{_q(row[4])},"parent_call":{_q(row[21])},'
-            f'"depth":{_i(row[22])},"policy":{_d(row[5])},"manifest_digest":{_q(row[6])},'
-            f'"model":{_q(row[7])},"workspace":{_q(row[8])},"agent_ref":{_q(row[20])},'
-            f'"created_at":{_f(row[9])}}}')
+    return _ENCODE((2, "run", row[0], row[0], (
+        row[0], _d(row[1]), row[2], row[4], row[21], _int(row[22]), _d(row[5]), row[6],
+        row[7], row[8], row[20], _real(row[9]))))
 
 
 def status_body(run_id: str, status: str, outcome: str | None) -> str:
     """The `status` fact: a run's status and its outcome (the stored JSON text)."""
-    return (f'{{"v":1,"kind":"status","run":{_q(run_id)},"status":{_q(status)},'
-            f'"outcome":{_v(outcome)}}}')
+    return _ENCODE((2, "status", run_id, run_id, (run_id, status, outcome)))
 
 
-def call_body(c: Sequence[Any]) -> str:
-    """The `call` fact of a call row in the stores' call column order (23 values)."""
-    return (f'{{"v":1,"kind":"call","run":{_q(c[1])},"id":{_q(c[0])},"turn":{_i(c[3])},'
-            f'"index":{_i(c[4])},"name":{_n(c[5])},"tool":{_n(c[6])},'
-            f'"arguments":{_d(c[7])},"arguments_digest":{_q(c[8])},"performed":{_d(c[9])},'
-            f'"actions":{_v(c[10])},"verdict":{_v(c[11])},"decision":{_v(c[12])},'
-            f'"decided_by":{_n(c[13])},"status":{_n(c[14])},"result":{_d(c[15])},'
-            f'"disposition":{_n(c[16])},"error":{_d(c[17])},"answers":{_a(c[18])},'
-            f'"pending":{_q(c[19])},"started_at":{_f(c[20])},"ended_at":{_f(c[21])},'
-            f'"provenance":{_d(c[22])}}}')
+def call_body(c: Sequence[Any]) -> bytes:
+    """The `call` fact of a call row in the stores' call column order (23 values).
+
+    The bytes of `(2, "call", row)` in the row encoding (`encode_row`). The row as the store
+    holds it: its REAL columns (started_at, ended_at) floats, its INTEGER ones (turn, index)
+    ints (the stores write a call's row so). CPython's `marshal` (format 2) writes exactly
+    these bytes for such values, at C speed: a call's fact costs the writer one pass over
+    its row, no escaping, no float formatting (issue 42: a JSON body cost ~30k
+    instructions a call, most of it escaping and formatting floats).
+    """
+    try:
+        return _MARSHAL((2, "call", tuple(c)), 2)
+    except ValueError:  # a subclass of str or int (an enum's value): as the store keeps it
+        return _MARSHAL((2, "call", tuple([_plain(v) for v in c])), 2)
+
+
+_MARSHAL = marshal.dumps
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return value
+
+
+def encode_row(value: Any) -> bytes:
+    """The row encoding (version 2), spelled out: what `call_body` writes, for a reader to port.
+
+    A tuple is `(` and its length (uint32, little-endian) then its items; NULL is `N`; an
+    integer in [-2**31, 2**31) is `i` and an int32; a larger one is `l`, the count of its
+    15-bit digits (int32, negative for a negative number) and the digits (uint16 each,
+    least significant first); a REAL is `g` and its IEEE-754 binary64; a text is `u`, its
+    UTF-8 length (uint32) and its UTF-8 bytes (a lone surrogate as its 3 bytes). All
+    little-endian. (It is CPython's marshal format 2 for these types.)
+    """
+    if value is None:
+        return b"N"
+    if isinstance(value, bool):
+        raise TypeError("a row holds no booleans (the store keeps them as integers)")
+    if isinstance(value, tuple):
+        return b"(" + struct.pack("<I", len(value)) + b"".join(encode_row(v) for v in value)
+    if isinstance(value, int):
+        if -2**31 <= value < 2**31:
+            return b"i" + struct.pack("<i", value)
+        digits, rest = [], abs(value)
+        while rest:
+            digits.append(rest & 0x7FFF)
+            rest >>= 15
+        count = len(digits) if value > 0 else -len(digits)
+        return b"l" + struct.pack("<i", count) + struct.pack(f"<{len(digits)}H", *digits)
+    if isinstance(value, float):
+        return b"g" + struct.pack("<d", value)
+    if isinstance(value, str):
+        data = value.encode("utf-8", "surrogatepass")
+        return b"u" + struct.pack("<I", len(data)) + data
+    raise TypeError(f"a row holds no {type(value).__name__}")
 
 
 def pending_body(p: Sequence[Any]) -> str:
     """The `pending` fact of a pending row in the stores' pending column order (12 values)."""
-    return (f'{{"v":1,"kind":"pending","run":{_q(p[2])},"id":{_q(p[0])},'
-            f'"item_kind":{_q(p[1])},"call":{_q(p[3])},"agent":{_q(p[4])},"tool":{_q(p[5])},'
-            f'"payload":{_d(p[6])},"created_at":{_f(p[7])},"state":{_q(p[8])},'
-            f'"decision":{_v(p[9])},"decided_by":{_q(p[10])},"decided_at":{_f(p[11])}}}')
+    return _ENCODE((2, "pending", p[2], p[0], (
+        p[0], p[1], p[2], p[3], p[4], p[5], _d(p[6]), _real(p[7]), p[8], p[9], p[10],
+        _real(p[11]))))
 
 
 def _prefix(kind: str, run_id: str, ref: str) -> str:
     """How a body of this kind about `ref` starts.
 
-    The columns kind and ref are not hashed: this binds them to the body, which is.
+    The columns kind, run and ref are not hashed: this binds them to the body, which is.
     """
-    if kind in ("run", "status"):
-        return f'{{"v":1,"kind":"{kind}","run":{_q(run_id)},'
-    return f'{{"v":1,"kind":"{kind}","run":{_q(run_id)},"id":{_q(ref)},'
+    return _ENCODE((2, kind, run_id, ref))[:-1] + ","
 
 
 # ---------------------------------------------------------------- signing
@@ -343,8 +370,9 @@ class Report:
 MAX_BREAKS = 100
 """Breaks a report lists; a store rewritten wholesale would otherwise list every row."""
 
-Fact = tuple[int, str, int, str, str, str, str, str, str]
-"""An audit row as `verify` reads it: seq, run, n, kind, ref, body, prev, hash, link."""
+Fact = tuple[int, str, int, str, str, "str | None", str, str, str]
+"""An audit row as `verify` reads it: seq, run, n, kind, ref, body (None: a call's), prev,
+hash, link."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -417,14 +445,41 @@ def _merge(*streams: Iterator[tuple[str, list[Any]]]) -> Iterator[tuple[str, lis
         yield k, out
 
 
-def _diff(recorded: str, now: str) -> str:
-    """Which fields differ between a recorded body and the one the row gives now."""
+def _diff(recorded: str | None, now: str) -> str:
+    """Which values differ between a recorded body and the one the row gives now."""
+    if recorded is None:
+        return "a column"
     try:
         a, b = json.loads(recorded), json.loads(now)
-    except ValueError:
+        names = ENCODING[b[1]]
+        was, is_ = a[4], b[4]
+    except (ValueError, KeyError, IndexError, TypeError):
         return "the row no longer encodes"
-    names = [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
-    return ", ".join(names) or "its encoding"
+    differ = [name.rstrip("#") for name, x, y in zip(names, was, is_, strict=False) if x != y]
+    return ", ".join(differ) or "its encoding"
+
+
+def _recorded(fact: Fact, now: str | bytes) -> bool:
+    """Whether `now` (a body the row gives) is what `fact` recorded."""
+    body = fact[5]
+    if body is None:  # a call's fact keeps its hash alone
+        return chain_hash(fact[6], now) == fact[7]
+    return body == now
+
+
+def _moved(row: Sequence[Any], fact: Fact, others: Sequence[Sequence[Any]]
+           ) -> Sequence[Any] | None:
+    """The other call whose place (turn, index) `row` had when `fact` recorded it, if any.
+
+    A call's fact keeps only its hash: a row that differs from it only in its place hashes
+    right at the place of the call now there (two calls swapped).
+    """
+    for other in others:
+        if other[0] != row[0]:
+            moved = (*row[:3], other[3], other[4], *row[5:])
+            if _recorded(fact, call_body(moved)):
+                return other
+    return None
 
 
 def _check_run(run_id: str, facts: list[Fact], runs: list[Any], calls: list[Any],
@@ -439,8 +494,8 @@ def _check_run(run_id: str, facts: list[Fact], runs: list[Any], calls: list[Any]
     for i, f in enumerate(facts):
         seq, _, n, kind, ref, body, f_prev, f_hash, _ = f
         where = f"fact #{seq} (run {run_id}, n {n})"
-        if chain_hash(f_prev, body) != f_hash or not body.startswith(
-                _prefix(kind, run_id, ref)):
+        if (kind != "call" if body is None else chain_hash(f_prev, body) != f_hash
+                or not body.startswith(_prefix(kind, run_id, ref))):
             report.add(Break(what="edited", where=where, seq=seq,
                              detail="its content does not match its hash"))
         elif n != expected_n:
@@ -476,19 +531,17 @@ def _check_run(run_id: str, facts: list[Fact], runs: list[Any], calls: list[Any]
         if start is None:
             report.add(Break(what="inserted", where=f"run {run_id}",
                              detail="no fact records its start"))
-        elif start[5] != run_body(row):
+        elif not _recorded(start, now := run_body(row)):
             report.add(Break(what="edited", where=f"run {run_id}", seq=start[0], detail=(
-                f"{_diff(start[5], run_body(row))} differ from fact #{start[0]}")))
+                f"its {_diff(start[5], now)} differ from fact #{start[0]}")))
         last.pop(("status", run_id), None)
         now = status_body(run_id, row[3], row[11])
         if status is None:
             report.add(Break(what="inserted", where=f"run {run_id}",
                              detail="no fact records its status"))
-        elif status[5] != now:
+        elif not _recorded(status, now):
             report.add(Break(what="edited", where=f"run {run_id}", seq=status[0], detail=(
                 f"its {_diff(status[5], now)} differ from fact #{status[0]}")))
-    positions: dict[tuple[int, int], str] = {}
-    moved: list[tuple[Any, Fact]] = []
     for row in calls:
         report.rows += 1
         fact = last.pop(("call", row[0]), None)
@@ -497,22 +550,17 @@ def _check_run(run_id: str, facts: list[Fact], runs: list[Any], calls: list[Any]
             report.add(Break(what="inserted", where=where,
                              detail="no fact records this call"))
             continue
-        now = call_body(row)
-        if fact[5] != now:
-            differ = _diff(fact[5], now)
-            if differ in ("turn, index", "turn", "index"):
-                moved.append((row, fact))
-            else:
-                report.add(Break(what="edited", where=where, seq=fact[0], detail=(
-                    f"its {differ} differ from fact #{fact[0]}")))
-        positions[(int(row[3]), int(row[4]))] = row[0]
-    for row, fact in moved:
-        recorded = json.loads(fact[5])
-        other = positions.get((recorded["turn"], recorded["index"]))
-        report.add(Break(what="reordered", where=f"call {row[0]}", seq=fact[0], detail=(
-            f"it is at turn {row[3]} index {row[4]}, fact #{fact[0]} put it at turn "
-            f"{recorded['turn']} index {recorded['index']}"
-            + (f" (where call {other} is now)" if other and other != row[0] else ""))))
+        data = call_body(row)
+        if _recorded(fact, data):
+            continue
+        other = _moved(row, fact, calls)
+        if other is not None:
+            report.add(Break(what="reordered", where=where, seq=fact[0], detail=(
+                f"it is at turn {row[3]} index {row[4]}; fact #{fact[0]} recorded it at "
+                f"turn {other[3]} index {other[4]}, where call {other[0]} is now")))
+        else:
+            report.add(Break(what="edited", where=where, seq=fact[0], detail=(
+                f"its row is not the one fact #{fact[0]} recorded (a column was changed)")))
     for row in pending:
         report.rows += 1
         fact = last.pop(("pending", row[0]), None)
@@ -520,7 +568,7 @@ def _check_run(run_id: str, facts: list[Fact], runs: list[Any], calls: list[Any]
         if fact is None:
             report.add(Break(what="inserted", where=where,
                              detail="no fact records this item"))
-        elif fact[5] != (now := pending_body(row)):
+        elif not _recorded(fact, now := pending_body(row)):
             report.add(Break(what="edited", where=where, seq=fact[0], detail=(
                 f"its {_diff(fact[5], now)} differ from fact #{fact[0]}")))
     for (kind, ref), fact in last.items():
@@ -599,10 +647,13 @@ def _scan_store(source: Source, report: Report,
     heads: dict[int, str] = {}
     tips: dict[str, tuple[int, str]] = {}
     suspect: set[str] = set()
-    starts: dict[str, tuple[int, bytes]] = {}
-    statuses: dict[str, tuple[int, bytes]] = {}
-    calls: dict[str, tuple[int, bytes]] = {}
-    items: dict[str, tuple[int, bytes]] = {}
+    # The last fact about each row: (seq, prev, hash, run). A row's body now hashes with
+    # that prev to that hash when the row is as recorded (`call` facts keep no body).
+    Last = tuple[int, str, str, str]
+    starts: dict[str, Last] = {}
+    statuses: dict[str, Last] = {}
+    calls: dict[str, Last] = {}
+    items: dict[str, Last] = {}
     last_of = {"run": starts, "status": statuses, "call": calls, "pending": items}
     prev_link, expected, before_prev = ZERO, 1, ""
     head: tuple[int, str] | None = None
@@ -633,41 +684,32 @@ def _scan_store(source: Source, report: Report,
         before_prev, prev_link, expected = prev_link, link, seq + 1
         head = (seq, link)
         tip = tips.get(run)
-        data = body.encode("utf-8", "surrogatepass")
         # (The columns kind, run and ref are not hashed: a fact moved to another ref or
         # kind no longer matches the row it is compared with below; to another run, it
         # breaks that run's chain. The close look names it.)
         if (n != (0 if tip is None else tip[0] + 1)
                 or f_prev != (ZERO if tip is None else tip[1])
-                or sha256(f_prev.encode() + data).hexdigest() != f_hash):
+                or (kind != "call" if body is None
+                    else sha256((f_prev + body).encode()).hexdigest() != f_hash)):
             suspect.add(run)
         tips[run] = (n, f_hash)
         last = last_of.get(kind)
         if last is None:
             suspect.add(run)
         else:
-            last[run if kind in ("run", "status") else ref] = (seq, sha256(data).digest())
+            last[run if kind in ("run", "status") else ref] = (seq, f_prev, f_hash, run)
     report.head = head
     report.facts = count
+    found: dict[str, list[Break]] = {}
+    """Breaks of runs whose chain holds, reported unless a row sends the run to a close look."""
 
-    def compare(where: str, recorded: tuple[int, bytes] | None, now: str,
-                what: str) -> None:
+    def compare(where: str, recorded: Last | None, now: str | bytes, what: str,
+                run: str) -> None:
         if recorded is None:
-            report.add(Break(what="inserted", where=where, detail=f"no fact records {what}"))
-            return
-        if sha256(now.encode("utf-8", "surrogatepass")).digest() == recorded[1]:
-            return
-        fact = source.fact(recorded[0])  # type: ignore[misc]
-        body = "" if fact is None else fact[5]
-        differ = _diff(body, now)
-        if differ in ("turn, index", "turn", "index"):
-            was = json.loads(body)
-            report.add(Break(what="reordered", where=where, seq=recorded[0], detail=(
-                f"it is at turn {json.loads(now)['turn']} index {json.loads(now)['index']}, "
-                f"fact #{recorded[0]} put it at turn {was['turn']} index {was['index']}")))
-        else:
-            report.add(Break(what="edited", where=where, seq=recorded[0], detail=(
-                f"its {differ} differ from fact #{recorded[0]}")))
+            found.setdefault(run, []).append(Break(what="inserted", where=where,
+                                                   detail=f"no fact records {what}"))
+        elif chain_hash(recorded[1], now) != recorded[2]:
+            suspect.add(run)  # the close look names what changed
 
     seen_runs = set(tips)
     for row in source.all_runs():
@@ -676,28 +718,31 @@ def _scan_store(source: Source, report: Report,
         seen_runs.add(rid)
         if rid in suspect:
             continue
-        compare(f"run {rid}", starts.pop(rid, None), run_body(row), "its start")
+        compare(f"run {rid}", starts.pop(rid, None), run_body(row), "its start", rid)
         compare(f"run {rid}", statuses.pop(rid, None), status_body(rid, row[3], row[11]),
-                "its status")
+                "its status", rid)
     for row in source.all_calls():
         report.rows += 1
         if row[1] in suspect:
             continue
-        compare(f"call {row[0]}", calls.pop(row[0], None), call_body(row), "this call")
+        compare(f"call {row[0]}", calls.pop(row[0], None), call_body(row), "this call",
+                row[1])
     for row in source.all_pending():
         report.rows += 1
         if row[2] in suspect:
             continue
         compare(f"pending item {row[0]}", items.pop(row[0], None), pending_body(row),
-                "this item")
+                "this item", row[2])
     for name, last in (("run", starts), ("run", statuses), ("call", calls),
                        ("pending item", items)):
-        for ref, (seq, _) in last.items():
-            fact = source.fact(seq)
-            if fact is not None and fact[1] in suspect:
-                continue
-            report.add(Break(what="deleted", where=f"{name} {ref}", seq=seq, detail=(
-                f"fact #{seq} records it; the store no longer holds it")))
+        for ref, (seq, _, _, run) in last.items():
+            found.setdefault(run, []).append(Break(
+                what="deleted", where=f"{name} {ref}", seq=seq,
+                detail=f"fact #{seq} records it; the store no longer holds it"))
+    for run, breaks in found.items():
+        if run not in suspect:
+            for one_break in breaks:
+                report.add(one_break)
     report.runs = len(seen_runs)
     for rid in sorted(suspect):
         one = source.for_run(rid)
@@ -707,8 +752,8 @@ def _scan_store(source: Source, report: Report,
             rows = report.rows
             _check_run(rid, facts, runs, run_calls, pending, report, None)
             report.rows = rows  # counted in the scan already
-    for found in linked.breaks:
-        report.add(found)
+    for one_break in linked.breaks:
+        report.add(one_break)
     report.more += linked.more
     return heads
 
@@ -806,6 +851,9 @@ class Reader(Protocol):
     def facts_from(self, seq: int) -> Iterator[tuple[Any, ...]]:
         """Facts from `seq` on: seq, run, n, kind, ref, body, prev, hash, link, at."""
 
+    def call_row(self, record_id: str) -> Sequence[Any] | None:
+        """A call's row as the store holds it now (the stores' call columns), or None."""
+
     def signatures(self) -> list[tuple[Any, ...]]:
         """Signatures: seq, link, key id, signature hex, signed_at."""
 
@@ -857,15 +905,27 @@ def export_lines(reader: Reader, *, since: float = 0.0) -> Iterator[str]:
         "type": "header", "format": EXPORT_FORMAT, "version": VERSION, "from_seq": start,
         "link_before": before,
         "hash": "sha256(prev + body) as UTF-8, hex",
+        "body": "JSON text; null for a call, whose body is its row in the row encoding",
+        "row": "a call's 23 columns as the fact recorded them; null for a state the "
+               "store no longer holds (only its hash is kept)",
         "link": "sha256(link of the fact before + hash) as UTF-8, hex",
         "signature": f"Ed25519 over '{SIGNATURE_CONTEXT} <seq> <link>' as UTF-8",
     }, separators=(",", ":"))
     last = start - 1
     for seq, run, n, kind, ref, body, prev, digest, link, at in reader.facts_from(start):
         last = seq
-        yield json.dumps({"type": "fact", "seq": seq, "run": run, "n": n, "kind": kind,
-                          "ref": ref, "body": body, "prev": prev, "hash": digest,
-                          "link": link, "at": at}, separators=(",", ":"))
+        row: list[Any] | None = None
+        if body is None and kind == "call":
+            # The fact keeps its hash alone; the call's row is its body when it is the state
+            # this fact recorded (its latest, untouched); an earlier state is not kept.
+            now = reader.call_row(ref)
+            if now is not None and chain_hash(prev, call_body(now)) == digest:
+                row = list(now)
+        fact = {"type": "fact", "seq": seq, "run": run, "n": n, "kind": kind, "ref": ref,
+                "body": body, "prev": prev, "hash": digest, "link": link, "at": at}
+        if kind == "call":
+            fact["row"] = row
+        yield json.dumps(fact, separators=(",", ":"))
     for seq, link, key, signature, signed_at in reader.signatures():
         if start <= seq <= last:
             yield json.dumps({"type": "signature", "seq": seq, "link": link, "key": key,
