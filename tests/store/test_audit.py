@@ -386,7 +386,7 @@ def test_a_migrated_store_chains_its_record_as_found(
     from handrail.store._sqlite import MIGRATIONS
 
     # A store as the previous schema left it: no chain.
-    edit(store, "DROP TABLE audit", "DROP TABLE audit_signatures",
+    edit(store, "DROP TABLE audit", "DROP TABLE audit_signatures", "DROP TRIGGER audit_next",
          "DELETE FROM _migrations WHERE name = '0010_audit_chain'",
          f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
     code = main(["audit", "verify", "--store", str(store)])
@@ -400,6 +400,40 @@ def test_a_migrated_store_chains_its_record_as_found(
     anyio.run(reopen)
     code, report = verify(store, capsys=capsys)
     assert code == 0 and report["facts"] > 0, report
+
+
+@pytest.mark.anyio
+async def test_two_stores_on_one_file_chain_one_after_the_other(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Each store chains on the tips it cached, reading nothing first: when the other one
+    # chained meanwhile, the trigger `audit_next` refuses the fact and the store reads the
+    # tips again. Turns alternate between the two: the chain stays one.
+    import time
+
+    from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
+    from handrail.store._records import CallStatus
+
+    path = tmp_path / "runs.db"
+    a, b = Store.open(path), Store.open(path)
+    try:
+        runs = {s: RunRecord(id=name, task="t", agent="a", created_at=time.time(),
+                             policy={"layers": []}, status=RunStatus.RUNNING)
+                for s, name in ((a, "ra"), (b, "rb"))}
+        for turn in range(6):
+            for store in (a, b) if turn % 2 else (b, a):
+                run = runs[store]
+                run.steps = turn
+                await store.write(Batch(run=run, calls=[CallRecord(
+                    id=f"{run.id}:c{turn}", run_id=run.id, call_id=f"c{turn}", turn=turn,
+                    index=0, model_name="m", status=CallStatus.FINISHED,
+                    started_at=time.time())]))
+        assert rows(path, "SELECT count(*) FROM log WHERE kind = 2")[0][0] > 0
+    finally:
+        await a.close()
+        await b.close()
+    code, report = verify(path, capsys=capsys)
+    assert code == 0, report["breaks"]
+    assert report["rows"] == 2 + 12 and report["facts"] == 2 * (2 + 6)
 
 
 def test_a_memory_store_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

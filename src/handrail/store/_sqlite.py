@@ -122,9 +122,15 @@ T = TypeVar("T")
 
 def _script(db: sqlite3.Connection, script: str) -> None:
     # Not executescript(): it commits first, and migrations run inside our transaction.
-    for statement in script.split(";"):
-        if statement.strip():
-            db.execute(statement)
+    statement = ""
+    for piece in script.split(";"):
+        statement += piece + ";"
+        if sqlite3.complete_statement(statement):  # (a trigger's body holds `;` too)
+            if statement.strip(" \n;"):
+                db.execute(statement)
+            statement = ""
+    if statement.strip(" \n;"):
+        db.execute(statement)
 
 
 def _m0001_initial(db: sqlite3.Connection) -> None:
@@ -381,13 +387,27 @@ _AUDIT_TABLES = """
         link TEXT NOT NULL, at REAL NOT NULL
     );
     CREATE INDEX audit_run ON audit (run_id, n);
+    CREATE TRIGGER audit_next BEFORE INSERT ON log WHEN NEW.kind = 2 BEGIN
+        SELECT RAISE(ABORT, 'handrail audit: the chain moved on')
+        WHERE coalesce(
+            (SELECT c0 = NEW.c0 - 1 AND c7 = NEW.c9 FROM log WHERE kind = 2
+             ORDER BY id DESC LIMIT 1),
+            (SELECT seq = NEW.c0 - 1 AND link = NEW.c9 FROM audit ORDER BY seq DESC LIMIT 1),
+            NEW.c0 = 1 AND NEW.c9 = '""" + ZERO + """') IS NOT 1;
+    END;
     CREATE TABLE audit_signatures (
         seq INTEGER NOT NULL, link TEXT NOT NULL, key TEXT NOT NULL, signature TEXT NOT NULL,
         signed_at REAL NOT NULL, PRIMARY KEY (seq, key)
     )
 """
 """The tamper-evident record (migration 0010, `handrail.store.audit`): one row per fact,
-chained by run (`prev`, `hash`) and store-wide (`link`); signatures of heads beside it."""
+chained by run (`prev`, `hash`) and store-wide (`link`); signatures of heads beside it.
+
+`audit_next` refuses a fact (in the log, kind 2: c0 its seq, c7 its link, c9 the link it
+follows) that does not follow the store's newest: a writer chains on the tips it cached,
+reading nothing first, and the trigger (a few steps of the log's and the table's b-trees, in
+the INSERT that writes the fact anyway) tells it when another writer chained since, or when
+a write of its own that chained was rolled back (`_insert_log`)."""
 
 
 def _m0010_audit_chain(db: sqlite3.Connection) -> None:
@@ -729,6 +749,11 @@ class _Tips:
             self._db = db
         return cursor
 
+    def forget(self) -> None:
+        """Drop the cache: the next chaining reads the tips from the store."""
+        self.last = None
+        self.runs.clear()
+
     def catch_up(self, db: sqlite3.Connection) -> tuple[int, str]:
         """Bring the tips up to the store's newest fact; return it."""
         last, runs = self.last, self.runs
@@ -816,7 +841,8 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
     log rows are returned for the caller to insert after its run's row (the log's foreign
     key), through `_insert_facts`.
     """
-    seq, link = tips.catch_up(db)
+    last = tips.last
+    seq, link = last if last is not None else tips.catch_up(db)
     rows: list[tuple[Any, ...]] = []
     at = time.time()
     sha256 = hashlib.sha256
@@ -827,27 +853,49 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
             continue
         seq += 1
         n += 1
+        before = link
         if isinstance(body, bytes):
             # A call's body is its row, in this write (`STORED_BODY`): its hash alone is kept.
             digest = sha256(prev.encode() + body).hexdigest()
             link = sha256((link + digest).encode()).hexdigest()
-            rows.append((2, run_id, seq, n, kind, ref, None, prev, digest, link, at))
+            rows.append((2, run_id, seq, n, kind, ref, None, prev, digest, link, at, before))
         else:
             digest = sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()
             link = sha256((link + digest).encode()).hexdigest()
-            rows.append((2, run_id, seq, n, kind, ref, body, prev, digest, link, at))
+            rows.append((2, run_id, seq, n, kind, ref, body, prev, digest, link, at, before))
         runs[run_id] = (n, digest)
     if rows:
         tips.last = (seq, link)
         if insert:
-            _insert_facts(db, rows, tips)
+            _insert_log(db, (), rows, facts, tips)
     return rows
 
 
-def _insert_facts(db: sqlite3.Connection, rows: list[tuple[Any, ...]], tips: _Tips) -> None:
-    cursor = tips.cursor(db)
+_MOVED_ON = "handrail audit: the chain moved on"
+"""The error of `audit_next`: a fact that does not follow the store's newest."""
+
+
+def _insert_log(db: sqlite3.Connection, own: Sequence[tuple[Any, ...]],
+                chained: Sequence[tuple[Any, ...]], facts: Sequence[Fact], tips: _Tips) -> None:
+    """Insert a write's log rows, the facts `_chain` made of `facts` last.
+
+    One INSERT per `_LOG_ROWS_PER_INSERT` rows. When `audit_next` refuses the first fact
+    (the tips were stale: another writer chained, or a write of ours was rolled back), its
+    INSERT alone is undone: the tips are read again from the store (this transaction holds
+    the write lock, so nobody chains meanwhile) and the facts chained anew.
+    """
+    rows = [*own, *chained] if own else chained
     for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
-        cursor.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
+        try:
+            db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
+        except sqlite3.IntegrityError as exc:
+            if not chained or _MOVED_ON not in str(exc):
+                raise
+            tips.forget()
+            rest = [*own[i:], *_chain(db, facts, tips, insert=False)]
+            for j in range(0, len(rest), _LOG_ROWS_PER_INSERT):
+                db.execute(*_log_insert(rest[j:j + _LOG_ROWS_PER_INSERT]))
+            return
 
 
 def _adopt(db: sqlite3.Connection) -> None:
@@ -1240,11 +1288,13 @@ class _Write:
                 db.execute(_RUN_UPSERT, _run_row(run))
             # The row holds the run's progress now: none over it (an older one would hide it).
             db.execute(_PROGRESS_DELETE, (run.id,))
-        rows = self.rows
         if chained:
-            rows += tuple(chained)  # in the same INSERT (after the run's row: its key)
-        for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
-            db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
+            # In the same INSERT (after the run's row: its key).
+            _insert_log(db, self.rows, chained, self.facts, self.tips)  # type: ignore[arg-type]
+        else:
+            rows = self.rows
+            for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
+                db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
         if self.pending:
             db.executemany(_PENDING_REPLACE, self.pending)
 
@@ -1346,9 +1396,11 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
         if matched != len(params):
             raise _Mismatch
     if chained:
-        rows += chained  # in the same INSERT (after the runs' rows: their keys)
-    for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
-        db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
+        # In the same INSERT (after the runs' rows: their keys).
+        _insert_log(db, rows, chained, facts, writes[0].tips)  # type: ignore[arg-type]
+    else:
+        for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
+            db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
     if pending:
         db.executemany(_PENDING_REPLACE, pending)
 
