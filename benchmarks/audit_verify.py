@@ -95,7 +95,8 @@ async def _build(path: str, calls: int) -> None:
 
 def _build_direct(path: str, calls: int) -> None:
     """The same record, written as rows: the bodies and both chains computed with the
-    store's own functions (`handrail.store.audit`), in big transactions.
+    store's own functions (`handrail.store.audit`), in big transactions (a call's fact keeps
+    its hash alone, as the store writes it).
 
     Writing a million calls through `write` (two chained writes each) takes as long as a
     million agent-loop writes; what `verify` reads is the same either way, and
@@ -148,7 +149,9 @@ def _build_direct(path: str, calls: int) -> None:
             digest = audit.chain_hash(prev, body)
             seq += 1
             link = audit.link_hash(link, digest)
-            rows.append((seq, rid, n, kind, ref, body, prev, digest, link, now))
+            # (A call's fact keeps its hash alone: its body is the row.)
+            rows.append((seq, rid, n, kind, ref, None if kind == "call" else body, prev,
+                         digest, link, now))
             prev = digest
         db.executemany("INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         if k % 5000 == 4999:

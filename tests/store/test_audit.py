@@ -386,7 +386,7 @@ def test_a_migrated_store_chains_its_record_as_found(
     from handrail.store._sqlite import MIGRATIONS
 
     # A store as the previous schema left it: no chain.
-    edit(store, "DROP TABLE audit", "DROP TABLE audit_signatures", "DROP TRIGGER audit_next",
+    edit(store, "DROP TABLE audit", "DROP TABLE audit_signatures",
          "DELETE FROM _migrations WHERE name = '0010_audit_chain'",
          f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
     code = main(["audit", "verify", "--store", str(store)])
@@ -406,8 +406,8 @@ def test_a_migrated_store_chains_its_record_as_found(
 async def test_two_stores_on_one_file_chain_one_after_the_other(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Each store chains on the tips it cached, reading nothing first: when the other one
-    # chained meanwhile, the trigger `audit_next` refuses the fact and the store reads the
-    # tips again. Turns alternate between the two: the chain stays one.
+    # chained meanwhile, the INSERT that writes the facts inserts nothing (`_insert_log`)
+    # and the store reads the tips again. Turns alternate between the two: the chain stays one.
     import time
 
     from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store

@@ -387,27 +387,13 @@ _AUDIT_TABLES = """
         link TEXT NOT NULL, at REAL NOT NULL
     );
     CREATE INDEX audit_run ON audit (run_id, n);
-    CREATE TRIGGER audit_next BEFORE INSERT ON log WHEN NEW.kind = 2 BEGIN
-        SELECT RAISE(ABORT, 'handrail audit: the chain moved on')
-        WHERE coalesce(
-            (SELECT c0 = NEW.c0 - 1 AND c7 = NEW.c9 FROM log WHERE kind = 2
-             ORDER BY id DESC LIMIT 1),
-            (SELECT seq = NEW.c0 - 1 AND link = NEW.c9 FROM audit ORDER BY seq DESC LIMIT 1),
-            NEW.c0 = 1 AND NEW.c9 = '""" + ZERO + """') IS NOT 1;
-    END;
     CREATE TABLE audit_signatures (
         seq INTEGER NOT NULL, link TEXT NOT NULL, key TEXT NOT NULL, signature TEXT NOT NULL,
         signed_at REAL NOT NULL, PRIMARY KEY (seq, key)
     )
 """
 """The tamper-evident record (migration 0010, `handrail.store.audit`): one row per fact,
-chained by run (`prev`, `hash`) and store-wide (`link`); signatures of heads beside it.
-
-`audit_next` refuses a fact (in the log, kind 2: c0 its seq, c7 its link, c9 the link it
-follows) that does not follow the store's newest: a writer chains on the tips it cached,
-reading nothing first, and the trigger (a few steps of the log's and the table's b-trees, in
-the INSERT that writes the fact anyway) tells it when another writer chained since, or when
-a write of its own that chained was rolled back (`_insert_log`)."""
+chained by run (`prev`, `hash`) and store-wide (`link`); signatures of heads beside it."""
 
 
 def _m0010_audit_chain(db: sqlite3.Connection) -> None:
@@ -718,20 +704,23 @@ Fact = tuple[str, str, str, "str | bytes"]
 class _Tips:
     """The chain's tips as this store's writer last saw them: a cache, checked every time.
 
-    `last` is the store's newest fact (seq, link), `runs` each run's newest (n, hash). Each
-    transaction that chains first reads the store's newest fact (the log's last row, one
-    step of a b-tree); when it is not `last`, the facts written since by anyone are read (from
-    the end of the log backwards: as many rows as there are new facts) and the tips caught
-    up, and when `last` itself is gone (a rolled-back write of ours) the cache starts over.
-    So a chained write reads no index and writes no page but the log's (issue 42: with the
-    facts in a table of their own, with an index for the tips, a turn's commit wrote twice
-    the pages).
+    `last` is the store's newest fact (seq, link), `runs` each run's newest (n, hash). A
+    transaction chains on them without reading anything first; the INSERT that writes the
+    facts checks that the store's newest fact is still the one they follow (`_insert_log`).
+    When it is not (another writer chained, or a write of ours that chained was rolled
+    back), the cache is dropped and `catch_up` reads the store's newest fact and each run's
+    tip again. So a chained write reads no index, runs no statement and writes no page but
+    the log's (issue 42: with the facts in a table of their own, with an index for the
+    tips, a turn's commit wrote twice the pages; a read of the newest fact before each write
+    cost ~19,000 instructions of the sqlite3 module's machinery).
     """
 
-    __slots__ = ("_cursor", "_db", "last", "runs")
+    __slots__ = ("_cursor", "_db", "before", "last", "runs")
 
     def __init__(self) -> None:
         self.last: tuple[int, str] | None = None
+        self.before: tuple[int, str] = (0, ZERO)
+        """The newest fact the last `_chain` chained after (what `_insert_log` checks)."""
         self.runs: dict[str, tuple[int, str]] = {}
         self._db: sqlite3.Connection | None = None
         self._cursor: sqlite3.Cursor | None = None
@@ -832,17 +821,19 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
            insert: bool = True) -> list[tuple[Any, ...]]:
     """Append `facts` to their runs' chains and to the store's, in the caller's transaction.
 
-    Called before the write's own rows (a new run is one without a row). The tips are
-    read inside the transaction that holds the write lock (`_Tips.catch_up`), so writers in
-    other processes chain after each other; a rolled-back write takes its facts with it.
+    Called before the write's own rows (a new run is one without a row). The cached tips
+    are checked inside the transaction that holds the write lock (`_insert_log`, and
+    `_Tips.catch_up` when they are stale), so writers in other processes chain after each
+    other; a rolled-back write takes its facts with it.
     A `run` fact (a run's start) is kept only when its run has no chain yet: a run resumed
     by another process was started elsewhere. The facts go to the log (kind 2), on the page
     the write's other rows are on; the fold moves them into `audit`. With `insert=False` the
     log rows are returned for the caller to insert after its run's row (the log's foreign
-    key), through `_insert_facts`.
+    key), through `_insert_log`.
     """
     last = tips.last
     seq, link = last if last is not None else tips.catch_up(db)
+    tips.before = (seq, link)
     rows: list[tuple[Any, ...]] = []
     at = time.time()
     sha256 = hashlib.sha256
@@ -853,16 +844,15 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
             continue
         seq += 1
         n += 1
-        before = link
         if isinstance(body, bytes):
             # A call's body is its row, in this write (`STORED_BODY`): its hash alone is kept.
             digest = sha256(prev.encode() + body).hexdigest()
             link = sha256((link + digest).encode()).hexdigest()
-            rows.append((2, run_id, seq, n, kind, ref, None, prev, digest, link, at, before))
+            rows.append((2, run_id, seq, n, kind, ref, None, prev, digest, link, at))
         else:
             digest = sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()
             link = sha256((link + digest).encode()).hexdigest()
-            rows.append((2, run_id, seq, n, kind, ref, body, prev, digest, link, at, before))
+            rows.append((2, run_id, seq, n, kind, ref, body, prev, digest, link, at))
         runs[run_id] = (n, digest)
     if rows:
         tips.last = (seq, link)
@@ -871,31 +861,48 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
     return rows
 
 
-_MOVED_ON = "handrail audit: the chain moved on"
-"""The error of `audit_next`: a fact that does not follow the store's newest."""
+_GUARD = (
+    " WHERE coalesce((SELECT c0 = ? AND c7 = ? FROM log WHERE kind = 2 ORDER BY id DESC "
+    "LIMIT 1), (SELECT seq = ? AND link = ? FROM audit ORDER BY seq DESC LIMIT 1), ? = 0)")
+"""Whether the store's newest fact is (seq, link): the log's, else the table's, else none."""
+
+_GUARDED: dict[str, str] = {}
+"""`_log_insert`'s INSERT of each shape, guarded (`_insert_log`), built once."""
 
 
 def _insert_log(db: sqlite3.Connection, own: Sequence[tuple[Any, ...]],
                 chained: Sequence[tuple[Any, ...]], facts: Sequence[Fact], tips: _Tips) -> None:
     """Insert a write's log rows, the facts `_chain` made of `facts` last.
 
-    One INSERT per `_LOG_ROWS_PER_INSERT` rows. When `audit_next` refuses the first fact
-    (the tips were stale: another writer chained, or a write of ours was rolled back), its
-    INSERT alone is undone: the tips are read again from the store (this transaction holds
-    the write lock, so nobody chains meanwhile) and the facts chained anew.
+    One INSERT per `_LOG_ROWS_PER_INSERT` rows. The one holding the first fact inserts only
+    if the store's newest fact is still the one the facts were chained after (`_GUARD`, in
+    the statement that writes them anyway: no statement of its own). When it is not (another
+    writer chained, or a write of ours that chained was rolled back), it inserts nothing: the
+    tips are read again from the store (this transaction holds the write lock, so nobody
+    chains meanwhile) and the facts chained anew.
     """
     rows = [*own, *chained] if own else chained
-    for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
-        try:
-            db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
-        except sqlite3.IntegrityError as exc:
-            if not chained or _MOVED_ON not in str(exc):
-                raise
-            tips.forget()
-            rest = [*own[i:], *_chain(db, facts, tips, insert=False)]
-            for j in range(0, len(rest), _LOG_ROWS_PER_INSERT):
-                db.execute(*_log_insert(rest[j:j + _LOG_ROWS_PER_INSERT]))
-            return
+    first = len(rows) - len(chained)
+    size = _LOG_ROWS_PER_INSERT
+    for i in range(0, len(rows), size):
+        sql, values = _log_insert(rows[i:i + size])
+        if not i <= first < i + size:
+            db.execute(sql, values)
+            continue
+        guarded = _GUARDED.get(sql)
+        if guarded is None:
+            if len(_GUARDED) > 256:
+                _GUARDED.clear()  # bounded, as `_LOG_INSERTS`
+            head, _, tail = sql.partition(" VALUES ")
+            guarded = _GUARDED[sql] = f"{head} SELECT * FROM (VALUES {tail}){_GUARD}"
+        seq, link = tips.before
+        if db.execute(guarded, (*values, seq, link, seq, link, seq)).rowcount:
+            continue
+        tips.forget()
+        rest = [*own[i:], *_chain(db, facts, tips, insert=False)]
+        for j in range(0, len(rest), size):
+            db.execute(*_log_insert(rest[j:j + size]))
+        return
 
 
 def _adopt(db: sqlite3.Connection) -> None:
