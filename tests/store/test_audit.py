@@ -405,9 +405,9 @@ def test_a_migrated_store_chains_its_record_as_found(
 @pytest.mark.anyio
 async def test_two_stores_on_one_file_chain_one_after_the_other(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # Each store chains on the tips it cached, reading nothing first: when the other one
-    # chained meanwhile, the INSERT that writes the facts inserts nothing (`_insert_log`)
-    # and the store reads the tips again. Turns alternate between the two: the chain stays one.
+    # Each store caches the chain's tips and checks them against the store's newest fact
+    # in each write: when the other one chained meanwhile, it reads the facts written
+    # since. Turns alternate between the two: the chain stays one.
     import time
 
     from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store

@@ -704,23 +704,23 @@ Fact = tuple[str, str, str, "str | bytes"]
 class _Tips:
     """The chain's tips as this store's writer last saw them: a cache, checked every time.
 
-    `last` is the store's newest fact (seq, link), `runs` each run's newest (n, hash). A
-    transaction chains on them without reading anything first; the INSERT that writes the
-    facts checks that the store's newest fact is still the one they follow (`_insert_log`).
-    When it is not (another writer chained, or a write of ours that chained was rolled
-    back), the cache is dropped and `catch_up` reads the store's newest fact and each run's
-    tip again. So a chained write reads no index, runs no statement and writes no page but
-    the log's (issue 42: with the facts in a table of their own, with an index for the
-    tips, a turn's commit wrote twice the pages; a read of the newest fact before each write
-    cost ~19,000 instructions of the sqlite3 module's machinery).
+    `last` is the store's newest fact (seq, link), `runs` each run's newest (n, hash). Each
+    transaction that chains first reads the store's newest fact (the log's last row, one
+    step of a b-tree); when it is not `last`, the facts written since by anyone are read (from
+    the end of the log backwards: as many rows as there are new facts) and the tips caught
+    up, and when `last` itself is gone (a rolled-back write of ours) the cache starts over.
+    So a chained write reads no index and writes no page but the log's (issue 42: with the
+    facts in a table of their own, with an index for the tips, a turn's commit wrote twice
+    the pages). That one read is ~4 µs of the sqlite3 module's machinery a write; a check
+    folded into the write's INSERT (a WHERE on it, or a trigger) cost more: SQLite then
+    copies the rows into a temporary table first, or runs the trigger's program for every
+    row.
     """
 
-    __slots__ = ("_cursor", "_db", "before", "last", "runs")
+    __slots__ = ("_cursor", "_db", "last", "runs")
 
     def __init__(self) -> None:
         self.last: tuple[int, str] | None = None
-        self.before: tuple[int, str] = (0, ZERO)
-        """The newest fact the last `_chain` chained after (what `_insert_log` checks)."""
         self.runs: dict[str, tuple[int, str]] = {}
         self._db: sqlite3.Connection | None = None
         self._cursor: sqlite3.Cursor | None = None
@@ -737,11 +737,6 @@ class _Tips:
             cursor = self._cursor = db.cursor()
             self._db = db
         return cursor
-
-    def forget(self) -> None:
-        """Drop the cache: the next chaining reads the tips from the store."""
-        self.last = None
-        self.runs.clear()
 
     def catch_up(self, db: sqlite3.Connection) -> tuple[int, str]:
         """Bring the tips up to the store's newest fact; return it."""
@@ -821,25 +816,22 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
            insert: bool = True) -> list[tuple[Any, ...]]:
     """Append `facts` to their runs' chains and to the store's, in the caller's transaction.
 
-    Called before the write's own rows (a new run is one without a row). The cached tips
-    are checked inside the transaction that holds the write lock (`_insert_log`, and
-    `_Tips.catch_up` when they are stale), so writers in other processes chain after each
-    other; a rolled-back write takes its facts with it.
+    Called before the write's own rows (a new run is one without a row). The tips are
+    read inside the transaction that holds the write lock (`_Tips.catch_up`), so writers in
+    other processes chain after each other; a rolled-back write takes its facts with it.
     A `run` fact (a run's start) is kept only when its run has no chain yet: a run resumed
     by another process was started elsewhere. The facts go to the log (kind 2), on the page
     the write's other rows are on; the fold moves them into `audit`. With `insert=False` the
     log rows are returned for the caller to insert after its run's row (the log's foreign
     key), through `_insert_log`.
     """
-    last = tips.last
-    seq, link = last if last is not None else tips.catch_up(db)
-    tips.before = (seq, link)
+    seq, link = tips.catch_up(db)
     rows: list[tuple[Any, ...]] = []
     at = time.time()
     sha256 = hashlib.sha256
     runs = tips.runs
     for run_id, kind, ref, body in facts:
-        n, prev = tips.tip(db, run_id)
+        n, prev = runs.get(run_id) or tips.tip(db, run_id)
         if kind == "run" and n >= 0:
             continue
         seq += 1
@@ -857,52 +849,16 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
     if rows:
         tips.last = (seq, link)
         if insert:
-            _insert_log(db, (), rows, facts, tips)
+            _insert_log(db, (), rows)
     return rows
 
 
-_GUARD = (
-    " WHERE coalesce((SELECT c0 = ? AND c7 = ? FROM log WHERE kind = 2 ORDER BY id DESC "
-    "LIMIT 1), (SELECT seq = ? AND link = ? FROM audit ORDER BY seq DESC LIMIT 1), ? = 0)")
-"""Whether the store's newest fact is (seq, link): the log's, else the table's, else none."""
-
-_GUARDED: dict[str, str] = {}
-"""`_log_insert`'s INSERT of each shape, guarded (`_insert_log`), built once."""
-
-
 def _insert_log(db: sqlite3.Connection, own: Sequence[tuple[Any, ...]],
-                chained: Sequence[tuple[Any, ...]], facts: Sequence[Fact], tips: _Tips) -> None:
-    """Insert a write's log rows, the facts `_chain` made of `facts` last.
-
-    One INSERT per `_LOG_ROWS_PER_INSERT` rows. The one holding the first fact inserts only
-    if the store's newest fact is still the one the facts were chained after (`_GUARD`, in
-    the statement that writes them anyway: no statement of its own). When it is not (another
-    writer chained, or a write of ours that chained was rolled back), it inserts nothing: the
-    tips are read again from the store (this transaction holds the write lock, so nobody
-    chains meanwhile) and the facts chained anew.
-    """
+                chained: Sequence[tuple[Any, ...]]) -> None:
+    """Insert a write's log rows, the facts `_chain` made last: one INSERT a hundred rows."""
     rows = [*own, *chained] if own else chained
-    first = len(rows) - len(chained)
-    size = _LOG_ROWS_PER_INSERT
-    for i in range(0, len(rows), size):
-        sql, values = _log_insert(rows[i:i + size])
-        if not i <= first < i + size:
-            db.execute(sql, values)
-            continue
-        guarded = _GUARDED.get(sql)
-        if guarded is None:
-            if len(_GUARDED) > 256:
-                _GUARDED.clear()  # bounded, as `_LOG_INSERTS`
-            head, _, tail = sql.partition(" VALUES ")
-            guarded = _GUARDED[sql] = f"{head} SELECT * FROM (VALUES {tail}){_GUARD}"
-        seq, link = tips.before
-        if db.execute(guarded, (*values, seq, link, seq, link, seq)).rowcount:
-            continue
-        tips.forget()
-        rest = [*own[i:], *_chain(db, facts, tips, insert=False)]
-        for j in range(0, len(rest), size):
-            db.execute(*_log_insert(rest[j:j + size]))
-        return
+    for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
+        db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
 
 
 def _adopt(db: sqlite3.Connection) -> None:
@@ -1297,7 +1253,7 @@ class _Write:
             db.execute(_PROGRESS_DELETE, (run.id,))
         if chained:
             # In the same INSERT (after the run's row: its key).
-            _insert_log(db, self.rows, chained, self.facts, self.tips)  # type: ignore[arg-type]
+            _insert_log(db, self.rows, chained)
         else:
             rows = self.rows
             for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
@@ -1404,7 +1360,7 @@ def _apply_writes(db: sqlite3.Connection, writes: list[_Write]) -> None:
             raise _Mismatch
     if chained:
         # In the same INSERT (after the runs' rows: their keys).
-        _insert_log(db, rows, chained, facts, writes[0].tips)  # type: ignore[arg-type]
+        _insert_log(db, rows, chained)
     else:
         for i in range(0, len(rows), _LOG_ROWS_PER_INSERT):
             db.execute(*_log_insert(rows[i:i + _LOG_ROWS_PER_INSERT]))
