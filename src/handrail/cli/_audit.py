@@ -205,5 +205,6 @@ def register(sub: Any) -> None:
     p = commands.add_parser(
         "keygen", help="make an Ed25519 key pair for signing heads",
         description="Write PATH (the private key, PEM, mode 0600) and PATH.pub.")
-    p.add_argument("path", metavar="PATH")
+    p.add_argument("path", metavar="PATH", help="where the private key goes (PATH.pub: the "
+                   "public key); neither may exist yet")
     p.set_defaults(func=_cmd_keygen)

@@ -472,7 +472,8 @@ def _moved(row: Sequence[Any], fact: Fact, others: Sequence[Sequence[Any]]
     """The other call whose place (turn, index) `row` had when `fact` recorded it, if any.
 
     A call's fact keeps only its hash: a row that differs from it only in its place hashes
-    right at the place of the call now there (two calls swapped).
+    right at the place of the call now there (two calls swapped). `others`: the calls of the
+    run that differ from their facts too.
     """
     for other in others:
         if other[0] != row[0]:
@@ -542,18 +543,21 @@ def _check_run(run_id: str, facts: list[Fact], runs: list[Any], calls: list[Any]
         elif not _recorded(status, now):
             report.add(Break(what="edited", where=f"run {run_id}", seq=status[0], detail=(
                 f"its {_diff(status[5], now)} differ from fact #{status[0]}")))
+    differ: list[tuple[Any, Fact]] = []
     for row in calls:
         report.rows += 1
         fact = last.pop(("call", row[0]), None)
-        where = f"call {row[0]}"
         if fact is None:
-            report.add(Break(what="inserted", where=where,
+            report.add(Break(what="inserted", where=f"call {row[0]}",
                              detail="no fact records this call"))
-            continue
-        data = call_body(row)
-        if _recorded(fact, data):
-            continue
-        other = _moved(row, fact, calls)
+        elif not _recorded(fact, call_body(row)):
+            differ.append((row, fact))
+    # Two calls swapped both differ from their facts: each is tried at the other's place
+    # (bounded: a run rewritten whole would otherwise cost a hash per pair of its calls).
+    moved = [row for row, _ in differ[:MAX_BREAKS]]
+    for row, fact in differ:
+        where = f"call {row[0]}"
+        other = _moved(row, fact, moved) if len(differ) > 1 else None
         if other is not None:
             report.add(Break(what="reordered", where=where, seq=fact[0], detail=(
                 f"it is at turn {row[3]} index {row[4]}; fact #{fact[0]} recorded it at "
