@@ -693,7 +693,7 @@ _AUDIT_INSERT = "INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # c6 hash, c7 link, c8 at. The fold moves them into `audit` (`_FOLD`).
 _LOG_FACTS_NEWEST = ("SELECT c0, c7, run_id, c1, c6 FROM log WHERE kind = 2 "
                      "ORDER BY id DESC")
-_LOG_FACT_NEWEST = _LOG_FACTS_NEWEST + " LIMIT 1"
+_LOG_FACT_NEWEST = "SELECT c0, c7 FROM log WHERE kind = 2 ORDER BY id DESC LIMIT 1"
 _LOG_TIP = "SELECT c1, c6 FROM log WHERE kind = 2 AND run_id = ? ORDER BY id DESC LIMIT 1"
 _AUDIT_SINCE = "SELECT seq, link, run_id, n, hash FROM audit WHERE seq > ? ORDER BY seq"
 
