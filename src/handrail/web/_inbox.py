@@ -31,6 +31,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from handrail.approval import Decision
+from handrail.approval._notify import delivery_text
 from handrail.errors import (
     AlreadyDecided,
     HandrailError,
@@ -693,14 +694,11 @@ MAX_NOTES = 20
 
 def _note_text(note: dict[str, Any]) -> str:
     """One line for a note of a pending item (what `Dispatcher` and the inbox record)."""
+    delivery = delivery_text(note)
+    if delivery is not None:
+        return delivery
     kind = note.get("kind")
     at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(note.get("at") or 0)))
-    if kind == "notified":
-        what = "escalated to" if note.get("event") == "escalation" else "notified"
-        return f"{what} {note.get('to')} at {at}"
-    if kind == "notify_failed":
-        return (f"notifying {note.get('to')} failed (try {note.get('attempt')}: "
-                f"{_short(str(note.get('error')), 200)}) at {at}")
     if kind == "expired":
         return f"expired: {note.get('decision')} by default at {at}"
     if kind == "link_used":
