@@ -466,6 +466,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
                     out.print(f"\n{style('cyan', 'model')} {_short(text, 200)}")
                 for c in by_turn.get(turn, []):
                     _print_call(out, c)
+                    for line in await _waiting_quotas(store, run, c):
+                        out.print(f"    quota: {printable(line)}")
                     for line in deliveries.pop(str(c.pending_id), [])[-MAX_DELIVERIES:]:
                         out.print(f"    {style('dim', printable(line))}")
                     child = children.get(c.call_id) if c.run_id == run.id else None
@@ -495,6 +497,28 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return 0
 
     return _run_async(go, args, reading=True)
+
+
+async def _waiting_quotas(store: Store, run: RunRecord, c: Any) -> list[str]:
+    """For a call waiting for its approval, each quota it falls under and the count now.
+
+    A call's own quota entries are written when it starts (or when a quota held it: then
+    `_print_call` shows those).
+    """
+    from handrail.errors import NotFound
+    from handrail.policy import quota_lines
+    from handrail.runs._standing import quota_standing
+
+    if c.status.value != "awaiting_approval" or not c.pending_id or quota_lines(c.verdict) \
+            or c.run_id != run.id:
+        return []
+    try:
+        item = await store.pending_item(str(c.pending_id))
+    except NotFound:
+        return []
+    if item.kind != "approval" or item.state != "open":
+        return []
+    return await quota_standing(store, run, item.payload)
 
 
 MAX_DELIVERIES = 20

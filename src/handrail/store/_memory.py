@@ -323,6 +323,9 @@ class MemoryStore(Store):
             notify_after=item.notify_after if retry_at is None else retry_at)
         self._log.setdefault(item.run_id, []).append(logged_event(item_id, note))
 
+    async def quota_count(self, counter: str, window: int) -> int:
+        return self._quota.get((counter, window), 0)
+
     async def _logged_events(self, run_id: str) -> list[dict[str, Any]]:
         return [dict(e) for e in self._log.get(run_id, ())]
 

@@ -1137,6 +1137,11 @@ class PostgresStore(Store):
         if isinstance(failed, Exception):
             raise failed
 
+    async def quota_count(self, counter: str, window: int) -> int:
+        row = await self._read_one("SELECT n FROM quota_counts WHERE counter = %s AND "
+                                   "bucket = %s", (counter, window))
+        return 0 if row is None else int(row[0])
+
     async def _logged_events(self, run_id: str) -> list[dict[str, Any]]:
         rows = await self._read("SELECT event FROM run_events WHERE run_id = %s ORDER BY seq",
                                 (run_id,))

@@ -2059,6 +2059,10 @@ class SQLiteStore(Store):
 
         await self._submit_write(record)
 
+    async def quota_count(self, counter: str, window: int) -> int:
+        row = await self._read(lambda db: db.execute(_QUOTA_READ, (counter, window)).fetchone())
+        return 0 if row is None else int(row[0])
+
     async def _logged_events(self, run_id: str) -> list[dict[str, Any]]:
         rows = await self._read(lambda db: db.execute(
             "SELECT event FROM run_events WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall())

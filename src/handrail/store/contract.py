@@ -401,6 +401,18 @@ class Store(abc.ABC):
         """
         raise ConfigError(f"{type(self).__name__} keeps no notifications of pending items")
 
+    async def quota_count(self, counter: str, window: int) -> int:
+        """How many calls started in one quota window (0 when none did).
+
+        `counter` is `Limit.counter(key value)`, `window` the first of `Limit.window(now)`. A
+        read for a person (the inbox, `handrail show`); what a start claims is counted in its
+        own transaction (`write`).
+
+        Raises:
+            ConfigError: this backend keeps no quota counts.
+        """
+        raise ConfigError(f"{type(self).__name__} keeps no quota counts")
+
     async def run_events(self, run_id: str) -> list[dict[str, Any]]:
         """Every event of a run, as a person reads it, oldest first.
 

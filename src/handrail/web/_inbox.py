@@ -61,6 +61,7 @@ from handrail.runs import (
     tree_of,
 )
 from handrail.runs._program import confinement_note, program_of, result_confinement, text_lines
+from handrail.runs._standing import quota_standing
 from handrail.store import PendingItem, RunRecord, Store
 from handrail.store.contract import principal
 from handrail.tools import Act, ToolImpl, local_validator, schema_issues
@@ -124,6 +125,11 @@ class ItemView:
     """Whether the inbox can continue the run itself (an agent was rebuilt)."""
     agent_problem: str | None
     """Why the agent could not be rebuilt, when it could not."""
+    quota: list[str] = field(default_factory=list)
+    """For an approval, each quota its call falls under: the window's count now (held or
+    not), the limit and the window (`quota_standing`)."""
+    deliveries: list[str] = field(default_factory=list)
+    """Each delivery attempt of the item's notifications, one line each (the latest)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +321,12 @@ class Inbox:
             arguments: Any = payload.get("arguments")
         else:
             arguments = payload.get("arguments") if item.kind == "recovery" else None
+        quota = (await quota_standing(self.store, run, payload)
+                 if run is not None and item.kind == "approval" and item.state == "open"
+                 else [])
+        deliveries = [line for line in map(delivery_text, item.notes) if line is not None]
         return ItemView(
+            quota=quota, deliveries=deliveries[-MAX_NOTES:],
             item=item, run=run, actions=actions,
             arguments_json=json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True),
             schema=schema, schema_json=json.dumps(schema or {}),
