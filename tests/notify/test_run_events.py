@@ -85,6 +85,31 @@ async def test_each_attempt_down_then_up_is_an_event_of_the_run(
     assert [e for e in after if e.get("kind") not in DELIVERY] == own  # and its own, in order
 
 
+async def test_a_receiver_down_for_long_is_tried_ever_less_often(
+        store: Store, tmp_path: pathlib.Path, clock: Clock) -> None:
+    paused = await _agent(tmp_path).run("write a.txt", store=store)
+    assert isinstance(paused.outcome, hr.AwaitingApproval)
+    waits: list[float] = []
+
+    async def wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    dispatcher = Dispatcher(store, WebhookNotifier(f"http://127.0.0.1:{free_port()}/h",
+                                                   SECRET),
+                            attempts=2, backoff=lambda n: 10.0 * n, sleep=wait)
+    gaps = []
+    for _ in range(3):
+        assert await dispatcher.deliver() == 0
+        item = await store.pending_item(paused.outcome.request_id)
+        gaps.append(item.notify_after - clock.now)
+        clock.advance(item.notify_after - clock.now)
+    assert waits == [10.0, 10.0, 10.0]  # within a round: backoff(1), every round
+    assert gaps == [20.0, 40.0, 60.0]   # between rounds: backoff of tries 2, 4, 6
+    tries = _deliveries(await store.run_events(paused.run_id))
+    assert [e["attempt"] for e in tries] == [1, 2, 3, 4, 5, 6]
+    assert [e["next_try"] - e["at"] for e in tries] == [10.0, 20.0, 10.0, 40.0, 10.0, 60.0]
+
+
 async def test_a_refusal_is_recorded_with_its_http_status(store: Store,
                                                           tmp_path: pathlib.Path) -> None:
     paused = await _agent(tmp_path).run("write a.txt", store=store)

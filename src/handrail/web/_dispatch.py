@@ -90,7 +90,8 @@ class Dispatcher:
     record every attempt as an event of the item's run (`Store.run_events`: the target, the
     try's number, delivered / refused with the HTTP status / unreachable, when the next try
     is due) and in the item's notes. An item whose every try failed stays owed: it is taken
-    again `backoff(n)` seconds later, n counting this notification's tries over every round.
+    again `backoff(n)` seconds later, n counting this notification's tries over every round
+    (within a round the waits are `backoff(1)`, `backoff(2)`, ...).
     `await dispatcher.run()` makes a round every `poll_interval` seconds until cancelled
     (`handrail inbox --notify-url` runs one).
 
@@ -176,9 +177,11 @@ class Dispatcher:
         target = self.notifier if stage == 1 or self.escalate_to is None else self.escalate_to
         note = self.notification(item, event, target.name)
         clock = self.store.clock
-        # Tries are counted across rounds (this notification's failed tries so far), so a
-        # receiver down for long is tried ever less often, up to `backoff`'s cap, instead of
-        # `attempts` times every round; each try is numbered as the run's record shows it.
+        # Tries are numbered across rounds (this notification's failed tries so far), as the
+        # run's record shows them. Within a round the waits are `backoff(1..)`, so a round
+        # stays short (it must end within `hold`, and other items wait behind it); the wait
+        # before the next round is `backoff` of the overall try, so a receiver down for long
+        # is tried ever less often, up to `backoff`'s cap.
         tried = sum(1 for n in item.notes
                     if n.get("kind") == "notify_failed" and n.get("event") == event)
         for n in range(1, self.attempts + 1):
@@ -188,7 +191,7 @@ class Dispatcher:
             except Exception as exc:  # any failure of a send is recorded, then retried
                 last = n == self.attempts
                 now = clock()
-                wait = self.backoff(attempt)
+                wait = self.backoff(attempt if last else n)
                 # Recorded on the item and, in the same transaction, as an event of its run
                 # (an append-only log: no write of the run's row, which its driver owns).
                 await self.store.record_notification(
