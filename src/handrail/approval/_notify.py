@@ -335,6 +335,7 @@ def delivery_text(note: Mapping[str, Any]) -> str | None:
         why = f"answered {status}"
     else:
         why = clean(note.get("error"), 200)
+        why = why.removeprefix(f"{to}: ")  # a webhook's error names its target: once is enough
     text = (f"{'escalating to' if escalation else 'notifying'} {to} failed (try {attempt}: "
             f"{why}) at {_utc(note.get('at'))}")
     if isinstance(note.get("next_try"), int | float):
