@@ -125,7 +125,9 @@ async def test_a_refusal_is_recorded_with_its_http_status(store: Store,
 
 
 async def test_an_attempt_recorded_while_a_worker_drives_the_run_is_kept(
-        store: Store, tmp_path: pathlib.Path) -> None:
+        store: Store, backend: str, tmp_path: pathlib.Path) -> None:
+    """The dispatcher on a store of its own (as in another process: the inbox's), the worker
+    on another, both on one file or database."""
     in_body, let_go = anyio.Event(), anyio.Event()
 
     @hr.tool(server="bank", mutates=True)
@@ -158,10 +160,15 @@ async def test_an_attempt_recorded_while_a_worker_drives_the_run_is_kept(
                 tg.start_soon(resume)
                 await in_body.wait()
 
+            inbox_store = store if backend == "memory://" else Store.open(backend)
             dispatcher = Dispatcher(
-                store, WebhookNotifier(f"http://127.0.0.1:{free_port()}/hook", SECRET),
+                inbox_store, WebhookNotifier(f"http://127.0.0.1:{free_port()}/hook", SECRET),
                 attempts=2, backoff=lambda n: 1.0, sleep=between_tries)
-            assert await dispatcher.deliver() == 0
+            try:
+                assert await dispatcher.deliver() == 0
+            finally:
+                if inbox_store is not store:
+                    await inbox_store.close()
             let_go.set()  # the worker finishes the call and the run, writing its row
     assert resumed[0].outcome == hr.Completed("done")
     events = await store.run_events(paused.run_id)
