@@ -102,6 +102,7 @@ class Effect(enum.Enum):
 
 _RANK = {Effect.ALLOW: 0, Effect.ASK: 1, Effect.DENY: 2}
 _ASK, _DENY = Effect.ASK, Effect.DENY
+_CALL = Act.CALL
 # Evaluation order: deny-first, then ask, then allow.
 _ORDER = (Effect.DENY, Effect.ASK, Effect.ALLOW)
 
@@ -332,6 +333,8 @@ _SET_RULE = Verdict.__dict__["rule"].__set__
 _SET_LAYER = Verdict.__dict__["layer"].__set__
 _SET_TARGET = Verdict.__dict__["target"].__set__
 _SET_REASON = Verdict.__dict__["reason"].__set__
+_make_verdict = Verdict._make
+"""`Verdict._make` bound once: the conditional rules' path builds one per check."""
 
 DEFAULT_KEYS = ("read", "write", "exec", "net", "call", "call_read_only")
 """The keys of `Policy.defaults`: one per act, plus the CALL default for read-only tools."""
@@ -1175,7 +1178,8 @@ class _Compiled:
         arguments: Any = None,
     ) -> Verdict:
         verdict = self._check(action, workspace, mutates)
-        if self.conditional and action.act is Act.CALL and verdict.layer != CONFINEMENT:
+        # `_CALL`, not `Act.CALL`: an enum member looked up on its class costs ~10x a global.
+        if self.conditional and action.act is _CALL and verdict.layer != CONFINEMENT:
             return self._conditioned(verdict, arguments)
         return verdict
 
@@ -1217,12 +1221,12 @@ class _Compiled:
             if met >= 0:
                 rid, rule_rank, _, _, rule, layer, reason = matched[met]
                 if not (rule_rank == rank and self.rid_of.get(verdict.reason, -1) < rid):
-                    return Verdict._make(rule.effect, rule, layer, target, f"{reason} ("
+                    return _make_verdict(rule.effect, rule, layer, target, f"{reason} ("
                                          f"{met_why or _explain(rule, arguments)})")
             if first_unmet < 0:
                 return verdict
             rule, reason = matched[first_unmet][4], matched[first_unmet][6]
-            return Verdict._make(verdict.effect, verdict.rule, verdict.layer, target,
+            return _make_verdict(verdict.effect, verdict.rule, verdict.layer, target,
                                  f"{verdict.reason}; not met: {reason} "
                                  f"({unmet_why or _explain(rule, arguments)})")
         unmet: tuple[Rule, str] | None = None
@@ -1249,11 +1253,11 @@ class _Compiled:
                 continue
             if rule_rank == rank and self.rid_of.get(verdict.reason, -1) < rid:
                 break  # the same effect, and the verdict's rule sits higher up
-            return Verdict._make(rule.effect, rule, layer, target,
+            return _make_verdict(rule.effect, rule, layer, target,
                                  f"{reason} ({_explain(rule, arguments)})")
         if unmet is not None:
             # Explain says which condition let the call through (or kept it at its default).
-            return Verdict._make(verdict.effect, verdict.rule, verdict.layer, target,
+            return _make_verdict(verdict.effect, verdict.rule, verdict.layer, target,
                                  f"{verdict.reason}; not met: {unmet[1]} "
                                  f"({_explain(unmet[0], arguments)})")
         return verdict
