@@ -1,6 +1,12 @@
 """What value conditions and quotas cost: a policy check, and the STARTED transaction.
 
 Run: .venv/bin/python benchmarks/limits.py [--writes N]
+     .venv/bin/python benchmarks/limits.py --against /tmp/base/src [--rounds 40]
+
+With `--against SRC`, only the checks: this checkout's handrail and SRC's (another checkout's
+`src/`, e.g. `git archive main src | tar -x -C /tmp/base`), each in a process of its own,
+asked in turn for rounds of 5,000 checks of each policy; medians over the rounds, and each
+figure's difference to SRC's check without conditions (the issue's "over today's").
 
 1. `Policy.check` of `CALL bank/transfer` with its arguments, in microseconds of CPU per
    call (the verdict memo warm, as for an agent calling the same tool again):
@@ -120,10 +126,70 @@ async def bench_store(label: str, opener: Callable[[], Store], n: int) -> None:
     print(f"  {label:12} {a:8.1f} {b:12.1f}   +{b - a:6.1f} µs   x{b / a:4.2f}")
 
 
+def _worker() -> None:
+    """Answer each line on stdin with one round: µs per check of each policy, in order."""
+    checks = list(policies().values())
+    for policy in checks:
+        policy.check(TRANSFER, arguments=ARGUMENTS)
+    for _ in sys.stdin:
+        out = []
+        for policy in checks:
+            start = time.process_time()
+            for _ in range(5000):
+                policy.check(TRANSFER, arguments=ARGUMENTS)
+            out.append((time.process_time() - start) / 5000 * 1e6)
+        print(" ".join(f"{us:.4f}" for us in out), flush=True)
+
+
+def against(src: str, rounds: int) -> None:
+    """The checks, this checkout beside `src`, interleaved round by round."""
+    import os
+    import subprocess
+
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    workers = {}
+    for label, path in (("against", src), ("this", here)):
+        env = {**os.environ, "PYTHONPATH": path}
+        workers[label] = subprocess.Popen(
+            [sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=env)
+    results: dict[str, list[list[float]]] = {label: [] for label in workers}
+    try:
+        for n in range(rounds):
+            order = list(workers.items())
+            for label, worker in order if n % 2 == 0 else reversed(order):
+                assert worker.stdin is not None and worker.stdout is not None
+                worker.stdin.write("go\n")
+                worker.stdin.flush()
+                results[label].append([float(x) for x in worker.stdout.readline().split()])
+    finally:
+        for worker in workers.values():
+            assert worker.stdin is not None
+            worker.stdin.close()
+            worker.wait()
+    base = statistics.median(r[0] for r in results["against"])
+    print(f"Policy.check(CALL bank/transfer, arguments=...), µs CPU per call, medians of "
+          f"{rounds} interleaved rounds of 5,000")
+    print(f"  {'policy':34} {'against':>8} {'this':>8}   this over against's 'no conditions'")
+    for i, name in enumerate(policies()):
+        a = statistics.median(r[i] for r in results["against"])
+        b = statistics.median(r[i] for r in results["this"])
+        print(f"  {name:34} {a:8.2f} {b:8.2f}   {b - base:+6.2f} µs")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--writes", type=int, default=2000)
+    parser.add_argument("--against", help="another checkout's src/: the checks beside it")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        _worker()
+        return
+    if args.against:
+        against(args.against, args.rounds)
+        return
     bench_checks()
     print()
     print("A STARTED write, µs per write (median): alone, and with one quota claim")

@@ -414,8 +414,14 @@ class SignatureInvalid(HandrailError):
 class DeliveryFailed(HandrailError):
     """A notification did not arrive: the receiver refused it or could not be reached.
 
-    The `Dispatcher` records each failed attempt in the item's notes and retries later.
+    The `Dispatcher` records each failed attempt as an event of the item's run (and in the
+    item's notes) and retries later. `status` is the receiver's HTTP status when it answered
+    (a refusal), None when it could not be reached.
     """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ModelError(HandrailError):

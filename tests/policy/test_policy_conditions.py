@@ -310,6 +310,7 @@ def test_the_fast_test_agrees_with_the_explained_one(op: str, literal: Any,
     arguments: Any = {pointer[0]: value} if wrap else value
     holds, why = condition.holds(arguments)
     assert condition.test(arguments) is holds
+    assert condition.why(arguments) == (holds, why)  # the specialised explanation: the same
     assert len(why) < 200 and why.isprintable()
 
 
@@ -324,7 +325,32 @@ def test_the_fast_test_agrees_with_the_explained_one(op: str, literal: Any,
 def test_the_compiled_scan_decides_as_the_rules_read_one_by_one(
         rules: list[tuple[Effect, list[tuple[str, str, int | float]]]],
         arguments: dict[str, Any]) -> None:
-    from handrail.policy._policy import _matches
+    _scan_decides_as_read_one_by_one(rules, arguments)
+
+
+_plain = st.one_of(st.integers(-3, 8), st.sampled_from([2.5, -1.0, 5.0, 0.0, 2 ** 201]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rules=st.lists(st.tuples(st.sampled_from(list(Effect)),
+                                st.lists(st.tuples(st.sampled_from(["amount", "n"]),
+                                                   st.sampled_from(sorted(_OPS)),
+                                                   st.sampled_from([0, 5, 2.5, -1])),
+                                         max_size=3)),
+                      min_size=1, max_size=6),
+       amount=_plain, n=_plain)
+def test_the_compiled_scan_of_plain_numbers_decides_as_the_rules_read_one_by_one(
+        rules: list[tuple[Effect, list[tuple[str, str, int | float]]]],
+        amount: int | float, n: int | float) -> None:
+    """Every condition on a top-level number, every value a number: the scan's plain path
+    (beside rules without conditions, which decide the verdict the scan must beat)."""
+    _scan_decides_as_read_one_by_one(rules, {"amount": amount, "n": n})
+
+
+def _scan_decides_as_read_one_by_one(
+        rules: list[tuple[Effect, list[tuple[str, str, int | float]]]],
+        arguments: dict[str, Any]) -> None:
+    from handrail.policy._policy import _explain, _matches
 
     policy = Policy().layer("l")
     built = []
@@ -339,3 +365,10 @@ def test_the_compiled_scan_decides_as_the_rules_read_one_by_one(
         first = next(r for r in built if (not r.when or _matches(r, arguments))
                      and r.effect is verdict.effect)
         assert verdict.rule == first
+    # The explanation the compiled scan builds is the one `_explain` reads rule by rule.
+    if verdict.rule is not None and verdict.rule.when:
+        assert verdict.reason.endswith(f" ({_explain(verdict.rule, arguments)})")
+    if "; not met: " in verdict.reason:
+        unmet = verdict.reason.split("; not met: ", 1)[1]
+        assert any(unmet.endswith(f" ({_explain(r, arguments)})") for r in built
+                   if r.when and not _matches(r, arguments))

@@ -46,7 +46,7 @@ async def test_an_empty_database_is_migrated_and_reopening_writes_nothing(pg_url
         assert await store.schema_version() == SCHEMA_VERSION
     assert _tables(pg_url) == ["audit", "audit_signatures", "audit_tip", "calls",
                               "handrail_migrations", "messages", "pending", "quota_counts",
-                              "runs"]
+                              "run_events", "runs"]
     with psycopg.connect(pg_url) as conn:
         before = conn.execute("SELECT xmin::text, * FROM handrail_migrations").fetchall()
     async with Store.open(pg_url) as store:

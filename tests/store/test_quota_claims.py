@@ -58,6 +58,19 @@ async def test_a_window_counts_to_its_limit_and_refuses_the_whole_batch_over_it(
     assert raised.count == 5
 
 
+async def test_a_window_s_count_is_read_back_as_the_claims_left_it(store: Store) -> None:
+    """`quota_count`: what the inbox and `handrail show` show a person deciding a call."""
+    assert await store.quota_count("call:m/s|1d|g", 7) == 0
+    for i in range(2):
+        await store.write(Batch(claims=[_claim(i)]))
+    await store.write(Batch(claims=[_claim("w", window=8)]))
+    with pytest.raises(QuotaExceeded):
+        await store.write(Batch(claims=[_claim("x", limit=2)]))  # refused: not counted
+    assert await store.quota_count("call:m/s|1d|g", 7) == 2
+    assert await store.quota_count("call:m/s|1d|g", 8) == 1
+    assert await store.quota_count("call:m/s|1d|h", 7) == 0
+
+
 async def test_two_claims_of_one_batch_in_one_window_both_count(store: Store) -> None:
     first, second = _claim("a", limit=2), _claim("b", limit=2)
     await store.write(Batch(claims=[first, second]))

@@ -116,8 +116,11 @@ def test_a_link_opens_a_confirmation_page_and_only_its_button_decides(linked: Li
     # The run's page keeps what became of the item beside its call.
     login(inbox.client, token="team-token-0123456789abcdef", user="alice")
     timeline = inbox.client.get(f"/runs/{paused.run_id}").text
-    assert "notified on-call at" in timeline
+    assert "notified on-call (try 1): delivered at" in timeline
     assert "decision link (approve) used by carol (link sent to on-call)" in timeline
+    # And the item's page lists each delivery attempt of its notification.
+    item_page = inbox.client.get(f"/items/{paused.outcome.request_id}").text
+    assert "<li>notified on-call (try 1): delivered at " in item_page
 
 
 def test_a_forged_or_expired_link_is_refused_and_records_nothing(linked: Linked) -> None:

@@ -312,7 +312,40 @@ class WebhookNotifier:
         except httpx.HTTPError as exc:
             raise DeliveryFailed(f"{self.name}: {type(exc).__name__}: {exc}"[:500]) from exc
         if not 200 <= response.status_code < 300:
-            raise DeliveryFailed(f"{self.name} answered {response.status_code}")
+            raise DeliveryFailed(f"{self.name} answered {response.status_code}",
+                                 status=response.status_code)
+
+
+def delivery_text(note: Mapping[str, Any]) -> str | None:
+    """One line for a delivery attempt the `Dispatcher` recorded; None for another note.
+
+    `notified alice's webhook (try 2): delivered at 2026-12-02 01:02:03 UTC`, or
+    `notifying ... failed (try 1: answered 503) at ...; next try at ...`.
+    """
+    kind = note.get("kind")
+    if kind not in ("notified", "notify_failed"):
+        return None
+    escalation = note.get("event") == "escalation"
+    to, attempt = clean(note.get("to"), 200), clean(note.get("attempt"), 20)
+    if kind == "notified":
+        return (f"{'escalated to' if escalation else 'notified'} {to} (try {attempt}): "
+                f"delivered at {_utc(note.get('at'))}")
+    status = note.get("status")
+    if note.get("outcome") == "refused" and isinstance(status, int):
+        why = f"answered {status}"
+    else:
+        why = clean(note.get("error"), 200)
+        why = why.removeprefix(f"{to}: ")  # a webhook's error names its target: once is enough
+    text = (f"{'escalating to' if escalation else 'notifying'} {to} failed (try {attempt}: "
+            f"{why}) at {_utc(note.get('at'))}")
+    if isinstance(note.get("next_try"), int | float):
+        text += f"; next try at {_utc(note.get('next_try'))}"
+    return text
+
+
+def _utc(at: object) -> str:
+    seconds = float(at) if isinstance(at, int | float) and math.isfinite(at) else 0.0
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(max(0.0, min(seconds, 2e10))))
 
 
 def default_backoff(attempt: int) -> float:

@@ -405,8 +405,17 @@ def _cmd_show(args: argparse.Namespace) -> int:
         earlier = runs[:[r.id for r in runs].index(run.id)]
         for r in earlier:
             calls = [*await store.calls(r.id), *calls]
+        # What other processes recorded about the run: each delivery attempt of a
+        # notification of its items, printed under the call that waited.
+        events = await store.run_events(run.id)
+        deliveries: dict[str, list[str]] = {}
+        for r in earlier:
+            for event in await store.run_events(r.id):
+                _add_delivery(deliveries, event)
+        for event in events:
+            _add_delivery(deliveries, event)
         if args.json:
-            print(json.dumps({"run": _run_json(run), "messages": messages,
+            print(json.dumps({"run": _run_json(run), "events": events, "messages": messages,
                               "calls": [_call_json(c) for c in calls],
                               "sub_agents": await _sub_agents_json(store, run, calls),
                               "verifications": [e for e in run.events
@@ -457,6 +466,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
                     out.print(f"\n{style('cyan', 'model')} {_short(text, 200)}")
                 for c in by_turn.get(turn, []):
                     _print_call(out, c)
+                    for line in await _waiting_quotas(store, run, c):
+                        out.print(f"    quota: {printable(line)}")
+                    for line in deliveries.pop(str(c.pending_id), [])[-MAX_DELIVERIES:]:
+                        out.print(f"    {style('dim', printable(line))}")
                     child = children.get(c.call_id) if c.run_id == run.id else None
                     if child is not None:
                         await _print_sub_agent(store, out, child, "      ")
@@ -470,6 +483,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
                     _print_verification(out, event, limit)
             elif kind == "user":
                 out.print(f"{style('magenta', 'user')} {_short(m['text'], 200)}")
+        for item_id, lines in deliveries.items():  # an item whose call is not shown
+            out.print(f"\nnotifications of {printable(item_id)}:")
+            for line in lines[-MAX_DELIVERIES:]:
+                out.print(f"    {style('dim', printable(line))}")
         for event in run.events:
             if event.get("kind") == "interrupted":
                 out.print(f"\n{style('red', _interruption(event))}: "
@@ -480,6 +497,40 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return 0
 
     return _run_async(go, args, reading=True)
+
+
+async def _waiting_quotas(store: Store, run: RunRecord, c: Any) -> list[str]:
+    """For a call waiting for its approval, each quota it falls under and the count now.
+
+    A call's own quota entries are written when it starts (or when a quota held it: then
+    `_print_call` shows those).
+    """
+    from handrail.errors import NotFound
+    from handrail.policy import quota_lines
+    from handrail.runs._standing import quota_standing
+
+    if c.status.value != "awaiting_approval" or not c.pending_id or quota_lines(c.verdict) \
+            or c.run_id != run.id:
+        return []
+    try:
+        item = await store.pending_item(str(c.pending_id))
+    except NotFound:
+        return []
+    if item.kind != "approval" or item.state != "open":
+        return []
+    return await quota_standing(store, run, item.payload)
+
+
+MAX_DELIVERIES = 20
+"""The most recent delivery attempts `handrail show` prints for one pending item."""
+
+
+def _add_delivery(deliveries: dict[str, list[str]], event: dict[str, Any]) -> None:
+    from handrail.approval._notify import delivery_text
+
+    line = delivery_text(event)
+    if line is not None:
+        deliveries.setdefault(str(event.get("item")), []).append(line)
 
 
 def _print_verification(out: Out, event: dict[str, Any], limit: object) -> None:

@@ -143,6 +143,10 @@ class Condition:
     test: Callable[[Any], bool | None] = field(init=False, repr=False, compare=False)
     """`test(arguments)`: whether the condition holds, None when it cannot be decided (what
     `holds` says, without the explanation: the policy's hot path)."""
+    why: Callable[[Any], tuple[bool | None, str]] = field(init=False, repr=False,
+                                                          compare=False)
+    """`why(arguments)`: what `holds` says (whether, and the explanation), specialised: a
+    verdict's reason is built on every check a condition decided."""
     name: str = field(init=False, repr=False, compare=False)
     """The argument as a rule writes it: `amount`, or `/payee/country`."""
     literal: str = field(init=False, repr=False, compare=False)
@@ -169,6 +173,7 @@ class Condition:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "literal", literal)
         object.__setattr__(self, "test", _compile(self))
+        object.__setattr__(self, "why", _compile_why(self))
 
     @classmethod
     def parse(cls, text: str) -> Condition:
@@ -283,6 +288,33 @@ def _compile(condition: Condition) -> Callable[[Any], bool | None]:
 
 
 _NOT = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "==": "!=", "!=": "=="}
+
+
+def _compile_why(condition: Condition) -> Callable[[Any], tuple[bool | None, str]]:
+    """`condition.holds`, specialised like `_compile`'s test.
+
+    A top-level argument holding a plain number, compared with a number, is one lookup, one
+    compare and one concatenation of precomputed text; anything else is `holds` itself.
+    """
+    holds = condition.holds
+    right = condition.value
+    if len(condition.pointer) != 1 or type(right) not in (int, float):
+        return holds
+    key, compare = condition.pointer[0], _OPERATORS[condition.op]
+    head = f"{condition.name} "
+    met = f" {condition.op} {condition.literal}"
+    unmet = f" {_NOT[condition.op]} {condition.literal}"
+    missing: Any = _MISSING
+
+    def why(arguments: Any) -> tuple[bool | None, str]:
+        value = arguments.get(key, missing) if type(arguments) is dict else missing
+        kind = type(value)
+        if (kind is int and value.bit_length() <= 200) or (kind is float and value == value):
+            if compare(value, right):
+                return True, head + (str(value) if kind is int else repr(value)) + met
+            return False, head + (str(value) if kind is int else repr(value)) + unmet
+        return holds(arguments)
+    return why
 
 
 def _comparable(value: Any, *, numeric: bool) -> Any:

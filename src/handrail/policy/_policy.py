@@ -14,13 +14,13 @@ from __future__ import annotations
 import enum
 import os
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 from handrail.errors import PolicyError, UserError
-from handrail.policy._conditions import Condition
+from handrail.policy._conditions import _NOT, Condition
 from handrail.policy._limits import Limit
 from handrail.policy._paths import (
     OutsideWorkspace,
@@ -101,6 +101,8 @@ class Effect(enum.Enum):
 
 
 _RANK = {Effect.ALLOW: 0, Effect.ASK: 1, Effect.DENY: 2}
+_ASK, _DENY = Effect.ASK, Effect.DENY
+_CALL = Act.CALL
 # Evaluation order: deny-first, then ask, then allow.
 _ORDER = (Effect.DENY, Effect.ASK, Effect.ALLOW)
 
@@ -331,6 +333,8 @@ _SET_RULE = Verdict.__dict__["rule"].__set__
 _SET_LAYER = Verdict.__dict__["layer"].__set__
 _SET_TARGET = Verdict.__dict__["target"].__set__
 _SET_REASON = Verdict.__dict__["reason"].__set__
+_make_verdict = Verdict._make
+"""`Verdict._make` bound once: the conditional rules' path builds one per check."""
 
 DEFAULT_KEYS = ("read", "write", "exec", "net", "call", "call_read_only")
 """The keys of `Policy.defaults`: one per act, plus the CALL default for read-only tools."""
@@ -918,50 +922,137 @@ _UNKNOWN_ARGUMENTS = "the arguments are not known here"
 
 def _scanner(matched: Sequence[tuple[int, int, bool, tuple[Any, ...], Rule, str, str]]
              ) -> Any:
-    """`scan(arguments, rank) -> (met, unmet)`: the conditional rules' loop, compiled.
+    """`scan(arguments, rank) -> (met, unmet, met_why, unmet_why)`: the rules' loop, compiled.
 
     The index (in `matched`, strictest first) of the first rule whose conditions make it
     match, among those at least as strict as `rank`, else -1; and of the first that did not
-    match before it, else -1. Generated once per target's rules, like the copiers of the
+    match before it, else -1; and the two rules' explanations, each what `_explain` says of
+    it, or None when a value it read was not a plain number (the caller then asks
+    `_explain`). Generated once per target's rules, like the copiers of the
     records: each argument a condition names at the top level is read once, and a number is
     compared inline; anything else goes through the condition's own `test`, which decides
     the same (a property test holds the two to it).
     """
-    head = ["def scan(a, rank):", "    unmet = -1", "    d = type(a) is dict"]
+    head = ["def scan(a, rank):", "    unmet = -1", "    why = None", "    d = type(a) is dict"]
     lines: list[str] = []
-    namespace: dict[str, Any] = {"M": _MISSING_ARGUMENT}
+    namespace: dict[str, Any] = {"M": _MISSING_ARGUMENT, "B": 2 ** 200}
     keys: dict[str, str] = {}
+
+    def var_of(key: str) -> str:
+        var = keys.get(key)
+        if var is None:
+            var = keys[key] = f"v{len(keys)}"
+            namespace[f"K_{var}"] = key
+            # `n_` says the value is a plain number (an int of at most 200 bits, which an
+            # explanation shows in full, or a float but NaN): then every condition on it is
+            # decided by the compare alone, and explained by its text.
+            head.extend([f"    {var} = a.get(K_{var}, M) if d else M",
+                         f"    t = type({var})",
+                         f"    n_{var} = (t is int and -B < {var} < B) or "
+                         f"(t is float and {var} == {var})"])
+        return var
+
+    def text(i: int, j: int, var: str, condition: Condition, held: bool) -> str:
+        """The expression of `condition.why(a)[1]` for a plain number in `var`."""
+        name = f"{'H' if held else 'U'}_{i}_{j}"
+        namespace[f"P_{i}_{j}"] = f"{condition.name} "
+        namespace[name] = (f" {condition.op if held else _NOT[condition.op]} "
+                           f"{condition.literal}")
+        return f"P_{i}_{j} + (str({var}) if type({var}) is int else repr({var})) + {name}"
+
+    if all(len(c.pointer) == 1 and type(c.value) in (int, float)
+           for *_, rule, _, _ in matched for c in rule.when):
+        lines += _plain_scan(matched, var_of, text)
+    previous_rank = None
     for i, (_, rule_rank, strict, _, rule, _, _) in enumerate(matched):
-        lines += [f"    if {rule_rank} < rank:", "        return -1, unmet",
-                  "    met = True", "    unk = False"]
+        if rule_rank != previous_rank:  # sorted strictest first: the rank changes here only
+            lines += [f"    if {rule_rank} < rank:", "        return -1, unmet, None, why"]
+            previous_rank = rule_rank
+        fast = [(var_of(c.pointer[0]), c) for c in rule.when
+                if len(c.pointer) == 1 and type(c.value) in (int, float)]
+        if len(fast) == len(rule.when):
+            # Each value a plain number: the rule is one expression, decided for sure, and
+            # its explanation (every condition when it matched, else the first that did not
+            # hold) is built here, as `_explain` would build it.
+            plain = " and ".join(sorted({f"n_{var}" for var, _ in fast}))
+            expression = " and ".join(f"{var} {c.op} {c.value!r}" for var, c in fast)
+            met_text = ' + "; " + '.join(text(i, j, var, c, True)
+                                         for j, (var, c) in enumerate(fast))
+            lines += [f"    if {plain}:", f"        if {expression}:",
+                      f"            return {i}, unmet, {met_text}, why",
+                      "        if unmet < 0:", f"            unmet = {i}"]
+            for j, (var, c) in enumerate(fast):
+                if j < len(fast) - 1:
+                    lines += [f"            {'if' if j == 0 else 'elif'} not ({var} {c.op} "
+                              f"{c.value!r}):",
+                              f"                why = {text(i, j, var, c, False)}"]
+                else:
+                    lines += [f"            {'else:' if j else 'if True:'}",
+                              f"                why = {text(i, j, var, c, False)}"]
+            lines.append("    else:")
+            indent = "    "
+        else:
+            indent = ""
+        body = ["    met = True", "    unk = False"]
         for j, condition in enumerate(rule.when):
             test = f"T_{i}_{j}"
             namespace[test] = condition.test
-            lines.append("    if met:")
+            body.append("    if met:")
             if len(condition.pointer) == 1 and type(condition.value) in (int, float):
-                key = condition.pointer[0]
-                var = keys.get(key)
-                if var is None:
-                    var = keys[key] = f"v{len(keys)}"
-                    namespace[f"K_{var}"] = key
-                    head.append(f"    {var} = a.get(K_{var}, M) if d else M")
+                var = var_of(condition.pointer[0])
                 compare = f"{var} {condition.op} {condition.value!r}"
-                lines += [f"        t = type({var})",
-                          "        if t is int:", f"            h = {compare}",
-                          "        elif t is float:",
-                          f"            h = ({compare}) if {var} == {var} else None",
-                          "        else:", f"            h = {test}(a)"]
+                body += [f"        t = type({var})",
+                         "        if t is int:", f"            h = {compare}",
+                         "        elif t is float:",
+                         f"            h = ({compare}) if {var} == {var} else None",
+                         "        else:", f"            h = {test}(a)"]
             else:
-                lines.append(f"        h = {test}(a)")
-            lines += ["        if h is False:", "            met = False",
-                      "        elif h is None:", "            unk = True"]
+                body.append(f"        h = {test}(a)")
+            body += ["        if h is False:", "            met = False",
+                     "        elif h is None:", "            unk = True"]
         if not strict:
-            lines += ["    if unk:", "        met = False"]
-        lines += ["    if met:", f"        return {i}, unmet",
-                  "    if unmet < 0:", f"        unmet = {i}"]
-    lines.append("    return -1, unmet")
+            body += ["    if unk:", "        met = False"]
+        body += ["    if met:", f"        return {i}, unmet, None, why",
+                 "    if unmet < 0:", f"        unmet = {i}"]
+        lines += [indent + line for line in body]
+    lines.append("    return -1, unmet, None, why")
     exec("\n".join(head + lines), namespace)
     return namespace["scan"]
+
+
+def _plain_scan(matched: Sequence[tuple[int, int, bool, tuple[Any, ...], Rule, str, str]],
+                var_of: Callable[[str], str],
+                text: Callable[[int, int, str, Condition, bool], str]) -> list[str]:
+    """The scan's first part when every condition compares a top-level argument with a number.
+
+    When each of those arguments holds a plain number, every rule is one expression, decided
+    for sure, and the first rule not met is the first one read (nothing is unknown).
+    """
+    rules = [[(var_of(c.pointer[0]), c) for c in rule.when] for *_, rule, _, _ in matched]
+    plain = " and ".join(sorted({f"n_{var}" for fast in rules for var, _ in fast}))
+    first = rules[0]
+    # The first rule's explanation when it did not match: its first condition that failed.
+    first_unmet = text(0, len(first) - 1, *first[-1], False)
+    for j in range(len(first) - 2, -1, -1):
+        var, c = first[j]
+        first_unmet = (f"({text(0, j, var, c, False)} if not ({var} {c.op} {c.value!r}) "
+                       f"else {first_unmet})")
+    lines = [f"    if {plain}:"]
+    previous_rank = None
+    for i, ((_, rule_rank, *_), fast) in enumerate(zip(matched, rules, strict=True)):
+        unmet, why = ("-1", "None") if i == 0 else ("0", first_unmet)
+        if rule_rank != previous_rank:
+            lines += [f"        if {rule_rank} < rank:",
+                      f"            return -1, {unmet}, None, {why}"]
+            previous_rank = rule_rank
+        expression = " and ".join(f"{var} {c.op} {c.value!r}" for var, c in fast)
+        met_text = ' + "; " + '.join(text(i, j, var, c, True)
+                                     for j, (var, c) in enumerate(fast))
+        # Met: the caller needs the first rule's explanation only when the verdict's own
+        # rule sits higher up (rare): None, and `_explain` builds it then.
+        lines += [f"        if {expression}:", f"            return {i}, {unmet}, {met_text}, None"]
+    lines.append(f"        return -1, 0, None, {first_unmet}")
+    return lines
 
 
 _MISSING_ARGUMENT = object()
@@ -993,7 +1084,7 @@ def _explain(rule: Rule, arguments: Any) -> str:
         return f"{_UNKNOWN_ARGUMENTS}: {'matched' if strict else 'not matched'}"
     shown: list[str] = []
     for condition in rule.when:
-        holds, why = condition.holds(arguments)
+        holds, why = condition.why(arguments)
         if holds is False:
             return why
         if holds is None:
@@ -1087,7 +1178,8 @@ class _Compiled:
         arguments: Any = None,
     ) -> Verdict:
         verdict = self._check(action, workspace, mutates)
-        if self.conditional and action.act is Act.CALL and verdict.layer != CONFINEMENT:
+        # `_CALL`, not `Act.CALL`: an enum member looked up on its class costs ~10x a global.
+        if self.conditional and action.act is _CALL and verdict.layer != CONFINEMENT:
             return self._conditioned(verdict, arguments)
         return verdict
 
@@ -1115,21 +1207,28 @@ class _Compiled:
         if not matched:
             return verdict
         decided = verdict.rule is not None
-        rank = verdict.effect.rank if decided else -1
+        if decided:
+            # `Effect.rank` hashes the member (a Python-level `__hash__`): identity is cheaper.
+            effect = verdict.effect
+            rank = 2 if effect is _DENY else 1 if effect is _ASK else 0
+        else:
+            rank = -1
         if arguments is not None:
             # The loop below, compiled for these rules (`_scanner`): what it decides, faster.
-            met, first_unmet = scan(arguments, rank)
+            # Its explanations too when every value it read was a plain number; else None,
+            # and `_explain` builds them.
+            met, first_unmet, met_why, unmet_why = scan(arguments, rank)
             if met >= 0:
                 rid, rule_rank, _, _, rule, layer, reason = matched[met]
                 if not (rule_rank == rank and self.rid_of.get(verdict.reason, -1) < rid):
-                    return Verdict._make(rule.effect, rule, layer, target,
-                                         f"{reason} ({_explain(rule, arguments)})")
+                    return _make_verdict(rule.effect, rule, layer, target, f"{reason} ("
+                                         f"{met_why or _explain(rule, arguments)})")
             if first_unmet < 0:
                 return verdict
             rule, reason = matched[first_unmet][4], matched[first_unmet][6]
-            return Verdict._make(verdict.effect, verdict.rule, verdict.layer, target,
+            return _make_verdict(verdict.effect, verdict.rule, verdict.layer, target,
                                  f"{verdict.reason}; not met: {reason} "
-                                 f"({_explain(rule, arguments)})")
+                                 f"({unmet_why or _explain(rule, arguments)})")
         unmet: tuple[Rule, str] | None = None
         for rid, rule_rank, strict, tests, rule, layer, reason in matched:
             if rule_rank < rank:
@@ -1154,11 +1253,11 @@ class _Compiled:
                 continue
             if rule_rank == rank and self.rid_of.get(verdict.reason, -1) < rid:
                 break  # the same effect, and the verdict's rule sits higher up
-            return Verdict._make(rule.effect, rule, layer, target,
+            return _make_verdict(rule.effect, rule, layer, target,
                                  f"{reason} ({_explain(rule, arguments)})")
         if unmet is not None:
             # Explain says which condition let the call through (or kept it at its default).
-            return Verdict._make(verdict.effect, verdict.rule, verdict.layer, target,
+            return _make_verdict(verdict.effect, verdict.rule, verdict.layer, target,
                                  f"{verdict.reason}; not met: {unmet[1]} "
                                  f"({_explain(unmet[0], arguments)})")
         return verdict

@@ -37,6 +37,7 @@ from handrail.store.contract import (
     counted,
     cutoff,
     expired,
+    logged_event,
     status_after_decision,
 )
 
@@ -145,6 +146,7 @@ class MemoryStore(Store):
         self._pacer = Pacer(WRITERS_PER_ITERATION)
         self._quota: dict[tuple[str, int], int] = {}  # (counter, window) -> calls started
         self._timed: set[str] = set()  # open items with a deadline: what `_expire` looks at
+        self._log: dict[str, list[dict[str, Any]]] = {}  # run -> what others recorded
 
     async def write(self, batch: Batch, *, wait: bool = True) -> None:
         # Packed before the wait, and the batch let go (issue 24): a run waiting here holds
@@ -319,6 +321,13 @@ class MemoryStore(Store):
             item, notes=[*item.notes, note],
             notified=item.notified if notified is None else max(item.notified, notified),
             notify_after=item.notify_after if retry_at is None else retry_at)
+        self._log.setdefault(item.run_id, []).append(logged_event(item_id, note))
+
+    async def quota_count(self, counter: str, window: int) -> int:
+        return self._quota.get((counter, window), 0)
+
+    async def _logged_events(self, run_id: str) -> list[dict[str, Any]]:
+        return [dict(e) for e in self._log.get(run_id, ())]
 
     async def claim(self, run_id: str, owner: str) -> RunRecord:
         self._expire()

@@ -73,6 +73,7 @@ from handrail.store.contract import (
     cutoff,
     expired,
     is_owner_alive,
+    logged_event,
     redacted_url,
     status_after_decision,
 )
@@ -314,6 +315,12 @@ MIGRATIONS: list[tuple[str, str | tuple[str, ...]]] = [
     # The tamper-evident record (`handrail.store.audit`); the record as it stands is chained
     # once, as found, right after (`_adopt`).
     ("0010_audit_chain", (*_M0010_AUDIT, _M0010_APPEND)),
+    # What other processes record about a run (`Store.run_events`: a dispatcher's delivery
+    # attempts), appended, never updated: not in the run's row, which its driver rewrites.
+    ("0011_run_events",
+     "CREATE TABLE run_events (seq BIGSERIAL PRIMARY KEY, run_id TEXT NOT NULL, "
+     "at DOUBLE PRECISION NOT NULL, event TEXT NOT NULL); "
+     "CREATE INDEX run_events_run ON run_events (run_id, seq)"),
 ]
 """Ordered, named migrations; a database records which ran in `handrail_migrations`.
 
@@ -1262,13 +1269,18 @@ class PostgresStore(Store):
                                   notified: int | None = None,
                                   retry_at: float | None = None) -> None:
         note_json, where = _dumps([note]), self._where
+        event_json = _dumps(logged_event(item_id, note))
+        at = float(note.get("at") or self.clock())
 
         async def record(conn: psycopg.AsyncConnection[Any]) -> Exception | None:
+            # One statement: the item's note and its run's event, in one transaction.
             cur = await conn.execute(
-                "UPDATE pending SET notes = (notes::jsonb || %s::jsonb)::text, "
+                "WITH item AS (UPDATE pending SET notes = (notes::jsonb || %s::jsonb)::text, "
                 "notified = greatest(notified, coalesce(%s, notified)), "
-                "notify_after = coalesce(%s, notify_after) WHERE id = %s RETURNING id",
-                (note_json, notified, retry_at, item_id))
+                "notify_after = coalesce(%s, notify_after) WHERE id = %s RETURNING run_id) "
+                "INSERT INTO run_events (run_id, at, event) SELECT run_id, %s, %s FROM item "
+                "RETURNING seq",
+                (note_json, notified, retry_at, item_id, at, event_json))
             if await cur.fetchone() is None:
                 return NotFound(f"no pending item {item_id!r} in {where}")
             return None
@@ -1276,6 +1288,16 @@ class PostgresStore(Store):
         failed = await self._enqueue(record, cas=True)
         if isinstance(failed, Exception):
             raise failed
+
+    async def quota_count(self, counter: str, window: int) -> int:
+        row = await self._read_one("SELECT n FROM quota_counts WHERE counter = %s AND "
+                                   "bucket = %s", (counter, window))
+        return 0 if row is None else int(row[0])
+
+    async def _logged_events(self, run_id: str) -> list[dict[str, Any]]:
+        rows = await self._read("SELECT event FROM run_events WHERE run_id = %s ORDER BY seq",
+                                (run_id,))
+        return [_loads(r[0]) for r in rows]
 
     async def pending_item(self, item_id: str) -> PendingItem:
         settled = self._settled_items.get(item_id)

@@ -142,7 +142,9 @@ class RunRecord:
     lease_until: float = 0.0
     """Until when the owner's claim holds without renewal."""
     events: list[dict[str, Any]] = field(default_factory=list)
-    """Operator-relevant events (resumed, manifest change allowed, ...)."""
+    """Operator-relevant events (resumed, manifest change allowed, ...), as the run's driver
+    recorded them; `Store.run_events` adds what other processes recorded (delivery attempts
+    of its notifications)."""
     agent_ref: str | None = None
     """`module:object` that rebuilds the agent in another process (the CLI's resume uses it)."""
     parent_call_id: str | None = None

@@ -112,6 +112,7 @@ from handrail.store.contract import (
     counted,
     cutoff,
     expired,
+    logged_event,
     status_after_decision,
 )
 
@@ -430,6 +431,21 @@ def _m0009_pending_deadlines(db: sqlite3.Connection) -> None:
     """ + ";" + _PENDING_DEADLINES)
 
 
+_RUN_EVENTS_TABLE = """
+    CREATE TABLE run_events (
+        seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, at REAL NOT NULL, event TEXT NOT NULL
+    );
+    CREATE INDEX run_events_run ON run_events (run_id)
+"""
+"""What other processes record about a run (migration 0011; `Store.run_events`), appended,
+never updated: a dispatcher's delivery attempts. Not in the run's row, which its driver
+rewrites whole (an event written there by another process would be lost to that write)."""
+
+
+def _m0011_run_events(db: sqlite3.Connection) -> None:
+    _script(db, _RUN_EVENTS_TABLE)
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_clustered_calls_and_messages", _m0002_clustered_calls_and_messages),
@@ -441,6 +457,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0008_quotas", _m0008_quotas),
     ("0009_pending_deadlines", _m0009_pending_deadlines),
     ("0010_audit_chain", _m0010_audit_chain),
+    ("0011_run_events", _m0011_run_events),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`. A new migration
 changes `_CURRENT_SCHEMA` too (a new file is created from it; a test compares the two)."""
@@ -501,7 +518,8 @@ _CURRENT_SCHEMA = """
     );
     """ + _RUN_PROGRESS_TABLE + """;
     """ + _QUOTA_TABLE + """;
-    """ + _AUDIT_TABLES + """
+    """ + _AUDIT_TABLES + """;
+    """ + _RUN_EVENTS_TABLE + """
 """
 """The schema every migration in `MIGRATIONS` leads to, created at once in a new, empty file.
 
@@ -2326,7 +2344,8 @@ class SQLiteStore(Store):
     async def record_notification(self, item_id: str, note: dict[str, Any], *,
                                   notified: int | None = None,
                                   retry_at: float | None = None) -> None:
-        note_json = _dumps(note)
+        note_json, event_json = _dumps(note), _dumps(logged_event(item_id, note))
+        at = float(note.get("at") or self.clock())
 
         def record(db: sqlite3.Connection) -> None:
             changed = db.execute(
@@ -2336,8 +2355,19 @@ class SQLiteStore(Store):
                 (note_json, notified, retry_at, item_id)).rowcount
             if changed != 1:
                 raise NotFound(f"no pending item {item_id!r} in {self.path}")
+            db.execute("INSERT INTO run_events (run_id, at, event) SELECT run_id, ?, ? "
+                       "FROM pending WHERE id = ?", (at, event_json, item_id))
 
         await self._submit_write(record)
+
+    async def quota_count(self, counter: str, window: int) -> int:
+        row = await self._read(lambda db: db.execute(_QUOTA_READ, (counter, window)).fetchone())
+        return 0 if row is None else int(row[0])
+
+    async def _logged_events(self, run_id: str) -> list[dict[str, Any]]:
+        rows = await self._read(lambda db: db.execute(
+            "SELECT event FROM run_events WHERE run_id = ? ORDER BY seq", (run_id,)).fetchall())
+        return [_loads(r[0]) for r in rows]
 
     async def pending_page(self, limit: int, *, kind: str | None = None,
                            agent: str | None = None, tool: str | None = None,

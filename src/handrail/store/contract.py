@@ -71,6 +71,8 @@ __all__ = [
     "cutoff",
     "expired",
     "is_owner_alive",
+    "logged_event",
+    "merged_events",
     "new_owner",
     "owner_is_on_this_host",
     "principal",
@@ -386,6 +388,10 @@ class Store(abc.ABC):
                                   retry_at: float | None = None) -> None:
         """Append `note` to an item's notes (a notification attempt, an escalation).
 
+        In the same transaction the note becomes an event of the item's run, in the run's
+        append-only log (`run_events`, the note with `item` naming the item): it touches no
+        row a run's driver writes.
+
         `notified` raises its stage; `retry_at` sets when the next attempt may be made
         (`notify_after`).
 
@@ -394,6 +400,40 @@ class Store(abc.ABC):
             ConfigError: this backend keeps no notifications.
         """
         raise ConfigError(f"{type(self).__name__} keeps no notifications of pending items")
+
+    async def quota_count(self, counter: str, window: int) -> int:
+        """How many calls started in one quota window (0 when none did).
+
+        `counter` is `Limit.counter(key value)`, `window` the first of `Limit.window(now)`. A
+        read for a person (the inbox, `handrail show`); what a start claims is counted in its
+        own transaction (`write`).
+
+        Raises:
+            ConfigError: this backend keeps no quota counts.
+        """
+        raise ConfigError(f"{type(self).__name__} keeps no quota counts")
+
+    async def run_events(self, run_id: str) -> list[dict[str, Any]]:
+        """Every event of a run, as a person reads it, oldest first.
+
+        `RunRecord.events` (what the run's own driver recorded) with what other processes
+        recorded about the run interleaved by time: each delivery attempt of a notification
+        of its pending items (`kind` `notified` or `notify_failed`, see `Dispatcher`).
+
+        Those others are kept in an append-only log beside the run, never in its row: the
+        driver rewrites `RunRecord.events` whole with each write of the run, so an event put
+        there by a dispatcher (while the run waits, or after a decision let a worker take the
+        run again) would be lost to that worker's next write. An append races nobody.
+
+        Raises:
+            NotFound: no run has that id.
+        """
+        run = await self.run(run_id)
+        return merged_events(run.events, await self._logged_events(run_id))
+
+    async def _logged_events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's append-only log, oldest first (a backend without one: none)."""
+        return []
 
     @abc.abstractmethod
     async def claim(self, run_id: str, owner: str) -> RunRecord:
@@ -414,3 +454,30 @@ class Store(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def merged_events(own: list[dict[str, Any]], logged: list[dict[str, Any]],
+                  ) -> list[dict[str, Any]]:
+    """A run's own events with its logged ones (both oldest first) interleaved by `at`.
+
+    The run's own order is kept as it is; a logged event goes before the first own event
+    recorded after it (an own event without a time keeps its place).
+    """
+    if not logged:
+        return list(own)
+    out: list[dict[str, Any]] = []
+    i = 0
+    for event in own:
+        at = event.get("at") if isinstance(event, dict) else None
+        if isinstance(at, int | float):
+            while i < len(logged) and float(logged[i].get("at") or 0.0) <= at:
+                out.append(logged[i])
+                i += 1
+        out.append(event)
+    out.extend(logged[i:])
+    return out
+
+
+def logged_event(item_id: str, note: dict[str, Any]) -> dict[str, Any]:
+    """The run event of a pending item's note (`record_notification`): the note, naming it."""
+    return {**note, "item": item_id}

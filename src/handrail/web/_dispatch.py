@@ -1,8 +1,9 @@
 """`Dispatcher`: sends what the store owes, and enforces deadlines, beside the runs.
 
 The store is the outbox: every open item records whether it was notified, and what each
-attempt did (`PendingItem.notified`, `notes`). The dispatcher takes what is owed, sends it
-with retries and backoff, records each attempt, and after a failed round leaves the item owed
+attempt did (`PendingItem.notified`, `notes`; each attempt is also an event of the item's run,
+`Store.run_events`). The dispatcher takes what is owed, sends it with retries and backoff,
+records each attempt, and after a failed round leaves the item owed
 for the next round (nothing lost while a receiver is down). It runs beside the runs, never in
 their way: a run only writes its pending item. Every round also expires what is due
 (`Store.expire_due`).
@@ -24,7 +25,7 @@ from handrail.approval import (
     clean,
     default_backoff,
 )
-from handrail.errors import HandrailError, UserError
+from handrail.errors import DeliveryFailed, HandrailError, UserError
 from handrail.store import PendingItem, Store
 
 __all__ = ["Dispatcher", "notification_of"]
@@ -86,9 +87,13 @@ class Dispatcher:
     `await dispatcher.deliver()` makes one round: expire what is due, take the items owed a
     notification (held for `hold` seconds, so another dispatcher does not take them too),
     send each with up to `attempts` tries (`backoff(n)` seconds apart, via `sleep`), and
-    record every attempt in the item's notes. An item whose every try failed stays owed: it
-    is taken again `backoff(attempts)` seconds later. `await dispatcher.run()` makes a round
-    every `poll_interval` seconds until cancelled (`handrail inbox --notify-url` runs one).
+    record every attempt as an event of the item's run (`Store.run_events`: the target, the
+    try's number, delivered / refused with the HTTP status / unreachable, when the next try
+    is due) and in the item's notes. An item whose every try failed stays owed: it is taken
+    again `backoff(n)` seconds later, n counting this notification's tries over every round
+    (within a round the waits are `backoff(1)`, `backoff(2)`, ...).
+    `await dispatcher.run()` makes a round every `poll_interval` seconds until cancelled
+    (`handrail inbox --notify-url` runs one).
 
     An item past its `escalate_at` gets a second notification, to `escalate_to` (or to
     `notifier` when there is no second target), before its deadline's default applies.
@@ -172,22 +177,45 @@ class Dispatcher:
         target = self.notifier if stage == 1 or self.escalate_to is None else self.escalate_to
         note = self.notification(item, event, target.name)
         clock = self.store.clock
-        for attempt in range(1, self.attempts + 1):
+        # Tries are numbered across rounds (this notification's failed tries so far), as the
+        # run's record shows them. Within a round the waits are `backoff(1..)`, so a round
+        # stays short (it must end within `hold`, and other items wait behind it); the wait
+        # before the next round is `backoff` of the overall try, so a receiver down for long
+        # is tried ever less often, up to `backoff`'s cap.
+        tried = sum(1 for n in item.notes
+                    if n.get("kind") == "notify_failed" and n.get("event") == event)
+        for n in range(1, self.attempts + 1):
+            attempt = tried + n
             try:
                 await target.send(note)
             except Exception as exc:  # any failure of a send is recorded, then retried
-                last = attempt == self.attempts
+                last = n == self.attempts
+                now = clock()
+                wait = self.backoff(attempt if last else n)
+                # Recorded on the item and, in the same transaction, as an event of its run
+                # (an append-only log: no write of the run's row, which its driver owns).
                 await self.store.record_notification(
                     item.id, {"kind": "notify_failed", "event": event, "to": target.name,
-                              "attempt": attempt, "error": clean(str(exc), 300),
-                              "at": clock()},
-                    retry_at=clock() + self.backoff(attempt) if last else None)
+                              "attempt": attempt, **_outcome(exc),
+                              "error": clean(str(exc), 300), "at": now,
+                              "next_try": now + wait},
+                    retry_at=now + wait if last else None)
                 if not last:
-                    await self.sleep(self.backoff(attempt))
+                    await self.sleep(wait)
                 continue
             await self.store.record_notification(
                 item.id, {"kind": "notified", "event": event, "to": target.name,
-                          "attempt": attempt, "delivery": note.id, "at": clock()},
+                          "attempt": attempt, "outcome": "delivered", "delivery": note.id,
+                          "at": clock()},
                 notified=stage, retry_at=0.0)
             return 1
         return 0
+
+
+def _outcome(exc: BaseException) -> dict[str, Any]:
+    """What a failed send's record says happened: refused (with the HTTP status), no answer."""
+    if isinstance(exc, DeliveryFailed):
+        if exc.status is not None:
+            return {"outcome": "refused", "status": exc.status}
+        return {"outcome": "unreachable"}
+    return {"outcome": "failed"}

@@ -31,6 +31,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from handrail.approval import Decision
+from handrail.approval._notify import delivery_text
 from handrail.errors import (
     AlreadyDecided,
     HandrailError,
@@ -60,6 +61,7 @@ from handrail.runs import (
     tree_of,
 )
 from handrail.runs._program import confinement_note, program_of, result_confinement, text_lines
+from handrail.runs._standing import quota_standing
 from handrail.store import PendingItem, RunRecord, Store
 from handrail.store.contract import principal
 from handrail.tools import Act, ToolImpl, local_validator, schema_issues
@@ -123,6 +125,11 @@ class ItemView:
     """Whether the inbox can continue the run itself (an agent was rebuilt)."""
     agent_problem: str | None
     """Why the agent could not be rebuilt, when it could not."""
+    quota: list[str] = field(default_factory=list)
+    """For an approval, each quota its call falls under: the window's count now (held or
+    not), the limit and the window (`quota_standing`)."""
+    deliveries: list[str] = field(default_factory=list)
+    """Each delivery attempt of the item's notifications, one line each (the latest)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +321,12 @@ class Inbox:
             arguments: Any = payload.get("arguments")
         else:
             arguments = payload.get("arguments") if item.kind == "recovery" else None
+        quota = (await quota_standing(self.store, run, payload)
+                 if run is not None and item.kind == "approval" and item.state == "open"
+                 else [])
+        deliveries = [line for line in map(delivery_text, item.notes) if line is not None]
         return ItemView(
+            quota=quota, deliveries=deliveries[-MAX_NOTES:],
             item=item, run=run, actions=actions,
             arguments_json=json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True),
             schema=schema, schema_json=json.dumps(schema or {}),
@@ -693,14 +705,11 @@ MAX_NOTES = 20
 
 def _note_text(note: dict[str, Any]) -> str:
     """One line for a note of a pending item (what `Dispatcher` and the inbox record)."""
+    delivery = delivery_text(note)
+    if delivery is not None:
+        return delivery
     kind = note.get("kind")
     at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(note.get("at") or 0)))
-    if kind == "notified":
-        what = "escalated to" if note.get("event") == "escalation" else "notified"
-        return f"{what} {note.get('to')} at {at}"
-    if kind == "notify_failed":
-        return (f"notifying {note.get('to')} failed (try {note.get('attempt')}: "
-                f"{_short(str(note.get('error')), 200)}) at {at}")
     if kind == "expired":
         return f"expired: {note.get('decision')} by default at {at}"
     if kind == "link_used":
