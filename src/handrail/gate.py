@@ -93,6 +93,7 @@ from handrail.tools import (
     Interaction,
     Invoke,
     PathChanged,
+    Plan,
     Provenance,
     Question,
     Respond,
@@ -114,6 +115,7 @@ from handrail.tools import (
     scrub_host_paths,
     slot_setter,
 )
+from handrail.tools._plan import Miss
 
 __all__ = [
     "GOVERNANCE_EVENT",
@@ -177,6 +179,9 @@ class RunScope:
     """The tools (CALL patterns) this run's task may change the world with, as the trusted
     side gave them (`Agent.run(intent=...)`); a mutating call outside them asks. None: no
     intent, every allowed call is decided by its rules and its arguments' taint alone."""
+    plan: Plan | None = None
+    """The world-changing calls this run's task committed to before any tool output
+    (`Agent.run(plan=...)`): an allowed mutating call no step covers asks. None: no plan."""
     sandbox: str = "auto"
     """How programs started by tools are confined: "auto", "required" or "off" (see
     docs/sandbox.md); reaches the tool as `ctx.sandbox`, with `ctx.policy`."""
@@ -745,6 +750,7 @@ class Gate:
         # The gates of the runs above a delegated run (`inherit`), the root first.
         self._parents: tuple[Gate, ...] = ()
         self._intent_policy: tuple[Sequence[str], Policy] | None = None
+        self._plan_policies: tuple[Plan, list[Policy]] | None = None
 
     # ---------------------------------------------------------------- a turn
 
@@ -1108,6 +1114,16 @@ class Gate:
                     not getattr(impl, "delegates", False) and \
                     not self._intended(str(impl.spec.id)):
                 verdict = _unintended(verdict, scope.intent, scope.policy.taint)
+            if verdict.effect is Effect.ALLOW and scope.plan is not None and \
+                    plan.spec.mutates and not getattr(impl, "delegates", False):
+                miss = self._plan_miss(str(impl.spec.id), dumped)
+                if miss is not None:
+                    verdict = _unplanned(verdict, miss, scope.plan, scope.policy.taint)
+                    if miss.pointer is not None:
+                        # A person asked sees where the value the plan did not fix came
+                        # from, when a tool's output held it (the taint lines).
+                        await self._catch_up_index()
+                        state.taint = tuple(scope.provenance.taint(dumped, [miss.pointer]))
         # What the verdict was about: compared with the paths again at the moment of use.
         state.decided = (_NO_PATHS if planned is not None
                          else decided_paths(actions, scope.workspace))
@@ -1177,6 +1193,18 @@ class Gate:
                                    mutates=True)
         return verdict.effect is Effect.ALLOW
 
+    def _plan_miss(self, tool: str, arguments: Mapping[str, Any]) -> Miss | None:
+        """Why a call is outside the run's plan (`Agent.run(plan=...)`), or None."""
+        plan = self.scope.plan
+        assert plan is not None
+        cached = self._plan_policies
+        if cached is None or cached[0] is not plan:
+            cached = self._plan_policies = (plan, [intent_policy([s.tool]) for s in plan.steps])
+        steps = [step for step, matcher in zip(plan.steps, cached[1], strict=True)
+                 if matcher.check(Action(Act.CALL, tool), workspace=self.scope.workspace,
+                                  mutates=True).effect is Effect.ALLOW]
+        return plan.miss(tool, steps, arguments)
+
     def inherit(self, parent: Gate) -> None:
         """A delegated run's gate: what the parent's run read taints this run's calls.
 
@@ -1188,6 +1216,8 @@ class Gate:
         self.scope.provenance.inherit(parent.scope.provenance)
         if self.scope.intent is None:
             self.scope.intent = parent.scope.intent
+        if self.scope.plan is None:
+            self.scope.plan = parent.scope.plan
         if self.scope.principal is None:  # a tree's calls are its starter's
             self.scope.principal = parent.scope.principal
 
@@ -1990,6 +2020,25 @@ def _unintended(allowed: Verdict, intent: Sequence[str], effect: str) -> Verdict
     return Verdict(Effect.DENY if effect == "deny" else Effect.ASK, None, TAINT_LAYER,
                    allowed.target, f"intent: this task may change the world with {named} "
                    f"only; nobody asked for this call, so it may come from what a tool "
+                   f"returned (the rules alone would allow it: {allowed.reason})")
+
+
+def check_plan(plan: object) -> Plan:
+    """`Agent.run(plan=...)` as a `Plan` whose tool patterns are valid, or a `UserError`."""
+    checked = Plan.of(plan)
+    for step in checked.steps:
+        try:
+            intent_policy([step.tool])
+        except PolicyError as exc:
+            raise UserError(f"plan=: {exc}") from None
+    return checked
+
+
+def _unplanned(allowed: Verdict, miss: Miss, plan: Plan, effect: str) -> Verdict:
+    """The verdict for an allowed mutating call no step of the run's plan covers."""
+    return Verdict(Effect.DENY if effect == "deny" else Effect.ASK, None, TAINT_LAYER,
+                   allowed.target, f"{miss.describe(plan.steps)}; the plan was made before "
+                   f"any tool output was read, so this call may come from what a tool "
                    f"returned (the rules alone would allow it: {allowed.reason})")
 
 
