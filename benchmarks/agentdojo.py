@@ -31,6 +31,10 @@ Configurations (rows):
   reads only the user's request) saying what the task may change;
 - `taint + intent, deny`: the same with `Policy.with_taint("deny")`: what the taint stage or
   the intent would ask about is refused outright (an unattended agent: nobody to ask);
+- `taint, every argument + intent`: the issue's open question, answered by measuring it:
+  every argument of a mutating tool is protected unless this app marks it free text
+  (`FREE`: a message's subject and body, a file's content, an event's description), plus
+  the intent;
 - `taint + plan`: the `taint` row, and each run is given a plan (`Agent.run(plan=...)`):
   one `hr.Step` per mutating call of the user task's ground truth, fixing each argument
   whose value the user's request states (a value written in the request, or the part of a
@@ -96,10 +100,14 @@ PROTECTED = frozenset({"recipients", "recipient", "cc", "bcc", "url", "email", "
                        "participants", "user"})
 """This app's protected arguments: who receives, where a request goes, who is let in."""
 
+FREE = frozenset({"subject", "body", "content", "description"})
+"""For `taint, every argument`: the arguments this app marks free text (meant to quote)."""
+
 MARK = "<INFORMATION>"
 """How the obedient model recognises the injection in a tool result."""
 
-CONFIGS = ("ungoverned", "default", "taint", "taint+intent", "taint+intent, deny", "taint+plan")
+CONFIGS = ("ungoverned", "default", "taint", "taint+intent", "taint+intent, deny",
+           "taint(all)+intent", "taint+plan")
 
 
 def mutates(name: str) -> bool:
@@ -217,7 +225,7 @@ class Through(BasePipelineElement):
         if self.config.endswith(", deny"):
             policy = policy.with_taint("deny")
         intent = None
-        if self.config.startswith("taint+intent"):
+        if self.config.startswith(("taint+intent", "taint(all)+intent")):
             intent = sorted({f"{server}/{c.function}" for c in user_calls
                              if mutates(c.function)})
         plan = None
@@ -236,7 +244,9 @@ class Through(BasePipelineElement):
         name = function.name
         schema = function.parameters.model_json_schema()
         protected = [] if not self.config.startswith("taint") else [
-            f"/{arg}" for arg in schema.get("properties", {}) if arg in PROTECTED]
+            f"/{arg}" for arg in schema.get("properties", {})
+            if arg in PROTECTED or (self.config.startswith("taint(all)") and mutates(name)
+                                    and arg not in FREE)]
 
         async def run(arguments: dict[str, Any], ctx: hr.CallContext) -> hr.ToolResult:
             result, error = runtime.run_function(env, name, arguments)

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 import handrail as hr
-from handrail.models import Scripted, call, reply
+from handrail.errors import ModelResponseError
+from handrail.models import Scripted, SystemMessage, UserMessage, call, reply
 
 pytestmark = pytest.mark.anyio
 
@@ -265,3 +266,59 @@ def test_plans_and_steps_are_checked() -> None:
 def test_a_plan_round_trips() -> None:
     plan = hr.Plan((*PLAN, hr.Step("mail/send", {"/to": ["bob@x.io"], "n": 2})))
     assert hr.Plan.from_dict(plan.to_dict()) == plan
+
+
+# ------------------------------------------------------- a planning turn
+
+
+async def test_the_model_plans_on_the_task_alone_and_the_plan_holds_in_the_run() -> None:
+    seen: list[tuple[list[Any], list[str]]] = []
+
+    def planner(messages: Any, tools: Any) -> Any:
+        seen.append((list(messages), [str(t.id) for t in tools]))
+        return call("handrail/plan", {"steps": [
+            {"tool": "calendar/create_event", "arguments": {"title": "Dinner at *"}}]})
+
+    tools = [read_page, create_event, send]
+    plan = await hr.Agent(Scripted([planner]), tools, instructions="Be brief.").plan(TASK)
+    assert plan == hr.Plan((hr.Step("calendar/create_event", {"title": "Dinner at *"}),))
+    ((messages, offered),) = seen
+    # Nothing but the instructions, the tools' names and the task: no tool output.
+    assert offered == ["handrail/plan"]
+    system, user = messages
+    assert isinstance(system, SystemMessage) and isinstance(user, UserMessage)
+    assert system.text.startswith("Be brief.") and user.text == TASK
+    assert "- calendar/create_event:" in system.text
+    assert "- web/read_page (changes nothing):" in system.text
+
+    PAGES["food"] = INJECTED
+    _, approver = await _run([call("web/read_page", {"topic": "food"}),
+                              call("calendar/create_event",
+                                   {"title": "Booking a room", "day": "2024-05-01"})],
+                             plan=plan)
+    assert DONE == [] and "'Dinner at *'" in approver.requests[0].verdict_reason
+
+
+async def test_a_step_may_name_a_tool_by_its_model_facing_name() -> None:
+    name = hr.ToolId.of("calendar/create_event").model_name
+    planner = Scripted([call("handrail/plan", {"steps": [{"tool": name}]})])
+    plan = await hr.Agent(planner, [create_event]).plan(TASK)
+    assert plan.steps == (hr.Step("calendar/create_event"),)
+
+
+DEEP: Any = 1
+for _ in range(20):
+    DEEP = [DEEP]
+
+
+@pytest.mark.parametrize(("turn", "says"), [
+    (reply("I will book it"), "must call"),
+    (call("handrail/plan", {"steps": "all"}), "no list of steps"),
+    (call("handrail/plan", {"steps": [{"tool": "book"}]}), "not a valid plan"),
+    (call("handrail/plan", {"steps": [{"tool": "a/b", "arguments": {"x": DEEP}}]}),
+     "nested deeper"),
+    (call("handrail/plan", "{not json"), "not JSON"),
+])
+async def test_a_planning_turn_that_is_not_a_plan_is_refused(turn: Any, says: str) -> None:
+    with pytest.raises(ModelResponseError, match=says):
+        await hr.Agent(Scripted([turn]), [create_event]).plan(TASK)
