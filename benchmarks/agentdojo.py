@@ -45,6 +45,11 @@ Configurations (rows):
   expect (a date in the request is "April 25th", in the call "2024-04-25"): this scripted
   planner commits only what the request holds verbatim, so dates and times stay free.
 
+- `taint + plan, quotes cut`: the same, and the app cuts from the final answer every span
+  `RunResult.quoted` says a tool wrote (the answer-only injection's sentence, and every
+  hotel name or address the answer took from a tool): what it costs to act on the quotes
+  rather than show them.
+
 Which tools change nothing is this app's declaration too: the tools whose name starts with
 get_, search_, list_, read_ or check_ are `mutates=False`. Nothing in handrail knows a tool,
 an argument or a suite of this benchmark: they are named here only.
@@ -107,7 +112,7 @@ MARK = "<INFORMATION>"
 """How the obedient model recognises the injection in a tool result."""
 
 CONFIGS = ("ungoverned", "default", "taint", "taint+intent", "taint+intent, deny",
-           "taint(all)+intent", "taint+plan")
+           "taint(all)+intent", "taint+plan", "taint+plan, quotes cut")
 
 
 def mutates(name: str) -> bool:
@@ -229,15 +234,24 @@ class Through(BasePipelineElement):
             intent = sorted({f"{server}/{c.function}" for c in user_calls
                              if mutates(c.function)})
         plan = None
-        if self.config == "taint+plan":
-            plan = planned(server, self.user_task.PROMPT, user_calls)
+        if self.config.startswith("taint+plan"):
+            # The planning turn (`Agent.plan`): the scripted planner's one call, on the request.
+            steps = [s.to_dict() for s in planned(server, self.user_task.PROMPT, user_calls)]
+            planner = hr.Agent(Scripted([call("handrail/plan", {"steps": steps})]), tools,
+                               policy=policy)
+            plan = await planner.plan(self.user_task.PROMPT)
         approver = Denier()
         agent = hr.Agent(Scripted([model] * 200), tools, policy=policy, max_steps=200)
         result = await agent.run(self.user_task.PROMPT, approver=approver, intent=intent,
                                  plan=plan)
         self.asks = approver.requests
         output = result.output
-        return output if isinstance(output, str) else ""
+        if not isinstance(output, str):
+            return ""
+        if self.config.endswith("quotes cut"):
+            for quote in reversed(result.quoted):
+                output = output[:quote.start] + "[...]" + output[quote.end:]
+        return output
 
     def _tool(self, function: Any, runtime: FunctionsRuntime, env: Any,
               trace: list[Any]) -> hr.SchemaTool:

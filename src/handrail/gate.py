@@ -96,6 +96,7 @@ from handrail.tools import (
     Plan,
     Provenance,
     Question,
+    Quote,
     Respond,
     Submit,
     Taint,
@@ -1204,6 +1205,11 @@ class Gate:
                  if matcher.check(Action(Act.CALL, tool), workspace=self.scope.workspace,
                                   mutates=True).effect is Effect.ALLOW]
         return plan.miss(tool, steps, arguments)
+
+    async def quotes(self, answer: str) -> list[Quote]:
+        """The spans of a final `answer` copied from untrusted output (`Provenance.quotes`)."""
+        await self._catch_up_index()
+        return self.scope.provenance.quotes(answer)
 
     def inherit(self, parent: Gate) -> None:
         """A delegated run's gate: what the parent's run read taints this run's calls.

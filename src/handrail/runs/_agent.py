@@ -103,7 +103,15 @@ from handrail.runs._subagents import (
 from handrail.runs._verify import Verification, Verify, check_max_attempts
 from handrail.store import Batch, CallStatus, RunRecord, RunStatus, Store
 from handrail.store.contract import ACTIVE_OWNERS, new_owner
-from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, Plan, Step, Toolbox, ToolImpl, Toolset
+from handrail.tools import (
+    DEFAULT_MAX_ARGUMENT_BYTES,
+    Plan,
+    Quote,
+    Step,
+    Toolbox,
+    ToolImpl,
+    Toolset,
+)
 from handrail.tools._plan import plan_from_response, plan_spec, planning_messages
 
 __all__ = ["Agent", "DeferAll", "Recovery", "RunEvent"]
@@ -882,10 +890,10 @@ class _Runner:
             if out is not None:
                 await out
 
-    def _result(self, outcome: RunOutcome) -> RunResult:
+    def _result(self, outcome: RunOutcome, quoted: Sequence[Quote] = ()) -> RunResult:
         usage = Usage(self.run.input_tokens, self.run.output_tokens, self.run.model_requests)
         return RunResult(self.run.id, outcome, usage, list(self.scope.remembered),
-                         in_memory=not self.store.durable)
+                         in_memory=not self.store.durable, quoted=tuple(quoted))
 
     async def _end(self, outcome: RunOutcome, status: RunStatus, batch: Batch | None = None
                    ) -> RunResult:
@@ -899,7 +907,10 @@ class _Runner:
             log.log_memory_pause(self.run.id, status.value, next_step(outcome, self.run.id))
         await self._emit("paused" if status.value.startswith("awaiting") else "finished",
                          outcome=outcome_to_dict(outcome))
-        return self._result(outcome)
+        quoted: Sequence[Quote] = ()
+        if isinstance(outcome, Completed) and isinstance(outcome.output, str):
+            quoted = await self.gate.quotes(outcome.output)
+        return self._result(outcome, quoted)
 
     async def drive(self, cancel: anyio.Event | None) -> RunResult:
         """Drive the run; whatever way out it takes, the store tells the truth about it.

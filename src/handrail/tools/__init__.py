@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from handrail.tools._taint import (
         MIN_SUBSTRING,
         Provenance,
+        Quote,
         Taint,
         address_pointers,
         pointer_values,
@@ -111,6 +112,7 @@ _LAZY: dict[str, str] = {
     "PathChanged": "handrail.tools._paths",
     "Plan": "handrail.tools._plan",
     "Provenance": "handrail.tools._taint",
+    "Quote": "handrail.tools._taint",
     "local_validator": "handrail.tools._schemas",
     "schema_issues": "handrail.tools._schemas",
     "Question": "handrail.tools._context",
@@ -186,6 +188,7 @@ __all__ = [
     "Plan",
     "Provenance",
     "Question",
+    "Quote",
     "ReadPath",
     "ResourceLink",
     "Respond",
