@@ -40,6 +40,7 @@ is lost and nothing finished runs twice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -1207,9 +1208,20 @@ class Gate:
         return plan.miss(tool, steps, arguments)
 
     async def quotes(self, answer: str) -> list[Quote]:
-        """The spans of a final `answer` copied from untrusted output (`Provenance.quotes`)."""
+        """The spans of a final `answer` copied from untrusted output (`Provenance.quotes`).
+
+        About two index lookups per word (~5 µs each): a long answer is searched in a worker
+        thread, with the index locks of this run and the runs above it held, so no output
+        is indexed into a corpus while the thread reads it.
+        """
         await self._catch_up_index()
-        return self.scope.provenance.quotes(answer)
+        provenance = self.scope.provenance
+        if len(answer) <= QUOTES_INLINE_CHARS:
+            return provenance.quotes(answer)
+        async with contextlib.AsyncExitStack() as held:
+            for gate in (*self._parents, self):  # root first, as nobody else nests them
+                await held.enter_async_context(gate._indexing)
+            return await anyio.to_thread.run_sync(provenance.quotes, answer)
 
     def inherit(self, parent: Gate) -> None:
         """A delegated run's gate: what the parent's run read taints this run's calls.
@@ -1988,6 +2000,9 @@ _NO_PATHS: Mapping[str, str] = MappingProxyType({})
 INDEX_INLINE_CHARS = 2048
 """Queued results this small (as JSON) are indexed on the event loop; larger ones in a thread
 (a thread hand-off costs about what indexing 300 characters does)."""
+
+QUOTES_INLINE_CHARS = 2048
+"""A final answer this short is searched for quotes on the event loop (~2 ms at most)."""
 
 _MAX_PLANS = 1024
 """Tool plans kept per gate at most (a toolbox can be large); past it they are rebuilt."""

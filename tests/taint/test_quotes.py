@@ -77,3 +77,14 @@ def test_quotes_are_the_longest_runs_and_the_answer_is_read_to_a_bound() -> None
     assert provenance.quotes("I wired it today") == []
     far = "x " * MAX_QUOTED_CHARS + "alpha bravo charlie"
     assert provenance.quotes(far) == []
+
+
+async def test_a_long_answer_is_searched_off_the_event_loop_all_the_same() -> None:
+    from handrail.gate import QUOTES_INLINE_CHARS
+
+    answer = "I looked. " * (QUOTES_INLINE_CHARS // 10 + 1) + "Visit Riverside View Hotel."
+    assert len(answer) > QUOTES_INLINE_CHARS
+    result = await _answer(answer)
+    (quote,) = result.quoted
+    assert quote.text == "Visit Riverside View Hotel"
+    assert answer[quote.start:quote.end] == quote.text
