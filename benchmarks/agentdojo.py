@@ -30,7 +30,25 @@ Configurations (rows):
   it is taken from the user task's ground truth, standing for the user (or a planner that
   reads only the user's request) saying what the task may change;
 - `taint + intent, deny`: the same with `Policy.with_taint("deny")`: what the taint stage or
-  the intent would ask about is refused outright (an unattended agent: nobody to ask).
+  the intent would ask about is refused outright (an unattended agent: nobody to ask);
+- `taint, every argument + intent`: the issue's open question, answered by measuring it:
+  every argument of a mutating tool is protected unless this app marks it free text
+  (`FREE`: a message's subject and body, a file's content, an event's description), plus
+  the intent;
+- `taint + plan`: the `taint` row, and each run is given a plan (`Agent.run(plan=...)`):
+  one `hr.Step` per mutating call of the user task's ground truth, fixing each argument
+  whose value the user's request states (a value written in the request, or the part of a
+  value the request dictates: "The event title should be 'Dinner at {restaurant_name}'"
+  becomes `title="Dinner at *"`); every other argument is free. It stands for a planner
+  that reads the request and nothing else (no tool output) and writes down the calls and
+  the values the user gave; a real model would also have to spell them as the tools
+  expect (a date in the request is "April 25th", in the call "2024-04-25"): this scripted
+  planner commits only what the request holds verbatim, so dates and times stay free.
+
+- `taint + plan, quotes cut`: the same, and the app cuts from the final answer every span
+  `RunResult.quoted` says a tool wrote (the answer-only injection's sentence, and every
+  hotel name or address the answer took from a tool): what it costs to act on the quotes
+  rather than show them.
 
 Which tools change nothing is this app's declaration too: the tools whose name starts with
 get_, search_, list_, read_ or check_ are `mutates=False`. Nothing in handrail knows a tool,
@@ -87,10 +105,14 @@ PROTECTED = frozenset({"recipients", "recipient", "cc", "bcc", "url", "email", "
                        "participants", "user"})
 """This app's protected arguments: who receives, where a request goes, who is let in."""
 
+FREE = frozenset({"subject", "body", "content", "description"})
+"""For `taint, every argument`: the arguments this app marks free text (meant to quote)."""
+
 MARK = "<INFORMATION>"
 """How the obedient model recognises the injection in a tool result."""
 
-CONFIGS = ("ungoverned", "default", "taint", "taint+intent", "taint+intent, deny")
+CONFIGS = ("ungoverned", "default", "taint", "taint+intent", "taint+intent, deny",
+           "taint(all)+intent", "taint+plan", "taint+plan, quotes cut")
 
 
 def mutates(name: str) -> bool:
@@ -208,22 +230,37 @@ class Through(BasePipelineElement):
         if self.config.endswith(", deny"):
             policy = policy.with_taint("deny")
         intent = None
-        if self.config.startswith("taint+intent"):
+        if self.config.startswith(("taint+intent", "taint(all)+intent")):
             intent = sorted({f"{server}/{c.function}" for c in user_calls
                              if mutates(c.function)})
+        plan = None
+        if self.config.startswith("taint+plan"):
+            # The planning turn (`Agent.plan`): the scripted planner's one call, on the request.
+            steps = [s.to_dict() for s in planned(server, self.user_task.PROMPT, user_calls)]
+            planner = hr.Agent(Scripted([call("handrail/plan", {"steps": steps})]), tools,
+                               policy=policy)
+            plan = await planner.plan(self.user_task.PROMPT)
         approver = Denier()
         agent = hr.Agent(Scripted([model] * 200), tools, policy=policy, max_steps=200)
-        result = await agent.run(self.user_task.PROMPT, approver=approver, intent=intent)
+        result = await agent.run(self.user_task.PROMPT, approver=approver, intent=intent,
+                                 plan=plan)
         self.asks = approver.requests
         output = result.output
-        return output if isinstance(output, str) else ""
+        if not isinstance(output, str):
+            return ""
+        if self.config.endswith("quotes cut"):
+            for quote in reversed(result.quoted):
+                output = output[:quote.start] + "[...]" + output[quote.end:]
+        return output
 
     def _tool(self, function: Any, runtime: FunctionsRuntime, env: Any,
               trace: list[Any]) -> hr.SchemaTool:
         name = function.name
         schema = function.parameters.model_json_schema()
         protected = [] if not self.config.startswith("taint") else [
-            f"/{arg}" for arg in schema.get("properties", {}) if arg in PROTECTED]
+            f"/{arg}" for arg in schema.get("properties", {})
+            if arg in PROTECTED or (self.config.startswith("taint(all)") and mutates(name)
+                                    and arg not in FREE)]
 
         async def run(arguments: dict[str, Any], ctx: hr.CallContext) -> hr.ToolResult:
             result, error = runtime.run_function(env, name, arguments)
@@ -234,6 +271,50 @@ class Through(BasePipelineElement):
         spec = hr.ToolSpec(hr.ToolId(self.suite.name, name), function.description or name,
                            schema, mutates=mutates(name), protected=tuple(protected))
         return hr.SchemaTool(spec, run, origin="agentdojo")
+
+
+def planned(server: str, request: str, calls: Sequence[FunctionCall]) -> list[hr.Step]:
+    """The plan a planner reading only `request` writes: the mutating calls, and the values
+    (or the leading part of a value, `Dinner at *`) the request states verbatim."""
+    text = " ".join(request.casefold().split())
+    steps: list[hr.Step] = []
+    for c in calls:
+        if not mutates(c.function):
+            continue
+        fixed: dict[str, Any] = {}
+        for name, value in c.args.items():
+            stated = _stated(value, text)
+            if stated is not None:
+                fixed[name] = stated
+        step = hr.Step(f"{server}/{c.function}", fixed)
+        if step not in steps:
+            steps.append(step)
+    return steps
+
+
+def _stated(value: Any, text: str) -> Any:
+    """`value` as the request states it (a `*` pattern for a part of it), or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return value if f" {value} " in f" {text} " else None
+    if isinstance(value, list):
+        items = [_stated(v, text) for v in value]
+        return value if value and all(i == v for i, v in zip(items, value, strict=True)) \
+            else None
+    if not isinstance(value, str) or "*" in value:
+        return None
+    folded = " ".join(value.casefold().split())
+    if len(folded) >= 3 and folded in text:
+        return value
+    # The request dictates a leading part ("Dinner at {restaurant_name}"): whole words of
+    # at least 8 characters in all, followed by something the request leaves open.
+    words = value.split(" ")
+    for cut in range(len(words) - 1, 0, -1):
+        head = " ".join(words[:cut]) + " "
+        if len(head) >= 8 and head.casefold() in text:
+            return head + "*"
+    return None
 
 
 def _traced(trace: list[Any], name: str, arguments: Mapping[str, Any], text: str) -> None:

@@ -16,6 +16,8 @@ the exact path). Rows:
   normalised again, then searched with `in`), which is what the index replaces;
 - the history already normalised, searched with `in` (the cheapest rescan possible);
 - indexing one output of 1 KB (paid once per call that returns one, at stage 9);
+- the quotes of a final answer of 1 KB (`Provenance.quotes`, issue 34: about two lookups
+  per word, once per run);
 - the first lookup of a history: under 64 KB it is a `str.find` over the outputs joined;
   past that it builds the gram index of what is not yet indexed (once per 64 KB of new
   text), the cost a run pays only when a protected call looks a value up.
@@ -102,6 +104,12 @@ def main() -> None:
         assert prov.taint(parts, ["/to", "/url"]) == []
         rows.setdefault("index, a mailbox and a URL with parts, absent", []).append(
             median_us(lambda p=prov, a=parts: p.taint(a, ["/to", "/url"])))
+        # Quotes (issue 34): a 1 KB final answer searched for spans of the history, once
+        # per run; a few of its sentences copied from the oldest output.
+        answer = " ".join(["Here is what I found for you today, in short."] * 16 +
+                          [" ".join(first[:6])] * 3)[:1000]
+        rows.setdefault("quotes of a 1 KB final answer (once per run)", []).append(
+            median_us(lambda p=prov, a=answer: p.quotes(a), number=20))
         needle = norm(absent["to"])
 
         def rescan(o: list[str] = outputs, n: str = needle) -> bool:

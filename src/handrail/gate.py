@@ -40,6 +40,7 @@ is lost and nothing finished runs twice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -93,8 +94,10 @@ from handrail.tools import (
     Interaction,
     Invoke,
     PathChanged,
+    Plan,
     Provenance,
     Question,
+    Quote,
     Respond,
     Submit,
     Taint,
@@ -114,6 +117,7 @@ from handrail.tools import (
     scrub_host_paths,
     slot_setter,
 )
+from handrail.tools._plan import Miss
 
 __all__ = [
     "GOVERNANCE_EVENT",
@@ -177,6 +181,9 @@ class RunScope:
     """The tools (CALL patterns) this run's task may change the world with, as the trusted
     side gave them (`Agent.run(intent=...)`); a mutating call outside them asks. None: no
     intent, every allowed call is decided by its rules and its arguments' taint alone."""
+    plan: Plan | None = None
+    """The world-changing calls this run's task committed to before any tool output
+    (`Agent.run(plan=...)`): an allowed mutating call no step covers asks. None: no plan."""
     sandbox: str = "auto"
     """How programs started by tools are confined: "auto", "required" or "off" (see
     docs/sandbox.md); reaches the tool as `ctx.sandbox`, with `ctx.policy`."""
@@ -745,6 +752,7 @@ class Gate:
         # The gates of the runs above a delegated run (`inherit`), the root first.
         self._parents: tuple[Gate, ...] = ()
         self._intent_policy: tuple[Sequence[str], Policy] | None = None
+        self._plan_policies: tuple[Plan, list[Policy]] | None = None
 
     # ---------------------------------------------------------------- a turn
 
@@ -1108,6 +1116,16 @@ class Gate:
                     not getattr(impl, "delegates", False) and \
                     not self._intended(str(impl.spec.id)):
                 verdict = _unintended(verdict, scope.intent, scope.policy.taint)
+            if verdict.effect is Effect.ALLOW and scope.plan is not None and \
+                    plan.spec.mutates and not getattr(impl, "delegates", False):
+                miss = self._plan_miss(str(impl.spec.id), dumped)
+                if miss is not None:
+                    verdict = _unplanned(verdict, miss, scope.plan, scope.policy.taint)
+                    if miss.pointer is not None:
+                        # A person asked sees where the value the plan did not fix came
+                        # from, when a tool's output held it (the taint lines).
+                        await self._catch_up_index()
+                        state.taint = tuple(scope.provenance.taint(dumped, [miss.pointer]))
         # What the verdict was about: compared with the paths again at the moment of use.
         state.decided = (_NO_PATHS if planned is not None
                          else decided_paths(actions, scope.workspace))
@@ -1177,6 +1195,34 @@ class Gate:
                                    mutates=True)
         return verdict.effect is Effect.ALLOW
 
+    def _plan_miss(self, tool: str, arguments: Mapping[str, Any]) -> Miss | None:
+        """Why a call is outside the run's plan (`Agent.run(plan=...)`), or None."""
+        plan = self.scope.plan
+        assert plan is not None
+        cached = self._plan_policies
+        if cached is None or cached[0] is not plan:
+            cached = self._plan_policies = (plan, [intent_policy([s.tool]) for s in plan.steps])
+        steps = [step for step, matcher in zip(plan.steps, cached[1], strict=True)
+                 if matcher.check(Action(Act.CALL, tool), workspace=self.scope.workspace,
+                                  mutates=True).effect is Effect.ALLOW]
+        return plan.miss(tool, steps, arguments)
+
+    async def quotes(self, answer: str) -> list[Quote]:
+        """The spans of a final `answer` copied from untrusted output (`Provenance.quotes`).
+
+        About two index lookups per word (~5 µs each): a long answer is searched in a worker
+        thread, with the index locks of this run and the runs above it held, so no output
+        is indexed into a corpus while the thread reads it.
+        """
+        await self._catch_up_index()
+        provenance = self.scope.provenance
+        if len(answer) <= QUOTES_INLINE_CHARS:
+            return provenance.quotes(answer)
+        async with contextlib.AsyncExitStack() as held:
+            for gate in (*self._parents, self):  # root first, as nobody else nests them
+                await held.enter_async_context(gate._indexing)
+            return await anyio.to_thread.run_sync(provenance.quotes, answer)
+
     def inherit(self, parent: Gate) -> None:
         """A delegated run's gate: what the parent's run read taints this run's calls.
 
@@ -1188,6 +1234,8 @@ class Gate:
         self.scope.provenance.inherit(parent.scope.provenance)
         if self.scope.intent is None:
             self.scope.intent = parent.scope.intent
+        if self.scope.plan is None:
+            self.scope.plan = parent.scope.plan
         if self.scope.principal is None:  # a tree's calls are its starter's
             self.scope.principal = parent.scope.principal
 
@@ -1953,6 +2001,9 @@ INDEX_INLINE_CHARS = 2048
 """Queued results this small (as JSON) are indexed on the event loop; larger ones in a thread
 (a thread hand-off costs about what indexing 300 characters does)."""
 
+QUOTES_INLINE_CHARS = 2048
+"""A final answer this short is searched for quotes on the event loop (~2 ms at most)."""
+
 _MAX_PLANS = 1024
 """Tool plans kept per gate at most (a toolbox can be large); past it they are rebuilt."""
 
@@ -1990,6 +2041,25 @@ def _unintended(allowed: Verdict, intent: Sequence[str], effect: str) -> Verdict
     return Verdict(Effect.DENY if effect == "deny" else Effect.ASK, None, TAINT_LAYER,
                    allowed.target, f"intent: this task may change the world with {named} "
                    f"only; nobody asked for this call, so it may come from what a tool "
+                   f"returned (the rules alone would allow it: {allowed.reason})")
+
+
+def check_plan(plan: object) -> Plan:
+    """`Agent.run(plan=...)` as a `Plan` whose tool patterns are valid, or a `UserError`."""
+    checked = Plan.of(plan)
+    for step in checked.steps:
+        try:
+            intent_policy([step.tool])
+        except PolicyError as exc:
+            raise UserError(f"plan=: {exc}") from None
+    return checked
+
+
+def _unplanned(allowed: Verdict, miss: Miss, plan: Plan, effect: str) -> Verdict:
+    """The verdict for an allowed mutating call no step of the run's plan covers."""
+    return Verdict(Effect.DENY if effect == "deny" else Effect.ASK, None, TAINT_LAYER,
+                   allowed.target, f"{miss.describe(plan.steps)}; the plan was made before "
+                   f"any tool output was read, so this call may come from what a tool "
                    f"returned (the rules alone would allow it: {allowed.reason})")
 
 

@@ -41,6 +41,7 @@ from handrail.gate import (
     Gate,
     Governance,
     check_intent,
+    check_plan,
     describe_control,
     recorded_governance,
     stricter_contents,
@@ -102,7 +103,16 @@ from handrail.runs._subagents import (
 from handrail.runs._verify import Verification, Verify, check_max_attempts
 from handrail.store import Batch, CallStatus, RunRecord, RunStatus, Store
 from handrail.store.contract import ACTIVE_OWNERS, new_owner
-from handrail.tools import DEFAULT_MAX_ARGUMENT_BYTES, Toolbox, ToolImpl, Toolset
+from handrail.tools import (
+    DEFAULT_MAX_ARGUMENT_BYTES,
+    Plan,
+    Quote,
+    Step,
+    Toolbox,
+    ToolImpl,
+    Toolset,
+)
+from handrail.tools._plan import plan_from_response, plan_spec, planning_messages
 
 __all__ = ["Agent", "DeferAll", "Recovery", "RunEvent"]
 
@@ -519,6 +529,7 @@ class Agent:
         continue_run: str | None = None,
         message_history: Sequence[Any] | None = None,
         intent: Sequence[str] | None = None,
+        plan: Plan | Sequence[Step] | None = None,
         principal: str | None = None,
     ) -> RunResult:
         """Run the agent on `task` until it answers, pauses, fails or is cancelled.
@@ -544,6 +555,11 @@ class Agent:
                 (`["mail/send", "calendar/*"]`), said by the trusted side, not the model: a
                 mutating call outside them asks, however its arguments were chosen
                 (docs/taint.md). Recorded with the run; a sub-agent inherits it.
+            plan: The world-changing calls this task commits to, made before any tool
+                output was read (an `hr.Plan`, or a list of `hr.Step`: a tool pattern and
+                the values it fixes for some arguments): a mutating call no step covers
+                asks, and the person sees which argument differs and where its value came
+                from (docs/taint.md). Recorded with the run; a sub-agent inherits it.
             principal: Who starts the run (a user id, a team): what a quota `per principal`
                 counts apart (docs/policy.md). Recorded with the run; a sub-agent inherits it.
 
@@ -556,6 +572,7 @@ class Agent:
         if verify is not None and not isinstance(verify, Verify):
             raise UserError("verify= takes hr.Verify.command(argv) or hr.Verify.check(fn)")
         intended = None if intent is None else check_intent(intent)
+        planned = None if plan is None else check_plan(plan)
         if principal is not None and (not isinstance(principal, str) or not principal.strip()
                                       or len(principal) > 200):
             raise UserError("principal= takes a non-empty name of at most 200 characters")
@@ -586,6 +603,8 @@ class Agent:
                           {"kind": "records", "dir": str(self.records_dir), "at": now}]
         if intended is not None:  # read back by every runner of the run (resume too)
             run.events = [*run.events, {"kind": "intent", "tools": list(intended), "at": now}]
+        if planned is not None:  # read back by every runner of the run (resume too)
+            run.events = [*run.events, {"kind": "plan", "steps": planned.to_dict(), "at": now}]
         if principal is not None:  # read back by every runner of the run (resume too)
             run.events = [*run.events, {"kind": "principal", "name": principal, "at": now}]
         dumped = dump_messages(messages)
@@ -594,6 +613,32 @@ class Agent:
                          approver or DeferAll(), responder or ResponderNone(), on_event, verify)
         plant(runner)  # a tree of sub-agents, when this agent delegates
         return await runner.drive(cancel)
+
+    async def plan(self, task: str) -> Plan:
+        """A plan for `task`, made by the model before any tool output is in its context.
+
+        One model request, outside any run: the agent's instructions, its tools (named and
+        described, none callable but the plan tool) and `task`, nothing else. The model
+        commits to the calls that will change the world and to the values the request fixes
+        for them; give the result to `run(task, plan=...)` (and show it to the user first,
+        if you like: it is what they would approve). Its values are trusted like the task.
+
+        Raises:
+            ModelError: the provider failed, or the model did not answer with a valid plan
+                (`ModelResponseError`, saying what it did instead).
+        """
+        if not isinstance(task, str) or not task.strip():
+            raise UserError("Agent.plan needs a non-empty task string")
+        specs = self.toolbox.specs()
+        if self.manifest is not None:  # the tools the run will be offered, no others
+            specs = self.manifest.offer(specs)
+        response = await self.model.request(
+            planning_messages(task, self.instructions, specs), [plan_spec()], self.settings)
+        return plan_from_response(response.message, specs)
+
+    def plan_sync(self, task: str) -> Plan:
+        """`plan` for synchronous code (starts an event loop)."""
+        return anyio.run(self.plan, task)
 
     def run_sync(self, task: str, **kwargs: Any) -> RunResult:
         """`run` for synchronous code (starts an event loop)."""
@@ -725,6 +770,15 @@ def _intent_of(events: Sequence[Any]) -> tuple[str, ...] | None:
     return None
 
 
+def _plan_of(events: Sequence[Any]) -> Plan | None:
+    """The plan recorded with a run (`Agent.run(plan=...)`), or None."""
+    for event in events:
+        # Only the run's own event: one a tool recorded (`ctx.record_event`) has a call id.
+        if isinstance(event, dict) and event.get("kind") == "plan" and "call_id" not in event:
+            return Plan.from_dict(event.get("steps") or [])
+    return None
+
+
 def _principal_of(events: Sequence[Any]) -> str | None:
     """Who started a run (`Agent.run(principal=...)`), as it recorded, or None."""
     for event in events:
@@ -768,6 +822,13 @@ class _Runner:
         self.scope.provenance.trust_text(
             "task", run.task if run.parent_call_id is None else None, agent.instructions)
         self.scope.intent = _intent_of(run.events)
+        self.scope.plan = _plan_of(run.events)
+        if self.scope.plan is not None and run.parent_call_id is None:
+            # The values a plan fixes were written before any tool output, by the trusted
+            # side: trusted like the task (a `*` pattern vouches for nothing).
+            self.scope.provenance.trust_values(("plan", "plan"), [
+                v for s in self.scope.plan.steps for v in s.arguments.values()
+                if not (isinstance(v, str) and "*" in v)])
         self.scope.principal = _principal_of(run.events)
         self.records: CallRecords | None = None
         if agent.records_dir is not None or agent.projection is not None:
@@ -829,10 +890,10 @@ class _Runner:
             if out is not None:
                 await out
 
-    def _result(self, outcome: RunOutcome) -> RunResult:
+    def _result(self, outcome: RunOutcome, quoted: Sequence[Quote] = ()) -> RunResult:
         usage = Usage(self.run.input_tokens, self.run.output_tokens, self.run.model_requests)
         return RunResult(self.run.id, outcome, usage, list(self.scope.remembered),
-                         in_memory=not self.store.durable)
+                         in_memory=not self.store.durable, quoted=tuple(quoted))
 
     async def _end(self, outcome: RunOutcome, status: RunStatus, batch: Batch | None = None
                    ) -> RunResult:
@@ -846,7 +907,10 @@ class _Runner:
             log.log_memory_pause(self.run.id, status.value, next_step(outcome, self.run.id))
         await self._emit("paused" if status.value.startswith("awaiting") else "finished",
                          outcome=outcome_to_dict(outcome))
-        return self._result(outcome)
+        quoted: Sequence[Quote] = ()
+        if isinstance(outcome, Completed) and isinstance(outcome.output, str):
+            quoted = await self.gate.quotes(outcome.output)
+        return self._result(outcome, quoted)
 
     async def drive(self, cancel: anyio.Event | None) -> RunResult:
         """Drive the run; whatever way out it takes, the store tells the truth about it.

@@ -11,6 +11,7 @@ from handrail.models import Usage
 
 if TYPE_CHECKING:
     from handrail.gate import TurnPause
+    from handrail.tools import Quote
 
 __all__ = [
     "AwaitingAnswer",
@@ -149,6 +150,10 @@ class RunResult:
     """Rules an approver asked to remember during this run (run-scoped)."""
     in_memory: bool = False
     """The run lives in a memory store: a pause is lost when the process exits."""
+    quoted: tuple[Quote, ...] = ()
+    """For a completed text answer: its spans copied from untrusted tool output (a page, an
+    email, an MCP server's answer), each with the call it came from, so the app can show
+    them as quotes or hold them back (docs/taint.md). Empty otherwise."""
 
     @property
     def output(self) -> Any:

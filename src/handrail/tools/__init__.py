@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         unguarded_path_arguments,
         unguarded_problems,
     )
+    from handrail.tools._plan import Plan, Step
     from handrail.tools._schemas import local_validator, schema_issues
     from handrail.tools._spec import ToolSpec
     from handrail.tools._steps import (
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from handrail.tools._taint import (
         MIN_SUBSTRING,
         Provenance,
+        Quote,
         Taint,
         address_pointers,
         pointer_values,
@@ -108,7 +110,9 @@ _LAZY: dict[str, str] = {
     "PATH_LIKE_NAMES": "handrail.tools._paths",
     "PATH_MAX": "handrail.tools._workspace",
     "PathChanged": "handrail.tools._paths",
+    "Plan": "handrail.tools._plan",
     "Provenance": "handrail.tools._taint",
+    "Quote": "handrail.tools._taint",
     "local_validator": "handrail.tools._schemas",
     "schema_issues": "handrail.tools._schemas",
     "Question": "handrail.tools._context",
@@ -116,6 +120,7 @@ _LAZY: dict[str, str] = {
     "ResourceLink": "handrail.tools._content",
     "Respond": "handrail.tools._steps",
     "SchemaTool": "handrail.tools._toolbox",
+    "Step": "handrail.tools._plan",
     "Submit": "handrail.tools._steps",
     "TaggedUnion": "handrail.tools._tagged",
     "Taint": "handrail.tools._taint",
@@ -180,12 +185,15 @@ __all__ = [
     "Json",
     "OutsideWorkspace",
     "PathChanged",
+    "Plan",
     "Provenance",
     "Question",
+    "Quote",
     "ReadPath",
     "ResourceLink",
     "Respond",
     "SchemaTool",
+    "Step",
     "Submit",
     "TaggedUnion",
     "Taint",
