@@ -148,3 +148,18 @@ def test_a_schema_tool_refuses_what_its_schema_refuses_on_the_fast_path() -> Non
     for bad in ({"a": 1}, {"a": 1, "b": 11}, {"a": "1", "b": 2}, {"a": True, "b": 2}):
         with pytest.raises(hr.InvalidArguments):
             tool.validate(bad)
+
+
+@pytest.mark.parametrize("keyword", ["minimum", "maximum", "exclusiveMinimum",
+                                     "exclusiveMaximum", "minLength", "maxLength", "minItems",
+                                     "maxItems"])
+def test_each_bound_at_its_edge(keyword: str) -> None:
+    for bound in (0, 2, 2.0, 0.5) if "Length" not in keyword and "Items" not in keyword \
+            else (0, 1, 2):
+        schema = {keyword: bound}
+        check = compile_check(schema)
+        assert check is not None
+        validator = local_validator(schema)
+        for value in (bound, bound + 1, bound - 1, bound + 0.5, bound - 0.5, True, None,
+                      "", "ab", "a" * int(bound), [], [1, 2], [0] * int(bound)):
+            assert check(value) == validator.is_valid(value), (schema, value)
