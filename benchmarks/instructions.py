@@ -157,7 +157,9 @@ def child(case: str, n: int, floor: str) -> None:
 
 # -------------------------------------------------------------------------------- the driver
 def _instructions(case: str, n: int, floor: str, source: str | None) -> int:
-    env = dict(os.environ)
+    # One hash seed: set and dict orders (and so the collector's passes) are the same in
+    # every child, which keeps two trees' counts comparable to a fraction of a percent.
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as tmp:
