@@ -10,6 +10,13 @@ handrail (memory), how per-call cost grows with N, and `import` times.
 
 Variants whose framework is not installed are reported as missing, not silently dropped.
 
+The calibration (issue 38): `floor_memory` and `floor_sqlite` run `../shared/bench-peers/
+floor.py`'s floor loop (a scripted call, pydantic validation, the tool, the three records as
+JSON; + one WAL commit of one row) in the same kind of child, so every table has its floor
+measured in the same run, and the CPU table prints each variant's ratio to it: microseconds
+describe the machine, the ratio describes handrail. `benchmarks/instructions.py` gives the
+same ratios in instructions, which no load moves.
+
 Tracing (issue 20): `handrail_memory_otel` is handrail with OpenTelemetry on (the SDK's tracer
 and meter providers, spans to an exporter that drops them); `handrail_memory` has no provider
 configured, so tracing is off.
@@ -313,7 +320,39 @@ def _openai_adapter(n: int) -> Callable[[], Any]:
     return run
 
 
+FLOOR = next((p / "shared" / "bench-peers" / "floor.py"
+              for p in Path(__file__).resolve().parents
+              if (p / "shared" / "bench-peers" / "floor.py").exists()), None)
+"""`../shared/bench-peers/floor.py`: the least a recorded call can cost, in plain Python."""
+
+
+def _floor(n: int, mode: str) -> Callable[[], Any]:
+    """The floor's loop (floor.py, imported from where it lies): the calibration row."""
+    import importlib.util
+
+    if FLOOR is None:
+        raise SystemExit("the floor (../shared/bench-peers/floor.py) is not beside this checkout")
+    spec = importlib.util.spec_from_file_location("floor", FLOOR)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tmp = tempfile.mkdtemp()
+
+    async def run() -> int:
+        path = os.path.join(tmp, f"floor-{time.perf_counter_ns()}.db")
+        await module.floor_loop(n, mode, path)
+        for leftover in glob.glob(path + "*"):
+            os.remove(leftover)
+        return n
+
+    return run
+
+
 VARIANTS: dict[str, tuple[str, Callable[[int], Callable[[], Any]]]] = {
+    "floor_memory": ("the floor: validate + call + 3 JSON records (floor.py, memory)",
+                     lambda n: _floor(n, "memory")),
+    "floor_sqlite": ("the floor + one WAL commit of one row (floor.py, SQLite NORMAL)",
+                     lambda n: _floor(n, "one")),
     "handrail_memory": ("handrail, memory store", lambda n: _handrail(n, "memory")),
     "handrail_memory_otel": ("handrail, memory store, OpenTelemetry SDK on (spans dropped)",
                              lambda n: _handrail(n, "memory", traced=True)),
@@ -443,6 +482,9 @@ def main() -> None:
     names = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
     if args.against:
         names = [n for v in names for n in ((v + BEFORE, v) if v.startswith("handrail") else (v,))]
+    if FLOOR is None:
+        print("the floor (../shared/bench-peers/floor.py) is not beside this checkout: its rows "
+              "are missing, and so are the ratios to it", file=sys.stderr)
     env_before = {**os.environ, "PYTHONPATH": os.path.abspath(args.against)}
     times: dict[tuple[str, int], list[float]] = {}
     # CPU time (all threads, kernel included): steadier than wall time on a shared machine.
@@ -487,13 +529,20 @@ def main() -> None:
         ratio = (statistics.median(times[(name, ns[-1])]) / statistics.median(base)
                  if base else float("nan"))
         print(f"| {label} | " + " | ".join(cells) + f" | {ratio:,.1f} |")
-    print(f"\nCPU µs per call (median over {args.reps} runs):\n")
-    print("| variant | " + " | ".join(f"N={n}" for n in ns) + " |")
-    print("|---" * (len(ns) + 1) + "|")
+    print(f"\nCPU µs per call (median over {args.reps} runs), and the ratio to the floor "
+          "measured in this run (a durable store's to the one-commit floor, the rest to the "
+          "memory floor; the issue-38 target is 2.0):\n")
+    print("| variant | " + " | ".join(f"N={n}" for n in ns) + f" | × floor (N={ns[-1]}) |")
+    print("|---" * (len(ns) + 2) + "|")
     for name in names:
         if name not in missing:
+            floor = "floor_sqlite" if "sqlite" in name else "floor_memory"
+            below = cpus.get((floor, ns[-1]))
+            ratio = (f"{statistics.median(cpus[(name, ns[-1])]) / statistics.median(below):.2f}"
+                     if below and floor not in name else "-")
             print(f"| {_label(name)} | "
-                  + " | ".join(f"{statistics.median(cpus[(name, n)]):,.1f}" for n in ns) + " |")
+                  + " | ".join(f"{statistics.median(cpus[(name, n)]):,.1f}" for n in ns)
+                  + f" | {ratio} |")
     print(f"\nOf which the garbage collector, CPU µs per call (median over {args.reps} runs):\n")
     print("| variant | " + " | ".join(f"N={n}" for n in ns) + " |")
     print("|---" * (len(ns) + 1) + "|")

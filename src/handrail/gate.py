@@ -118,6 +118,7 @@ from handrail.tools import (
     slot_setter,
 )
 from handrail.tools._plan import Miss
+from handrail.tools._schemas import compile_check
 
 __all__ = [
     "GOVERNANCE_EVENT",
@@ -737,7 +738,7 @@ class Gate:
         # What the model is offered, by id: the manifest's view of each tool (its schema for
         # untyped tools, the stricter mutates/idempotent) is what the gate enforces.
         self._offered: dict[ToolId, ToolSpec] = {s.id: s for s in self.offered()}
-        self._schema_checks: dict[ToolId, Any] = {}
+        self._schema_checks: dict[ToolId, tuple[Any, Callable[[Any], bool] | None]] = {}
         # Plans by id(impl) (each plan holds its impl, so the id is not reused meanwhile),
         # valid for the objects in `_planned_for` (see `_ToolPlan`).
         self._plans: dict[int, _ToolPlan] = {}
@@ -1319,13 +1320,14 @@ class Gate:
         """Stage 3 for a schema the manifest supplied (a tool that left its arguments open)."""
         if offered.input_schema is impl.spec.input_schema:
             return []
-        validator = self._schema_checks.get(offered.id)
-        if validator is None:
+        checks = self._schema_checks.get(offered.id)
+        if checks is None:
             # Never fetching: a manifest's schema is reviewed text, but a `$ref` in it must
             # not make the gate reach a host the policy never saw (`local_validator`).
-            validator = local_validator(offered.input_schema)
-            self._schema_checks[offered.id] = validator
-        return schema_issues(validator, dumped)
+            checks = (local_validator(offered.input_schema),
+                      compile_check(offered.input_schema))
+            self._schema_checks[offered.id] = checks
+        return schema_issues(checks[0], dumped, checks[1])
 
     def use_toolbox(self, toolbox: Toolbox) -> list[ToolSpec]:
         """Install the tools of the coming turn (a host may change them between turns).

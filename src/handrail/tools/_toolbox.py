@@ -25,7 +25,7 @@ from handrail.tools._handler import (
     raise_body_error,
 )
 from handrail.tools._names import DEFAULT_SERVER, ToolId
-from handrail.tools._schemas import schema_issues
+from handrail.tools._schemas import compile_check, schema_issues
 from handrail.tools._spec import ToolSpec
 from handrail.tools._steps import Cancel, Finished, Invoke
 
@@ -100,12 +100,16 @@ class SchemaTool(ToolImpl):
             input_cls.check_schema(input_schema)
             self._input = input_cls(input_schema, registry=local)
             self._output = None
+            self._output_fast: Callable[[Any], bool] | None = None
             if output_schema is not None:
                 output_cls = jsonschema.validators.validator_for(output_schema, default=default)
                 output_cls.check_schema(output_schema)
                 self._output = output_cls(output_schema, registry=local)
+                self._output_fast = compile_check(output_schema)
         except jsonschema.SchemaError as exc:
             raise UserError(f"tool '{spec.id}': invalid JSON Schema: {exc.message}") from exc
+        # The fast path for plain schemas (most tools'); jsonschema still writes every issue.
+        self._input_fast = compile_check(input_schema)
         self._known: frozenset[str] | None = None
         properties = input_schema.get("properties")
         if (not allow_unknown_fields and isinstance(properties, Mapping)
@@ -132,7 +136,7 @@ class SchemaTool(ToolImpl):
                        f"{_json_type(arguments)}")],
             )
         data = dict(arguments)
-        issues = schema_issues(self._input, data)
+        issues = schema_issues(self._input, data, self._input_fast)
         if self._known is not None:
             issues += [
                 Issue(path=f"$.{key}" if isinstance(key, str) else f"$[{key!r}]",
@@ -159,7 +163,7 @@ class SchemaTool(ToolImpl):
             )
         if self._output is not None and not result.is_error:
             # An absent structured is None, checked as an explicit null.
-            issues = schema_issues(self._output, result.structured)
+            issues = schema_issues(self._output, result.structured, self._output_fast)
             if issues:
                 raise InvalidOutput(tool, issues)
         return result

@@ -1,0 +1,227 @@
+"""Instructions per call (valgrind's callgrind): the loop and the MCP client, beside their floor.
+
+Microseconds describe the machine and its load; instructions do not. Each case runs in a
+child process under `valgrind --tool=callgrind` twice, at two sizes (N1 and N2 calls), and the
+difference divided by N2 - N1 is the marginal cost of one call: imports, the warm-up and the
+store's open and close cancel out. User-space instructions only (a syscall's kernel work is
+not counted: an fsync is as cheap here as a write), of this one process (an MCP server is a
+child valgrind does not follow: its own work is not counted either, on either side).
+
+Cases (rows):
+
+- `floor_memory`: `../shared/bench-peers/floor.py`'s floor, memory — a scripted call, pydantic
+  validation, the tool, the three records as JSON, one loop yield: the least a recorded call
+  can cost in plain Python (`--floor PATH` names the file; rows say "missing" without it).
+- `floor_sqlite`: the same + one WAL commit of one row (synchronous=NORMAL).
+- `handrail_memory`, `handrail_sqlite`: `agent.run` with the scripted model calling a trivial
+  `add`, the memory store / a SQLite file (as benchmarks/agent_loop.py builds it).
+- `mcp_sdk`: the MCP SDK's `ClientSession.call_tool` to the SDK's own stdio server (`add`).
+- `mcp_agent`: `hr.Agent` (memory store) calling that server's `add` through `MCPToolset`.
+
+The ratios printed are the issue's targets (38): handrail memory / floor memory and handrail
+SQLite / floor SQLite (target <= 2.0), the agent's MCP call / the SDK's call_tool (<= 1.15).
+
+    .venv/bin/python benchmarks/instructions.py [--cases ...] [--ns 40,240] [--against SRC]
+
+`--against SRC` (another checkout's `src/`, e.g. `git archive <commit> src | tar -x -C
+/tmp/base`) also runs the handrail and MCP-agent cases from SRC, as '<case> (before)'.
+Instruction counts are deterministic to a fraction of a percent: one repeat is enough.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+# `../shared/bench-peers/floor.py` beside the checkout (or beside any folder above it).
+DEFAULT_FLOOR = next((p / "shared" / "bench-peers" / "floor.py" for p in HERE.parents
+                      if (p / "shared" / "bench-peers" / "floor.py").exists()),
+                     HERE.parent.parent / "shared" / "bench-peers" / "floor.py")
+CASES = ["floor_memory", "floor_sqlite", "handrail_memory", "handrail_sqlite", "mcp_sdk",
+         "mcp_agent"]
+HANDRAIL_CASES = {"handrail_memory", "handrail_sqlite", "mcp_agent"}
+RATIOS = [("handrail_memory", "floor_memory", 2.0), ("handrail_sqlite", "floor_sqlite", 2.0),
+          ("mcp_agent", "mcp_sdk", 1.15)]
+
+SDK_SERVER = '''
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("bench")
+
+@server.tool()
+async def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+server.run("stdio")
+'''
+
+MANIFEST = '''
+[[tools]]
+ref = "up/add"
+description = "Add two numbers."
+mutates = false
+
+[policy]
+extends = "default"
+
+[[policy.layers]]
+name = "servers"
+allow = ["exec:{python} {server}"]
+'''
+
+
+# --------------------------------------------------------------------------------- the child
+def _floor(mode: str, floor: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("floor", floor)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    scratch = tempfile.mkdtemp()
+
+    async def run(n: int) -> None:
+        path = os.path.join(scratch, f"floor-{time.perf_counter_ns()}.db")
+        await module.floor_loop(n, mode, path)
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path + suffix)
+
+    return run
+
+
+def _handrail(store_kind: str) -> Any:
+    sys.path.insert(0, str(HERE))
+    from agent_loop import _handrail as build
+
+    async def run(n: int) -> None:
+        await build(n, store_kind)()
+
+    return run
+
+
+async def _mcp(case: str, n: int) -> None:
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Path(tmp) / "sdk_server.py"
+        server.write_text(SDK_SERVER)
+        async with contextlib.AsyncExitStack() as stack:
+            devnull = stack.enter_context(open(os.devnull, "w"))  # noqa: ASYNC230
+            if case == "mcp_sdk":
+                params = StdioServerParameters(command=sys.executable, args=[str(server)])
+                read, write = await stack.enter_async_context(
+                    stdio_client(params, errlog=devnull))
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
+                for i in range(n):
+                    result = await session.call_tool("add", {"a": i, "b": 1})
+                    assert not result.is_error, result
+                return
+            import handrail as hr
+            from handrail.models import Scripted, call, reply
+
+            python = sys.executable
+            policy = hr.Policy.default().layer("bench").allow("exec", f"{python} {server}")
+            manifest = hr.Manifest.from_toml(MANIFEST.format(python=python, server=server))
+            tools = await stack.enter_async_context(hr.mcp.MCPToolset.stdio(
+                python, [str(server)], name="up", policy=policy, manifest=manifest))
+            agent = hr.Agent(Scripted([*[call("up/add", {"a": i, "b": 1}) for i in range(n)],
+                                       reply("done")]),
+                             [tools], policy=policy, manifest=manifest, max_steps=n + 2)
+            outcome = (await agent.run("add")).outcome
+            assert isinstance(outcome, hr.Completed), outcome
+
+
+def child(case: str, n: int, floor: str) -> None:
+    loop = asyncio.new_event_loop()
+    if case.startswith("mcp_"):
+        loop.run_until_complete(_mcp(case, n))
+        return
+    run = (_floor("memory" if case == "floor_memory" else "one", floor)
+           if case.startswith("floor_") else
+           _handrail("memory" if case == "handrail_memory" else "sqlite"))
+    loop.run_until_complete(run(5))  # the warm-up: the same in both sizes, so it cancels out
+    loop.run_until_complete(run(n))
+
+
+# -------------------------------------------------------------------------------- the driver
+def _instructions(case: str, n: int, floor: str, source: str | None) -> int:
+    # One hash seed: set and dict orders (and so the collector's passes) are the same in
+    # every child, which keeps two trees' counts comparable to a fraction of a percent.
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
+             sys.executable, __file__, "--child", case, str(n), "--floor", floor],
+            env=env, capture_output=True, text=True, check=False)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        raise RuntimeError(f"{case} at N={n} failed:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--ns", default="40,240", help="the two sizes, N1,N2")
+    parser.add_argument("--floor", default=str(DEFAULT_FLOOR),
+                        help="floor.py of ../shared/bench-peers (default: %(default)s)")
+    parser.add_argument("--against", metavar="SRC", help="also run handrail's cases from SRC")
+    parser.add_argument("--child", nargs=2, metavar=("CASE", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]), args.floor)
+        return
+    cases = [c for c in args.cases.split(",") if c]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; the cases are {', '.join(CASES)}")
+    n1, n2 = (int(x) for x in args.ns.split(","))
+    if not 0 < n1 < n2:
+        parser.error("--ns takes two sizes N1,N2 with 0 < N1 < N2")
+    if subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0:
+        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    rows: list[tuple[str, str, str | None]] = [(c, c, None) for c in cases]
+    if args.against:
+        rows += [(f"{c} (before)", c, args.against) for c in cases if c in HANDRAIL_CASES]
+    per_call: dict[str, float | None] = {}
+    load = os.getloadavg()[0]
+    for label, case, source in rows:
+        if case.startswith("floor_") and not Path(args.floor).exists():
+            per_call[label] = None
+            continue
+        small = _instructions(case, n1, args.floor, source)
+        big = _instructions(case, n2, args.floor, source)
+        per_call[label] = (big - small) / (n2 - n1)
+        print(f"  {label}: {per_call[label]:,.0f} instructions a call", file=sys.stderr)
+    print(f"\n## Instructions per call (callgrind, marginal N={n1} -> {n2}; load {load:.1f} "
+          "does not move them)\n")
+    print("| case | instructions / call |")
+    print("|---|---|")
+    for label, _, _ in rows:
+        value = per_call[label]
+        print(f"| {label} | {'missing (--floor)' if value is None else f'{value:,.0f}'} |")
+    print("\n| ratio | measured | target |")
+    print("|---|---|---|")
+    for suffix in ("", " (before)"):
+        for top, bottom, target in RATIOS:
+            a, b = per_call.get(top + suffix), per_call.get(bottom)
+            if a is not None and b:
+                print(f"| {top}{suffix} / {bottom} | {a / b:.2f}x | <= {target}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The compiled fast path for plain JSON Schemas agrees with jsonschema, value for value.
+
+`compile_check` answers "valid" without jsonschema's walk for the schemas most tools have;
+it must never say valid where jsonschema finds an error (an invalid argument would reach a
+body), and it should say valid wherever jsonschema does for plain JSON values (else the fast
+path is not taken). Both directions are checked against jsonschema itself, on generated
+schemas of the subset and generated JSON values.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given, settings
+
+import handrail as hr
+from handrail.tools import SchemaTool
+from handrail.tools._schemas import compile_check, local_validator, schema_issues
+
+TYPES = ["object", "array", "string", "integer", "number", "boolean", "null"]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-1000, 1000)
+    | st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6)
+    | st.integers(-6, 6) | st.sampled_from([0.5, -1.5, 2.0])  # the bounds themselves
+    | st.sampled_from([0.0, 1.0, -2.0, 3.5, 1e20]) | st.text(max_size=6)
+    | st.sampled_from(["a", "b", "ab", "é", ""]),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _leaf_schema() -> st.SearchStrategy[dict[str, Any]]:
+    numbers = st.integers(-5, 5) | st.sampled_from([0.5, -1.5, 2.0])
+    keyword = st.one_of(
+        st.builds(lambda t: {"type": t}, st.sampled_from(TYPES)),
+        st.builds(lambda ts: {"type": ts}, st.lists(st.sampled_from(TYPES), min_size=1,
+                                                      max_size=3, unique=True)),
+        st.builds(lambda n: {"minimum": n}, numbers),
+        st.builds(lambda n: {"maximum": n}, numbers),
+        st.builds(lambda n: {"exclusiveMinimum": n}, numbers),
+        st.builds(lambda n: {"exclusiveMaximum": n}, numbers),
+        st.builds(lambda n: {"minLength": n}, st.integers(0, 3)),
+        st.builds(lambda n: {"maxLength": n}, st.integers(0, 3)),
+        st.builds(lambda n: {"minItems": n}, st.integers(0, 3)),
+        st.builds(lambda n: {"maxItems": n}, st.integers(0, 3)),
+        st.builds(lambda e: {"enum": e}, st.lists(st.sampled_from(["a", "b", "ab", ""]),
+                                                  min_size=1, max_size=3)),
+        st.just({"title": "T", "description": "d", "format": "uri", "default": 3}),
+    )
+    return st.lists(keyword, min_size=0, max_size=3).map(
+        lambda parts: {k: v for part in parts for k, v in part.items()})
+
+
+schemas = st.recursive(
+    _leaf_schema() | st.booleans(),
+    lambda inner: st.one_of(
+        st.builds(lambda props, req, extra, base: {
+            **base, "properties": props, "required": req,
+            **({} if extra is None else {"additionalProperties": extra})},
+            st.dictionaries(st.sampled_from(["a", "b", "c"]), inner, max_size=3),
+            st.lists(st.sampled_from(["a", "b", "d"]), max_size=2, unique=True),
+            st.none() | st.booleans() | inner,
+            st.sampled_from([{}, {"type": "object"}])),
+        st.builds(lambda item, base: {**base, "items": item}, inner,
+                  st.sampled_from([{}, {"type": "array"}])),
+        st.builds(lambda branches: {"anyOf": branches}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda branches: {"allOf": branches}, st.lists(inner, min_size=1, max_size=3)),
+    ),
+    max_leaves=6,
+)
+
+
+def _has_nan(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isnan(value)
+    if isinstance(value, list):
+        return any(_has_nan(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_nan(v) for v in value.values())
+    return False
+
+
+@settings(max_examples=400, deadline=None)
+@given(schemas, st.lists(json_values, min_size=1, max_size=6))
+def test_the_fast_path_says_valid_exactly_where_jsonschema_does(schema: Any,
+                                                                values: list[Any]) -> None:
+    check = compile_check(schema)
+    assert check is not None, f"a schema of the plain subset was not compiled: {schema}"
+    validator = local_validator(schema if isinstance(schema, dict) else {"allOf": [schema]})
+    for value in values:
+        assert check(value) == validator.is_valid(value), (schema, value)
+
+
+@pytest.mark.parametrize("schema", [
+    {"$ref": "#/$defs/x", "$defs": {"x": {"type": "integer"}}},
+    {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+    {"type": "string", "pattern": "^a"},
+    {"type": "object", "patternProperties": {"^x": {"type": "integer"}},
+     "additionalProperties": False},
+    {"items": [{"type": "integer"}], "$schema": "http://json-schema.org/draft-07/schema#"},
+    {"prefixItems": [{"type": "integer"}], "items": False},
+    {"$schema": "http://json-schema.org/draft-04/schema#", "exclusiveMinimum": True,
+     "minimum": 0},
+    {"type": "widget"},
+    {"enum": [1, True]},
+    {"const": 1},
+    {"properties": {"a": {"not": {"type": "null"}}}},
+    {"minimum": True},
+    {"minLength": -1},
+    {"maximum": float("nan")},
+])
+def test_a_schema_outside_the_subset_is_left_to_jsonschema(schema: dict[str, Any]) -> None:
+    assert compile_check(schema) is None
+
+
+def test_python_values_json_has_no_type_for_go_to_jsonschema() -> None:
+    check = compile_check({"type": "object", "properties": {"a": {"type": "array"}}})
+    assert check is not None
+    assert check({"a": [1]})
+    assert not check({"a": (1,)})  # a tuple: jsonschema's verdict, not the fast path's
+    integer = compile_check({"type": "integer"})
+    assert integer is not None
+    assert integer(3) and integer(3.0) and not integer(True) and not integer(3.5)
+
+
+def test_issues_are_still_jsonschemas_messages() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    check = compile_check(schema)
+    issues = schema_issues(local_validator(schema), {"a": "x"}, check)
+    assert [i.message for i in issues] == ["'x' is not of type 'integer'"]
+    assert schema_issues(local_validator(schema), {"a": 1}, check) == []
+
+
+def test_a_schema_tool_refuses_what_its_schema_refuses_on_the_fast_path() -> None:
+    async def run(arguments: dict[str, Any], ctx: hr.CallContext) -> hr.ToolResult:
+        return hr.ToolResult.json({"result": arguments["a"] + arguments["b"]})
+
+    spec = hr.ToolSpec("up/add", "Add.", {
+        "type": "object", "required": ["a", "b"],
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "maximum": 10}}})
+    tool = SchemaTool(spec, run)
+    assert tool.validate({"a": 1, "b": 2}) == {"a": 1, "b": 2}
+    for bad in ({"a": 1}, {"a": 1, "b": 11}, {"a": "1", "b": 2}, {"a": True, "b": 2}):
+        with pytest.raises(hr.InvalidArguments):
+            tool.validate(bad)
+
+
+@pytest.mark.parametrize("keyword", ["minimum", "maximum", "exclusiveMinimum",
+                                     "exclusiveMaximum", "minLength", "maxLength", "minItems",
+                                     "maxItems"])
+def test_each_bound_at_its_edge(keyword: str) -> None:
+    for bound in (0, 2, 2.0, 0.5) if "Length" not in keyword and "Items" not in keyword \
+            else (0, 1, 2):
+        schema = {keyword: bound}
+        check = compile_check(schema)
+        assert check is not None
+        validator = local_validator(schema)
+        for value in (bound, bound + 1, bound - 1, bound + 0.5, bound - 0.5, True, None,
+                      "", "ab", "a" * int(bound), [], [1, 2], [0] * int(bound)):
+            assert check(value) == validator.is_valid(value), (schema, value)
