@@ -77,6 +77,69 @@ def pytest_configure(config: pytest.Config) -> None:
                                     f"{handrail.__file__}: put {src} first on PYTHONPATH")
 
 
+# ------------------------------------------------------------------ the order of the files
+
+# scripts/test runs the suite with `--dist loadfile --no-loadscope-reorder`: a file is one unit
+# of work (its module fixtures, a browser or a server, start once), and a free worker takes the
+# next file in collection order. The longest files go first: one taken last runs on alone at
+# the end while the other workers sit idle (longest first; the short files then even out the
+# ends). Seconds per file, from its tests' `--durations` in a whole-suite run (3 workers, load
+# ~4): only the order they give matters; a file not listed keeps its place after these.
+FILE_SECONDS = {
+    "tests/cli/test_worker.py": 110,
+    "tests/runs/test_kill.py": 91,
+    "tests/policy/test_quota_race.py": 82,
+    "tests/mcp/test_mcp_inspector.py": 74,
+    "tests/mcp/test_mcp_http_sessions.py": 71,
+    "tests/web/test_inbox_browser.py": 70,
+    "tests/cli/test_cli_hints.py": 60,
+    "tests/manifest/test_manifest_digest.py": 45,
+    "tests/mcp/test_mcp_client.py": 41,
+    "tests/policy/test_policy_matching.py": 40,
+    "tests/mcp/test_mcp_list_changed.py": 39,
+    "tests/mcp/test_mcp_http.py": 33,
+    "tests/doors/test_doors.py": 32,
+    "tests/mcp/test_mcp_docs.py": 27,
+    "tests/runs/test_verify.py": 25,
+    "tests/sandbox/test_descendants.py": 20,
+    "tests/policy/test_whatif.py": 19,
+    "tests/mcp/test_serve_hardening.py": 18,
+    "tests/mcp/test_mcp_scaffold.py": 16,
+    "tests/runs/test_kill_batched.py": 13,
+    "tests/mcp/test_mcp_check.py": 13,
+    "tests/cli/test_cli_runs.py": 13,
+    "tests/cli/test_cli_polish.py": 13,
+    "tests/subagents/test_tree_process.py": 12,
+    "tests/mcp/test_mcp_npm.py": 12,
+    "tests/cli/test_cli_truthful.py": 12,
+    "tests/mcp/test_mcp_git.py": 11,
+    "tests/runs/test_promises.py": 9,
+    "tests/mcp/test_mcp_stdio.py": 9,
+    "tests/mcp/test_mcp_carry.py": 9,
+    "tests/runs/test_output_type.py": 8,
+    "tests/policy/test_real_path.py": 8,
+    "tests/otel/test_spans.py": 8,
+    "tests/manifest/test_manifest_cli.py": 8,
+}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (scripts/test), the longest files first; each file's tests kept together,
+    in their order. Every worker collects the same order, as xdist requires."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.partition("::")[0], i)
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.partition("::")[0]
+        return -FILE_SECONDS.get(path, 0), first[path]
+
+    items.sort(key=key)
+
+
 # ------------------------------------------------------------------ leftover processes
 
 MARK = "HANDRAIL_TEST_PROCESS"
