@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forks
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -242,6 +243,14 @@ def _no_process_left_running() -> Iterator[None]:
 
 
 # ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_fork_server() -> Iterator[None]:
+    """Stops the fork server tests start their programs from (tests/tools/forks.py), if one
+    was started (before the check for processes left running: set up after it)."""
+    yield
+    forks.stop_shared()
 
 
 @pytest.fixture

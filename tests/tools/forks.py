@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,6 +34,7 @@ class Forks:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         self.runs = 0
         self._buffer = b""
+        self.dir = Path(tempfile.mkdtemp(prefix="handrail-forks-"))
 
     def __enter__(self) -> Forks:
         return self
@@ -59,11 +62,25 @@ class Forks:
         """Run `script` with `argv` in a fork, `env` added to the server's environment:
         (returncode as Popen gives it, stdout, stderr). Its output goes through files in
         `tmp`."""
+        return self._run({"script": str(script), "argv": argv, "env": env}, tmp, timeout)
+
+    def run_module(self, module: str, argv: list[str], *, env: dict[str, str], cwd: Path,
+                   timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """`python -m module *argv` in a fork, in `cwd`, with exactly `env` as its
+        environment, stdin at /dev/null: as `subprocess.run(..., capture_output=True,
+        text=True)` would return it (its output goes through files of the server's own)."""
+        request = {"module": module, "argv": argv, "env": env, "replace_env": True,
+                   "cwd": str(cwd)}
+        code, out, err = self._run(request, self.dir, timeout)
+        return subprocess.CompletedProcess([sys.executable, "-m", module, *argv], code, out,
+                                           err)
+
+    def _run(self, request: dict[str, Any], tmp: Path, timeout: float) -> tuple[int, str, str]:
         assert self.proc.stdin is not None
         self.runs += 1
         out, err = tmp / f"fork-{self.runs}.out", tmp / f"fork-{self.runs}.err"
-        request = {"script": str(script), "argv": argv, "env": env, "out": str(out),
-                   "err": str(err)}
+        what = f"{request.get('module') or Path(request['script']).name} {request['argv']}"
+        request = {**request, "out": str(out), "err": str(err)}
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
         started = self._answer(timeout)
         assert started is not None, "fork_server.py did not answer"
@@ -71,7 +88,7 @@ class Forks:
         if ended is None:  # a hang: killed (the server reaps it and answers), then failed
             os.kill(started["pid"], signal.SIGKILL)
             self._answer(timeout)
-            raise AssertionError(f"{script.name} {argv} did not end within {timeout} s")
+            raise AssertionError(f"{what} did not end within {timeout} s")
         return int(ended["code"]), out.read_text(), err.read_text()
 
     def close(self) -> None:
@@ -85,16 +102,18 @@ class Forks:
                 self.proc.kill()
                 self.proc.wait()
             self.proc.stdout.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
-PRELOAD = ["handrail", "handrail.models", "handrail.store._sqlite", "handrail.store._postgres"]
-"""What the shared server imports: what every script of tests/runs imports first."""
+PRELOAD = ["handrail", "handrail.models", "handrail.store._sqlite", "handrail.store._postgres",
+           "handrail.cli._main"]
+"""What the shared server imports: what the scripts of tests/runs and the CLI import first."""
 _shared: list[Forks] = []
 
 
 def shared() -> Forks:
-    """The process's shared fork server, started on first use (tests/runs/conftest.py stops
-    it at the end of the session)."""
+    """The process's shared fork server, started on first use (tests/conftest.py stops it at
+    the end of the session)."""
     if not _shared:
         _shared.append(Forks(PRELOAD))
     return _shared[0]
