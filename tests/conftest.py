@@ -22,13 +22,13 @@ import bisect
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import forks
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -250,7 +250,9 @@ def _shared_fork_server() -> Iterator[None]:
     """Stops the fork server tests start their programs from (tests/tools/forks.py), if one
     was started (before the check for processes left running: set up after it)."""
     yield
-    forks.stop_shared()
+    forks = sys.modules.get("forks")  # imported by the tests that use it, if any ran here
+    if forks is not None:
+        forks.stop_shared()
 
 
 @pytest.fixture
