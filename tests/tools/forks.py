@@ -59,11 +59,12 @@ class Forks:
 
     def run(self, script: Path, argv: list[str], env: dict[str, str], tmp: Path,
             timeout: float = 60) -> tuple[int, str, str]:
-        """Run `script` with `argv` in a fork, with this process's environment and `env`
-        (as `subprocess.run(env={**os.environ, **env})` would): (returncode as Popen gives
-        it, stdout, stderr). Its output goes through files in `tmp`."""
+        """Run `script` with `argv` in a fork, in this process's working directory, with its
+        environment and `env` (as `subprocess.run(env={**os.environ, **env})` would):
+        (returncode as Popen gives it, stdout, stderr). Its output goes through files in
+        `tmp`."""
         return self._run({"script": str(script), "argv": argv, "env": {**os.environ, **env},
-                          "replace_env": True}, tmp, timeout)
+                          "replace_env": True, "cwd": os.getcwd()}, tmp, timeout)
 
     def run_module(self, module: str, argv: list[str], *, env: dict[str, str], cwd: Path,
                    timeout: float = 60) -> subprocess.CompletedProcess[str]:
