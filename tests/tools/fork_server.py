@@ -4,10 +4,11 @@
 
 A Python process that imports handrail spends ~0.5 s of CPU on it before doing anything; the
 kill tests start ~100 of them. This server pays that once: for each request (one JSON line on
-stdin: `{"script": PATH or "module": NAME, "argv": [...], "env": {...}, "replace_env": BOOL,
-"cwd": PATH, "out": PATH, "err": PATH}`) it forks a child that runs the script, or the module
-as `python -m` does, as `__main__`: with that argv, that environment (added to the server's,
-or in place of it; its PYTHONPATH put on the path as a new interpreter would), that working
+stdin: `{"script": PATH or "module": NAME or "code": TEXT, "argv": [...], "env": {...},
+"replace_env": BOOL, "cwd": PATH, "out": PATH, "err": PATH}`) it forks a child that runs the
+script, or the module as `python -m` does, or the code as `python -c` does, as `__main__`:
+with that argv, that environment (added to the server's, or in place of it; its PYTHONPATH put
+on the path as a new interpreter would), that working
 directory, stdin at /dev/null, stdout and stderr in the two files. It answers `{"pid": N}`
 at once, then `{"code": C}` once the child has ended (C as `Popen.returncode` says it:
 negative for the signal that killed it). Each child is
@@ -49,7 +50,12 @@ def _child(request: dict[str, Any]) -> int:
         # What a new interpreter would have made of the environment it is given.
         extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         argv = [str(a) for a in request["argv"]]
-        if request.get("module"):
+        if request.get("code"):
+            # `python -c CODE`: the working directory first on the path (as "").
+            sys.path[:1] = ["", *extra]
+            sys.argv = ["-c", *argv]
+            exec(compile(str(request["code"]), "<string>", "exec"), {"__name__": "__main__"})
+        elif request.get("module"):
             # `python -m MODULE`: the working directory first on the path.
             sys.path[:1] = [os.getcwd(), *extra]
             sys.argv = [str(request["module"]), *argv]

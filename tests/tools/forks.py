@@ -77,11 +77,20 @@ class Forks:
         return subprocess.CompletedProcess([sys.executable, "-m", module, *argv], code, out,
                                            err)
 
+    def run_code(self, code: str, argv: list[str], *, env: dict[str, str], cwd: Path,
+                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """`python -c code *argv` in a fork, as `run_module` runs a module."""
+        request = {"code": code, "argv": argv, "env": env, "replace_env": True, "cwd": str(cwd)}
+        returncode, out, err = self._run(request, self.dir, timeout)
+        return subprocess.CompletedProcess([sys.executable, "-c", code, *argv], returncode,
+                                           out, err)
+
     def _run(self, request: dict[str, Any], tmp: Path, timeout: float) -> tuple[int, str, str]:
         assert self.proc.stdin is not None
         self.runs += 1
         out, err = tmp / f"fork-{self.runs}.out", tmp / f"fork-{self.runs}.err"
-        what = f"{request.get('module') or Path(request['script']).name} {request['argv']}"
+        what = f"{request.get('module') or Path(request.get('script') or '-c').name} " \
+               f"{request['argv']}"
         request = {**request, "out": str(out), "err": str(err)}
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
         started = self._answer(timeout)
