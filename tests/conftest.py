@@ -22,6 +22,7 @@ import bisect
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -75,6 +76,71 @@ def pytest_configure(config: pytest.Config) -> None:
         if not Path(handrail.__file__).resolve().is_relative_to(Path(src).resolve()):
             raise pytest.UsageError(f"${TEST_SRC} is {src}, but the tests import handrail from "
                                     f"{handrail.__file__}: put {src} first on PYTHONPATH")
+
+
+# ------------------------------------------------------------------ the order of the files
+
+# scripts/test runs the suite with `--dist loadfile --no-loadscope-reorder`: a file is one unit
+# of work (its module fixtures, a browser or a server, start once), and a free worker takes the
+# next file in collection order. The longest files go first: one taken last runs on alone at
+# the end while the other workers sit idle (longest first; the short files then even out the
+# ends). Seconds per file, from its tests' `--durations` in a whole-suite run (3 workers, load
+# ~4; the tests under 4 s, not listed there, estimated; then less for the files issue 35 made
+# cheaper): only the order they give matters; a file not listed keeps its place after these.
+FILE_SECONDS = {
+    "tests/cli/test_worker.py": 125,
+    "tests/doors/test_doors.py": 110,
+    "tests/runs/test_kill.py": 100,
+    "tests/mcp/test_mcp_http_sessions.py": 95,
+    "tests/mcp/test_mcp_inspector.py": 74,
+    "tests/web/test_inbox_browser.py": 70,
+    "tests/mcp/test_mcp_client.py": 70,
+    "tests/cli/test_cli_hints.py": 50,
+    "tests/policy/test_quota_race.py": 45,
+    "tests/mcp/test_mcp_list_changed.py": 45,
+    "tests/runs/test_verify.py": 40,
+    "tests/policy/test_whatif.py": 40,
+    "tests/cli/test_cli_truthful.py": 40,
+    "tests/mcp/test_mcp_http.py": 38,
+    "tests/policy/test_policy_matching.py": 35,
+    "tests/otel/test_spans.py": 30,
+    "tests/mcp/test_mcp_carry.py": 30,
+    "tests/manifest/test_manifest_digest.py": 28,
+    "tests/mcp/test_mcp_docs.py": 27,
+    "tests/mcp/test_mcp_npm.py": 25,
+    "tests/runs/test_promises.py": 25,
+    "tests/mcp/test_mcp_serve.py": 22,
+    "tests/manifest/test_manifest_cli.py": 22,
+    "tests/runs/test_output_type.py": 22,
+    "tests/mcp/test_serve_hardening.py": 20,
+    "tests/mcp/test_mcp_scaffold.py": 20,
+    "tests/cli/test_cli_runs.py": 18,
+    "tests/cli/test_cli_polish.py": 18,
+    "tests/policy/test_real_path.py": 15,
+    "tests/mcp/test_mcp_check.py": 15,
+    "tests/mcp/test_mcp_git.py": 15,
+    "tests/mcp/test_mcp_stdio.py": 15,
+    "tests/runs/test_kill_batched.py": 14,
+    "tests/sandbox/test_descendants.py": 12,
+    "tests/subagents/test_tree_process.py": 12,
+}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (scripts/test), the longest files first; each file's tests kept together,
+    in their order. Every worker collects the same order, as xdist requires."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.partition("::")[0], i)
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.partition("::")[0]
+        return -FILE_SECONDS.get(path, 0), first[path]
+
+    items.sort(key=key)
 
 
 # ------------------------------------------------------------------ leftover processes
@@ -177,6 +243,16 @@ def _no_process_left_running() -> Iterator[None]:
 
 
 # ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_fork_server() -> Iterator[None]:
+    """Stops the fork server tests start their programs from (tests/tools/forks.py), if one
+    was started (before the check for processes left running: set up after it)."""
+    yield
+    forks = sys.modules.get("forks")  # imported by the tests that use it, if any ran here
+    if forks is not None:
+        forks.stop_shared()
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import forks
 import pytest
 
 HANDRAIL = [sys.executable, "-m", "handrail.cli"]
@@ -87,10 +88,11 @@ def env(**extra: str) -> dict[str, str]:
     return out
 
 
-def cli(cwd: Path, *args: str, stdin: int | None = subprocess.DEVNULL
-        ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HANDRAIL, *args], cwd=cwd, capture_output=True, text=True,
-                          env=env(), timeout=120, stdin=stdin)
+def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`handrail ARGS` in `cwd`, stdin at /dev/null: a fork of a process that has imported
+    handrail (tests/tools/forks.py), as `python -m handrail.cli` would run."""
+    return forks.shared().run_module("handrail.cli", list(args), env=env(), cwd=cwd,
+                                     timeout=120)
 
 
 _BACKTICKED = re.compile(r"`(handrail [^`]+)`")
@@ -217,7 +219,7 @@ def test_after_a_kill_pending_says_so_and_the_recover_hints_work(project: Path,
 
 @pytest.mark.slow
 def test_run_without_a_terminal_asks_nobody_and_denies_nothing(project: Path) -> None:
-    run = cli(project, "run", "hints:twice", "pay bob", stdin=subprocess.DEVNULL)
+    run = cli(project, "run", "hints:twice", "pay bob")  # stdin at /dev/null
     assert run.returncode == 3, (run.stdout, run.stderr)
     assert "not a terminal" in run.stdout + run.stderr
     assert not (project / "effects.txt").exists()

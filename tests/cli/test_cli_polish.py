@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forks
 import pytest
 
 import handrail as hr
@@ -22,8 +23,9 @@ HANDRAIL = [sys.executable, "-m", "handrail.cli"]
 def cli(cwd: Path, *args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": str(columns)}
     env.pop("HANDRAIL_STORE", None)
-    return subprocess.run([*HANDRAIL, *args], cwd=cwd, capture_output=True, text=True, env=env,
-                          timeout=60)
+    # A fork of a process that has imported handrail (tests/tools/forks.py), stdin at
+    # /dev/null, as `python -m handrail.cli` would run.
+    return forks.shared().run_module("handrail.cli", list(args), env=env, cwd=cwd)
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,9 @@ and the files, that the piece held.
 A door that continues a run does so from ANOTHER folder (`elsewhere`, the process's working
 directory) with the agent as that process rebuilds it (`governed.rebuild`: its own folder,
 sandbox "auto", a permissive policy): it must carry the run's recorded governance whole.
-The subprocess cells are `slow`; they run in the default suite.
+The subprocess cells are `slow`; they run in the default suite. A process that only runs and
+ends (a resume, `handrail approve`) is a fork of the suite's fork server (tests/tools/forks.py:
+a process of its own, handrail already imported); servers and workers are started anew.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import forks
 import governed
 import pytest
 from http_serving import serving_http, token_of
@@ -161,11 +164,10 @@ async def in_process(piece: str, place: Place) -> list[hr.CallRecord]:
 async def another_process(piece: str, place: Place) -> list[hr.CallRecord]:
     async with hr.Store.open(place.db) as store:
         item = await start(piece, place, store)
-    done = await anyio.run_process(
-        [sys.executable, "-c", "import sys, governed; governed.cli(sys.argv[1:])",
-         str(place.db), "resume", item.id],
-        cwd=place.elsewhere, env=place.env(), check=False)
-    assert done.returncode == 0, done.stderr.decode()
+    done = await anyio.to_thread.run_sync(lambda: forks.shared().run_code(
+        "import sys, governed; governed.cli(sys.argv[1:])", [str(place.db), "resume", item.id],
+        cwd=place.elsewhere, env=place.env()))
+    assert done.returncode == 0, done.stderr
     async with hr.Store.open(place.db) as store:
         return await completed(store, item.run_id)
 
@@ -174,9 +176,10 @@ async def cli_approve(piece: str, place: Place) -> list[hr.CallRecord]:
     async with hr.Store.open(place.db) as store:
         item = await start(piece, place, store)
     # The global --store, before the command: the same option as after it.
-    done = await anyio.run_process([*HANDRAIL, "--store", str(place.db), "approve", item.id],
-                                   cwd=place.elsewhere, env=place.env(), check=False)
-    assert done.returncode == 0, done.stderr.decode()
+    done = await anyio.to_thread.run_sync(lambda: forks.shared().run_module(
+        "handrail.cli", ["--store", str(place.db), "approve", item.id], cwd=place.elsewhere,
+        env=place.env()))
+    assert done.returncode == 0, done.stderr
     async with hr.Store.open(place.db) as store:
         return await completed(store, item.run_id)
 
@@ -225,10 +228,10 @@ async def worker_postgres(piece: str, place: Place, url: str) -> list[hr.CallRec
     finally:
         await store.close()
     env = place.env()
-    decided = await anyio.run_process(
-        [*HANDRAIL, "approve", item.id, "--no-resume", "--store", url],
-        cwd=place.elsewhere, env=env, check=False)
-    assert decided.returncode == 0, decided.stderr.decode()
+    decided = await anyio.to_thread.run_sync(lambda: forks.shared().run_module(
+        "handrail.cli", ["approve", item.id, "--no-resume", "--store", url],
+        cwd=place.elsewhere, env=env))
+    assert decided.returncode == 0, decided.stderr
     log = place.root / "worker.log"
     # A test's own process, started and ended here (its output to a file nobody blocks on).
     with open(log, "wb") as out:  # noqa: ASYNC230

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import forks
 import pytest
 
 import handrail as hr
@@ -100,9 +101,10 @@ def test_a_three_message_conversation_across_processes_with_a_pause(tmp_path: Pa
     db = str(tmp_path / "runs.db")
 
     def step(*args: str) -> dict[str, Any]:
-        out = subprocess.run([sys.executable, str(HERE / "conversing.py"), db, *args],
-                             capture_output=True, text=True, timeout=120, check=True)
-        return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+        code, stdout, stderr = forks.shared().run(HERE / "conversing.py", [db, *args], {},
+                                                  tmp_path, timeout=120)
+        assert code == 0, stderr
+        return json.loads(stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
     one = step("send", "-", "hello")
     assert one["output"] == "hello"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import forks
 import pytest
 
 from handrail.store import Store
@@ -45,12 +46,11 @@ def _read(tmp: Path, fn: Any) -> Any:
 
 def drive(tmp: Path, *args: str, kill_at: str | None = None, ask: bool = False
           ) -> tuple[int, dict[str, Any]]:
-    env = {**os.environ, "KILL_AT": kill_at or "", "ASK": "1" if ask else "0"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), URLS[tmp],
-                           str(tmp / "effects"), *args], capture_output=True, text=True,
-                          env=env, timeout=60)
-    out = proc.stdout.strip().splitlines()
-    return proc.returncode, (json.loads(out[-1]) if out else {"stderr": proc.stderr})
+    env = {"KILL_AT": kill_at or "", "ASK": "1" if ask else "0"}
+    code, stdout, stderr = forks.shared().run(SCRIPT, [URLS[tmp], str(tmp / "effects"), *args],
+                                         env, tmp)
+    out = stdout.strip().splitlines()
+    return code, (json.loads(out[-1]) if out else {"stderr": stderr})
 
 
 def effects(tmp: Path) -> list[int]:

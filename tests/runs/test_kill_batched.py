@@ -9,14 +9,12 @@ effects file counts them).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
+import forks
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -26,11 +24,10 @@ RUNS = 50
 
 
 def drive(tmp: Path, *args: str, kill_at: int | None = None) -> tuple[int, str]:
-    env = {**os.environ, "KILL_AT": str(kill_at or "")}
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp / "runs.db"),
-                           str(tmp / "effects"), *args], capture_output=True, text=True,
-                          env=env, timeout=300)
-    return proc.returncode, proc.stdout.strip() or proc.stderr
+    code, stdout, stderr = forks.shared().run(
+        SCRIPT, [str(tmp / "runs.db"), str(tmp / "effects"), *args],
+        {"KILL_AT": str(kill_at or "")}, tmp, timeout=300)
+    return code, stdout.strip() or stderr
 
 
 def effects(tmp: Path) -> Counter[str]:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import forks
 import pydantic
 import pytest
 from typing_extensions import TypedDict
@@ -136,9 +135,10 @@ def test_a_typed_output_survives_a_pause_and_a_resume_in_another_process(
     db = str(tmp_path / "runs.db")
 
     def run(*args: str) -> dict[str, Any]:
-        out = subprocess.run([sys.executable, str(HERE / "typed_output.py"), db, *args],
-                             capture_output=True, text=True, timeout=120, check=True)
-        return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+        code, stdout, stderr = forks.shared().run(HERE / "typed_output.py", [db, *args], {},
+                                                  tmp_path, timeout=120)
+        assert code == 0, stderr
+        return json.loads(stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
     first = run("start")
     assert first["outcome"] == "awaiting_approval"

@@ -10,13 +10,12 @@ import dataclasses
 import json
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import forks
 import pytest
 
 import handrail as hr
@@ -51,11 +50,10 @@ SCRIPT = Path(__file__).with_name("resumable.py")
 
 
 def _drive(tmp: Path, *args: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp / "runs.db"),
-                           str(tmp / "effects"), *args], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    code, stdout, stderr = forks.shared().run(
+        SCRIPT, [str(tmp / "runs.db"), str(tmp / "effects"), *args], {}, tmp, timeout=120)
+    assert code == 0, stderr
+    return json.loads(stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 @pytest.mark.slow

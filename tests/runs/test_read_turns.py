@@ -11,14 +11,12 @@ again). Any mutating call in the turn keeps the two commits.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
+import forks
 import pytest
 
 import handrail as hr
@@ -105,11 +103,11 @@ SCRIPT = Path(__file__).with_name("readable.py")
 
 
 def _drive(tmp: Path, *args: str, kill_at: str = "") -> tuple[int, dict[str, str]]:
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp / "runs.db"),
-                           str(tmp / "effects"), *args], capture_output=True, text=True,
-                          env={**os.environ, "KILL_AT": kill_at}, timeout=60)
-    out = proc.stdout.strip().splitlines()
-    return proc.returncode, (json.loads(out[-1]) if out else {"stderr": proc.stderr})
+    code, stdout, stderr = forks.shared().run(
+        SCRIPT, [str(tmp / "runs.db"), str(tmp / "effects"), *args], {"KILL_AT": kill_at},
+        tmp)
+    out = stdout.strip().splitlines()
+    return code, (json.loads(out[-1]) if out else {"stderr": stderr})
 
 
 @pytest.mark.slow

@@ -4,11 +4,10 @@ is checked by another, which never saw the page but rebuilds the index from the 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import forks
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -17,10 +16,9 @@ SCRIPT = Path(__file__).with_name("taintable.py")
 
 
 def drive(db: Path, *args: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(db), *args], capture_output=True,
-                          text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    code, stdout, stderr = forks.shared().run(SCRIPT, [str(db), *args], {}, db.parent)
+    assert code == 0, stderr
+    return json.loads(stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def test_the_send_is_asked_about_in_the_process_that_resumes(tmp_path: Path) -> None:

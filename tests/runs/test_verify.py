@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
+import forks
 import pytest
 
 import handrail as hr
@@ -348,10 +348,10 @@ SCRIPT = Path(__file__).with_name("verifiable.py")
 
 
 def _step(tmp: Path, *args: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp / "runs.db"), str(tmp / "ws"),
-                           *args], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    code, stdout, stderr = forks.shared().run(
+        SCRIPT, [str(tmp / "runs.db"), str(tmp / "ws"), *args], {}, tmp, timeout=120)
+    assert code == 0, stderr
+    return dict(json.loads(stdout.strip().splitlines()[-1]))
 
 
 @pytest.mark.parametrize("kind", ["command", "check"])

@@ -291,9 +291,11 @@ async def test_a_lone_writer_lets_the_loop_poll_within_the_hold(
         store = Store.memory()
         run = RunRecord(id="r1", task="t", created_at=time.time())
         right.send(b"x")
+        # A bound on writes, not on time: a write takes a microsecond or more, so these are
+        # a thousand holds or more however loaded the machine (a deadline could pass while
+        # the process is descheduled, before the next write's poll).
         writes = 0
-        deadline = time.monotonic() + 2.0  # a thousand holds: no loop polls that seldom
-        while not seen and time.monotonic() < deadline:
+        while not seen and writes < 2_000_000:
             await store.write(Batch(run=run))
             writes += 1
         assert seen == [b"x"], f"the loop never polled during {writes} writes"
