@@ -92,6 +92,29 @@ KNOWN_PRIVATE: dict[tuple[str, str], str] = {
     ("models", "handrail.tools._content"):
         "`render_item` (a content item as provider text); the model adapters render tool "
         "results the way the tool core defines them. To be made public in `handrail.tools`",
+    ("gate", "handrail.tools._plan"):
+        "`Miss` (what a plan did not cover, with the differing argument): the gate's ask "
+        "carries it into the request's taint lines (issue 34). To be made public in "
+        "`handrail.tools` beside `Plan`",
+    ("runs", "handrail.tools._plan"):
+        "the planning turn (`plan_spec`, `planning_system`, `plan_from_response`): "
+        "`Agent.plan` asks the model with the plan tool of the tool core (issue 34)",
+    ("gate", "handrail.tools._schemas"):
+        "`compile_check`: the gate's check of a manifest-supplied schema takes the tool "
+        "core's fast path for plain schemas (issue 38). To be made public in `handrail.tools`",
+    ("cli", "handrail.runs._standing"):
+        "`quota_standing`: `handrail show` gives a waiting call's quota count as the inbox "
+        "does (issue 40). To be made public in `handrail.runs`",
+    ("web", "handrail.runs._standing"):
+        "the same quota standing as `handrail show` (see the cli entry)",
+    ("cli", "handrail.approval._notify"):
+        "`delivery_text`: `handrail show` words a delivery attempt as the inbox does "
+        "(issue 41). To be made public in `handrail.approval`",
+    ("web", "handrail.approval._notify"):
+        "the same delivery wording as `handrail show` (see the cli entry)",
+    ("runs", "handrail.approval._request"):
+        "`action_from_dict`: a recorded call's actions read back as the approval request "
+        "wrote them, to find the quotas a waiting call falls under (issue 40)",
 }
 """(importing package, private module) -> why it is tolerated for now."""
 

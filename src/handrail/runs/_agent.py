@@ -63,10 +63,12 @@ from handrail.models import (
     ModelSettings,
     ResponseDone,
     StreamingModel,
+    SystemMessage,
     TextDelta,
     ToolCall,
     ToolCallStart,
     Usage,
+    UserMessage,
     dump_messages,
     load_messages,
     provider_int,
@@ -112,7 +114,7 @@ from handrail.tools import (
     ToolImpl,
     Toolset,
 )
-from handrail.tools._plan import plan_from_response, plan_spec, planning_messages
+from handrail.tools._plan import plan_from_response, plan_spec, planning_system
 
 __all__ = ["Agent", "DeferAll", "Recovery", "RunEvent"]
 
@@ -633,7 +635,8 @@ class Agent:
         if self.manifest is not None:  # the tools the run will be offered, no others
             specs = self.manifest.offer(specs)
         response = await self.model.request(
-            planning_messages(task, self.instructions, specs), [plan_spec()], self.settings)
+            [SystemMessage(planning_system(self.instructions, specs)), UserMessage(task)],
+            [plan_spec()], self.settings)
         return plan_from_response(response.message, specs)
 
     def plan_sync(self, task: str) -> Plan:

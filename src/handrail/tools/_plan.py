@@ -291,10 +291,11 @@ PLAN_SCHEMA: Mapping[str, Any] = {
 """The plan tool's arguments."""
 
 
-def planning_messages(task: str, instructions: str | None, specs: Sequence[Any]) -> list[Any]:
-    """The planning turn's conversation: the instructions, the tools, the task; no output."""
-    from handrail.models import SystemMessage, UserMessage
+def planning_system(instructions: str | None, specs: Sequence[Any]) -> str:
+    """The planning turn's system text: the instructions, then the tools.
 
+    The task follows it as the user's message (no tool output); the loop builds the two.
+    """
     lines = []
     for spec in specs:
         description = " ".join(str(spec.description).split())
@@ -303,8 +304,7 @@ def planning_messages(task: str, instructions: str | None, specs: Sequence[Any])
         lines.append(f"- {spec.id}{'' if spec.mutates else ' (changes nothing)'}: "
                      f"{description}")
     planner = PLANNER.format(name=plan_spec().id.model_name, tools="\n".join(lines) or "(none)")
-    system = f"{instructions}\n\n{planner}" if instructions else planner
-    return [SystemMessage(system), UserMessage(task)]
+    return f"{instructions}\n\n{planner}" if instructions else planner
 
 
 def plan_spec() -> Any:
