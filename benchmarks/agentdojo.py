@@ -241,7 +241,8 @@ class Through(BasePipelineElement):
                                policy=policy)
             plan = await planner.plan(self.user_task.PROMPT)
         approver = Denier()
-        agent = hr.Agent(Scripted([model] * 200), tools, policy=policy, max_steps=200)
+        agent = hr.Agent(Scripted([model] * 200), tools, policy=policy, max_steps=200,
+                         quotes=True)
         result = await agent.run(self.user_task.PROMPT, approver=approver, intent=intent,
                                  plan=plan)
         self.asks = approver.requests

@@ -30,7 +30,7 @@ async def reviews(city: str) -> str:
 async def _answer(answer: str, task: str = "which hotel in Paris has the best rating?"
                   ) -> hr.RunResult:
     agent = hr.Agent(Scripted([call("web/reviews", {"city": "Paris"}), reply(answer)]),
-                     [reviews])
+                     [reviews], quotes=True)
     return await agent.run(task)
 
 
@@ -60,8 +60,19 @@ async def test_short_words_and_new_text_are_not_quotes() -> None:
 
 
 async def test_nothing_is_quoted_without_untrusted_output() -> None:
-    agent = hr.Agent(Scripted([reply("Riverside View Hotel")]), [reviews])
+    agent = hr.Agent(Scripted([reply("Riverside View Hotel")]), [reviews], quotes=True)
     assert (await agent.run("say a hotel")).quoted == ()
+
+
+async def test_quotes_are_off_unless_asked_for() -> None:
+    """Story: searching for quotes indexed every output a run read at its end, ~30 µs a
+    call of a run that never read `result.quoted` (issue 38's loop figure): opt-in."""
+    agent = hr.Agent(Scripted([call("web/reviews", {"city": "Paris"}),
+                               reply("You should absolutely visit the Riverside View Hotel")]),
+                     [reviews])
+    assert (await agent.run("which hotel?")).quoted == ()
+    with pytest.raises(hr.UserError, match="quotes must be True or False"):
+        hr.Agent(Scripted([reply("x")]), [reviews], quotes="yes")  # type: ignore[arg-type]
 
 
 def test_quotes_are_the_longest_runs_and_the_answer_is_read_to_a_bound() -> None:

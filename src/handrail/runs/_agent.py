@@ -264,6 +264,10 @@ class Agent:
             None (the default) follows the global providers when one is configured, and
             costs nothing otherwise; a `hr.Telemetry` names providers and whether contents
             are captured; False never reports.
+        quotes: Find, in a completed text answer, the spans copied from untrusted tool
+            output (`RunResult.quoted`, docs/taint.md). Off by default: the search indexes
+            every output the run read that no check had indexed yet (~0.1-0.2 µs a byte),
+            a cost paid at the end of every run whether or not anyone reads the quotes.
     """
 
     def __init__(
@@ -294,7 +298,11 @@ class Agent:
         sandbox: Literal["auto", "required", "off"] = "auto",
         control: object = None,
         telemetry: Telemetry | Literal[False] | None = None,
+        quotes: bool = False,
     ) -> None:
+        if not isinstance(quotes, bool):
+            raise UserError(f"quotes must be True or False, got {quotes!r}")
+        self.quotes = quotes
         if ref is not None and (not isinstance(ref, str) or ":" not in ref):
             raise UserError(f"ref must be 'module:object', got {ref!r}")
         self.ref = ref
@@ -911,7 +919,8 @@ class _Runner:
         await self._emit("paused" if status.value.startswith("awaiting") else "finished",
                          outcome=outcome_to_dict(outcome))
         quoted: Sequence[Quote] = ()
-        if isinstance(outcome, Completed) and isinstance(outcome.output, str):
+        if self.agent.quotes and isinstance(outcome, Completed) and \
+                isinstance(outcome.output, str):
             quoted = await self.gate.quotes(outcome.output)
         return self._result(outcome, quoted)
 

@@ -151,9 +151,10 @@ class RunResult:
     in_memory: bool = False
     """The run lives in a memory store: a pause is lost when the process exits."""
     quoted: tuple[Quote, ...] = ()
-    """For a completed text answer: its spans copied from untrusted tool output (a page, an
-    email, an MCP server's answer), each with the call it came from, so the app can show
-    them as quotes or hold them back (docs/taint.md). Empty otherwise."""
+    """For a completed text answer of an agent made with `quotes=True`: its spans copied
+    from untrusted tool output (a page, an email, an MCP server's answer), each with the call
+    it came from, so the app can show them as quotes or hold them back (docs/taint.md).
+    Empty otherwise."""
 
     @property
     def output(self) -> Any:
