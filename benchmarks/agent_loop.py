@@ -326,13 +326,14 @@ FLOOR = next((p / "shared" / "bench-peers" / "floor.py"
 """`../shared/bench-peers/floor.py`: the least a recorded call can cost, in plain Python."""
 
 
-def _floor(n: int, mode: str) -> Callable[[], Any]:
-    """The floor's loop (floor.py, imported from where it lies): the calibration row."""
+def _floor(n: int, mode: str, floor: str | Path | None = None) -> Callable[[], Any]:
+    """The floor's loop (floor.py, `floor` or where it lies beside us): the calibration row."""
     import importlib.util
 
-    if FLOOR is None:
-        raise SystemExit("the floor (../shared/bench-peers/floor.py) is not beside this checkout")
-    spec = importlib.util.spec_from_file_location("floor", FLOOR)
+    floor = floor or FLOOR
+    if floor is None or not Path(floor).exists():
+        raise SystemExit(f"the floor ({floor or '../shared/bench-peers/floor.py'}) is missing")
+    spec = importlib.util.spec_from_file_location("floor", floor)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -32,115 +32,43 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-# `../shared/bench-peers/floor.py` beside the checkout (or beside any folder above it).
-DEFAULT_FLOOR = next((p / "shared" / "bench-peers" / "floor.py" for p in HERE.parents
-                      if (p / "shared" / "bench-peers" / "floor.py").exists()),
-                     HERE.parent.parent / "shared" / "bench-peers" / "floor.py")
+sys.path.insert(0, str(HERE))  # the loop and the MCP paths are agent_loop.py's and mcp_gateway.py's
+from agent_loop import FLOOR, _floor  # noqa: E402
+from agent_loop import _handrail as _loop  # noqa: E402
+
+DEFAULT_FLOOR = FLOOR or HERE.parent.parent / "shared" / "bench-peers" / "floor.py"
 CASES = ["floor_memory", "floor_sqlite", "handrail_memory", "handrail_sqlite", "mcp_sdk",
          "mcp_agent"]
 HANDRAIL_CASES = {"handrail_memory", "handrail_sqlite", "mcp_agent"}
 RATIOS = [("handrail_memory", "floor_memory", 2.0), ("handrail_sqlite", "floor_sqlite", 2.0),
           ("mcp_agent", "mcp_sdk", 1.15)]
 
-SDK_SERVER = '''
-from mcp.server.mcpserver import MCPServer
-server = MCPServer("bench")
-
-@server.tool()
-async def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-server.run("stdio")
-'''
-
-MANIFEST = '''
-[[tools]]
-ref = "up/add"
-description = "Add two numbers."
-mutates = false
-
-[policy]
-extends = "default"
-
-[[policy.layers]]
-name = "servers"
-allow = ["exec:{python} {server}"]
-'''
-
 
 # --------------------------------------------------------------------------------- the child
-def _floor(mode: str, floor: str) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("floor", floor)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    scratch = tempfile.mkdtemp()
-
-    async def run(n: int) -> None:
-        path = os.path.join(scratch, f"floor-{time.perf_counter_ns()}.db")
-        await module.floor_loop(n, mode, path)
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path + suffix)
-
-    return run
-
-
-def _handrail(store_kind: str) -> Any:
-    sys.path.insert(0, str(HERE))
-    from agent_loop import _handrail as build
-
-    async def run(n: int) -> None:
-        await build(n, store_kind)()
-
-    return run
-
-
 async def _mcp(case: str, n: int) -> None:
-    from mcp import ClientSession, StdioServerParameters, stdio_client
+    # mcp_gateway.py's server and client paths (each warms up 30 calls: the same in both
+    # sizes, so it cancels out). Imported here: it imports the MCP SDK.
+    import mcp_gateway as mg
+
+    from mcp import StdioServerParameters
 
     with tempfile.TemporaryDirectory() as tmp:
         server = Path(tmp) / "sdk_server.py"
-        server.write_text(SDK_SERVER)
-        async with contextlib.AsyncExitStack() as stack:
-            devnull = stack.enter_context(open(os.devnull, "w"))  # noqa: ASYNC230
-            if case == "mcp_sdk":
-                params = StdioServerParameters(command=sys.executable, args=[str(server)])
-                read, write = await stack.enter_async_context(
-                    stdio_client(params, errlog=devnull))
-                session = await stack.enter_async_context(ClientSession(read, write))
-                await session.initialize()
-                for i in range(n):
-                    result = await session.call_tool("add", {"a": i, "b": 1})
-                    assert not result.is_error, result
-                return
-            import handrail as hr
-            from handrail.models import Scripted, call, reply
-
-            python = sys.executable
-            policy = hr.Policy.default().layer("bench").allow("exec", f"{python} {server}")
-            manifest = hr.Manifest.from_toml(MANIFEST.format(python=python, server=server))
-            tools = await stack.enter_async_context(hr.mcp.MCPToolset.stdio(
-                python, [str(server)], name="up", policy=policy, manifest=manifest))
-            agent = hr.Agent(Scripted([*[call("up/add", {"a": i, "b": 1}) for i in range(n)],
-                                       reply("done")]),
-                             [tools], policy=policy, manifest=manifest, max_steps=n + 2)
-            outcome = (await agent.run("add")).outcome
-            assert isinstance(outcome, hr.Completed), outcome
+        server.write_text(mg.SDK_SERVER)
+        path: Any = (mg._Session(StdioServerParameters(command=sys.executable,
+                                                       args=[str(server)]), "add")
+                     if case == "mcp_sdk" else mg._AgentPath(server))
+        async with path:
+            await path.batch(n)
 
 
 def child(case: str, n: int, floor: str) -> None:
@@ -148,11 +76,14 @@ def child(case: str, n: int, floor: str) -> None:
     if case.startswith("mcp_"):
         loop.run_until_complete(_mcp(case, n))
         return
-    run = (_floor("memory" if case == "floor_memory" else "one", floor)
-           if case.startswith("floor_") else
-           _handrail("memory" if case == "handrail_memory" else "sqlite"))
-    loop.run_until_complete(run(5))  # the warm-up: the same in both sizes, so it cancels out
-    loop.run_until_complete(run(n))
+    if case.startswith("floor_"):
+        mode = "memory" if case == "floor_memory" else "one"
+        runs = [_floor(5, mode, floor), _floor(n, mode, floor)]
+    else:
+        kind = "memory" if case == "handrail_memory" else "sqlite"
+        runs = [_loop(5, kind), _loop(n, kind)]
+    for run in runs:  # the warm-up first: the same in both sizes, so it cancels out
+        loop.run_until_complete(run())
 
 
 # -------------------------------------------------------------------------------- the driver
