@@ -197,6 +197,16 @@ async def test_an_error_is_not_a_stop() -> None:
     assert done.outcome == hr.Completed("done") and WRITES == ["x"]
 
 
+def _as_in_a_terminal() -> None:
+    """In the child, before exec: SIGINT as a terminal's process has it (the default).
+
+    A test run started in the background (`./scripts/test &`, nohup) ignores SIGINT and its
+    children inherit that; Python then leaves it ignored, and so does handrail (rightly), so a
+    Ctrl-C sent to the script would never arrive and the test would wait out its timeout.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 SIGINT_SCRIPT = """
 import anyio, sys
 from pathlib import Path
@@ -239,7 +249,7 @@ def test_ctrl_c_in_another_process_settles_the_turn(tmp_path: Path) -> None:
     (tmp_path / "agent_script.py").write_text(SIGINT_SCRIPT)
     process = subprocess.Popen([sys.executable, str(tmp_path / "agent_script.py"),
                                 str(tmp_path)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_a_terminal)
     try:
         assert process.stdout is not None
         started = {process.stdout.readline().strip(), process.stdout.readline().strip()}
@@ -307,7 +317,7 @@ def test_ctrl_c_while_the_control_runs_kills_its_process_group(tmp_path: Path) -
     (tmp_path / "agent_script.py").write_text(CONTROL_SIGINT_SCRIPT)
     process = subprocess.Popen([sys.executable, str(tmp_path / "agent_script.py"),
                                 str(tmp_path)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_a_terminal)
     try:
         # Opening the FIFO waits for the control to write to it: no polling.
         with open(tmp_path / "fifo") as fifo:
@@ -376,7 +386,7 @@ def test_a_second_ctrl_c_kills_the_programs_at_once(tmp_path: Path) -> None:
     (tmp_path / "agent_script.py").write_text(SECOND_SIGINT_SCRIPT)
     process = subprocess.Popen([sys.executable, str(tmp_path / "agent_script.py"),
                                 str(tmp_path)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_a_terminal)
     pid = None
     try:
         with open(tmp_path / "fifo") as fifo:  # waits for the program to start: no polling
