@@ -867,6 +867,9 @@ class MCPToolset:
                     if progress is not None:
                         await on_progress(*progress)
                     continue
+                if kind == "log":
+                    await self._log_to(in_flight, value)
+                    continue
                 break  # a result, an error, or the deadline ("timeout")
         finally:
             self._in_flight.remove(in_flight)
@@ -1029,8 +1032,21 @@ class MCPToolset:
     async def _on_log(self, params: Any) -> None:
         """An upstream's log message: to the gateway's client of the one call in flight."""
         call = self._in_flight[0] if len(self._in_flight) == 1 else None
-        if call is None:
-            return
+        if call is not None:
+            await self._log_to(call, params)
+
+    async def _log_to(self, call: _InFlight, params: Any) -> None:
+        """A log message of the server's during `call`: to its gateway client, if any."""
+        import mcp_types as t
+
+        if not isinstance(params, t.LoggingMessageNotificationParams):  # the own link's
+            from pydantic import ValidationError
+
+            try:
+                params = t.LoggingMessageNotificationParams.model_validate(params,
+                                                                           by_name=False)
+            except ValidationError:
+                return  # malformed: dropped, as the SDK's session drops it
         call.heard.add("a log message")
         if call.relay is not None:
             with contextlib.suppress(Exception):  # boundary: a client gone is not told

@@ -12,7 +12,8 @@ server's output is hostile input, and a longer line is refused, never held whole
 once with `json`; then:
 
 - a response to a `tools/call` this link sent (ids `hr-N`: the SDK numbers its own) goes
-  straight to that call's mailbox, and so does a `notifications/progress` for its token;
+  straight to that call's mailbox, and so does a `notifications/progress` for its token, and
+  a log message while it is the one call in flight (relayed by the call before its result);
 - everything else (the handshake, `tools/list`, resources and prompts, the server's requests
   — ping, forms, sampling, roots — and notifications: list changes, log messages) is handed
   to an SDK `ClientSession` over memory streams, which speaks the rest of the protocol as
@@ -168,6 +169,14 @@ class Wire:
                 if mail is not None:
                     self._deliver(mail, ("progress", params))
                 return
+        elif message["method"] == "notifications/message" and self._calls:
+            # A log message during a call is the call's (as the toolset's `_on_log` has it:
+            # with one call in flight; with several, nothing says whose it is). In its
+            # mailbox it is relayed before the result, in the order the server wrote them.
+            if len(self._calls) == 1:
+                for mail in self._calls.values():
+                    self._deliver(mail, ("log", message.get("params")))
+            return
         self._pass(line)
 
     def _deliver(self, mail: Any, item: tuple[str, Any]) -> None:
