@@ -294,7 +294,12 @@ class Wire:
                           separators=(",", ":"))
         self._send(data.encode() + b"\n")
         self._calls[rid] = mail
-        await self._drain()
+        try:
+            await self._drain()
+        except BaseException:  # cancelled while stdin was full: its caller never gets the id
+            if self.forget(rid):
+                self.cancel(rid, "the caller stopped waiting")
+            raise
         return rid
 
     def forget(self, rid: str) -> bool:
