@@ -1079,7 +1079,7 @@ class MCPToolset:
 
 
 class _Mailbox:
-    """What a call's request task and its server's forms hand the waiting body.
+    """What a call's request task or the own link (`mcp/_wire.py`) hand the waiting body.
 
     One buffer and one event: neither side passes a checkpoint, where an anyio memory stream
     checkpoints at each send and each receive (two more event-loop iterations per MCP call,
