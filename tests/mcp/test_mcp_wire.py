@@ -106,3 +106,17 @@ async def test_a_server_speaking_an_unknown_version_does_not_start(tmp_path: Pat
     with pytest.raises(hr.UserError, match="failed to start"):
         async with _toolset(tmp_path / "told.log", "1999-01-01"):
             pass
+
+
+async def test_where_the_own_link_does_not_apply_the_sdks_transport_serves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Windows, trio: the toolset drives the SDK's stdio transport and session, as before.
+    monkeypatch.setattr("handrail.mcp._client._own_link", lambda: False)
+    async with _toolset(tmp_path / "told.log", timeout=1.0) as tools:
+        assert tools._wire is None
+        assert (await _call(tools, "echo", text="sdk")).render_text() == "sdk"
+        with pytest.raises(hr.InvalidArguments, match="text must be short"):
+            await _call(tools, "refuse")
+        with pytest.raises(hr.ToolTimeout):
+            await _call(tools, "hang")
+        assert (await _call(tools, "echo", text="on")).render_text() == "on"

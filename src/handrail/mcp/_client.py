@@ -549,10 +549,10 @@ class MCPToolset:
                              workspace=self.workspace, mode=self.sandbox, cwd=self.cwd))
             self._close_stderr()
             self._stderr = tempfile.TemporaryFile()  # closed by _close_stderr
-            from handrail.mcp._stdio import MAX_MESSAGE_BYTES
-            from handrail.mcp._wire import lean_available, open_wire
+            if _own_link():
+                from handrail.mcp._stdio import MAX_MESSAGE_BYTES
+                from handrail.mcp._wire import open_wire
 
-            if lean_available():
                 # handrail's own link (mcp/_wire.py): `tools/call` spoken directly, the
                 # rest of the protocol by the SDK's session over it.
                 wire = await stack.enter_async_context(open_wire(
@@ -1175,6 +1175,17 @@ class _InFlight:
     """The gateway client request the call serves (`handrail serve`), else None."""
     heard: set[str] = field(default_factory=set)
     """What the server sent during the call (progress, a log message, a form...)."""
+
+
+def _own_link() -> bool:
+    """Whether a stdio server gets handrail's own link (asyncio on POSIX; `mcp/_wire.py`)."""
+    import sys
+
+    if sys.platform == "win32":  # the link's modules use fcntl and the loop's pipes
+        return False
+    from handrail.mcp._wire import lean_available
+
+    return lean_available()
 
 
 def _answer(kind: str, value: Any) -> tuple[str, Any]:
