@@ -24,6 +24,8 @@ from handrail.errors import (
     ConfigError,
     Disposition,
     InteractionDeclined,
+    InvalidOutput,
+    Issue,
     NotGranted,
     ToolError,
     ToolTimeout,
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     import mcp_types
 
     from handrail.manifest import Manifest
+    from handrail.mcp._wire import Wire
     from handrail.policy import Policy
     from mcp import ClientSession
 
@@ -220,6 +223,8 @@ class MCPToolset:
         """What happened to the connection (restarts), newest last."""
         self._impls: list[MCPTool] = []
         self._session: ClientSession | None = None
+        self._wire: Wire | None = None  # a stdio server's own link, when the loop can serve it
+        self._next_wire: Wire | None = None
         self._tg: Any = None
         self._stop = anyio.Event()
         self._reconnected = anyio.Event()
@@ -324,7 +329,7 @@ class MCPToolset:
         `impls()` changed; the change is an `mcp_tools_changed` event in `events`.
         """
         session = self._session
-        if not self.tools_changed or session is None or _closed(session):
+        if not self.tools_changed or session is None or self._down(session):
             return
         try:
             with anyio.fail_after(self.connect_timeout):
@@ -426,6 +431,7 @@ class MCPToolset:
                 await tg.__aexit__(None, None, None)
         finally:
             self._session = None
+            self._wire = None
             self._close_stderr()
 
     def _close_stderr(self) -> None:
@@ -497,15 +503,18 @@ class MCPToolset:
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     session = await self._open(stack)
+                    wire, self._next_wire = self._next_wire, None
                     # Only awaits inside: the transports' task groups are entered above.
                     with anyio.fail_after(self.connect_timeout):
                         init = await session.initialize()
+                        if wire is not None:
+                            wire.version = str(init.protocol_version)
                         self.server_info = init.server_info
                         self.server_capabilities = init.capabilities
                         listed = await self._list(session)
                     if not started:
                         self._impls = self._build(listed)
-                    self._session = session
+                    self._session, self._wire = session, wire
                     if not started:
                         started = True
                         task_status.started()
@@ -540,10 +549,22 @@ class MCPToolset:
                              workspace=self.workspace, mode=self.sandbox, cwd=self.cwd))
             self._close_stderr()
             self._stderr = tempfile.TemporaryFile()  # closed by _close_stderr
-            params = StdioServerParameters(command=argv[0], args=argv[1:],
-                                           env=self.env or None, cwd=str(self.cwd))
-            streams = await stack.enter_async_context(
-                stdio_client(params, errlog=cast(Any, self._stderr)))
+            if _own_link():
+                from handrail.mcp._stdio import MAX_MESSAGE_BYTES
+                from handrail.mcp._wire import open_wire
+
+                # handrail's own link (mcp/_wire.py): `tools/call` spoken directly, the
+                # rest of the protocol by the SDK's session over it.
+                wire = await stack.enter_async_context(open_wire(
+                    argv, env=self.env, cwd=str(self.cwd), errlog=self._stderr,
+                    limit=max(MAX_MESSAGE_BYTES, 2 * self.max_result_bytes + (1 << 20))))
+                self._next_wire = wire
+                streams: Any = (wire.read, wire.write)
+            else:
+                params = StdioServerParameters(command=argv[0], args=argv[1:],
+                                               env=self.env or None, cwd=str(self.cwd))
+                streams = await stack.enter_async_context(
+                    stdio_client(params, errlog=cast(Any, self._stderr)))
         else:
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
@@ -712,15 +733,21 @@ class MCPToolset:
 
     # -- calls ----------------------------------------------------------------------------
 
+    def _down(self, session: ClientSession) -> bool:
+        """Whether `session`'s link is down (its own stdio link, or the SDK's transport)."""
+        wire = self._wire
+        return _closed(session) or (wire is not None and wire.closed
+                                    and session is self._session)
+
     async def _live_session(self, tool: str, ctx: CallContext | None) -> ClientSession:
         """The session to send on; a dead stdio server is restarted once per run."""
         session = self._session
-        if session is not None and not _closed(session):
+        if session is not None and not self._down(session):
             return session
         run_id = ctx.run_id if ctx is not None else None
         async with self._restart_lock:
             session = self._session
-            if session is not None and not _closed(session):
+            if session is not None and not self._down(session):
                 return session
             tail = self.stderr_tail()
             if self.command is None or run_id in self._restarted_runs or self._closing:
@@ -741,7 +768,7 @@ class MCPToolset:
             with anyio.move_on_after(self.connect_timeout + 5):
                 await self._reconnected.wait()
             if self._restart_error is not None or self._session is None or \
-                    _closed(self._session):
+                    self._down(self._session):
                 raise TransportError(
                     f"MCP server '{self.name}' died and could not be restarted: "
                     f"{self._restart_error}; '{tool}' was not sent",
@@ -757,12 +784,16 @@ class MCPToolset:
         `ctx.elicit` (so the run's Responder answers, or the run pauses). The deadline
         (`timeout`) restarts at each progress notification and stops while a person is asked.
         Cancelling this body cancels the request (the SDK tells the server).
+
+        Over a stdio server's own link (`mcp/_wire.py`) there is no request task: the body
+        sends the request itself and its mailbox receives the answer and the progress too;
+        abandoned unanswered, the call is cancelled at the server (`notifications/cancelled`).
         """
-        import mcp_types as t
         from mcp.shared.exceptions import MCPError
 
         tool_id = str(tool.spec.id)
         session = await self._live_session(tool_id, ctx)
+        wire = self._wire
         if self.tools_changed:
             try:
                 await self._refresh(session)
@@ -777,11 +808,14 @@ class MCPToolset:
                 raise NotGranted(withdrawn)
             raise UnknownTool(withdrawn)
         timeout = self.timeout
-        scope = anyio.CancelScope(deadline=anyio.current_time() + timeout
-                                  if timeout is not None else float("inf"))
+        deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
+        mail = _Mailbox()
+        # The request task's scope; over the own link, a timer that puts a timeout in the
+        # mailbox (the body enters no scope: a paused run's body may be closed elsewhere).
+        scope: anyio.CancelScope | _Deadline = (anyio.CancelScope(deadline=deadline)
+                                                if wire is None else _Deadline(deadline, mail))
         relay = RELAY.get()  # the gateway's client request this call serves, if any
-        in_flight = _InFlight(_Mailbox(), scope, relay)
-        mail = in_flight.mail
+        in_flight = _InFlight(mail, scope, relay)
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             in_flight.heard.add("progress")
@@ -795,11 +829,13 @@ class MCPToolset:
                     await relay.progress(progress, total, text)
 
         async def request() -> None:
+            import mcp_types as t
+
             call = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,
                                                                     arguments=arguments))
             outcome: tuple[str, Any] = ("timeout", None)
             try:
-                with scope:
+                with cast(anyio.CancelScope, scope):
                     outcome = ("result", await session.send_request(
                         call, t.CallToolResult, progress_callback=on_progress))
             except Exception as exc:  # boundary: mapped by the body, in its own task
@@ -807,9 +843,18 @@ class MCPToolset:
             with contextlib.suppress(anyio.ClosedResourceError):  # the body is gone
                 mail.put(outcome)
 
+        kind, value, rid = "timeout", None, None
         self._in_flight.append(in_flight)
         try:
-            self._tg.start_soon(request)
+            if wire is None:
+                self._tg.start_soon(request)
+            else:
+                try:
+                    rid = await wire.request("tools/call", {"name": tool.remote_name,
+                                                            "arguments": arguments}, mail)
+                except anyio.ClosedResourceError as exc:  # the link went down: not sent
+                    raise map_mcp_error(exc, tool=tool_id, server=self.name, sent=False,
+                                        stderr_tail=self.stderr_tail()) from exc
             while True:
                 kind, value = await mail.get()
                 if kind == "elicit":
@@ -817,13 +862,37 @@ class MCPToolset:
                     with reply:
                         await reply.send(await self._elicit(params, ctx, scope, timeout))
                     continue
-                break
+                if kind == "progress":
+                    progress = _progress(value)
+                    if progress is not None:
+                        await on_progress(*progress)
+                    continue
+                if kind == "log":
+                    await self._log_to(in_flight, value)
+                    continue
+                break  # a result, an error, or the deadline ("timeout")
         finally:
             self._in_flight.remove(in_flight)
-            for kind, left in mail.close():
-                if kind == "elicit":  # a form the body will never put: its server hears
+            for left_kind, left in mail.close():
+                if left_kind == "elicit":  # a form the body will never put: its server hears
                     left[1].close()  # cancel (the reply stream ends)
             scope.cancel()  # an abandoned body (cancelled, paused) takes its request along
+            if rid is not None and wire is not None and wire.forget(rid):
+                wire.cancel(rid, "the caller stopped waiting (deadline, or cancelled)")
+        if wire is not None:
+            kind, value = _answer(kind, value)
+            if kind == "too_long":
+                raise InvalidOutput(tool_id, [Issue(path="$", message=f"MCP server "
+                                                    f"'{self.name}' sent {value}")])
+            if kind == "result":
+                from pydantic import ValidationError
+
+                from handrail.mcp._wire import check_call_result
+
+                try:
+                    value = check_call_result(value, wire.version)
+                except ValidationError as exc:  # a malformed result (the server ran the tool)
+                    raise map_mcp_error(exc, tool=tool_id, server=self.name) from exc
         if kind == "error":
             error = map_mcp_error(value, tool=tool_id, server=self.name,
                                   stderr_tail=self.stderr_tail())
@@ -843,7 +912,8 @@ class MCPToolset:
                               f"{timeout}s (nor report progress)")
         return from_mcp_result(value, tool=tool_id, max_bytes=self.max_result_bytes)
 
-    async def _elicit(self, params: Any, ctx: CallContext | None, scope: anyio.CancelScope,
+    async def _elicit(self, params: Any, ctx: CallContext | None,
+                      scope: anyio.CancelScope | _Deadline,
                       call_seconds: float | None) -> Any:
         """Put a server's form to this call's caller; the answer authorises nothing."""
         import mcp_types as t
@@ -962,8 +1032,21 @@ class MCPToolset:
     async def _on_log(self, params: Any) -> None:
         """An upstream's log message: to the gateway's client of the one call in flight."""
         call = self._in_flight[0] if len(self._in_flight) == 1 else None
-        if call is None:
-            return
+        if call is not None:
+            await self._log_to(call, params)
+
+    async def _log_to(self, call: _InFlight, params: Any) -> None:
+        """A log message of the server's during `call`: to its gateway client, if any."""
+        import mcp_types as t
+
+        if not isinstance(params, t.LoggingMessageNotificationParams):  # the own link's
+            from pydantic import ValidationError
+
+            try:
+                params = t.LoggingMessageNotificationParams.model_validate(params,
+                                                                           by_name=False)
+            except ValidationError:
+                return  # malformed: dropped, as the SDK's session drops it
         call.heard.add("a log message")
         if call.relay is not None:
             with contextlib.suppress(Exception):  # boundary: a client gone is not told
@@ -996,7 +1079,7 @@ class MCPToolset:
 
 
 class _Mailbox:
-    """What a call's request task and its server's forms hand the waiting body.
+    """What a call's request task or the own link (`mcp/_wire.py`) hand the waiting body.
 
     One buffer and one event: neither side passes a checkpoint, where an anyio memory stream
     checkpoints at each send and each receive (two more event-loop iterations per MCP call,
@@ -1034,14 +1117,104 @@ class _Mailbox:
         return left
 
 
+class _Deadline:
+    """A call's deadline over the own link: at it, `("timeout", None)` goes in the mailbox.
+
+    Set like a cancel scope's (`deadline`: restarted by progress, infinite while a person
+    is asked); `cancel()` stops the timer. No scope is entered, so nothing ties the call's
+    body to one task.
+    """
+
+    __slots__ = ("_at", "_mail", "_timer")
+
+    def __init__(self, deadline: float, mail: _Mailbox) -> None:
+        self._mail = mail
+        self._timer: Any = None
+        self._at = deadline
+        self._arm()
+
+    @property
+    def deadline(self) -> float:
+        return self._at
+
+    @deadline.setter
+    def deadline(self, value: float) -> None:
+        self._at = value
+        self._arm()
+
+    def _arm(self) -> None:
+        import asyncio
+
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._at != float("inf") and not self._mail.closed:
+            self._timer = asyncio.get_running_loop().call_at(self._at, self._fire)
+
+    def _fire(self) -> None:
+        import asyncio
+
+        self._timer = None
+        if asyncio.get_running_loop().time() < self._at:
+            self._arm()  # moved later meanwhile
+            return
+        with contextlib.suppress(anyio.ClosedResourceError):  # the call is over
+            self._mail.put(("timeout", None))
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 @dataclass(eq=False)
 class _InFlight:
     mail: _Mailbox
-    scope: anyio.CancelScope
+    scope: anyio.CancelScope | _Deadline
     relay: Relay | None = None
     """The gateway client request the call serves (`handrail serve`), else None."""
     heard: set[str] = field(default_factory=set)
     """What the server sent during the call (progress, a log message, a form...)."""
+
+
+def _own_link() -> bool:
+    """Whether a stdio server gets handrail's own link (asyncio on POSIX; `mcp/_wire.py`)."""
+    import sys
+
+    if sys.platform == "win32":  # the link's modules use fcntl and the loop's pipes
+        return False
+    from handrail.mcp._wire import lean_available
+
+    return lean_available()
+
+
+def _answer(kind: str, value: Any) -> tuple[str, Any]:
+    """What the link put in a call's mailbox, as the SDK's session would have raised it."""
+    from mcp.shared.exceptions import MCPError
+
+    from handrail.mcp._errors import CONNECTION_CLOSED
+
+    if kind == "gone":  # sent, and the server's stdout ended before it answered
+        return "error", MCPError(CONNECTION_CLOSED, "Connection closed")
+    if kind == "error":
+        code = value.get("code") if isinstance(value, dict) else None
+        message = value.get("message") if isinstance(value, dict) else None
+        if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
+            return "error", MCPError(-32603, "a malformed error response")
+        return "error", MCPError(code, message[:2000], value.get("data"))
+    return kind, value
+
+
+def _progress(params: Any) -> tuple[float, float | None, str | None] | None:
+    """A `notifications/progress`'s figures, or None when they are malformed (ignored)."""
+    import mcp_types as t
+    from pydantic import ValidationError
+
+    try:
+        checked = t.ProgressNotificationParams.model_validate(params, by_name=False)
+    except ValidationError:
+        return None
+    return checked.progress, checked.total, checked.message
 
 
 def _load_auth(decl: ServerDecl) -> Any:

@@ -36,7 +36,12 @@ _CHUNK = 256 * 1024
 
 
 class MessageTooLong(ValueError):
-    """A client's line exceeded `MAX_MESSAGE_BYTES`; it was skipped."""
+    """A peer's line exceeded its bound (`MAX_MESSAGE_BYTES`); it was skipped."""
+
+    def __init__(self, message: str, head: bytes = b"") -> None:
+        super().__init__(message)
+        self.head = head
+        """The line's first bytes (who it answers, for a client: `mcp/_wire.py`)."""
 
 
 def _pipe_like(fd: int) -> bool:
@@ -73,9 +78,9 @@ def split_lines(buffer: bytearray, chunk: bytes, skipping: bool,
             if not skipping:
                 buffer += chunk[start:]
                 if len(buffer) > limit:
-                    buffer.clear()
                     out.append(MessageTooLong(
-                        f"a message longer than {limit} bytes was refused"))
+                        f"a message longer than {limit} bytes was refused", bytes(buffer[:256])))
+                    buffer.clear()
                     skipping = True
             return out, skipping
         if skipping:
@@ -83,7 +88,8 @@ def split_lines(buffer: bytearray, chunk: bytes, skipping: bool,
         else:
             buffer += chunk[start:end]
             if len(buffer) > limit:
-                out.append(MessageTooLong(f"a message longer than {limit} bytes was refused"))
+                out.append(MessageTooLong(f"a message longer than {limit} bytes was refused",
+                                          bytes(buffer[:256])))
             elif buffer.strip():
                 out.append(bytes(buffer))
             buffer.clear()
