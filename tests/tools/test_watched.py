@@ -220,3 +220,31 @@ def test_a_mode_changed_through_another_hard_link_is_seen(tmp_path: Path) -> Non
     (root / "b" / "alias").chmod(0o644)  # not through the name the answer read
     assert memo.answer("k", lambda: fresh(path), lambda: (path,)) == (path, False, True)
     memo.clear()
+
+
+def test_a_burst_of_events_starts_again(tmp_path: Path) -> None:
+    # More events than one read takes: nothing is parsed, everything is dropped (a check's
+    # time in the queue stays bounded whatever a tool does to the tree).
+    root, _ = make_tree(tmp_path)
+    memo: WatchedAnswers[str, str] = WatchedAnswers(attributes=False)
+    path = str(root / "l" / "x")
+    assert memo.answer("k", lambda: os.path.realpath(path), lambda: (path,)) == f"{root}/a/x"
+    for n in range(3000):  # in the watched root, names the answer never read
+        (root / f"f{n}").write_text("")
+    (root / "l").unlink()
+    (root / "l").symlink_to("b")
+    assert memo.answer("k", lambda: os.path.realpath(path), lambda: (path,)) == f"{root}/b/x"
+    memo.clear()
+
+
+def test_an_answer_whose_walk_ran_out_of_watches_is_not_kept(tmp_path: Path) -> None:
+    root, _ = make_tree(tmp_path)
+    memo: WatchedAnswers[str, str] = WatchedAnswers(attributes=False, watches=2)
+    path = str(root / "a" / "b" / "x")  # more directories than two watches cover
+    assert memo.answer("k", lambda: os.path.realpath(path), lambda: (path,)) == path
+    (root / "a" / "b").rename(root / "a" / "c")
+    (root / "a" / "b").symlink_to("../b")  # a change only an unwatched directory would see
+    expected = os.path.realpath(path)
+    assert expected == f"{root}/b/x"
+    assert memo.answer("k", lambda: os.path.realpath(path), lambda: (path,)) == expected
+    memo.clear()

@@ -55,6 +55,7 @@ _IN_IGNORED = 0x8000
 _IN_DONT_FOLLOW = 0x02000000
 _ENTRIES = _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_DELETE_SELF | _IN_MOVE_SELF
 _EVENT = struct.Struct("iIII")
+_CHUNK = 65536
 _MAX_LINKS = 40
 """The kernel's limit on symlinks followed in one resolution (ELOOP beyond)."""
 
@@ -186,8 +187,13 @@ class WatchedAnswers(Generic[K, V]):
             return
         while self._fd >= 0:
             try:
-                data = os.read(self._fd, 65536)
+                data = os.read(self._fd, _CHUNK)
             except BlockingIOError:
+                return
+            if len(data) > _CHUNK // 2:
+                # A burst (a tool writing a tree): starting again costs less than reading
+                # every event, and bounds the time a check spends here.
+                self._stop()
                 return
             offset = 0
             while offset < len(data):
