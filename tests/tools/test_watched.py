@@ -90,11 +90,21 @@ QUERIES = st.lists(
 
 
 def check_all(
-    memo: WatchedAnswers[str, object], queries: list[str], compute: Callable[[str], object]
+    memo: WatchedAnswers[str, object],
+    queries: list[str],
+    compute: Callable[[str], object],
+    resolutions: WatchedAnswers[str, object] | None = None,
 ) -> None:
     for query in queries:
         kept = memo.answer(query, lambda q=query: compute(q), lambda q=query: (q,))  # type: ignore[misc]
         assert kept == compute(query), query
+        if resolutions is not None:
+            # `real_path`: resolved by the walk itself, names in known directories by one lstat.
+            assert resolutions.real_path(query, _unkept) == os.path.realpath(query), query
+
+
+def _unkept(path: str) -> str:
+    return os.path.realpath(path)
 
 
 @settings(
@@ -111,14 +121,16 @@ def test_a_kept_answer_is_the_fresh_one_after_any_change(
     root, outside = make_tree(base)
     queries = [str(root) + "/" + "/".join(p) for p in parts]
     memo: WatchedAnswers[str, object] = WatchedAnswers(attributes=attributes)
+    resolutions: WatchedAnswers[str, object] = WatchedAnswers(attributes=attributes)
     compute: Callable[[str], object] = fresh if attributes else os.path.realpath
     try:
-        check_all(memo, queries, compute)
+        check_all(memo, queries, compute, resolutions)
         for op in ops:
             change(root, outside, op)
-            check_all(memo, queries, compute)
+            check_all(memo, queries, compute, resolutions)
     finally:
         memo.clear()
+        resolutions.clear()
 
 
 def test_an_answer_is_kept_while_nothing_changes(tmp_path: Path) -> None:
@@ -201,14 +213,18 @@ def test_every_single_change_is_seen(tmp_path: Path, attributes: bool) -> None:
         root, outside = make_tree(tmp_path / str(n))
         queries = [f"{root}/{q}" for q in FIXED_QUERIES]
         memo: WatchedAnswers[str, object] = WatchedAnswers(attributes=attributes)
+        resolutions: WatchedAnswers[str, object] = WatchedAnswers(attributes=attributes)
         try:
-            check_all(memo, queries, compute)
+            check_all(memo, queries, compute, resolutions)
             change(root, outside, op)
             for query in queries:
                 kept = memo.answer(query, lambda q=query: compute(q), lambda q=query: (q,))  # type: ignore[misc]
                 assert kept == compute(query), (op, query)
+                again = resolutions.real_path(query, _unkept)
+                assert again == os.path.realpath(query), (op, query)
         finally:
             memo.clear()
+            resolutions.clear()
 
 
 def test_a_mode_changed_through_another_hard_link_is_seen(tmp_path: Path) -> None:

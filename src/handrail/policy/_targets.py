@@ -170,8 +170,7 @@ def _search_now(name: str, path_env: str, root: str) -> str | None:
 
 
 def _real(path: str) -> str:
-    real = _lookups.answer(("real", path), lambda: os.path.realpath(path), lambda: (path,))
-    return cast("str", real)
+    return _lookups.real_path(path, os.path.realpath)
 
 
 def resolve_program(program: str, root: str) -> Program:

@@ -35,7 +35,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 __all__ = ["WatchedAnswers"]
 
@@ -59,6 +59,8 @@ _CHUNK = 65536
 _MAX_LINKS = 40
 """The kernel's limit on symlinks followed in one resolution (ELOOP beyond)."""
 
+_DIRECTORY = object()
+"""Tags a directory's kept resolution among `real_path`'s answers."""
 _libc: Any = None
 _all: weakref.WeakSet[WatchedAnswers[Any, Any]] = weakref.WeakSet()
 
@@ -101,8 +103,9 @@ class WatchedAnswers(Generic[K, V]):
         self._broken = sys.platform != "linux"
         self._poll: select.poll | None = None
         self._wd_of: dict[str, int] = {}
-        self._answers: dict[K, V] = {}
-        self._index: dict[int, dict[str, set[K]]] = {}
+        # Keys and answers of `answer` (K, V), and `real_path`'s: paths and directories.
+        self._answers: dict[Any, Any] = {}
+        self._index: dict[int, dict[str, set[Any]]] = {}
         self._indexed = 0
         self._generation = 0
         _all.add(self)
@@ -119,7 +122,7 @@ class WatchedAnswers(Generic[K, V]):
                 return compute()
             self._drain()
             if key in self._answers:
-                return self._answers[key]
+                return cast("V", self._answers[key])
             if len(self._wd_of) >= self._max_watches:
                 self._stop()
                 if not self._start():
@@ -127,18 +130,82 @@ class WatchedAnswers(Generic[K, V]):
             # Watches first, then the lookups: a change after a watch is placed is an event.
             generation = self._generation
             lookups: list[tuple[int, str]] = []
-            guarded = all(self._walk(path, lookups) for path in paths())
+            guarded = all(self._walk(path, lookups) is not None for path in paths())
             value = compute()
             # A nested answer may have started again meanwhile: these watches are gone.
             if guarded and self._generation == generation:
-                if len(self._answers) >= self._size or self._indexed >= 8 * self._size:
-                    self._forget_answers()
-                else:
-                    self._answers[key] = value
-                    for wd, name in lookups:
-                        self._index.setdefault(wd, {}).setdefault(name, set()).add(key)
-                    self._indexed += len(lookups)
+                self._keep(key, value, lookups)
             return value
+
+    def real_path(self, path: str, fallback: Callable[[str], str]) -> str:
+        """`os.path.realpath(path)` for an absolute `path`, kept while nothing it read changed.
+
+        Resolved by the walk that places the watches (`_walk`, realpath's own algorithm), and
+        for a name in a directory already resolved, from that directory's kept resolution
+        and one `lstat` of the name. `fallback(path)` answers, and nothing is kept, where the
+        walk cannot be guarded (a loop, an unreadable directory, no inotify).
+        """
+        with self._lock:
+            if self._fd < 0 and not self._start():
+                return fallback(path)
+            self._drain()
+            known = self._answers.get(path)
+            if known is not None:
+                return cast("str", known)
+            if len(self._wd_of) >= self._max_watches:
+                self._stop()
+                if not self._start():
+                    return fallback(path)
+            generation = self._generation
+            lookups: list[tuple[int, str]] = []
+            resolved = self._in_known_directory(path, lookups)
+            if resolved is None:
+                lookups = []
+                resolved = self._walk(path, lookups)
+                if resolved is None:
+                    return fallback(path)
+            if self._generation == generation:
+                self._keep(path, resolved, lookups)
+            return resolved
+
+    def _in_known_directory(self, path: str, lookups: list[tuple[int, str]]) -> str | None:
+        """`path` resolved as its directory's kept resolution and its last name, or None."""
+        head, _, tail = path.rpartition("/")
+        if not head or not tail or tail == "." or tail == "..":
+            return None
+        key = (_DIRECTORY, head)
+        known: tuple[str, tuple[tuple[int, str], ...]] | None = self._answers.get(key)
+        if known is None:
+            walked: list[tuple[int, str]] = []
+            resolved = self._walk(head, walked)
+            if resolved is None:
+                return None
+            known = (resolved, tuple(walked))
+            self._keep(key, known, walked)
+        where, read = known
+        wd = self._watch(where)
+        if wd is None:
+            return None
+        lookups.extend(read)
+        lookups.append((wd, tail))
+        full = where + tail if where == "/" else where + "/" + tail
+        try:
+            mode = os.lstat(full).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return full  # as realpath: a missing name is taken as it is
+        except OSError:
+            return None
+        return None if stat.S_ISLNK(mode) else full  # a link: the whole walk follows it
+
+    def _keep(self, key: Hashable, value: object, lookups: list[tuple[int, str]]) -> None:
+        if len(self._answers) >= self._size or self._indexed >= 8 * self._size:
+            self._forget_answers()
+            return
+        self._answers[key] = value
+        index = self._index
+        for wd, name in lookups:
+            index.setdefault(wd, {}).setdefault(name, set()).add(key)
+        self._indexed += len(lookups)
 
     def keeps(self) -> bool:
         """Whether answers can be kept here (inotify is there and could be set up)."""
@@ -222,7 +289,7 @@ class WatchedAnswers(Generic[K, V]):
                     del names[entry]
                     self._drop(keys)
 
-    def _drop(self, keys: set[K]) -> None:
+    def _drop(self, keys: set[Any]) -> None:
         for key in keys:
             self._answers.pop(key, None)
 
@@ -238,14 +305,15 @@ class WatchedAnswers(Generic[K, V]):
         self._wd_of[path] = wd
         return wd
 
-    def _walk(self, path: str, lookups: list[tuple[int, str]]) -> bool:
+    def _walk(self, path: str, lookups: list[tuple[int, str]]) -> str | None:
         """Watch each directory resolving `path` looks a name up in, before it looks.
 
         The resolution is the kernel's (and `os.path.realpath`'s): components left to right,
         a symlink's text put in its place, `..` taken from what is resolved so far. Below a
         name that does not exist nothing is looked up (it is lexical, as `realpath` makes
-        it), until a `..` climbs back out. False when it cannot be guarded (a loop, an
-        unreadable directory, no watch to be had): the answer is then not kept.
+        it), until a `..` climbs back out. Returns what `os.path.realpath` answers, or None
+        when it cannot be guarded (a loop, an unreadable directory, no watch to be had): the
+        answer is then not kept.
         """
         pending = path.split("/")
         pending.reverse()
@@ -266,7 +334,7 @@ class WatchedAnswers(Generic[K, V]):
                 continue
             wd = self._watch(current)
             if wd is None:
-                return False
+                return None
             lookups.append((wd, name))
             try:
                 mode = os.lstat(full).st_mode
@@ -274,17 +342,17 @@ class WatchedAnswers(Generic[K, V]):
                 current, missing = full, 1
                 continue
             except OSError:
-                return False
+                return None
             if not stat.S_ISLNK(mode):
                 current = full
                 continue
             links += 1
             if links > _MAX_LINKS:
-                return False
+                return None
             try:
                 text = os.readlink(full)
             except OSError:
-                return False
+                return None
             if text.startswith("/"):
                 current = "/"
             parts = text.split("/")
@@ -294,9 +362,9 @@ class WatchedAnswers(Generic[K, V]):
             # The object itself: its mode and type, whichever name they are changed through.
             wd = self._watch(current)
             if wd is None:
-                return False
+                return None
             lookups.append((wd, ""))
-        return True
+        return current
 
     def _after_fork(self) -> None:
         # The inotify instance is shared with the parent: reading it here would take the

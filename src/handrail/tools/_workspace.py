@@ -146,7 +146,7 @@ three to five system calls were most of a repeated READ check."""
 
 def kept_real_path(path: str) -> str:
     """`real_path(path)`, kept while nothing the resolution reads on disk has changed."""
-    return _kept.answer(path, lambda: real_path(path), lambda: (path,))
+    return _kept.real_path(path, real_path)
 
 
 def _resolve(target: str, root: str) -> str:
