@@ -43,7 +43,7 @@ MAKERS: list[Callable[[int], tuple[hr.Act, str]]] = [
 def make_policy(n: int) -> Policy:
     rules = [Rule(*MAKERS[i % len(MAKERS)](i), EFFECTS[i % 3]) for i in range(n)]
     size = max(1, n // 5)
-    return Policy(tuple(Layer(f"layer{k}", tuple(rules[k:k + size])) for k in range(0, n, size)))
+    return Policy(tuple(Layer(f"layer{k}", tuple(rules[k : k + size])) for k in range(0, n, size)))
 
 
 def median_us(fn: Callable[[], object], *, number: int = 2000, repeat: int = 9) -> float:
@@ -75,7 +75,8 @@ def main() -> None:
             start = time.process_time()
             policy.check(hr.Action(hr.Act.CALL, "a/b"))
             rows.setdefault("compile, once (CPU ms)", []).append(
-                (time.process_time() - start) * 1e3)
+                (time.process_time() - start) * 1e3
+            )
             cases: dict[str, tuple[hr.Action, str]] = {
                 "call, matched": (hr.Action(hr.Act.CALL, "ledger/op6"), root),
                 "call, default": (hr.Action(hr.Act.CALL, "other/tool"), root),
@@ -89,14 +90,21 @@ def main() -> None:
             for label, (action, ws) in cases.items():
                 # Each check as if its target were new: the verdict memo is emptied first, so
                 # these rows are the matcher's own cost.
-                rows.setdefault(label, []).append(median_us(
-                    lambda a=action, w=ws, p=policy, m=memo: (m.clear(), p.check(a, workspace=w))  # type: ignore[misc]
-                ))
+                rows.setdefault(label, []).append(
+                    median_us(
+                        lambda a=action, w=ws, p=policy, m=memo: (
+                            m.clear(),
+                            p.check(a, workspace=w),
+                        )  # type: ignore[misc]
+                    )
+                )
             # Checked again (an agent calling the same tool): canonicalisation kept while
             # nothing it read on disk changed, then the verdict memo.
-            for label, key in (("call, same target again (memo)", "call, default"),
-                               ("exec, same argv again", "exec, default"),
-                               ("read, same path again", "read, full check")):
+            for label, key in (
+                ("call, same target again (memo)", "call, default"),
+                ("exec, same argv again", "exec, default"),
+                ("read, same path again", "read, full check"),
+            ):
                 action = cases[key][0]
                 rows.setdefault(label, []).append(
                     median_us(lambda a=action, p=policy: p.check(a, workspace=root))  # type: ignore[misc]
