@@ -106,6 +106,7 @@ class WatchedAnswers(Generic[K, V]):
         # Keys and answers of `answer` (K, V), and `real_path`'s: paths and directories.
         self._answers: dict[Any, Any] = {}
         self._index: dict[int, dict[str, set[Any]]] = {}
+        self._dependents: dict[Hashable, set[str]] = {}  # a directory -> paths resolved in it
         self._indexed = 0
         self._generation = 0
         _all.add(self)
@@ -158,18 +159,30 @@ class WatchedAnswers(Generic[K, V]):
                     return fallback(path)
             generation = self._generation
             lookups: list[tuple[int, str]] = []
-            resolved = self._in_known_directory(path, lookups)
+            parent: list[Hashable] = []
+            resolved = self._in_known_directory(path, lookups, parent)
             if resolved is None:
-                lookups = []
+                lookups, parent = [], []
                 resolved = self._walk(path, lookups)
                 if resolved is None:
                     return fallback(path)
             if self._generation == generation:
                 self._keep(path, resolved, lookups)
+                if parent and path in self._answers:
+                    # Dropped with its directory's resolution (not indexed under every
+                    # name of it again: a first check in a known directory stays cheap).
+                    self._dependents.setdefault(parent[0], set()).add(path)
+                    self._indexed += 1
             return resolved
 
-    def _in_known_directory(self, path: str, lookups: list[tuple[int, str]]) -> str | None:
-        """`path` resolved as its directory's kept resolution and its last name, or None."""
+    def _in_known_directory(
+        self, path: str, lookups: list[tuple[int, str]], parent: list[Hashable]
+    ) -> str | None:
+        """`path` resolved as its directory's kept resolution and its last name, or None.
+
+        `lookups` gets what the answer reads beyond the directory's resolution, and `parent`
+        that resolution's key when it is kept (else `lookups` gets its reads too).
+        """
         head, _, tail = path.rpartition("/")
         if not head or not tail or tail == "." or tail == "..":
             return None
@@ -186,7 +199,10 @@ class WatchedAnswers(Generic[K, V]):
         wd = self._watch(where)
         if wd is None:
             return None
-        lookups.extend(read)
+        if key in self._answers:
+            parent.append(key)
+        else:
+            lookups.extend(read)  # the memo was full: not kept, so not to depend on
         lookups.append((wd, tail))
         full = where + tail if where == "/" else where + "/" + tail
         try:
@@ -246,6 +262,7 @@ class WatchedAnswers(Generic[K, V]):
     def _forget_answers(self) -> None:
         self._answers = {}
         self._index = {}
+        self._dependents = {}
         self._indexed = 0
 
     def _drain(self) -> None:
@@ -292,6 +309,10 @@ class WatchedAnswers(Generic[K, V]):
     def _drop(self, keys: set[Any]) -> None:
         for key in keys:
             self._answers.pop(key, None)
+            dependents = self._dependents.pop(key, None)
+            if dependents is not None:
+                for dependent in dependents:
+                    self._answers.pop(dependent, None)
 
     def _watch(self, path: str) -> int | None:
         known = self._wd_of.get(path)
