@@ -117,6 +117,7 @@ FILE_SECONDS = {
     "tests/cli/test_cli_runs.py": 18,
     "tests/cli/test_cli_polish.py": 18,
     "tests/policy/test_real_path.py": 15,
+    "tests/tools/test_watched.py": 12,
     "tests/mcp/test_mcp_check.py": 15,
     "tests/mcp/test_mcp_git.py": 15,
     "tests/mcp/test_mcp_stdio.py": 15,

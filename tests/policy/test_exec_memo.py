@@ -11,18 +11,21 @@ from handrail.policy import _targets
 
 def test_a_short_argv_is_memoised_and_a_long_one_is_not(tmp_path: Path) -> None:
     policy = hr.Policy.default()
-    memo = _targets._memoised_candidates
-    memo.cache_clear()
+    memo = _targets._exec_memo
+    memo.clear()
     short = hr.Action(hr.Act.EXEC, ("git", "status"))
     first = policy.check(short, workspace=tmp_path)
     again = policy.check(short, workspace=tmp_path)
     assert first == again
-    assert (memo.cache_info().misses, memo.cache_info().hits) == (1, 1)
+    root = str(tmp_path.resolve())
+    assert list(memo) == [(("git", "status"), root)]
     long = hr.Action(hr.Act.EXEC, ("echo", "x" * (_targets._MEMO_ARGV + 1)))
     policy.check(long, workspace=tmp_path)
     policy.check(long, workspace=tmp_path)
-    assert memo.cache_info().currsize == 1  # only the short argv is kept
+    assert len(memo) == 1  # only the short argv is kept
     # Memoised or not, the candidates are the same.
-    program = _targets.resolve_program("git", str(tmp_path))
-    assert memo(("git", "status"), program, str(tmp_path)) == _targets.exec_candidates(
-        ("git", "status"), program, str(tmp_path))
+    program = _targets.resolve_program("git", root)
+    assert memo[("git", "status"), root] == (
+        program,
+        _targets.exec_candidates(("git", "status"), program, root),
+    )

@@ -14,8 +14,9 @@ import re
 import socket
 import stat
 from dataclasses import dataclass
+from typing import Any, cast
 
-from handrail.tools import UncanonicalTarget
+from handrail.tools import UncanonicalTarget, WatchedAnswers
 
 __all__ = [
     "CALL_MAX",
@@ -51,8 +52,9 @@ def _check(text: str, what: str, limit: int) -> None:
     if not text:
         raise UncanonicalTarget(f"the {what} is empty")
     if len(text) > limit:
-        raise UncanonicalTarget(f"the {what} is {len(text)} characters long; at most {limit} "
-                                "are accepted")
+        raise UncanonicalTarget(
+            f"the {what} is {len(text)} characters long; at most {limit} are accepted"
+        )
     if "\x00" in text:
         raise UncanonicalTarget(f"the {what} contains a NUL byte")
     try:
@@ -92,18 +94,37 @@ def is_inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-@functools.lru_cache(maxsize=16)
-def _search_dirs(path_env: str, root: str) -> tuple[str, ...]:
-    # Cached per (PATH, root): realpath of every entry on each check cost ~300 µs.
+def _entries(path_env: str) -> list[str]:
+    return [_lexical(entry) for entry in path_env.split(os.pathsep) if os.path.isabs(entry)]
+
+
+def _search_dirs_now(path_env: str, root: str) -> tuple[str, ...]:
     dirs: list[str] = []
-    for entry in path_env.split(os.pathsep):
-        if not entry or not os.path.isabs(entry):
-            continue
-        entry = _lexical(entry)
+    for entry in _entries(path_env):
         if is_inside(entry, root) or is_inside(os.path.realpath(entry), root):
             continue
         dirs.append(entry)
     return tuple(dirs)
+
+
+_search_dirs_unwatched = functools.lru_cache(maxsize=16)(_search_dirs_now)
+"""Where nothing can be watched: kept per (PATH, root), as before (realpath of every entry on
+each check cost ~300 µs), and not dropped when a PATH entry's links change."""
+
+_lookups: WatchedAnswers[tuple[str, ...], Any] = WatchedAnswers(attributes=True)
+"""PATH lookups and realpaths of programs, kept while nothing they read on disk changed
+(an `access()` per PATH entry before the hit was most of an EXEC check repeated)."""
+
+
+def _search_dirs(path_env: str, root: str) -> tuple[str, ...]:
+    if not _lookups.keeps():
+        return _search_dirs_unwatched(path_env, root)
+    dirs = _lookups.answer(
+        ("dirs", path_env, root),
+        lambda: _search_dirs_now(path_env, root),
+        lambda: _entries(path_env),
+    )
+    return cast("tuple[str, ...]", dirs)
 
 
 def _search_path(name: str, root: str) -> str | None:
@@ -112,7 +133,30 @@ def _search_path(name: str, root: str) -> str | None:
     A PATH holding `.`, an empty entry or the workspace would let a model put its own `git`
     where the lookup finds it first; such entries are ignored, by the check and the run alike.
     """
-    for entry in _search_dirs(os.environ.get("PATH", os.defpath), root):
+    return _on_path(name, root).path
+
+
+def _on_path(name: str, root: str) -> Program:
+    path_env = os.environ.get("PATH", os.defpath)
+    found = _lookups.answer(
+        ("path", name, path_env, root),
+        lambda: _found(name, _search_now(name, path_env, root)),
+        # Every entry's own resolution (whether it is skipped) and the name in each.
+        lambda: [entry + "/" + name for entry in _entries(path_env)],
+    )
+    return cast("Program", found)
+
+
+def _found(name: str, found: str | None) -> Program:
+    if found is None:
+        return Program(name, None, None, False)
+    # Not followed through links: PATH directories are the host's, outside the workspace,
+    # and a realpath here doubled the cost of every EXEC check.
+    return Program(name, found, found, True)
+
+
+def _search_now(name: str, path_env: str, root: str) -> str | None:
+    for entry in _search_dirs(path_env, root):
         candidate = entry + "/" + name
         # access() answers a miss without raising: a raised OSError per PATH entry was most of
         # the cost of an EXEC check.
@@ -125,21 +169,21 @@ def _search_path(name: str, root: str) -> str | None:
     return None
 
 
+def _real(path: str) -> str:
+    return _lookups.real_path(path, os.path.realpath)
+
+
 def resolve_program(program: str, root: str) -> Program:
     """Resolve argv[0] the way the exec tool will run it, for the policy to decide on.
 
     A name without `/` is looked up on PATH (see `_search_path`); a path is taken against
-    the workspace root (the program's working directory) and normalised.
+    the workspace root (the program's working directory) and normalised. Lookups are kept
+    while nothing they read on disk changed (`handrail.tools.WatchedAnswers`).
     """
     if "/" not in program:
-        found = _search_path(program, root)
-        if found is None:
-            return Program(program, None, None, False)
-        # Not followed through links: PATH directories are the host's, outside the workspace,
-        # and a realpath here doubled the cost of every EXEC check.
-        return Program(program, found, found, True)
+        return _on_path(program, root)
     path = _lexical(program if os.path.isabs(program) else os.path.join(root, program))
-    return Program(program, path, os.path.realpath(path), False)
+    return Program(program, path, _real(path), False)
 
 
 def canonical_exec(
@@ -158,12 +202,23 @@ def canonical_exec(
     Raises:
         UncanonicalTarget: the argv is empty or holds an unusable string.
     """
+    memo_key = (argv, root)
+    known = _exec_memo.get(memo_key)
+    if known is not None:
+        # The argv was checked and its spellings built: only where its program leads can
+        # have changed since (the lookup is kept while nothing it read changed, and then it
+        # is the very same Program).
+        program_then, canonical = known
+        resolved = resolve_program(argv[0], root)
+        if resolved is program_then or resolved == program_then:
+            return canonical
     if not argv:
         raise UncanonicalTarget("the argv is empty")
     size = sum(len(word) + 1 for word in argv) - 1
     if size > EXEC_MAX:
-        raise UncanonicalTarget(f"the argv is {size} characters long; at most {EXEC_MAX} "
-                                "are accepted")
+        raise UncanonicalTarget(
+            f"the argv is {size} characters long; at most {EXEC_MAX} are accepted"
+        )
     for word in argv[1:]:
         if "\x00" in word:
             raise UncanonicalTarget("an argv word contains a NUL byte")
@@ -173,8 +228,13 @@ def canonical_exec(
             raise UncanonicalTarget("an argv word is not valid UTF-8 (lone surrogate)") from None
     program = argv[0]
     _check(program, "program name", EXEC_MAX)
-    candidates = _memoised_candidates if size <= _MEMO_ARGV else exec_candidates
-    return candidates(argv, resolve_program(program, root), root)
+    resolved = resolve_program(program, root)
+    canonical = exec_candidates(argv, resolved, root)
+    if size <= _MEMO_ARGV:
+        if len(_exec_memo) >= _MEMO_SIZE:
+            _exec_memo.clear()  # one call: safe when threads check at the same time
+        _exec_memo[memo_key] = (resolved, canonical)
+    return canonical
 
 
 def exec_candidates(
@@ -184,7 +244,7 @@ def exec_candidates(
 
     The policy what-if (`handrail.policy.what_if`) replays a recorded EXEC with the program
     as it was resolved when the call was decided, never as today's PATH and disk would.
-    `canonical_exec` memoises it for short argvs (`_memoised_candidates`).
+    `canonical_exec` memoises it for short argvs (`_exec_memo`).
     """
     program = argv[0]
     rest = argv[1:]
@@ -201,7 +261,7 @@ def exec_candidates(
             allow.update(dict.fromkeys(with_program(path)))
             if not resolved.on_path and is_inside(path, root) and path != root:
                 # './x' always; 'sub/x' only with a '/': a bare 'x' would be a PATH name.
-                rel = path[len(root.rstrip(os.sep)) + 1:]
+                rel = path[len(root.rstrip(os.sep)) + 1 :]
                 spellings = ("./" + rel, rel) if "/" in rel else ("./" + rel,)
                 for spelling in spellings:
                     allow.update(dict.fromkeys(with_program(spelling)))
@@ -217,11 +277,17 @@ def exec_candidates(
 
 
 _MEMO_ARGV = 4096
-"""Argvs up to this many characters have their spellings memoised: the same command is checked
-again and again, and building them was a third of an EXEC check. A model chooses the argv, so
-a long one is not kept (1,024 of them at `EXEC_MAX`, several spellings each, would pin ~1 GB)."""
-_memoised_candidates = functools.lru_cache(maxsize=1024)(exec_candidates)
-"""`exec_candidates`, memoised: a pure function of immutable arguments, so it cannot go stale."""
+"""Argvs up to this many characters are memoised (`_exec_memo`): the same command is checked
+again and again, and checking its words and building its spellings was most of an EXEC check.
+A model chooses the argv, so a long one is not kept (1,024 of them at `EXEC_MAX`, several
+spellings each, would pin ~1 GB)."""
+_MEMO_SIZE = 1024
+_exec_memo: dict[
+    tuple[tuple[str, ...], str], tuple[Program, tuple[str, tuple[str, ...], tuple[str, ...]]]
+] = {}
+"""(argv, root) -> (the program it was resolved to, `exec_candidates` of it). Candidates are
+a pure function of the argv, the program and the root, so an entry stands while the program
+resolves the same."""
 
 
 def _canonical_host(host: str) -> tuple[str, bool]:
@@ -319,8 +385,9 @@ def canonical_net(target: str) -> tuple[str, ...]:
         host = target
     canonical, v6 = _canonical_host(host)
     if canonical in NET_CLASSES:
-        raise UncanonicalTarget(f"{canonical!r} is a policy keyword, not a host name; name the "
-                                "host fully")
+        raise UncanonicalTarget(
+            f"{canonical!r} is a policy keyword, not a host name; name the host fully"
+        )
     if port is not None and (not port.isascii() or not port.isdigit() or int(port) > 65535):
         raise UncanonicalTarget(f"the port {port!r} is not a number from 0 to 65535")
     hosts = [canonical]
@@ -354,8 +421,14 @@ def net_addresses(candidates: tuple[str, ...]) -> tuple[IpAddress, ...]:
     A host name has none: names are not resolved by the policy (the fetch tool resolves them
     and checks the address it will connect to).
     """
-    host = candidates[1] if len(candidates) > 1 and ":" in candidates[0] and \
-        not candidates[0].endswith("]") and candidates[1] not in NET_CLASSES else candidates[0]
+    host = (
+        candidates[1]
+        if len(candidates) > 1
+        and ":" in candidates[0]
+        and not candidates[0].endswith("]")
+        and candidates[1] not in NET_CLASSES
+        else candidates[0]
+    )
     ip = _parse_ip(host)
     if "loopback" in candidates:
         return (ip, *_LOOPBACKS) if ip is not None else _LOOPBACKS

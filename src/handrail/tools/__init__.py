@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     )
     from handrail.tools._tool import FunctionTool, Tool
     from handrail.tools._toolbox import SchemaTool, Toolbox, Toolset, as_impl
+    from handrail.tools._watched import WatchedAnswers
     from handrail.tools._workspace import (
         PATH_MAX,
         OutsideWorkspace,
@@ -137,6 +138,7 @@ _LAZY: dict[str, str] = {
     "UncanonicalPath": "handrail.tools._workspace",
     "UncanonicalTarget": "handrail.tools._workspace",
     "UnguardedArgumentWarning": "handrail.tools._paths",
+    "WatchedAnswers": "handrail.tools._watched",
     "Url": "handrail.tools._paths",
     "WritePath": "handrail.tools._paths",
     "as_impl": "handrail.tools._toolbox",
@@ -211,6 +213,7 @@ __all__ = [
     "UncanonicalTarget",
     "UnguardedArgumentWarning",
     "Url",
+    "WatchedAnswers",
     "WritePath",
     "address_pointers",
     "as_impl",

@@ -16,7 +16,9 @@ to open such a path anyway), and the result is still held to the workspace.
 path four deep. On Linux an existing path is resolved by the kernel instead (`real_path`: an
 `O_PATH` open, which reads nothing and has no side effect, and its name in `/proc/self/fd`),
 three system calls whatever the depth; anything else (a missing file, a dangling link, a
-loop, no `/proc`) goes to `os.path.realpath`, so the answer is the same either way.
+loop, no `/proc`) goes to `os.path.realpath`, so the answer is the same either way. A path
+checked again is not resolved again while no directory entry its resolution read has changed
+(`kept_real_path`, watched with inotify: `handrail.tools._watched`).
 
 What canonicalisation cannot see: a hard link (two names, one file) and a symlink created
 between the check and the use. Neither can be made without a WRITE or an EXEC, which the policy
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from handrail.tools._watched import WatchedAnswers
 
 __all__ = [
     "PATH_MAX",
@@ -74,15 +78,19 @@ def _check_text(target: object) -> str:
     if "\x00" in target:
         raise UncanonicalPath("the path contains a NUL byte")
     if len(target) > PATH_MAX:
-        raise UncanonicalPath(f"the path is {len(target)} characters long; at most {PATH_MAX} "
-                              "bytes (the OS's PATH_MAX) can name a file")
+        raise UncanonicalPath(
+            f"the path is {len(target)} characters long; at most {PATH_MAX} "
+            "bytes (the OS's PATH_MAX) can name a file"
+        )
     try:
         size = len(target.encode("utf-8"))
     except UnicodeEncodeError:
         raise UncanonicalPath("the path is not valid UTF-8 (lone surrogate)") from None
     if size > PATH_MAX:
-        raise UncanonicalPath(f"the path is {size} bytes long in UTF-8; at most {PATH_MAX} "
-                              "bytes (the OS's PATH_MAX) can name a file")
+        raise UncanonicalPath(
+            f"the path is {size} bytes long in UTF-8; at most {PATH_MAX} "
+            "bytes (the OS's PATH_MAX) can name a file"
+        )
     return target
 
 
@@ -130,16 +138,33 @@ def real_path(path: str) -> str:
     return os.path.realpath(path)
 
 
+_kept = WatchedAnswers[str, str](attributes=False)
+"""Resolutions kept while no directory entry they read has changed (`WatchedAnswers`): the
+same path is checked again and again (by the policy, then at the moment of use), and its
+three to five system calls were most of a repeated READ check."""
+
+
+def kept_real_path(path: str) -> str:
+    """`real_path(path)`, kept while nothing the resolution reads on disk has changed."""
+    return _kept.real_path(path, real_path)
+
+
 def _resolve(target: str, root: str) -> str:
-    joined = target if os.path.isabs(target) else os.path.join(root, target)
+    # `os.path.join`, spelt out: a third of a repeated check was its generality.
+    if target.startswith("/"):
+        joined = target
+    else:
+        joined = root + target if root.endswith("/") else root + "/" + target
     try:
-        resolved = real_path(joined)
+        resolved = kept_real_path(joined)
     except (OSError, ValueError) as exc:
         raise UncanonicalPath(f"the path cannot be resolved: {exc}") from None
     if len(resolved) > PATH_MAX:
         # A short target can grow through symlinks; the cap holds for what is matched.
-        raise UncanonicalPath(f"the path resolves to {len(resolved)} characters; at most "
-                              f"{PATH_MAX} (the OS's PATH_MAX) can name a file")
+        raise UncanonicalPath(
+            f"the path resolves to {len(resolved)} characters; at most "
+            f"{PATH_MAX} (the OS's PATH_MAX) can name a file"
+        )
     if resolved != root and not resolved.startswith(root.rstrip(os.sep) + os.sep):
         raise OutsideWorkspace(f"{target!r} resolves outside the workspace")
     return resolved
