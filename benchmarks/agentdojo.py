@@ -112,7 +112,7 @@ MARK = "<INFORMATION>"
 """How the obedient model recognises the injection in a tool result."""
 
 CONFIGS = ("ungoverned", "default", "taint", "taint+intent", "taint+intent, deny",
-           "taint(all)+intent", "taint+plan", "taint+plan, quotes cut")
+           "taint(all)+intent", "taint+plan", "taint+plan, quotes cut", "taint+plan, text held")
 
 
 def mutates(name: str) -> bool:
@@ -252,6 +252,8 @@ class Through(BasePipelineElement):
         if self.config.endswith("quotes cut"):
             for quote in reversed(result.quoted):
                 output = output[:quote.start] + "[...]" + output[quote.end:]
+        if self.config.endswith("text held"):
+            output = result.shown("[...]")
         return output
 
     def _tool(self, function: Any, runtime: FunctionsRuntime, env: Any,

@@ -110,6 +110,7 @@ from handrail.tools import (
     address_pointers,
     check_argument_payload,
     decided_paths,
+    link_pointers,
     local_validator,
     pointer_values,
     raise_body_error,
@@ -1096,11 +1097,14 @@ class Gate:
         # the tool's declared arguments and, for every tool, any argument that is an
         # address: a URL or host (reaching one is how a read exfiltrates), and for a
         # mutating tool an email address too (where it sends).
+        # A link in a mutating call's free text (a body, a post) sends its reader somewhere:
+        # its links are looked up, not the text around them.
         addresses = address_pointers(dumped, mutates=plan.spec.mutates)
         protected = (*plan.spec.protected, *addresses) if addresses else plan.spec.protected
-        if protected:
+        links = link_pointers(dumped) if plan.spec.mutates else ()
+        if protected or links:
             await self._catch_up_index()
-            state.taint = scope.provenance.taint(dumped, protected)
+            state.taint = scope.provenance.taint(dumped, protected, links)
         else:
             state.taint = ()
         # 5. policy

@@ -901,10 +901,11 @@ class _Runner:
             if out is not None:
                 await out
 
-    def _result(self, outcome: RunOutcome, quoted: Sequence[Quote] = ()) -> RunResult:
+    def _result(self, outcome: RunOutcome, quoted: Sequence[Quote] | None = None) -> RunResult:
         usage = Usage(self.run.input_tokens, self.run.output_tokens, self.run.model_requests)
         return RunResult(self.run.id, outcome, usage, list(self.scope.remembered),
-                         in_memory=not self.store.durable, quoted=tuple(quoted))
+                         in_memory=not self.store.durable, quoted=tuple(quoted or ()),
+                         searched=quoted is not None)
 
     async def _end(self, outcome: RunOutcome, status: RunStatus, batch: Batch | None = None
                    ) -> RunResult:
@@ -918,7 +919,7 @@ class _Runner:
             log.log_memory_pause(self.run.id, status.value, next_step(outcome, self.run.id))
         await self._emit("paused" if status.value.startswith("awaiting") else "finished",
                          outcome=outcome_to_dict(outcome))
-        quoted: Sequence[Quote] = ()
+        quoted: Sequence[Quote] | None = None
         if self.agent.quotes and isinstance(outcome, Completed) and \
                 isinstance(outcome.output, str):
             quoted = await self.gate.quotes(outcome.output)
