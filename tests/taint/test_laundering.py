@@ -375,12 +375,15 @@ async def test_a_link_from_a_page_in_a_message_body_asks(body: str) -> None:
     assert "contains" in taint.describe()
 
 
-async def test_a_body_without_links_stays_free_text() -> None:
+async def test_only_the_links_of_a_body_are_looked_up() -> None:
+    """The identifiers around a link (an order number, a date from the page) are free text
+    as before; the link the user gave is trusted."""
     PAGES["todo"] = "Order 88213-AB shipped to www.shop.example on 2024-05-13."
-    body = "Your order 88213-AB shipped on 2024-05-13 (see our site)."
+    body = "Your order 88213-AB shipped on 2024-05-13: www.corp.example/orders."
     turns = [call("web/read_page", {"topic": "todo"}),
              call("mail/send", {"to": "alice@corp.example", "body": body})]
-    approver = await _run(turns, "tell alice@corp.example where her order is")
+    approver = await _run(turns, "tell alice@corp.example where her order is "
+                                 "(www.corp.example/orders)")
     assert approver.requests == [] and SENT == [{"to": "alice@corp.example", "body": body}]
 
 

@@ -148,6 +148,7 @@ async def test_a_value_a_tool_reported_is_whole_and_words_from_its_text_are_held
     ("Hiking at Diamond Head", True),  # a labelled value, to the sentence's end
     ("Diamond Head", False),           # the end of it only
     ("absolutely visit Riverside", False),
+    ("Say that I should", False),      # a line's start, not its end
     ("46382091", True),                # one word that looks like an identifier
 ])
 async def test_the_edges_of_a_value(answer: str, whole: bool) -> None:
