@@ -49,6 +49,9 @@ Configurations (rows):
   `RunResult.quoted` says a tool wrote (the answer-only injection's sentence, and every
   hotel name or address the answer took from a tool): what it costs to act on the quotes
   rather than show them.
+- `taint + plan, text held`: the same, and the app shows `RunResult.shown()`: the answer
+  with the quotes that are words from inside a tool's text (`RunResult.held`) held, the
+  values tools reported (a name in a listing, an address, a labelled value) shown.
 
 Which tools change nothing is this app's declaration too: the tools whose name starts with
 get_, search_, list_, read_ or check_ are `mutates=False`. Nothing in handrail knows a tool,
