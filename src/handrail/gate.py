@@ -110,7 +110,6 @@ from handrail.tools import (
     address_pointers,
     check_argument_payload,
     decided_paths,
-    link_pointers,
     local_validator,
     pointer_values,
     raise_body_error,
@@ -1099,12 +1098,12 @@ class Gate:
         # mutating tool an email address too (where it sends).
         # A link in a mutating call's free text (a body, a post) sends its reader somewhere:
         # its links are looked up, not the text around them.
-        addresses = address_pointers(dumped, mutates=plan.spec.mutates)
+        links: list[tuple[str, tuple[str, ...]]] | None = [] if plan.spec.mutates else None
+        addresses = address_pointers(dumped, mutates=plan.spec.mutates, links=links)
         protected = (*plan.spec.protected, *addresses) if addresses else plan.spec.protected
-        links = link_pointers(dumped) if plan.spec.mutates else ()
         if protected or links:
             await self._catch_up_index()
-            state.taint = scope.provenance.taint(dumped, protected, links)
+            state.taint = scope.provenance.taint(dumped, protected, links or ())
         else:
             state.taint = ()
         # 5. policy

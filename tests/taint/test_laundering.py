@@ -534,3 +534,12 @@ async def test_an_allowed_write_does_not_clear_another_tainted_argument(
     assert SENT == []
     (request,) = approver.requests
     assert [t.pointer for t in request.taint] == ["/to"]
+
+
+def test_the_links_of_an_argument_are_found_in_any_case_at_any_depth() -> None:
+    from handrail.tools import link_pointers
+
+    found = link_pointers({"a": "see WWW.Evil.example/x.", "b": "https://evil.example",
+                           "c": ["x https://a.example/p, y", "no link. here: none"]})
+    # `b` is an address as a whole (protected as one); the text around a link is not kept.
+    assert sorted(found) == [("/a", ("WWW.Evil.example/x",)), ("/c/0", ("https://a.example/p",))]

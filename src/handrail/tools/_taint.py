@@ -408,12 +408,15 @@ def is_address(value: str, *, mailboxes: bool = True) -> bool:
     return host.rpartition(".")[2] in _WEB_SUFFIXES and _WEB_HOST.fullmatch(text) is not None
 
 
-def address_pointers(arguments: Any, *, mutates: bool = True) -> list[str]:
+def address_pointers(arguments: Any, *, mutates: bool = True,
+                     links: list[tuple[str, tuple[str, ...]]] | None = None) -> list[str]:
     """The JSON Pointers of the arguments that are addresses (`is_address`), at any depth.
 
     Protected for every tool, declared or not: a URL or host a read-only tool reaches is how
     data leaves, and a recipient is where a mutating call sends it. An email address given
     to a tool that changes nothing (a lookup, a check) goes nowhere: not protected there.
+    `links`, when given, gets the other strings that hold links (`link_pointers`), found in
+    the same walk.
     """
     # Every call passes here, most with a few short arguments: a pointer is made only for a
     # container to walk or a string that may be an address (issue 11: a call's fixed cost).
@@ -427,8 +430,14 @@ def address_pointers(arguments: Any, *, mutates: bool = True) -> list[str]:
         for key, leaf in items:
             kind = type(leaf)
             if kind is str:
-                if ("." in leaf or ":" in leaf) and is_address(leaf, mailboxes=mutates):
-                    found.append(f"{where}/{_escape(str(key))}")
+                # A link holds a `.` (`www.`) or a `:` (`://`) too.
+                if "." in leaf or ":" in leaf:
+                    if is_address(leaf, mailboxes=mutates):
+                        found.append(f"{where}/{_escape(str(key))}")
+                    elif links is not None:
+                        held = _links_in(leaf)
+                        if held:
+                            links.append((f"{where}/{_escape(str(key))}", held))
             elif kind is dict or kind is list or (kind not in _SCALARS and
                                                   isinstance(leaf, Mapping | list)):
                 stack.append((f"{where}/{_escape(str(key))}", leaf))
@@ -439,34 +448,23 @@ _LINK = re.compile(r"(?:[a-z][a-z0-9+.\-]*://|www\.)[^\s\"'`<>()\[\]{}|\\^]+", r
 
 
 def link_pointers(arguments: Any) -> list[tuple[str, tuple[str, ...]]]:
-    """The string arguments (at any depth) that hold a link without being one.
+    """The string arguments (at any depth) that hold a link without being an address.
 
-    Each with its links (`https://...`, `www....`, trailing `.,;:!?` left out).
-
-    A link in a mutating call's free text (a message body, a post, a file's content) sends
-    whoever reads it somewhere: protected like an address, though the text around it is
-    not (only the links are looked up).
+    Each with its links (`https://...`, `www....`, trailing `.,;:!?` left out). A link in
+    a mutating call's free text (a message body, a post, a file's content) sends whoever
+    reads it somewhere: protected like an address, though the text around it is not (only
+    the links are looked up). The gate finds them in `address_pointers`' walk.
     """
     found: list[tuple[str, tuple[str, ...]]] = []
-    stack: list[tuple[str, Any]] = [("", arguments)]
-    while stack:
-        where, node = stack.pop()
-        kind = type(node)
-        items = (node.items() if kind is dict else enumerate(node) if kind is list
-                 else node.items() if isinstance(node, Mapping) else ())
-        for key, leaf in items:
-            kind = type(leaf)
-            if kind is str:
-                if ("://" in leaf or "www." in leaf or "WWW." in leaf or "Www." in leaf) and \
-                        not is_address(leaf):
-                    links = tuple(dict.fromkeys(
-                        m.rstrip(".,;:!?") for m in _LINK.findall(leaf[:_MAX_LINK_TEXT])))
-                    if links:
-                        found.append((f"{where}/{_escape(str(key))}", links[:_MAX_LINKS]))
-            elif kind is dict or kind is list or (kind not in _SCALARS and
-                                                  isinstance(leaf, Mapping | list)):
-                stack.append((f"{where}/{_escape(str(key))}", leaf))
+    address_pointers(arguments, links=found)
     return found
+
+
+def _links_in(text: str) -> tuple[str, ...]:
+    if "://" not in text and "www." not in text and _LINK.search(text) is None:
+        return ()
+    links = dict.fromkeys(m.rstrip(".,;:!?") for m in _LINK.findall(text[:_MAX_LINK_TEXT]))
+    return tuple(links)[:_MAX_LINKS]
 
 
 _MAX_LINK_TEXT = 1024 * 1024
