@@ -861,8 +861,9 @@ class Provenance:
         the punctuation at their edges left out of the span; a span of one word counts only
         when it looks like an identifier (a digit, or one of `@.:/_-`). Greedy, left to
         right: at most two lookups per word, over the first `MAX_QUOTED_CHARS` of the answer.
-        Each says whether it is `whole`: one word, or a span that stands between a value's
-        edges in some output (`_is_value`); else it is words from inside a tool's text.
+        Each says whether it is `whole`: one word, words that all look like identifiers (a
+        date and a time), or a span that stands between a value's edges in some output
+        (`_is_value`); else it is words from inside a tool's text.
         """
         chain = (*self.parents, self)
         if not any(level.untrusted.chars for level in chain):
@@ -901,7 +902,8 @@ class Provenance:
                 (call, tool), _, _ = hit[1]
                 found.append(Quote(start=start, end=end, text=text, source_call=call,
                                    source_tool=tool,
-                                   whole=j == i or _is_value(chain, normalise(text), budget)))
+                                   whole=j == i or _identifiers(text) or
+                                   _is_value(chain, normalise(text), budget)))
             i = j + 1
         return found
 
@@ -943,6 +945,14 @@ _CELL_WINDOW = 64
 _MAX_OCCURRENCES = 64
 _VALUE_SCAN_CHARS = 64 * 1024 * 1024
 """Characters of untrusted output an answer's quotes are searched in for a whole value."""
+
+
+def _identifiers(text: str) -> bool:
+    """Whether every word of `text` looks like an identifier (`2024-05-21 18:00`).
+
+    Data wherever it stands, as one such word is.
+    """
+    return not any(_PLAIN_WORD.fullmatch(word.strip(_WORD_EDGE)) for word in text.split())
 
 
 def _is_value(chain: tuple[Provenance, ...], text: str, budget: list[int]) -> bool:
