@@ -595,8 +595,7 @@ class Corpus:
         # Each token as written and without its edge punctuation (`rm!` and `rm`): a value
         # copied with the punctuation is found as it was copied.
         raw = set(text.translate(_SEPARATORS).split())
-        tokens = set(map(str.strip, raw, repeat(_EDGE)))
-        tokens.update(raw)
+        tokens = raw.union(map(str.strip, raw, repeat(_EDGE)))
         tokens.discard("")
         deque(map(exact.setdefault, tokens, repeat(seg)), 0)
         # Runs of the characters a number can hold: plain ASCII digits are canonical
