@@ -248,7 +248,7 @@ def test_the_numbers_of_a_text_are_those_one_regex_pass_finds(text: str) -> None
 
 def test_leading_zeros_and_a_run_of_zeros_are_plain_numbers() -> None:
     corpus = Corpus()
-    corpus.add(("c", "t"), ["id 007 and 000, total 5,000.50 or 0.5"])
+    corpus.add(("c", "t"), ["id 007 and 000 in total 5,000.50 or 0.5"])
     assert {"7", "0", "5000.5", "0.5"} <= set(corpus._numbers)
     assert corpus.find(7) is not None and corpus.find(0) is not None
 
