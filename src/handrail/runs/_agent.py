@@ -266,7 +266,7 @@ class Agent:
             are captured; False never reports.
         quotes: Find, in a completed text answer, the spans copied from untrusted tool
             output (`RunResult.quoted`, docs/taint.md). Off by default: the search indexes
-            every output the run read that no check had indexed yet (~0.1-0.2 µs a byte),
+            every output the run read that no check had indexed yet (~0.05 µs a byte),
             a cost paid at the end of every run whether or not anyone reads the quotes.
     """
 

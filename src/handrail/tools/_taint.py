@@ -24,8 +24,8 @@ How a value is looked for (every corpus alike):
   in an index of 5-character grams taken every 4 characters (any occurrence of 8
   characters or more covers one such gram whole), so a lookup costs the few candidates of
   its rarest gram, never a scan of the whole history. The index is built by the lookup
-  that finds more than 64 KB not yet indexed: an output costs ~0.1 µs a character when it
-  is added, and its grams (~0.3 µs a character) are paid only by a run that looks a value
+  that finds more than 64 KB not yet indexed: an output costs ~0.05 µs a character when it
+  is added, and its grams (~0.1 µs a character) are paid only by a run that looks a value
   up past that point. Text the grams cannot narrow down (a few grams repeated: `aaaa...`)
   is scanned in C instead, linear in the text and bounded by the limit below;
 - *contains*: a protected string that is not found whole is cut into its parts (tokens,
