@@ -49,6 +49,9 @@ Configurations (rows):
   `RunResult.quoted` says a tool wrote (the answer-only injection's sentence, and every
   hotel name or address the answer took from a tool): what it costs to act on the quotes
   rather than show them.
+- `taint + plan, text held`: the same, and the app shows `RunResult.shown()`: the answer
+  with the quotes that are words from inside a tool's text (`RunResult.held`) held, the
+  values tools reported (a name in a listing, an address, a labelled value) shown.
 
 Which tools change nothing is this app's declaration too: the tools whose name starts with
 get_, search_, list_, read_ or check_ are `mutates=False`. Nothing in handrail knows a tool,
@@ -112,7 +115,7 @@ MARK = "<INFORMATION>"
 """How the obedient model recognises the injection in a tool result."""
 
 CONFIGS = ("ungoverned", "default", "taint", "taint+intent", "taint+intent, deny",
-           "taint(all)+intent", "taint+plan", "taint+plan, quotes cut")
+           "taint(all)+intent", "taint+plan", "taint+plan, quotes cut", "taint+plan, text held")
 
 
 def mutates(name: str) -> bool:
@@ -252,6 +255,8 @@ class Through(BasePipelineElement):
         if self.config.endswith("quotes cut"):
             for quote in reversed(result.quoted):
                 output = output[:quote.start] + "[...]" + output[quote.end:]
+        if self.config.endswith("text held"):
+            output = result.shown("[...]")
         return output
 
     def _tool(self, function: Any, runtime: FunctionsRuntime, env: Any,

@@ -1096,11 +1096,14 @@ class Gate:
         # the tool's declared arguments and, for every tool, any argument that is an
         # address: a URL or host (reaching one is how a read exfiltrates), and for a
         # mutating tool an email address too (where it sends).
-        addresses = address_pointers(dumped, mutates=plan.spec.mutates)
+        # A link in a mutating call's free text (a body, a post) sends its reader somewhere:
+        # its links are looked up, not the text around them.
+        links: list[tuple[str, tuple[str, ...]]] | None = [] if plan.spec.mutates else None
+        addresses = address_pointers(dumped, mutates=plan.spec.mutates, links=links)
         protected = (*plan.spec.protected, *addresses) if addresses else plan.spec.protected
-        if protected:
+        if protected or links:
             await self._catch_up_index()
-            state.taint = scope.provenance.taint(dumped, protected)
+            state.taint = scope.provenance.taint(dumped, protected, links or ())
         else:
             state.taint = ()
         # 5. policy

@@ -472,9 +472,10 @@ async def test_a_check_waits_while_queued_outputs_are_indexed_in_a_thread(
     looked_up_after_indexing: list[bool] = []
     taint = Provenance.taint
 
-    def recording_taint(self: Provenance, arguments: Any, protected: Any) -> Any:
+    def recording_taint(self: Provenance, arguments: Any, protected: Any,
+                        links: Any = ()) -> Any:
         looked_up_after_indexing.append(indexed.is_set())
-        return taint(self, arguments, protected)
+        return taint(self, arguments, protected, links)
 
     monkeypatch.setattr(Gate, "_catch_up_index", counting_catch_up)
     monkeypatch.setattr(Provenance, "add_output", slow_add_output)

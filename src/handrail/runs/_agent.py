@@ -266,7 +266,7 @@ class Agent:
             are captured; False never reports.
         quotes: Find, in a completed text answer, the spans copied from untrusted tool
             output (`RunResult.quoted`, docs/taint.md). Off by default: the search indexes
-            every output the run read that no check had indexed yet (~0.1-0.2 µs a byte),
+            every output the run read that no check had indexed yet (~0.05 µs a byte),
             a cost paid at the end of every run whether or not anyone reads the quotes.
     """
 
@@ -901,10 +901,11 @@ class _Runner:
             if out is not None:
                 await out
 
-    def _result(self, outcome: RunOutcome, quoted: Sequence[Quote] = ()) -> RunResult:
+    def _result(self, outcome: RunOutcome, quoted: Sequence[Quote] | None = None) -> RunResult:
         usage = Usage(self.run.input_tokens, self.run.output_tokens, self.run.model_requests)
         return RunResult(self.run.id, outcome, usage, list(self.scope.remembered),
-                         in_memory=not self.store.durable, quoted=tuple(quoted))
+                         in_memory=not self.store.durable, quoted=tuple(quoted or ()),
+                         searched=quoted is not None)
 
     async def _end(self, outcome: RunOutcome, status: RunStatus, batch: Batch | None = None
                    ) -> RunResult:
@@ -918,7 +919,7 @@ class _Runner:
             log.log_memory_pause(self.run.id, status.value, next_step(outcome, self.run.id))
         await self._emit("paused" if status.value.startswith("awaiting") else "finished",
                          outcome=outcome_to_dict(outcome))
-        quoted: Sequence[Quote] = ()
+        quoted: Sequence[Quote] | None = None
         if self.agent.quotes and isinstance(outcome, Completed) and \
                 isinstance(outcome.output, str):
             quoted = await self.gate.quotes(outcome.output)

@@ -155,6 +155,37 @@ class RunResult:
     from untrusted tool output (a page, an email, an MCP server's answer), each with the call
     it came from, so the app can show them as quotes or hold them back (docs/taint.md).
     Empty otherwise."""
+    searched: bool = False
+    """Whether the answer was searched for quotes (a completed text answer, `quotes=True`)."""
+
+    @property
+    def held(self) -> tuple[Quote, ...]:
+        """The quotes that are words from inside a tool's text (`Quote.whole` is False).
+
+        A sentence of a page, a review, an email, rather than a value a tool reported.
+        """
+        return tuple(q for q in self.quoted if not q.whole)
+
+    def shown(self, marker: str = "[words of {tool}, held]") -> str:
+        """The final text answer with each `held` quote replaced by `marker`.
+
+        `{tool}` and `{call}` in `marker` name the quote's source. What an app shows a
+        person: the held words one click away (`held`), with where they came from.
+
+        Raises:
+            UserError: the answer was not searched (an agent made without `quotes=True`, or
+                an answer that is not text).
+            RunNotCompleted: the run has not completed (as `output`).
+        """
+        output = self.output
+        if not self.searched or not isinstance(output, str):
+            raise UserError("this answer was not searched for quotes: make the agent with "
+                            "hr.Agent(..., quotes=True) (a text answer)")
+        for quote in reversed(self.held):
+            output = (output[:quote.start] +
+                      marker.format(tool=quote.source_tool, call=quote.source_call) +
+                      output[quote.end:])
+        return output
 
     @property
     def output(self) -> Any:

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         Quote,
         Taint,
         address_pointers,
+        link_pointers,
         pointer_values,
     )
     from handrail.tools._tool import FunctionTool, Tool
@@ -150,6 +151,7 @@ _LAZY: dict[str, str] = {
     "issues_from_validation_error": "handrail.tools._handler",
     "pointer_values": "handrail.tools._taint",
     "address_pointers": "handrail.tools._taint",
+    "link_pointers": "handrail.tools._taint",
     "raise_body_error": "handrail.tools._handler",
     "resolve_in_workspace": "handrail.tools._workspace",
     "scrub_host_paths": "handrail.tools._paths",
@@ -223,6 +225,7 @@ __all__ = [
     "check_argument_payload",
     "decided_paths",
     "issues_from_validation_error",
+    "link_pointers",
     "local_validator",
     "pointer_values",
     "raise_body_error",

@@ -24,8 +24,8 @@ How a value is looked for (every corpus alike):
   in an index of 5-character grams taken every 4 characters (any occurrence of 8
   characters or more covers one such gram whole), so a lookup costs the few candidates of
   its rarest gram, never a scan of the whole history. The index is built by the lookup
-  that finds more than 64 KB not yet indexed: an output costs ~0.1 µs a character when it
-  is added, and its grams (~0.3 µs a character) are paid only by a run that looks a value
+  that finds more than 64 KB not yet indexed: an output costs ~0.05 µs a character when it
+  is added, and its grams (~0.1 µs a character) are paid only by a run that looks a value
   up past that point. Text the grams cannot narrow down (a few grams repeated: `aaaa...`)
   is scanned in C instead, linear in the text and bounded by the limit below;
 - *contains*: a protected string that is not found whole is cut into its parts (tokens,
@@ -60,7 +60,6 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import repeat
-from operator import methodcaller
 from typing import Any, Literal, NamedTuple
 from urllib.parse import unquote
 
@@ -77,6 +76,7 @@ __all__ = [
     "address_pointers",
     "check_pointers",
     "is_address",
+    "link_pointers",
     "pointer_problem",
     "pointer_values",
     "result_strings",
@@ -111,7 +111,6 @@ _FIND_LIMIT = 64 * 1024
 # brackets, `,;|`. The separators other than white space become spaces, and `str.split`
 # cuts at white space: both in C, ~4x faster than `re.findall` over the same text.
 _SEPARATORS = str.maketrans(dict.fromkeys("\x00\"'`()[]{}<>,;|", " "))
-_LEADING_ZERO = methodcaller("startswith", "0")
 # Every ASCII character a number cannot hold becomes a space (other scripts' digits and
 # letters are left as they are), so `_NUMBER` runs over the few runs left instead of trying
 # a match at every character (~10x faster on prose). The matches are the same: a space can
@@ -223,7 +222,7 @@ def _number_key(value: Any) -> str | None:
     else:
         return None
     sign = ""
-    if text[:1] in "+-":
+    if text[:1] in ("+", "-"):  # (`"" in "+-"` is true: a string of separators only)
         sign, text = ("-" if text[0] == "-" else ""), text[1:]
     whole, _, fraction = text.partition(".")
     if not whole.isdigit() or (fraction and not fraction.isdigit()):
@@ -308,12 +307,19 @@ class Quote:
     """The model's id of the earliest call whose output held it."""
     source_tool: str
     """That call's tool (`server/name`)."""
+    whole: bool = True
+    """The span is a value the tool reported: a whole string of its output, a whole line,
+    the value of a `label:` line, or one word that looks like an identifier (a number, an
+    address, a date). False: words from inside a longer text a tool returned (a sentence of
+    a review, an email, a page): someone else's words, which the app shows as a quote or
+    holds (`RunResult.held`)."""
     kind: Literal["quote"] = "quote"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible form."""
         return {"kind": "quote", "start": self.start, "end": self.end, "text": self.text,
-                "source_call": self.source_call, "source_tool": self.source_tool}
+                "source_call": self.source_call, "source_tool": self.source_tool,
+                "whole": self.whole}
 
 
 MAX_QUOTED_CHARS = 16 * 1024
@@ -402,12 +408,15 @@ def is_address(value: str, *, mailboxes: bool = True) -> bool:
     return host.rpartition(".")[2] in _WEB_SUFFIXES and _WEB_HOST.fullmatch(text) is not None
 
 
-def address_pointers(arguments: Any, *, mutates: bool = True) -> list[str]:
+def address_pointers(arguments: Any, *, mutates: bool = True,
+                     links: list[tuple[str, tuple[str, ...]]] | None = None) -> list[str]:
     """The JSON Pointers of the arguments that are addresses (`is_address`), at any depth.
 
     Protected for every tool, declared or not: a URL or host a read-only tool reaches is how
     data leaves, and a recipient is where a mutating call sends it. An email address given
     to a tool that changes nothing (a lookup, a check) goes nowhere: not protected there.
+    `links`, when given, gets the other strings that hold links (`link_pointers`), found in
+    the same walk.
     """
     # Every call passes here, most with a few short arguments: a pointer is made only for a
     # container to walk or a string that may be an address (issue 11: a call's fixed cost).
@@ -421,12 +430,45 @@ def address_pointers(arguments: Any, *, mutates: bool = True) -> list[str]:
         for key, leaf in items:
             kind = type(leaf)
             if kind is str:
-                if ("." in leaf or ":" in leaf) and is_address(leaf, mailboxes=mutates):
-                    found.append(f"{where}/{_escape(str(key))}")
+                # A link holds a `.` (`www.`) or a `:` (`://`) too.
+                if "." in leaf or ":" in leaf:
+                    if is_address(leaf, mailboxes=mutates):
+                        found.append(f"{where}/{_escape(str(key))}")
+                    elif links is not None:
+                        held = _links_in(leaf)
+                        if held:
+                            links.append((f"{where}/{_escape(str(key))}", held))
             elif kind is dict or kind is list or (kind not in _SCALARS and
                                                   isinstance(leaf, Mapping | list)):
                 stack.append((f"{where}/{_escape(str(key))}", leaf))
     return found
+
+
+_LINK = re.compile(r"(?:[a-z][a-z0-9+.\-]*://|www\.)[^\s\"'`<>()\[\]{}|\\^]+", re.I)
+
+
+def link_pointers(arguments: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """The string arguments (at any depth) that hold a link without being an address.
+
+    Each with its links (`https://...`, `www....`, trailing `.,;:!?` left out). A link in
+    a mutating call's free text (a message body, a post, a file's content) sends whoever
+    reads it somewhere: protected like an address, though the text around it is not (only
+    the links are looked up). The gate finds them in `address_pointers`' walk.
+    """
+    found: list[tuple[str, tuple[str, ...]]] = []
+    address_pointers(arguments, links=found)
+    return found
+
+
+def _links_in(text: str) -> tuple[str, ...]:
+    if "://" not in text and "www." not in text and _LINK.search(text) is None:
+        return ()
+    links = dict.fromkeys(m.rstrip(".,;:!?") for m in _LINK.findall(text[:_MAX_LINK_TEXT]))
+    return tuple(links)[:_MAX_LINKS]
+
+
+_MAX_LINK_TEXT = 1024 * 1024
+_MAX_LINKS = 256
 
 
 def _escape(token: str) -> str:
@@ -553,21 +595,28 @@ class Corpus:
         # Each token as written and without its edge punctuation (`rm!` and `rm`): a value
         # copied with the punctuation is found as it was copied.
         raw = set(text.translate(_SEPARATORS).split())
-        tokens = set(map(str.strip, raw, repeat(_EDGE)))
-        tokens.update(raw)
+        tokens = raw.union(map(str.strip, raw, repeat(_EDGE)))
         tokens.discard("")
         deque(map(exact.setdefault, tokens, repeat(seg)), 0)
-        found = set(_NUMBER.findall(" ".join(text.translate(_NOT_NUMERIC).split())))
-        # Plain ASCII digits without a leading zero are their own canonical form (most
-        # numbers in text); the rest (signs, separators, decimals, leading zeros, other
-        # scripts' digits) go through `_number_key`.
-        plain = set(filter(str.isdigit, filter(str.isascii, found)))
-        plain.difference_update(filter(_LEADING_ZERO, plain.copy()))
-        deque(map(nums.setdefault, plain, repeat(seg)), 0)
-        for other in found.difference(plain):
-            key = _number_key(other)
-            if key is not None:
-                nums.setdefault(key, seg)
+        # Runs of the characters a number can hold: plain ASCII digits are canonical
+        # without their leading zeros (most numbers in text) and skip the regex; it
+        # runs over the other runs only (signs, separators, decimals, leading zeros, other
+        # scripts' characters), whose matches go through `_number_key`. A match never
+        # spans two runs, so this finds what one pass over the whole text would.
+        runs = set(text.translate(_NOT_NUMERIC).split())
+        plain = set(filter(str.isdigit, filter(str.isascii, runs)))
+        runs.difference_update(plain)
+        # Plain digits' canonical form: without leading zeros (`007` is 7, `000` is 0).
+        keys = set(map(str.lstrip, plain, repeat("0")))
+        if "" in keys:
+            keys.discard("")
+            keys.add("0")
+        deque(map(nums.setdefault, keys, repeat(seg)), 0)
+        if runs:
+            for other in set(_NUMBER.findall(" ".join(runs))):
+                key = _number_key(other)
+                if key is not None:
+                    nums.setdefault(key, seg)
         for value in numbers:
             key = _number_key(value)
             if key is not None:
@@ -772,8 +821,12 @@ class Provenance:
         strings, numbers = result_strings(result)
         (self.echoed if trusted else self.untrusted).add(source, strings, numbers, turn=turn)
 
-    def taint(self, arguments: Mapping[str, Any], protected: Iterable[str]) -> list[Taint]:
-        """Each protected argument seen in untrusted output and nowhere trusted."""
+    def taint(self, arguments: Mapping[str, Any], protected: Iterable[str],
+              links: Iterable[tuple[str, tuple[str, ...]]] = ()) -> list[Taint]:
+        """Each protected argument seen in untrusted output and nowhere trusted.
+
+        And each argument of `links` (`link_pointers`) holding a link seen so.
+        """
         found: list[Taint] = []
         chain = (*self.parents, self)
         seen: set[str] = set()
@@ -785,6 +838,17 @@ class Provenance:
                 taint = self._taint_of(chain, where, value)
                 if taint is not None:
                     found.append(taint)
+        for where, urls in links:
+            if where in seen:
+                continue
+            for url in urls:
+                taint = self._taint_of(chain, where, url)
+                if taint is not None:
+                    (value,) = (v for _, v in pointer_values(arguments, where))
+                    found.append(Taint(pointer=where, value=value, source_call=taint.source_call,
+                                       source_tool=taint.source_tool, match="contains",
+                                       found=taint.found or normalise(url)))
+                    break
         return found
 
     def quotes(self, answer: str) -> list[Quote]:
@@ -796,6 +860,9 @@ class Provenance:
         the punctuation at their edges left out of the span; a span of one word counts only
         when it looks like an identifier (a digit, or one of `@.:/_-`). Greedy, left to
         right: at most two lookups per word, over the first `MAX_QUOTED_CHARS` of the answer.
+        Each says whether it is `whole`: one word, words that all look like identifiers (a
+        date and a time), or a span that stands between a value's edges in some output
+        (`_is_value`); else it is words from inside a tool's text.
         """
         chain = (*self.parents, self)
         if not any(level.untrusted.chars for level in chain):
@@ -808,6 +875,7 @@ class Provenance:
                 start = match.start() + word.index(core)
                 words.append((start, start + len(core)))
         found: list[Quote] = []
+        budget = [_VALUE_SCAN_CHARS]
         i = 0
         while i < len(words):
             best: tuple[int, tuple[int, Hit]] | None = None
@@ -832,7 +900,9 @@ class Provenance:
                     not _cleared(chain, text, normalise(text), None):
                 (call, tool), _, _ = hit[1]
                 found.append(Quote(start=start, end=end, text=text, source_call=call,
-                                   source_tool=tool))
+                                   source_tool=tool,
+                                   whole=j == i or _identifiers(text) or
+                                   _is_value(chain, normalise(text), budget)))
             i = j + 1
         return found
 
@@ -862,6 +932,52 @@ class Provenance:
                 return Taint(pointer=where, value=value, source_call=call, source_tool=tool,
                              match="contains", found=part)
         return None
+
+
+# A value's edges in printed output: the start or end of a string, a line break (or its
+# escape, `\n` inside a printed string), a quote mark, a bracket, a list separator, a tab;
+# on the left also a `label:` and a list marker; on the right a closing `.!?:`.
+_CELL_LEFT = re.compile(r"(?:[\n\x00'\"`(\[{,;|\t:]|\\[nrt])[ \t]*"
+                        r"(?:[-*+\u2022][ \t]+|\d{1,3}[.)][ \t]+)?\Z")
+_CELL_RIGHT = re.compile(r"[.!?:]*[ \t]*(?:\Z|[\n\x00'\"`)\]},;|\t]|\\[nrt])")
+_CELL_WINDOW = 64
+_MAX_OCCURRENCES = 64
+_VALUE_SCAN_CHARS = 64 * 1024 * 1024
+"""Characters of untrusted output an answer's quotes are searched in for a whole value."""
+
+
+def _identifiers(text: str) -> bool:
+    """Whether every word of `text` looks like an identifier (`2024-05-21 18:00`).
+
+    Data wherever it stands, as one such word is.
+    """
+    return not any(_PLAIN_WORD.fullmatch(word.strip(_WORD_EDGE)) for word in text.split())
+
+
+def _is_value(chain: tuple[Provenance, ...], text: str, budget: list[int]) -> bool:
+    """Whether `text` (normalised) stands whole between a value's edges in untrusted output.
+
+    A whole string, a line, a quoted string, an item of a list, a labelled value.
+
+    `budget` (one count, shared by an answer's quotes) bounds the characters searched: past
+    it, a span counts as words from inside a text (held, never shown unmarked).
+    """
+    for provenance in chain:
+        for segment in provenance.untrusted._segments:
+            if budget[0] <= 0:
+                return False
+            budget[0] -= len(segment)
+            at = segment.find(text)
+            seen = 0
+            while at >= 0 and seen < _MAX_OCCURRENCES:
+                seen += 1
+                left = segment[max(0, at - _CELL_WINDOW):at]
+                if at <= _CELL_WINDOW:
+                    left = "\x00" + left
+                if _CELL_LEFT.search(left) and _CELL_RIGHT.match(segment, at + len(text)):
+                    return True
+                at = segment.find(text, at + 1)
+    return False
 
 
 def _first(chain: tuple[Provenance, ...], value: Any,
