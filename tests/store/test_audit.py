@@ -436,6 +436,68 @@ async def test_two_stores_on_one_file_chain_one_after_the_other(
     assert report["rows"] == 2 + 12 and report["facts"] == 2 * (2 + 6)
 
 
+@pytest.mark.anyio
+async def test_a_write_rolled_back_after_chaining_leaves_no_hole(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A store chains its next write on the tips it cached, reading nothing, only when its
+    # data version says nobody else wrote since its last commit and nothing it chained was
+    # rolled back since. Writes that fail after chaining (a pending item naming a run there
+    # is not: the foreign key), a merged group rolled back to be written a write at a time,
+    # a write of a group rolled back alone: the writes after each chain where the store's
+    # chain really ends.
+    import contextlib
+    import time
+
+    import anyio
+
+    from handrail.errors import StoreError
+    from handrail.store import Batch, CallRecord, PendingItem, RunRecord, RunStatus, Store
+    from handrail.store._records import CallStatus
+
+    path = tmp_path / "runs.db"
+    store = Store.open(path)
+    r0, r1, r2, r3 = (RunRecord(id=f"r{i}", task="t", created_at=time.time(),
+                                policy={"layers": []}, status=RunStatus.RUNNING)
+                      for i in range(4))
+
+    def turn(run: RunRecord, n: int, *, broken: bool = False) -> Batch:
+        run.steps = n
+        return Batch(run=run, calls=[CallRecord(
+            id=f"{run.id}:c{n}", run_id=run.id, call_id=f"c{n}", turn=n, index=0,
+            model_name="m", status=CallStatus.FINISHED, started_at=time.time())],
+            pending=[PendingItem(id=f"p{run.id}{n}", kind="approval", run_id="no such run",
+                                 call_record=f"{run.id}:c{n}")] if broken else [])
+
+    async def group(*writes: tuple[RunRecord, int, bool]) -> None:
+        async def one(run: RunRecord, n: int, broken: bool) -> None:
+            with contextlib.suppress(StoreError):
+                await store.write(turn(run, n, broken=broken))
+
+        async with anyio.create_task_group() as tg:
+            for write in writes:
+                tg.start_soon(one, *write)
+
+    try:
+        for n in range(2):
+            await store.write(turn(r0, n))
+        with pytest.raises(StoreError):
+            await store.write(turn(r2, 0, broken=True))  # r2's first write: rolled back
+        await store.write(turn(r0, 2))
+        await group((r1, 0, False), (r2, 1, False), (r0, 3, False))
+        # Merged, then (r1's row is not as this store left it: another process changed it)
+        # rolled back and written a write at a time, all of which commit.
+        edit(path, "UPDATE runs SET owner = 'another process' WHERE id = 'r1'")
+        await group((r1, 1, False), (r2, 2, False), (r0, 4, False))
+        # A write at a time in savepoints: the second is rolled back alone.
+        await group((r1, 2, False), (r3, 0, True), (r0, 5, False))
+        await store.write(turn(r1, 3))
+    finally:
+        await store.close()
+    code, report = verify(path, capsys=capsys)
+    assert code == 0, report["breaks"]
+    assert rows(path, "SELECT count(*) FROM calls") == [(12,)]
+
+
 def test_a_memory_store_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "verify", "--store", "memory://"]) == 1
     assert "keeps no audit chain" in capsys.readouterr().err
