@@ -650,8 +650,9 @@ def _log_values(shape: int | tuple[bool, ...]) -> str:
     """The VALUES of one log row of the given shape.
 
     A message is (kind, run_id, c0 = seq, c1 = data; the rest NULL), a call record (kind,
-    run_id, c0..c22 = its columns, c23..c28 = its fact's: `_FACT_COLUMNS`), a fact of
-    another kind (kind 2, run_id, c0 = its kind, c1 = ref, c2 = body, c3..c22 NULL, c23..c28).
+    run_id, c0..c22 = its columns, c23..c28 = its fact's: seq, n, prev, hash, link, at), a
+    fact of another kind (kind 2, run_id, c0 = its kind, c1 = ref, c2 = body, c3..c22 NULL,
+    c23..c28).
     `shape` is the row's length when it holds no None, else which of its values are None
     (written as NULL, not bound).
     """
@@ -738,7 +739,7 @@ _AUDIT_LAST = "SELECT seq, link FROM audit ORDER BY seq DESC LIMIT 1"
 _AUDIT_TIP = "SELECT n, hash FROM audit WHERE run_id = ? ORDER BY n DESC LIMIT 1"
 _AUDIT_INSERT = "INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 # A fact waiting in the log: its columns c23 seq, c24 n, c25 prev, c26 hash, c27 link, c28
-# at (`_FACT_COLUMNS`), in its call record's row or in a row of its own (kind 2: c0 kind, c1
+# at, `_chain`), in its call record's row or in a row of its own (kind 2: c0 kind, c1
 # ref, c2 body). The fold moves them into `audit` (`_FOLD`); the log's rows are in the
 # order the facts were chained.
 _LOG_FACTS_NEWEST = ("SELECT c23, c27, run_id, c24, c26 FROM log WHERE c23 IS NOT NULL "
