@@ -781,8 +781,8 @@ def _data_version(db: sqlite3.Connection) -> Callable[[], int] | None:
     interpreter, build or library, or when the check fails, there is no reader and the
     writer reads the newest fact each time, as before.
     """
-    if sys.implementation.name != "cpython":
-        return None
+    if sys.implementation.name != "cpython" or not isinstance(db, sqlite3.Connection):
+        return None  # (a stand-in for a connection, as tests use, has no handle to read)
     try:
         import _sqlite3
         import ctypes
