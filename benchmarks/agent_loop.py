@@ -40,6 +40,7 @@ Before/after: `--against SRC` (alias `--baseline`) also runs every handrail vari
 # at runtime, and they name locals of the function that defines it.
 import argparse
 import asyncio
+import contextlib
 import glob
 import json
 import os
@@ -120,7 +121,10 @@ def _handrail(n: int, store_kind: str, traced: bool = False) -> Callable[[], Any
         await store.close()
         if store_kind != "memory":
             for leftover in glob.glob(path + "*"):  # the file, its WAL and shared memory
-                os.remove(leftover)
+                # (The store's thread may be closing its last connection, which removes
+                # the WAL and its shared memory itself.)
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(leftover)
         assert result.output == f"done {n}", result.outcome
         return calls
 

@@ -10,7 +10,8 @@ computed with the store's own functions; `--via-store` writes the same through t
 store's `write`, 64 runs at a time, as the agent loop would (much slower to build; `verify`
 reads the same thing). Building prints its time;
 then `verify` of the whole store runs `--reps` times, each in a fresh process (the CLI, as a
-user runs it), and the median is printed with facts and rows per second.
+user runs it), and the median is printed with facts and rows per second, its CPU time and
+the peak resident memory of the verifying process (`ru_maxrss` of the children).
 """
 
 
@@ -201,14 +202,15 @@ def main() -> None:
         if proc.returncode != 0:
             raise SystemExit(f"verify failed: {proc.stdout[:2000]} {proc.stderr[:2000]}")
         report = json.loads(proc.stdout)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB -> MiB
     median = statistics.median(times)
     facts, rows = int(report["facts"]), int(report["rows"])  # type: ignore[call-overload]
     cpu = statistics.median(cpus)
-    print(f"\n| store | facts | rows | verify wall, median of {args.reps} | CPU | facts/s "
-          "(wall) |")
-    print("|---|---|---|---|---|---|")
+    print(f"\n| store | facts | rows | verify wall, median of {args.reps} | CPU | peak memory "
+          "| facts/s (wall) |")
+    print("|---|---|---|---|---|---|---|")
     print(f"| {args.calls:,} calls, {size:,.0f} MiB | {facts:,} | {rows:,} | {median:.1f} s | "
-          f"{cpu:.1f} s | {facts / median:,.0f} |")
+          f"{cpu:.1f} s | {peak:,.0f} MiB | {facts / median:,.0f} |")
     print("runs (wall, CPU):", ", ".join(f"{t:.1f} s / {c:.1f} s"
                                         for t, c in zip(times, cpus, strict=True)))
 

@@ -39,7 +39,7 @@ def _plant_kill(at: int) -> None:
     original = _sqlite._apply_group
     done = 0
 
-    def apply(db: sqlite3.Connection, ops: list[Any]) -> list[tuple[bool, Any]]:
+    def apply(db: sqlite3.Connection, ops: list[Any], tips: Any) -> list[tuple[bool, Any]]:
         nonlocal done
         done += len(ops)
         if len(ops) >= 10 and done >= at:
@@ -47,7 +47,7 @@ def _plant_kill(at: int) -> None:
             for op in ops[: len(ops) // 2]:
                 op.fn(db)
             os.kill(os.getpid(), signal.SIGKILL)
-        return original(db, ops)
+        return original(db, ops, tips)
 
     _sqlite._apply_group = apply  # type: ignore[assignment]
 

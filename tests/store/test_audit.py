@@ -427,13 +427,152 @@ async def test_two_stores_on_one_file_chain_one_after_the_other(
                     id=f"{run.id}:c{turn}", run_id=run.id, call_id=f"c{turn}", turn=turn,
                     index=0, model_name="m", status=CallStatus.FINISHED,
                     started_at=time.time())]))
-        assert rows(path, "SELECT count(*) FROM log WHERE kind = 2")[0][0] > 0
+        assert rows(path, "SELECT count(*) FROM log WHERE c23 IS NOT NULL")[0][0] > 0
     finally:
         await a.close()
         await b.close()
     code, report = verify(path, capsys=capsys)
     assert code == 0, report["breaks"]
     assert report["rows"] == 2 + 12 and report["facts"] == 2 * (2 + 6)
+
+
+@pytest.mark.anyio
+async def test_a_log_the_previous_layout_left_unfolded_verifies_once_migrated(
+        store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Before migration 0012 every fact was a log row of its own (kind 2: c0 seq, c1 n, c2
+    # kind, c3 ref, c4 body, c5 prev, c6 hash, c7 link, c8 at), folded into `audit` later.
+    # A store a process of that version left unfolded (killed, or still open) is folded as
+    # it is, then given the fact's columns; its chain holds, and new writes extend it.
+    import time
+
+    from handrail.store import Batch, CallRecord, RunRecord, Store
+    from handrail.store._records import CallStatus
+    from handrail.store._sqlite import MIGRATIONS
+
+    facts = rows(store, "SELECT * FROM audit WHERE seq > 4 ORDER BY seq")
+    assert len(facts) > 3
+    edit(store, "DELETE FROM audit WHERE seq > 4",
+         *(f"ALTER TABLE log DROP COLUMN c{i}" for i in range(23, 29)),
+         "DELETE FROM _migrations WHERE name = '0012_facts_in_log_rows'",
+         f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+    db = sqlite3.connect(store)
+    db.executemany("INSERT INTO log (kind, run_id, c0, c1, c2, c3, c4, c5, c6, c7, c8) "
+                   "VALUES (2, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   [(f[1], f[0], *f[2:]) for f in facts])
+    db.commit()
+    db.close()
+    opened = Store.open(store)  # migrates
+    try:
+        assert rows(store, "SELECT count(*) FROM log") == [(0,)]
+        code, report = verify(store, capsys=capsys)
+        assert code == 0 and report["facts"] == 4 + len(facts), report
+        new = RunRecord(id="after", task="t", created_at=time.time(), policy={"layers": []})
+        await opened.write(Batch(run=new, calls=[CallRecord(
+            id="after:c0", run_id="after", call_id="c0", turn=0, index=0, model_name="m",
+            status=CallStatus.FINISHED, started_at=time.time())]))
+    finally:
+        await opened.close()
+    code, report = verify(store, capsys=capsys)
+    assert code == 0 and report["facts"] == 4 + len(facts) + 3, report
+
+
+@pytest.mark.anyio
+async def test_a_lone_writer_reads_nothing_to_chain(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A writer chains on the tips it cached while its connection's data version says
+    # nobody else wrote since its last commit: it reads the store's newest fact for its
+    # first write, and again only after another connection committed.
+    import time
+
+    from handrail.store import Batch, CallRecord, RunRecord, Store
+    from handrail.store._records import CallStatus
+
+    path = tmp_path / "runs.db"
+    store = Store.open(path)
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+    run = RunRecord(id="r", task="t", created_at=time.time(), policy={"layers": []})
+
+    async def turn(n: int) -> None:
+        run.steps = n
+        await store.write(Batch(run=run, calls=[CallRecord(
+            id=f"r:c{n}", run_id="r", call_id=f"c{n}", turn=n, index=0, model_name="m",
+            status=CallStatus.FINISHED, started_at=time.time())]))
+
+    try:
+        for n in range(5):
+            await turn(n)
+        edit(path, "UPDATE runs SET agent = agent")  # another connection commits
+        for n in range(5, 8):
+            await turn(n)
+    finally:
+        await store.close()
+    newest = [s for s in statements if "FROM log WHERE c23 IS NOT NULL ORDER BY id DESC" in s]
+    assert len(newest) == 2, newest
+    code, report = verify(path, capsys=capsys)
+    assert code == 0 and report["facts"] == 1 + 8 + 1, report
+
+
+@pytest.mark.anyio
+async def test_a_write_rolled_back_after_chaining_leaves_no_hole(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A store chains its next write on the tips it cached, reading nothing, only when its
+    # data version says nobody else wrote since its last commit and nothing it chained was
+    # rolled back since. Writes that fail after chaining (a pending item naming a run there
+    # is not: the foreign key), a merged group rolled back to be written a write at a time,
+    # a write of a group rolled back alone: the writes after each chain where the store's
+    # chain really ends.
+    import contextlib
+    import time
+
+    import anyio
+
+    from handrail.errors import StoreError
+    from handrail.store import Batch, CallRecord, PendingItem, RunRecord, RunStatus, Store
+    from handrail.store._records import CallStatus
+
+    path = tmp_path / "runs.db"
+    store = Store.open(path)
+    r0, r1, r2, r3 = (RunRecord(id=f"r{i}", task="t", created_at=time.time(),
+                                policy={"layers": []}, status=RunStatus.RUNNING)
+                      for i in range(4))
+
+    def turn(run: RunRecord, n: int, *, broken: bool = False) -> Batch:
+        run.steps = n
+        return Batch(run=run, calls=[CallRecord(
+            id=f"{run.id}:c{n}", run_id=run.id, call_id=f"c{n}", turn=n, index=0,
+            model_name="m", status=CallStatus.FINISHED, started_at=time.time())],
+            pending=[PendingItem(id=f"p{run.id}{n}", kind="approval", run_id="no such run",
+                                 call_record=f"{run.id}:c{n}")] if broken else [])
+
+    async def group(*writes: tuple[RunRecord, int, bool]) -> None:
+        async def one(run: RunRecord, n: int, broken: bool) -> None:
+            with contextlib.suppress(StoreError):
+                await store.write(turn(run, n, broken=broken))
+
+        async with anyio.create_task_group() as tg:
+            for write in writes:
+                tg.start_soon(one, *write)
+
+    try:
+        for n in range(2):
+            await store.write(turn(r0, n))
+        with pytest.raises(StoreError):
+            await store.write(turn(r2, 0, broken=True))  # r2's first write: rolled back
+        await store.write(turn(r0, 2))
+        await group((r1, 0, False), (r2, 1, False), (r0, 3, False))
+        # Merged, then (r1's row is not as this store left it: another process changed it)
+        # rolled back and written a write at a time, all of which commit.
+        edit(path, "UPDATE runs SET owner = 'another process' WHERE id = 'r1'")
+        await group((r1, 1, False), (r2, 2, False), (r0, 4, False))
+        # A write at a time in savepoints: the second is rolled back alone.
+        await group((r1, 2, False), (r3, 0, True), (r0, 5, False))
+        await store.write(turn(r1, 3))
+    finally:
+        await store.close()
+    code, report = verify(path, capsys=capsys)
+    assert code == 0, report["breaks"]
+    assert rows(path, "SELECT count(*) FROM calls") == [(12,)]
 
 
 def test_a_memory_store_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -577,7 +716,7 @@ async def test_a_live_store_verifies_with_its_log_not_folded(
         import handrail as hr
 
         await build().run("change the world, run live", store=store, approver=hr.ApproveAll())
-        assert rows(path, "SELECT count(*) FROM log WHERE kind = 2")[0][0] > 0
+        assert rows(path, "SELECT count(*) FROM log WHERE c23 IS NOT NULL")[0][0] > 0
         assert rows(path, "SELECT count(*) FROM audit") == [(0,)]
         code, report = verify(path, capsys=capsys)
         assert code == 0 and report["facts"] > 0, report

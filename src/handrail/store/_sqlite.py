@@ -72,6 +72,7 @@ import os
 import queue
 import re
 import sqlite3
+import sys
 import threading
 import time
 import urllib.parse
@@ -446,6 +447,19 @@ def _m0011_run_events(db: sqlite3.Connection) -> None:
     _script(db, _RUN_EVENTS_TABLE)
 
 
+_LOG_WIDTH = 29
+"""The log's value columns, c0..c28 (migrations 0003, 0004, 0012)."""
+
+
+def _m0012_facts_in_log_rows(db: sqlite3.Connection) -> None:
+    # A call's fact is written in its record's log row (c23..c28: seq, n, prev, hash, link,
+    # at) instead of a row of its own, and a fact of another kind keeps its seq and the rest
+    # there too (issue 42: a row a fact, and its copy at the fold, were a third of what the
+    # chain cost a write). The log as the previous schema wrote it is folded first.
+    _fold_rows(db)
+    _script(db, ";".join(f"ALTER TABLE log ADD COLUMN c{i}" for i in range(23, _LOG_WIDTH)))
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0001_initial", _m0001_initial),
     ("0002_clustered_calls_and_messages", _m0002_clustered_calls_and_messages),
@@ -458,6 +472,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0009_pending_deadlines", _m0009_pending_deadlines),
     ("0010_audit_chain", _m0010_audit_chain),
     ("0011_run_events", _m0011_run_events),
+    ("0012_facts_in_log_rows", _m0012_facts_in_log_rows),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`. A new migration
 changes `_CURRENT_SCHEMA` too (a new file is created from it; a test compares the two)."""
@@ -514,7 +529,7 @@ _CURRENT_SCHEMA = """
     );
     CREATE TABLE log (
         id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id),
-        """ + ", ".join(f"c{i}" for i in range(23)) + """
+        """ + ", ".join(f"c{i}" for i in range(_LOG_WIDTH)) + """
     );
     """ + _RUN_PROGRESS_TABLE + """;
     """ + _QUOTA_TABLE + """;
@@ -634,12 +649,15 @@ _LOG_INSERTS: dict[tuple[Any, ...], str] = {}
 def _log_values(shape: int | tuple[bool, ...]) -> str:
     """The VALUES of one log row of the given shape.
 
-    A message is (kind, run_id, c0 = seq, c1 = data; c2..c22 are NULL), a call record (kind,
-    run_id, c0..c22 = its columns). `shape` is the row's length when it holds no None, else
-    which of its values are None (written as NULL, not bound).
+    A message is (kind, run_id, c0 = seq, c1 = data; the rest NULL), a call record (kind,
+    run_id, c0..c22 = its columns, c23..c28 = its fact's: seq, n, prev, hash, link, at), a
+    fact of another kind (kind 2, run_id, c0 = its kind, c1 = ref, c2 = body, c3..c22 NULL,
+    c23..c28).
+    `shape` is the row's length when it holds no None, else which of its values are None
+    (written as NULL, not bound).
     """
     marks = ["?"] * shape if isinstance(shape, int) else ["NULL" if n else "?" for n in shape]
-    return f"({','.join(marks + ['NULL'] * (25 - len(marks)))})"
+    return f"({','.join(marks + ['NULL'] * (2 + _LOG_WIDTH - len(marks)))})"
 
 
 def _log_insert(rows: Sequence[tuple[Any, ...]]) -> tuple[str, tuple[Any, ...]]:
@@ -658,7 +676,7 @@ def _log_insert(rows: Sequence[tuple[Any, ...]]) -> tuple[str, tuple[Any, ...]]:
         if len(_LOG_INSERTS) > 256:
             _LOG_INSERTS.clear()  # bounded: the shapes of real turns are few
         sql = _LOG_INSERTS[shape] = (
-            f"INSERT INTO log (kind, run_id, {', '.join(f'c{i}' for i in range(23))}) "
+            f"INSERT INTO log (kind, run_id, {', '.join(f'c{i}' for i in range(_LOG_WIDTH))}) "
             f"VALUES {','.join(_log_values(row) for row in shape)}")
     return sql, tuple([v for row in rows for v in row if v is not None])
 
@@ -671,9 +689,11 @@ _FOLD = (
     f"SELECT {', '.join(f'c{i}' for i in range(23))} FROM log WHERE kind = 1 AND id <= :upto "
     "ORDER BY id ON CONFLICT(id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _CALL_COLUMNS.split(", ")[1:]),
-    # The audit chain's facts (kind 2) into their table, in the order they were chained.
-    "INSERT INTO audit SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7, c8 FROM log "
-    "WHERE kind = 2 AND id <= :upto ORDER BY id",
+    # The audit chain's facts into their table, in the order they were chained: a call's
+    # in its record's row (kind 1), the others in rows of their own (kind 2).
+    "INSERT INTO audit SELECT c23, run_id, c24, CASE kind WHEN 1 THEN 'call' ELSE c0 END, "
+    "CASE kind WHEN 1 THEN c0 ELSE c1 END, CASE kind WHEN 1 THEN NULL ELSE c2 END, c25, c26, "
+    "c27, c28 FROM log WHERE c23 IS NOT NULL AND id <= :upto ORDER BY id",
     # Every row: `upto` is the log's last, read in this transaction, which holds the write
     # lock. On a connection without foreign-key checks (the fold's own, below) SQLite then
     # frees the table's pages at once instead of deleting it row by row.
@@ -691,14 +711,25 @@ _FOLD_PROGRESS = (
 )
 
 
+_FOLD_BEFORE_0012 = (*_FOLD[:2], (
+    "INSERT INTO audit SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7, c8 FROM log "
+    "WHERE kind = 2 AND id <= :upto ORDER BY id"), _FOLD[3])
+"""`_FOLD` of a log as it was before migration 0012: every fact in a row of its own (kind 2:
+c0 seq, c1 n, c2 kind, c3 ref, c4 body, c5 prev, c6 hash, c7 link, c8 at). Migration 0012
+folds a log written so before it adds the fact's columns, and 0010 folds with it too."""
+
+
 def _fold_rows(db: sqlite3.Connection) -> None:
-    """Move the log into `messages` and `calls`, runs' progress into their rows.
+    """Move the log into `messages`, `calls` and `audit`, runs' progress into their rows.
 
     Inside the caller's transaction.
     """
     (upto,) = db.execute("SELECT max(id) FROM log").fetchone()
     if upto is not None:
-        for statement in _FOLD:
+        # (A log without the fact's columns is one migrations 0010 and 0012 fold.)
+        old = db.execute("SELECT count(*) FROM pragma_table_info('log') WHERE name = 'c28'"
+                         ).fetchone()[0] == 0
+        for statement in _FOLD_BEFORE_0012 if old else _FOLD:
             db.execute(statement, {"upto": upto})
     for statement in _FOLD_PROGRESS:
         db.execute(statement)
@@ -707,41 +738,144 @@ def _fold_rows(db: sqlite3.Connection) -> None:
 _AUDIT_LAST = "SELECT seq, link FROM audit ORDER BY seq DESC LIMIT 1"
 _AUDIT_TIP = "SELECT n, hash FROM audit WHERE run_id = ? ORDER BY n DESC LIMIT 1"
 _AUDIT_INSERT = "INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-# A fact waiting in the log (kind 2): c0 seq, c1 n, c2 kind, c3 ref, c4 body, c5 prev,
-# c6 hash, c7 link, c8 at. The fold moves them into `audit` (`_FOLD`).
-_LOG_FACTS_NEWEST = ("SELECT c0, c7, run_id, c1, c6 FROM log WHERE kind = 2 "
+# A fact waiting in the log: its columns c23 seq, c24 n, c25 prev, c26 hash, c27 link, c28
+# at, `_chain`), in its call record's row or in a row of its own (kind 2: c0 kind, c1
+# ref, c2 body). The fold moves them into `audit` (`_FOLD`); the log's rows are in the
+# order the facts were chained.
+_LOG_FACTS_NEWEST = ("SELECT c23, c27, run_id, c24, c26 FROM log WHERE c23 IS NOT NULL "
                      "ORDER BY id DESC")
-_LOG_FACT_NEWEST = "SELECT c0, c7 FROM log WHERE kind = 2 ORDER BY id DESC LIMIT 1"
-_LOG_TIP = "SELECT c1, c6 FROM log WHERE kind = 2 AND run_id = ? ORDER BY id DESC LIMIT 1"
+_LOG_FACT_NEWEST = "SELECT c23, c27 FROM log WHERE c23 IS NOT NULL ORDER BY id DESC LIMIT 1"
+_LOG_TIP = ("SELECT c24, c26 FROM log WHERE c23 IS NOT NULL AND run_id = ? "
+            "ORDER BY id DESC LIMIT 1")
+_LOG_FACTS = (
+    "(SELECT c23 AS seq, run_id, c24 AS n, CASE kind WHEN 1 THEN 'call' ELSE c0 END AS kind, "
+    "CASE kind WHEN 1 THEN c0 ELSE c1 END AS ref, CASE kind WHEN 1 THEN NULL ELSE c2 END AS "
+    "body, c25 AS prev, c26 AS hash, c27 AS link, c28 AS at, id FROM log "
+    "WHERE c23 IS NOT NULL)")
+"""The facts waiting in the log as rows of `audit` (and the log's `id`), for readers."""
 _AUDIT_SINCE = "SELECT seq, link, run_id, n, hash FROM audit WHERE seq > ? ORDER BY seq"
 
-Fact = tuple[str, str, str, "str | bytes"]
-"""A fact to chain: (run id, kind, ref, body); see `handrail.store.audit`."""
+Fact = tuple[str, str, str, "str | bytes", "tuple[Any, ...] | None"]
+"""A fact to chain: (run id, kind, ref, body, the call record's log row or None); see
+`handrail.store.audit`. A call's fact goes in its record's log row (`_chain`)."""
+
+_NO_CALL = (None,) * 20
+"""c3..c22 of a fact's row of its own (kind 2)."""
+
+
+def _data_version(db: sqlite3.Connection) -> Callable[[], int] | None:
+    """A reader of `db`'s data version (SQLITE_FCNTL_DATA_VERSION), or None where there is none.
+
+    The counter SQLite keeps for a connection's main database: each commit of a write
+    transaction of the connection adds one to it (`sqlite3PagerCommitPhaseTwo`), and the
+    start of its next transaction adds one more when any other connection committed
+    meanwhile (SQLite compares the WAL's header then). So a writer that reads it after
+    BEGIN IMMEDIATE, commits, and reads it after its next BEGIN IMMEDIATE knows, when it
+    grew by exactly one, that nobody else wrote in between (`_Tips.begin`): one call,
+    ~5,000 instructions, against ~18,000 for the statement that looked at the store's newest
+    fact (`PRAGMA data_version` is a statement too).
+
+    Python's sqlite3 offers no `sqlite3_file_control`: it is called through ctypes on the
+    connection's handle, the first field of CPython's connection object. The handle is
+    checked before any use (SQLite must name the connection's main file); on any other
+    interpreter, build or library, or when the check fails, there is no reader and the
+    writer reads the newest fact each time, as before.
+    """
+    if sys.implementation.name != "cpython" or not isinstance(db, sqlite3.Connection):
+        return None  # (a stand-in for a connection, as tests use, has no handle to read)
+    try:
+        import _sqlite3
+        import ctypes
+
+        library = ctypes.CDLL(_sqlite3.__file__)
+        control = library.sqlite3_file_control
+        filename = library.sqlite3_db_filename
+    except (ImportError, OSError, AttributeError):
+        return None
+    filename.restype = ctypes.c_char_p
+    # The object's header (`object.__basicsize__`: larger in a trace-refs build), then
+    # `sqlite3 *db` (Modules/_sqlite/connection.h, unchanged since the module's start).
+    address = ctypes.c_void_p.from_address(id(db) + object.__basicsize__).value
+    main = next((row[2] for row in db.execute("PRAGMA database_list") if row[1] == "main"),
+                None)
+    handle, schema = ctypes.c_void_p(address), ctypes.c_char_p(b"main")
+    if not address or not main or filename(handle, schema) != os.fsencode(main):
+        return None
+    # Arguments built once, as ctypes objects (no argtypes to convert through: the call
+    # is a third cheaper).
+    value = ctypes.c_uint32()
+    out, op = ctypes.byref(value), ctypes.c_int(35)  # SQLITE_FCNTL_DATA_VERSION (3.26)
+    if control(handle, schema, op, out) != 0:
+        return None
+
+    def read() -> int:
+        # -1 (never a version) when the call fails: the caller then reads the newest fact.
+        return value.value if control(handle, schema, op, out) == 0 else -1
+
+    return read
 
 
 class _Tips:
     """The chain's tips as this store's writer last saw them: a cache, checked every time.
 
-    `last` is the store's newest fact (seq, link), `runs` each run's newest (n, hash). Each
-    transaction that chains first reads the store's newest fact (the log's last row, one
-    step of a b-tree); when it is not `last`, the facts written since by anyone are read (from
-    the end of the log backwards: as many rows as there are new facts) and the tips caught
-    up, and when `last` itself is gone (a rolled-back write of ours) the cache starts over.
-    So a chained write reads no index and writes no page but the log's (issue 42: with the
-    facts in a table of their own, with an index for the tips, a turn's commit wrote twice
-    the pages). That one read is ~4 µs of the sqlite3 module's machinery a write; a check
-    folded into the write's INSERT (a WHERE on it, or a trigger) cost more: SQLite then
-    copies the rows into a temporary table first, or runs the trigger's program for every
-    row.
+    `last` is the store's newest fact (seq, link), `runs` each run's newest (n, hash). The
+    cache is right when no other connection wrote since this writer's last commit, and no
+    write of its own that chained was rolled back since: `_apply_group` tells it where its
+    transactions begin, roll back and commit (`begin`, `rolled_back`, `committed`), and the
+    connection's data version says whether anyone else committed in between
+    (`_data_version`). Then a write chains on the cache and reads nothing. Otherwise (another
+    process chained, a rollback, or no data version) the transaction's first chaining reads
+    the store's newest fact (the log's last row, one step of a b-tree); when it is not `last`,
+    the facts written since by anyone are read (from the end of the log backwards: as many
+    rows as there are new facts) and the tips caught up, and when `last` itself is gone (a
+    rolled-back write of ours) the cache starts over. So a chained write reads no index and
+    writes no page but the log's (issue 42: with the facts in a table of their own, with an
+    index for the tips, a turn's commit wrote twice the pages). A check folded into the
+    write's INSERT (a WHERE on it, or a trigger) cost more than the read: SQLite then copies
+    the rows into a temporary table first, or runs the trigger's program for every row.
     """
 
-    __slots__ = ("_cursor", "_db", "last", "runs")
+    __slots__ = ("_begun", "_cursor", "_db", "_version", "_versions", "last", "runs", "sure",
+                 "valid")
 
-    def __init__(self) -> None:
+    def __init__(self, versions: Callable[[sqlite3.Connection], Callable[[], int] | None]
+                 | None = None) -> None:
         self.last: tuple[int, str] | None = None
         self.runs: dict[str, tuple[int, str]] = {}
         self._db: sqlite3.Connection | None = None
         self._cursor: sqlite3.Cursor | None = None
+        self._versions = versions
+        """Makes the reader of a connection's data version (`_data_version`), at its first
+        transaction: ctypes is imported then, not when a store opens."""
+        self._version: Callable[[], int] | None = None
+        self.valid: int | None = None
+        """The writer's data version after the last commit that left the cache right."""
+        self._begun: int | None = None
+        """The data version at the start of the transaction."""
+        self.sure = False
+        """Whether the cache is right at this point of the writer's transaction."""
+
+    def begin(self, db: sqlite3.Connection) -> None:
+        """A transaction of the writer began (it holds the write lock)."""
+        version = self._version
+        if version is None and self._versions is not None:
+            version = self._version = self._versions(db)
+            self._versions = None
+        # Taken: a transaction that does not commit (`committed`) leaves none behind.
+        valid, self.valid = self.valid, None
+        begun = self._begun = version() if version is not None else None
+        self.sure = valid is not None and begun == valid
+
+    def rolled_back(self) -> None:
+        """The writer rolled back (to a savepoint, or the whole transaction)."""
+        self.sure = False
+
+    def committed(self) -> None:
+        """The writer's transaction committed (which added one to its data version)."""
+        begun = self._begun
+        self.valid = (begun + 1) & 0xFFFFFFFF if self.sure and begun is not None and (
+            begun >= 0) else None
+        self.sure = False
 
     def cursor(self, db: sqlite3.Connection) -> sqlite3.Cursor:
         """One cursor of `db`, reused.
@@ -759,6 +893,14 @@ class _Tips:
     def catch_up(self, db: sqlite3.Connection) -> tuple[int, str]:
         """Bring the tips up to the store's newest fact; return it."""
         last, runs = self.last, self.runs
+        if self.sure and last is not None:
+            return last  # nobody else wrote since this writer's last commit
+        found = self._catch_up(db, last, runs)
+        self.sure = True  # (set back by `begin` and `rolled_back`)
+        return found
+
+    def _catch_up(self, db: sqlite3.Connection, last: tuple[int, str] | None,
+                  runs: dict[str, tuple[int, str]]) -> tuple[int, str]:
         # The reused cursor runs only statements it reads to their end (one left part-read
         # keeps a read transaction open on the writer: others' checkpoints then fail busy).
         newest = self.cursor(db).execute(_LOG_FACT_NEWEST).fetchone()
@@ -838,31 +980,34 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
     read inside the transaction that holds the write lock (`_Tips.catch_up`), so writers in
     other processes chain after each other; a rolled-back write takes its facts with it.
     A `run` fact (a run's start) is kept only when its run has no chain yet: a run resumed
-    by another process was started elsewhere. The facts go to the log (kind 2), on the page
-    the write's other rows are on; the fold moves them into `audit`. With `insert=False` the
-    log rows are returned for the caller to insert after its run's row (the log's foreign
-    key), through `_insert_log`.
+    by another process was started elsewhere. The facts go to the log, on the page the
+    write's other rows are on: a call's in its record's row (its columns c23..c28; issue 42:
+    a row of its own, and its copy at the fold, were a third of what the chain cost a
+    write), the others in rows of their own (kind 2); the fold moves them into `audit`.
+    Returns the log rows, in the order of `facts`: the call records' rows with their facts,
+    and the other facts' rows. With `insert=False` they are for the caller to insert after
+    its run's row (the log's foreign key), through `_insert_log`.
     """
     seq, link = tips.catch_up(db)
     rows: list[tuple[Any, ...]] = []
     at = time.time()
     sha256 = hashlib.sha256
     runs = tips.runs
-    for run_id, kind, ref, body in facts:
+    for run_id, kind, ref, body, row in facts:
         n, prev = runs.get(run_id) or tips.tip(db, run_id)
         if kind == "run" and n >= 0:
             continue
         seq += 1
         n += 1
-        if isinstance(body, bytes):
+        if row is not None:
             # A call's body is its row, in this write (`STORED_BODY`): its hash alone is kept.
-            digest = sha256(prev.encode() + body).hexdigest()
+            digest = sha256(prev.encode() + body).hexdigest()  # type: ignore[operator]
             link = sha256((link + digest).encode()).hexdigest()
-            rows.append((2, run_id, seq, n, kind, ref, None, prev, digest, link, at))
+            rows.append((*row, seq, n, prev, digest, link, at))
         else:
-            digest = sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()
+            digest = sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()  # type: ignore[operator]
             link = sha256((link + digest).encode()).hexdigest()
-            rows.append((2, run_id, seq, n, kind, ref, body, prev, digest, link, at))
+            rows.append((2, run_id, kind, ref, body, *_NO_CALL, seq, n, prev, digest, link, at))
         runs[run_id] = (n, digest)
     if rows:
         tips.last = (seq, link)
@@ -880,8 +1025,12 @@ def _insert_log(db: sqlite3.Connection, own: Sequence[tuple[Any, ...]],
 
 
 def _adopt(db: sqlite3.Connection) -> None:
-    """Chain the record as it stands (a store migrated to the chain, migration 0010)."""
-    facts: list[Fact] = []
+    """Chain the record as it stands (a store migrated to the chain, migration 0010).
+
+    Into the new, empty `audit` table directly (the log is folded, and has the layout of
+    the schema being migrated, not this one's).
+    """
+    facts: list[tuple[str, str, str, str | bytes]] = []
     for row in db.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at, id"):
         facts.append((row[0], "run", row[0], run_body(row)))
         facts.append((row[0], "status", row[0], status_body(row[0], row[3], row[11])))
@@ -889,7 +1038,18 @@ def _adopt(db: sqlite3.Connection) -> None:
         facts.append((row[1], "call", row[0], call_body(row)))
     for row in db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending ORDER BY created_at, id"):
         facts.append((row[2], "pending", row[0], pending_body(row)))
-    _chain(db, facts, _Tips())
+    seq, link, at = 0, ZERO, time.time()
+    tips: dict[str, tuple[int, str]] = {}
+    rows = []
+    for run_id, kind, ref, body in facts:
+        n, prev = tips.get(run_id, (-1, ZERO))
+        seq += 1
+        digest = _audit.chain_hash(prev, body)
+        link = _audit.link_hash(link, digest)
+        rows.append((seq, run_id, n + 1, kind, ref, None if isinstance(body, bytes) else body,
+                     prev, digest, link, at))
+        tips[run_id] = (n + 1, digest)
+    db.executemany(_AUDIT_INSERT, rows)
     _fold_rows(db)
 
 
@@ -1118,7 +1278,7 @@ def _move_run(db: sqlite3.Connection, run_id: str, facts: list[Fact]) -> None:
         db.execute("UPDATE runs SET status = ?, outcome = ?, updated_at = ? WHERE id = ?",
                    (moved.status.value, outcome, moved.updated_at, moved.id))
         facts.append((moved.id, "status", moved.id,
-                      status_body(moved.id, moved.status.value, outcome)))
+                      status_body(moved.id, moved.status.value, outcome), None))
 
 
 def _expire_due(db: sqlite3.Connection, now: float, facts: list[Fact]) -> list[PendingItem]:
@@ -1140,7 +1300,7 @@ def _expire_due(db: sqlite3.Connection, now: float, facts: list[Fact]) -> list[P
                     _dumps(item.notes), item.id))
         decided = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
                              (item.id,)).fetchone()
-        facts.append((item.run_id, "pending", item.id, pending_body(decided)))
+        facts.append((item.run_id, "pending", item.id, pending_body(decided), None))
         _move_run(db, item.run_id, facts)
         done.append(item)
     return done
@@ -1238,7 +1398,8 @@ class _Write:
         self.run_row = run_row
         """The whole row, for the first write of a run in this process (an upsert)."""
         self.rows = rows
-        """Its log rows (`_log_insert`), in order."""
+        """Its messages' log rows (`_log_insert`), in order; its call records' rows are in
+        `facts`, and go in the log with their facts' columns (`_chain`)."""
         self.pending = pending
         self.progress = progress
         """A running run's turn that changed only its progress: `_PROGRESS_INSERT`'s
@@ -1445,7 +1606,7 @@ def _mergeable(ops: list[_Op]) -> bool:
     return True
 
 
-def _apply_group(db: sqlite3.Connection, ops: list[_Op]) -> list[tuple[bool, Any]]:
+def _apply_group(db: sqlite3.Connection, ops: list[_Op], tips: _Tips) -> list[tuple[bool, Any]]:
     """Run `ops` in one transaction; commit; return each one's outcome.
 
     An operation that fails is rolled back alone and the others commit. Optimistically a
@@ -1456,9 +1617,13 @@ def _apply_group(db: sqlite3.Connection, ops: list[_Op]) -> list[tuple[bool, Any
     around each operation. Operations are functions of the database's state, so running one
     again after a rollback is the same as running it once.
 
+    `tips` (the writer's chain tips) is told where the transaction begins, rolls back and
+    commits: its cache is known right only across transactions that kept all they chained.
+
     Raises what BEGIN or COMMIT raised (the whole group failed; nothing of it is kept).
     """
     db.execute("BEGIN IMMEDIATE")
+    tips.begin(db)
     outcomes: list[tuple[bool, Any]] = []
     try:
         failed = False
@@ -1472,8 +1637,10 @@ def _apply_group(db: sqlite3.Connection, ops: list[_Op]) -> list[tuple[bool, Any
                     # A run's row not as its write expected, or a write that fails: each
                     # alone, from the start (below), finds out which and why.
                     db.execute("ROLLBACK TO optimistic")
+                    tips.rolled_back()
                 else:
                     db.execute("COMMIT")
+                    tips.committed()
                     return [(True, None)] * len(ops)
         for op in ops:
             try:
@@ -1487,6 +1654,7 @@ def _apply_group(db: sqlite3.Connection, ops: list[_Op]) -> list[tuple[bool, Any
                 break
         if failed:
             db.execute("ROLLBACK TO optimistic")
+            tips.rolled_back()
             outcomes = []
             for op in ops:
                 db.execute("SAVEPOINT op")
@@ -1495,11 +1663,13 @@ def _apply_group(db: sqlite3.Connection, ops: list[_Op]) -> list[tuple[bool, Any
                 except Exception as exc:
                     db.execute("ROLLBACK TO op")
                     db.execute("RELEASE op")
+                    tips.rolled_back()
                     outcomes.append((False, exc))
                 else:
                     db.execute("RELEASE op")
                     outcomes.append((True, out))
         db.execute("COMMIT")
+        tips.committed()
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
@@ -1635,7 +1805,7 @@ class SQLiteStore(Store):
         """Operations committed since the last fold."""
         self._checkpointing = False
         self._background_error: BaseException | None = None
-        self._tips = _Tips()
+        self._tips = _Tips(None if memory else _data_version)
         """The audit chain's tips as the writer last saw them (`_chain`)."""
         self._chained_status: dict[str, tuple[str, str | None]] = {}
         """Running runs' status facts as this store last chained them (`write`)."""
@@ -1799,7 +1969,7 @@ class SQLiteStore(Store):
                 ops = ops[:next(i for i, op in enumerate(ops) if op.maintenance)]
             del self._ops[:len(ops)]
             try:
-                outcomes = _apply_group(self._db, ops)
+                outcomes = _apply_group(self._db, ops, self._tips)
             except sqlite3.Error as exc:
                 if not _is_busy(exc):
                     self._fail(ops, exc)
@@ -1843,8 +2013,8 @@ class SQLiteStore(Store):
                     done: tuple[bool, Any] = (True, None)
                 except sqlite3.Error as exc:
                     done = (False, exc)
-                return [done, *(_apply_group(db, ops[1:]) if len(ops) > 1 else ())]
-            return _apply_group(db, ops)
+                return [done, *(_apply_group(db, ops[1:], self._tips) if len(ops) > 1 else ())]
+            return _apply_group(db, ops, self._tips)
         finally:
             db.execute("PRAGMA busy_timeout=0")
 
@@ -2095,21 +2265,21 @@ class SQLiteStore(Store):
         # status when it is not the one this store chained last.
         facts: list[Fact] = []
         if run_row is not None:
-            facts.append((run_row[0], "run", run_row[0], run_body(run_row)))
+            facts.append((run_row[0], "run", run_row[0], run_body(run_row), None))
         if batch.calls:
-            calls = [_call_row(c) for c in batch.calls]
-            log += calls
-            facts += [(c[1], "call", c[2], call_body(c[2:])) for c in calls]
+            # A call record's log row goes with its fact (`_chain` adds the fact's columns).
+            facts += [(c[1], "call", c[2], call_body(c[2:]), c)
+                      for c in map(_call_row, batch.calls)]
         # Built now, as flat tuples of strings and numbers (which the collector stops
         # tracking): the write holds no list, closure or record of the caller's while queued.
         pending = tuple([_pending_row(p) for p in batch.pending]) if batch.pending else ()
-        facts += [(p[2], "pending", p[0], pending_body(p)) for p in pending]
+        facts += [(p[2], "pending", p[0], pending_body(p), None) for p in pending]
         if run is not None:
             # (The pair, not its body: the body is built only when the status changed.)
             status = (run.status._value_,
                       run_update[11] if run.outcome is not None else None)  # type: ignore[index]
             if self._chained_status.get(run.id) != status:
-                facts.append((run.id, "status", run.id, status_body(run.id, *status)))
+                facts.append((run.id, "status", run.id, status_body(run.id, *status), None))
                 if wait and run.status is RunStatus.RUNNING:
                     self._chained_status[run.id] = status
                 else:
@@ -2142,6 +2312,9 @@ class SQLiteStore(Store):
         except BaseException:
             if run is not None:
                 self._chained_status.pop(run.id, None)  # its status may not be chained
+                # Nor its row written: the next write builds it whole, with the run's start
+                # fact when it has no chain yet (else the row comes back with no fact).
+                self._runs_written.pop(run.id, None)
             raise
 
     def _idle(self) -> bool:
@@ -2441,7 +2614,7 @@ class SQLiteStore(Store):
             # far), the decision, and the run's move.
             row = db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending WHERE id = ?",
                              (item_id,)).fetchone()
-            facts.append((item.run_id, "pending", item.id, pending_body(row)))
+            facts.append((item.run_id, "pending", item.id, pending_body(row), None))
             if after.state != "open":
                 _move_run(db, item.run_id, facts)
             return after
@@ -2476,7 +2649,8 @@ class SQLiteStore(Store):
             db.execute("UPDATE runs SET status = ?, owner = ?, lease_until = ?, updated_at = ?, "
                        "outcome = NULL WHERE id = ?",
                        (run.status.value, owner, run.lease_until, now, run_id))
-            facts.append((run_id, "status", run_id, status_body(run_id, "running", None)))
+            facts.append((run_id, "status", run_id, status_body(run_id, "running", None),
+                          None))
             return run
 
         result = await self._submit_write(lambda db: self._chained(db, lambda facts: cas(
@@ -2571,8 +2745,8 @@ class _AuditReader:
         def facts() -> Iterator[_audit.Fact]:
             log: dict[str, list[Any]] = {}
             for row in db.execute(
-                    "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7 FROM log WHERE kind = 2"
-                    f"{where.replace('WHERE', 'AND')} ORDER BY id", params):
+                    "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM "
+                    f"{_LOG_FACTS}{where} ORDER BY id", params):
                 log.setdefault(row[1], []).append(row)
             later = sorted(log)
             for rid, rows in _audit._grouped(db.execute(
@@ -2589,7 +2763,7 @@ class _AuditReader:
         def links() -> Iterator[tuple[int, str, str]]:
             if run_id is None:
                 yield from db.execute("SELECT seq, hash, link FROM audit ORDER BY seq")
-                yield from db.execute("SELECT c0, c6, c7 FROM log WHERE kind = 2 ORDER BY id")
+                yield from db.execute(f"SELECT seq, hash, link FROM {_LOG_FACTS} ORDER BY id")
 
         def calls() -> Iterator[Sequence[Any]]:
             log: dict[str, dict[str, tuple[Any, ...]]] = {}
@@ -2637,7 +2811,8 @@ class _AuditReader:
         yield from self.db.execute(
             "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit ORDER BY seq")
         yield from self.db.execute(
-            "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7 FROM log WHERE kind = 2 ORDER BY id")
+            f"SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM {_LOG_FACTS} "
+            "ORDER BY id")
 
     def _all_calls(self) -> Iterator[Sequence[Any]]:
         # The table in its own order (sequential reads), the log's newer rows laid over it.
@@ -2653,8 +2828,8 @@ class _AuditReader:
         row: _audit.Fact | None = self.db.execute(
             "SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM audit WHERE seq = ?",
             (seq,)).fetchone() or self.db.execute(
-            "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7 FROM log WHERE kind = 2 AND c0 = ?",
-            (seq,)).fetchone()
+            f"SELECT seq, run_id, n, kind, ref, body, prev, hash, link FROM {_LOG_FACTS} "
+            "WHERE seq = ?", (seq,)).fetchone()
         return row
 
     def previous_link(self, seq: int) -> str | None:
@@ -2662,21 +2837,21 @@ class _AuditReader:
         if seq == 1:
             return ZERO
         row = self.db.execute("SELECT link FROM audit WHERE seq = ?", (seq - 1,)).fetchone(
-            ) or self.db.execute("SELECT c7 FROM log WHERE kind = 2 AND c0 = ?",
+            ) or self.db.execute(f"SELECT link FROM {_LOG_FACTS} WHERE seq = ?",
                                  (seq - 1,)).fetchone()
         return None if row is None else str(row[0])
 
     def head(self) -> tuple[int, str] | None:
         """The store's head: its last fact's (seq, link)."""
-        row = self.db.execute("SELECT c0, c7 FROM log WHERE kind = 2 ORDER BY id DESC LIMIT 1"
-                              ).fetchone() or self.db.execute(_AUDIT_LAST).fetchone()
+        row = self.db.execute(_LOG_FACT_NEWEST).fetchone() or self.db.execute(
+            _AUDIT_LAST).fetchone()
         return None if row is None else (int(row[0]), str(row[1]))
 
     def first_since(self, since: float) -> int | None:
         """The first fact written at or after `since` (Unix time)."""
         row = self.db.execute(
             "SELECT min(s) FROM (SELECT min(seq) AS s FROM audit WHERE at >= ? UNION ALL "
-            "SELECT min(c0) FROM log WHERE kind = 2 AND c8 >= ?)", (since, since)).fetchone()
+            f"SELECT min(seq) FROM {_LOG_FACTS} WHERE at >= ?)", (since, since)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
     def facts_from(self, seq: int) -> Iterator[tuple[Any, ...]]:
@@ -2685,8 +2860,8 @@ class _AuditReader:
             "SELECT seq, run_id, n, kind, ref, body, prev, hash, link, at FROM audit "
             "WHERE seq >= ? ORDER BY seq", (seq,))
         yield from self.db.execute(
-            "SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7, c8 FROM log WHERE kind = 2 "
-            "AND c0 >= ? ORDER BY id", (seq,))
+            f"SELECT seq, run_id, n, kind, ref, body, prev, hash, link, at FROM {_LOG_FACTS} "
+            "WHERE seq >= ? ORDER BY id", (seq,))
 
     def call_row(self, record_id: str) -> Sequence[Any] | None:
         """A call's row as it stands (the log's newer state first)."""

@@ -641,7 +641,9 @@ def _scan_store(source: Source, report: Report,
     and hash), and the digest of the last fact about each run, call and item. Then every
     row, whose body is recomputed and compared with that digest. A run whose chain is not
     whole is looked at again closely (`_check_run` on its rows alone), which names what
-    happened to it. Memory: a digest a call, a tip a run.
+    happened to it. Memory: a tip a run, and a call's last fact as 72 bytes (its prev and
+    hash as binary, its seq): ~200 bytes a call with its id and the dict's share, where a
+    tuple of its seq, hex strings and run took ~560.
     """
     assert source.ordered_facts is not None and source.all_runs is not None
     assert source.all_calls is not None and source.all_pending is not None
@@ -656,9 +658,11 @@ def _scan_store(source: Source, report: Report,
     Last = tuple[int, str, str, str]
     starts: dict[str, Last] = {}
     statuses: dict[str, Last] = {}
-    calls: dict[str, Last] = {}
+    calls: dict[str, bytes] = {}
+    """A call's last fact: prev (32 bytes), hash (32 bytes), seq (8 bytes, little-endian)."""
     items: dict[str, Last] = {}
-    last_of = {"run": starts, "status": statuses, "call": calls, "pending": items}
+    last_of = {"run": starts, "status": statuses, "pending": items}
+    fromhex = bytes.fromhex
     prev_link, expected, before_prev = ZERO, 1, ""
     head: tuple[int, str] | None = None
     count = 0
@@ -697,6 +701,12 @@ def _scan_store(source: Source, report: Report,
                     else sha256((f_prev + body).encode()).hexdigest() != f_hash)):
             suspect.add(run)
         tips[run] = (n, f_hash)
+        if kind == "call":
+            try:
+                calls[ref] = fromhex(f_prev + f_hash) + seq.to_bytes(8, "little")
+            except (ValueError, OverflowError):  # not hashes: the close look names it
+                suspect.add(run)
+            continue
         last = last_of.get(kind)
         if last is None:
             suspect.add(run)
@@ -727,22 +737,33 @@ def _scan_store(source: Source, report: Report,
                 "its status", rid)
     for row in source.all_calls():
         report.rows += 1
-        if row[1] in suspect:
+        run = row[1]
+        if run in suspect:
             continue
-        compare(f"call {row[0]}", calls.pop(row[0], None), call_body(row), "this call",
-                row[1])
+        packed = calls.pop(row[0], None)
+        if packed is None:
+            found.setdefault(run, []).append(Break(what="inserted", where=f"call {row[0]}",
+                                                   detail="no fact records this call"))
+        elif sha256(packed[:32].hex().encode() + call_body(row)).digest() != packed[32:64]:
+            suspect.add(run)  # the close look names what changed
     for row in source.all_pending():
         report.rows += 1
         if row[2] in suspect:
             continue
         compare(f"pending item {row[0]}", items.pop(row[0], None), pending_body(row),
                 "this item", row[2])
-    for name, last in (("run", starts), ("run", statuses), ("call", calls),
-                       ("pending item", items)):
-        for ref, (seq, _, _, run) in last.items():
-            found.setdefault(run, []).append(Break(
-                what="deleted", where=f"{name} {ref}", seq=seq,
-                detail=f"fact #{seq} records it; the store no longer holds it"))
+    gone = [("call", ref, int.from_bytes(packed[64:], "little"), "")
+            for ref, packed in calls.items()]
+    calls.clear()
+    for name, last in (("run", starts), ("run", statuses), ("pending item", items)):
+        gone += [(name, ref, seq, run) for ref, (seq, _, _, run) in last.items()]
+    for name, ref, seq, run in gone:
+        if not run:  # (a call's: its fact says which run)
+            fact = source.fact(seq)
+            run = "" if fact is None else fact[1]
+        found.setdefault(run, []).append(Break(
+            what="deleted", where=f"{name} {ref}", seq=seq,
+            detail=f"fact #{seq} records it; the store no longer holds it"))
     for run, breaks in found.items():
         if run not in suspect:
             for one_break in breaks:
