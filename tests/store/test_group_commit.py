@@ -963,8 +963,14 @@ async def test_the_wal_starts_over_after_each_fold_under_steady_writes(
         assert isinstance(store, SQLiteStore)
 
         async def writer(k: int) -> None:
+            # Until five cycles have ended in a restart. How many writes a cycle spans
+            # depends on how fast the checkpoint thread runs beside them (a fast machine
+            # wrote 3,000 in four cycles; a loaded one fewer): a count of cycles, not of
+            # writes, is what the WAL's bound is about. The cap only ends a broken run.
             run = _run(f"r{k}", status=RunStatus.RUNNING)
-            for i in range(150):
+            for i in range(1_500):
+                if len(restarts) >= 5:
+                    return
                 run.steps = i
                 await store.write(Batch(run=run, messages=[(f"r{k}", i, {"text": "x" * 400})]))
                 if k == 0 and i % 10 == 0:
@@ -973,8 +979,8 @@ async def test_the_wal_starts_over_after_each_fold_under_steady_writes(
         async with anyio.create_task_group() as tg:
             for k in range(20):
                 tg.start_soon(writer, k)
-    # 3,000 writes, a fold every 200: the WAL holds one cycle at most, not all of them.
-    assert len(restarts) >= 5, restarts
+    # A fold every 200 writes: the WAL holds one cycle at most, not all of them.
+    assert len(restarts) >= 5, f"{len(restarts)} restarts in 30,000 writes"
     first_cycle = max(sizes[:3])
     assert max(sizes) < 4 * max(first_cycle, 1), sizes
 
