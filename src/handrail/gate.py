@@ -543,8 +543,8 @@ class _ToolPlan:
     `mutates` (no path, no address), so deciding it again per call only repeats this.
     """
 
-    __slots__ = ("action_records", "impl", "planned", "spec", "target", "verdict",
-                 "verdict_record")
+    __slots__ = ("action_records", "fast", "impl", "planned", "spec", "target", "tool_id",
+                 "verdict", "verdict_record")
 
     def __init__(self, impl: ToolImpl, spec: ToolSpec, scope: RunScope) -> None:
         self.impl = impl
@@ -559,6 +559,18 @@ class _ToolPlan:
         self.action_records = [_action_record(action)]
         # A rule with value conditions decides on the arguments: no verdict can be planned.
         self.planned = not scope.policy.conditional
+        self.tool_id = str(impl.spec.id)
+        manifest = scope.manifest
+        self.fast = (self.planned and self.verdict.effect is Effect.ALLOW
+                     and not spec.protected
+                     and spec.input_schema is impl.spec.input_schema
+                     and (manifest is None or manifest.grant(impl.spec.id) is not None)
+                     and not scope.policy.limits_for([action], workspace=scope.workspace))
+        """Whether a call of this tool may take the gate's fast path (`Gate._fast_turn`): the
+        rules allow its CALL whatever its arguments, the manifest grants it and supplies no
+        schema of its own, it declares no protected argument, and no quota counts it. Its
+        arguments are still validated, its actions compared with the CALL, its arguments
+        looked up for addresses (the taint stage), per call."""
 
     def called(self, actions: Sequence[Action]) -> Verdict | None:
         """The planned verdict when `actions` is exactly the tool's CALL; else None."""
@@ -780,6 +792,11 @@ class Gate:
         """
         scope = self.scope
         self._deferred = None
+        if len(calls) == 1 and not existing and scope.telemetry is None and \
+                scope.control is None:
+            fast = await self._fast_turn(turn, calls[0], first_write)
+            if fast is not None:
+                return fast
         states: list[_Call] = []
         for index, call in enumerate(calls):
             record = existing.get(call.id)
@@ -803,7 +820,102 @@ class Gate:
                     await self._reenter(state)
                 elif self._resolve(state):  # stages 1-2 here: one coroutine less a call
                     await self._check(state, state.call.arguments)
+        return await self._drive_planned(states, existing, first_write)
 
+    async def _fast_turn(self, turn: int, call: ToolCall, first_write: Batch
+                         ) -> TurnResult | None:
+        """A turn of one new call, on the fast path when its tool's plan allows (else None).
+
+        The common case: one call of a tool whose CALL the rules allow whatever its
+        arguments (`_ToolPlan.fast`), no control, no telemetry. Stages 1-2 are the plan's
+        (resolved by exact name; the grant decided with the plan); stage 3 validates as
+        `_check` does; stage 4 takes the tool's actions and, when they are exactly the
+        planned CALL, stage 5 the planned verdict, once the taint stage found no address
+        among the arguments. Anything else (invalid arguments, other actions, an address, an
+        intent or a plan over a mutating call) leaves the call to the general stages at the
+        point it differs: nothing is skipped, only what the plan has decided already.
+        """
+        scope = self.scope
+        impl = scope.toolbox.by_model_name(call.name)
+        if impl is None:
+            return None
+        plan = self._tool_plan(impl)
+        if not plan.fast:
+            return None
+        mutates = plan.spec.mutates
+        if mutates and (scope.intent is not None or scope.plan is not None):
+            return None
+        record = CallRecord(id=f"{scope.run_id}:{call.id}", run_id=scope.run_id,
+                            call_id=call.id, turn=turn, index=0, model_name=call.name,
+                            arguments=call.arguments, tool=plan.tool_id)
+        state = _Call(call, record)
+        state.impl = impl
+        state.offered = plan.spec
+        # 3. validate
+        try:
+            payload = check_argument_payload(plan.tool_id, call.arguments,
+                                             scope.toolbox.max_argument_bytes)
+            validated = impl.validate(payload)
+        except InvalidArguments:
+            await self._check(state, call.arguments)  # the general stage writes the refusal
+            return await self._drive_planned([state], {}, first_write)
+        dumped = impl.dump_arguments(validated)
+        state.validated = validated
+        # 4. actions
+        try:
+            actions = list(impl.actions(validated))
+        except Exception:  # boundary: the general stage refuses it, never allows
+            await self._check(state, call.arguments)
+            return await self._drive_planned([state], {}, first_write)
+        # taint: the addresses among the arguments, as `_check_actions` looks them up (a
+        # mutating call's links too); any found leaves the call to the general stages.
+        links: list[tuple[str, tuple[str, ...]]] | None = [] if mutates else None
+        if plan.called(actions) is None or \
+                address_pointers(dumped, mutates=mutates, links=links) or links:
+            await self._check_actions(state, plan, dumped, actions)
+            return await self._drive_planned([state], {}, first_write)
+        # 5. policy: the planned verdict, an allow (`_check_actions` with nothing to add).
+        state.actions = actions
+        state.verdict = plan.verdict
+        record.arguments_digest = _digest(dumped)
+        record.performed_arguments = dumped
+        record.actions = [dict(a) for a in plan.action_records]
+        record.verdict = dict(plan.verdict_record)
+        record.status = CallStatus.STARTED
+        record.started_at = time.time()
+        first_write.calls.append(record)
+        if not scope.mark_reads and not mutates and not first_write.pending and \
+                not first_write.claims:
+            final = first_write  # one commit for the turn, with its result (`drive_turn`)
+        else:
+            await self._write_claiming(first_write, [state])
+            final = Batch(calls=[record])
+        try:
+            await self._execute(state, persist_start=False)
+        except BaseException as exc:
+            if _is_interrupt(exc):
+                if final is first_write:
+                    self._deferred = first_write
+                self.interrupted = self._settled([state])
+            raise
+        result = state.result
+        if result is None or record.status is not CallStatus.FINISHED:
+            # Paused (a delegate waits for a person) or refused at the moment of use.
+            if final is first_write:
+                self._deferred = first_write
+            return self._turn_result([state])
+        # Stage 9 as `_turn_result` makes it for one finished call: nothing to forget (its
+        # one action is the CALL, without content; no decision, nothing spent).
+        stored = state.stored
+        return TurnResult([_result_message(call.id, call.name, result)], None, final, {},
+                          [{"kind": "tool_result", "call_id": call.id, "name": call.name,
+                            "result": stored if stored is not None
+                            and record.result is stored else result.to_dict()}])
+
+    async def _drive_planned(self, states: list[_Call], existing: dict[str, CallRecord],
+                             first_write: Batch) -> TurnResult:
+        """`drive_turn` once every call is planned: record, approve, execute, record."""
+        scope = self.scope
         # One transaction: the turn's message, every refusal, and a STARTED mark for each call
         # about to run (so a crash mid-call is found in doubt, never silently re-run).
         now = time.time()
@@ -1070,6 +1182,14 @@ class Gate:
                          CallStatus.REFUSED, disposition=Disposition.NOT_SENT.value,
                          error=f"actions() raised {type(exc).__name__}: {exc}")
             return
+        await self._check_actions(state, plan, dumped, actions)
+
+    async def _check_actions(self, state: _Call, plan: _ToolPlan, dumped: dict[str, Any],
+                             actions: list[Action]) -> None:
+        """Stages 4b-5 for a valid call whose actions are known (`_check`'s second half)."""
+        scope = self.scope
+        impl = state.impl
+        assert impl is not None
         state.actions = actions
         record = state.record
         digest = _digest(dumped)

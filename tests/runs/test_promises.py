@@ -261,3 +261,25 @@ async def test_rules_an_approver_remembered_still_hold_after_the_run_is_resumed(
     last = (await store.calls(paused.run_id))[-1]
     assert last.verdict is not None and last.verdict["layer"] == "remembered"
     await store.close()
+
+
+async def test_a_turn_of_one_call_to_a_tool_not_granted_is_refused(tmp_path: Path) -> None:
+    # A turn of one call takes the gate's fast path when its tool's plan allows it (issue
+    # 38): the grant is part of that plan, and a call to a tool the manifest does not grant
+    # is refused there as on the general stages, never run.
+    scope = RunScope(run_id="r1", agent="a", toolbox=hr.Toolbox([read, wipe]),
+                     policy=hr.Policy.permissive(), store=hr.Store.memory(),
+                     approver=hr.ApproveAll(), responder=hr.ResponderNone(),
+                     workspace=tmp_path, manifest=Manifest.from_toml(GRANTS_READ),
+                     mark_reads=False)
+    gate = Gate(scope)
+    turn = await gate.drive_turn(0, [ToolCall("c1", wipe.spec.id.model_name,
+                                              '{"account": "a"}')], {}, Batch())
+    (wiped,) = turn.final.calls
+    assert [r.result.render_text() for r in turn.results] == [NOT_GRANTED_MESSAGE]
+    assert wiped.status is hr.CallStatus.REFUSED and "not granted" in (wiped.error or "")
+    assert RAN == []
+    turn = await gate.drive_turn(1, [ToolCall("c2", read.spec.id.model_name,
+                                              '{"account": "a"}')], {}, Batch())
+    assert [r.result.render_text() for r in turn.results] == ["1"]
+    assert RAN == ["read"]
