@@ -245,6 +245,14 @@ async def main(calls: int, reps: int, baseline: str | None, gateway_only: bool) 
                 ("(b') baseline tree: SDK client -> handrail serve (memory store)", _Session(
                     _serve_params(old, "bench_tools:box", "memory", source), "add")),
             ]
+            if not gateway_only:
+                old_up = root / "old_upstream"
+                old_up.mkdir()
+                (old_up / "handrail.toml").write_text(
+                    MANIFEST_UPSTREAM.format(python=sys.executable, server=server))
+                variants.append(("(c) baseline tree: SDK client -> handrail serve -> SDK server",
+                                 _Session(_serve_params(old_up, None, str(old_up / "runs.db"),
+                                                        source), "up--add")))
         samples: dict[str, list[float]] = {label: [] for label, _ in variants}
         async with contextlib.AsyncExitStack() as stack:
             opened = [(label, await stack.enter_async_context(v)) for label, v in variants]
@@ -270,6 +278,9 @@ async def main(calls: int, reps: int, baseline: str | None, gateway_only: bool) 
         print(f"server CPU the gateway adds per call (b - a): {added:+,.0f} µs "
               f"({added / direct:+.1%} of the direct call's wall time)")
         labels = [label for label, _ in variants]
+        for fronted in [label for label in labels if label.startswith("(c)")]:
+            print(f"{fronted}: {medians[fronted] / direct:.2f}x the direct call, wall "
+                  f"(target <= 1.15x); server CPU {cpu[fronted]:,.0f} µs/call")
         client = next((label for label in labels if label.startswith("(e)")), None)
         if client is not None:
             print(f"client path overhead (e vs a, the SDK alone): "

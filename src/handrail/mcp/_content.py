@@ -22,7 +22,7 @@ from handrail.tools import (
 if TYPE_CHECKING:
     import mcp_types
 
-__all__ = ["DEFAULT_MAX_RESULT_BYTES", "from_mcp_result", "to_mcp_result"]
+__all__ = ["DEFAULT_MAX_RESULT_BYTES", "from_mcp_result", "to_mcp_dict", "to_mcp_result"]
 
 DEFAULT_MAX_RESULT_BYTES = 8 << 20
 """A server's result larger than this (text and base64 data, summed) is refused: 8 MiB."""
@@ -116,6 +116,34 @@ def to_mcp_result(result: ToolResult) -> mcp_types.CallToolResult:
     structured = result.structured if isinstance(result.structured, dict) else None
     return t.CallToolResult(content=blocks, structured_content=structured,
                             is_error=result.is_error)
+
+
+def to_mcp_dict(result: ToolResult, version: str) -> dict[str, Any]:
+    """`to_mcp_result(result)` as the wire dict the SDK's server writes for it at `version`.
+
+    `handrail serve`'s own link (`_serve_link`) writes it without building the model: text
+    and JSON blocks are built here (what the SDK's per-version sieve leaves of them, for
+    every handshake-era version); any other block goes through `to_mcp_result` and the sieve.
+    """
+    blocks: list[dict[str, Any]] = []
+    for item in result.content:
+        if isinstance(item, Text):
+            blocks.append({"type": "text", "text": item.text})
+        elif isinstance(item, Json):
+            blocks.append({"type": "text", "text": item_text(item)})
+        else:
+            from mcp_types import methods
+
+            dumped = to_mcp_result(result).model_dump(by_alias=True, mode="json",
+                                                      exclude_none=True)
+            sieved: dict[str, Any] = methods.serialize_server_result("tools/call", version,
+                                                                     dumped)
+            return sieved
+    wire: dict[str, Any] = {"content": blocks}
+    if isinstance(result.structured, dict):
+        wire["structuredContent"] = result.structured
+    wire["isError"] = bool(result.is_error)
+    return wire
 
 
 def item_text(item: Json) -> str:

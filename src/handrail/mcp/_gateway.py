@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
     from handrail.approval import Responder
     from handrail.manifest import Manifest
+    from handrail.mcp._serve_link import LinkRelay
 
 __all__ = ["DEFAULT_APPROVAL_TIMEOUT", "Gateway", "GatewaySession"]
 
@@ -474,6 +475,7 @@ class Gateway:
         self._by_client: collections.OrderedDict[tuple[Any, ...], GatewaySession] = (
             collections.OrderedDict())
         self._owners: dict[tuple[Any, ...], Any] = {}  # connection-keyed: the connection
+        self._opening: dict[Hashable, anyio.Lock] = {}  # clients whose first call opens a run
         # Session-era connections, told of a changed list; weakly held (a connection the SDK
         # has let go of is forgotten, not told).
         self._clients: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
@@ -613,7 +615,6 @@ class Gateway:
         sessions = self._by_client
         owners = self._owners
         one_client: list[Any] = []  # with single_client: the connection that came first
-        opening: dict[Hashable, anyio.Lock] = {}
 
         def remember(ctx: Any) -> tuple[tuple[Any, ...], Any]:
             # The SDK builds a ServerSession per request around a connection object: the
@@ -627,7 +628,9 @@ class Gateway:
             key = client_key(ctx, connection, single_client)
             if (getattr(connection, "has_standalone_channel", True)
                     and callable(getattr(connection, "send_tool_list_changed", None))):
-                self._clients[id(connection)] = connection  # weakly: a gone one is dropped
+                # Weakly: a gone one is dropped. The one stdio client has one slot, which
+                # its own link (`serve_stdio`) shares: told once, whichever came last.
+                self._clients[0 if single_client else id(connection)] = connection
             return key, connection
 
         async def session_for(ctx: Any) -> GatewaySession:
@@ -639,23 +642,9 @@ class Gateway:
             if found is not None:
                 sessions.move_to_end(key)
                 return found
-            # Two first calls of one client at once open one run.
-            lock = opening.setdefault(key, anyio.Lock())
-            async with lock:
-                found = sessions.get(key)
-                if found is None:
-                    params = getattr(ctx.session, "client_params", None)
-                    info = getattr(params, "client_info", None)
-                    # The client names itself: shown in `handrail runs`, so plain characters.
-                    client = _SAFE_NAME.sub("?", str(getattr(info, "name", None)
-                                                     or "mcp client"))[:100]
-                    found = await self.open_session(client)
-                    sessions[key] = found
-                    if key[0] == "connection":
-                        owners[key] = connection
-                    await self._forget_idle()
-            opening.pop(key, None)
-            return found
+            params = getattr(ctx.session, "client_params", None)
+            info = getattr(params, "client_info", None)
+            return await self._open_for(key, getattr(info, "name", None), connection)
 
         async def list_tools(ctx: Any, params: Any) -> t.ListToolsResult:
             remember(ctx)
@@ -690,6 +679,47 @@ class Gateway:
                                on_subscriptions_listen=ListenHandler(self._subscriptions))
         Carried(self, session_for).register(server)
         return server
+
+    async def _open_for(self, key: tuple[Any, ...], named: Any,
+                        connection: Any = None) -> GatewaySession:
+        """The session of client `key`, opened now (a new run) unless a twin call opened it."""
+        lock = self._opening.setdefault(key, anyio.Lock())
+        async with lock:  # two first calls of one client at once open one run
+            found = self._by_client.get(key)
+            if found is None:
+                # The client names itself: shown in `handrail runs`, so plain characters.
+                client = _SAFE_NAME.sub("?", str(named or "mcp client"))[:100]
+                found = await self.open_session(client)
+                self._by_client[key] = found
+                if key[0] == "connection":
+                    self._owners[key] = connection
+                await self._forget_idle()
+        self._opening.pop(key, None)
+        return found
+
+    async def serve_call(self, params: dict[str, Any], relay: LinkRelay) -> dict[str, Any]:
+        """One `tools/call` of the stdio client, over handrail's own link (`_serve_link`).
+
+        The same as the SDK server's `tools/call` handler (`server()`): the client's run, the
+        name it was shown, the gate, and what an upstream sends meanwhile relayed for this
+        request; the result as the wire dict for the negotiated version.
+        """
+        from handrail.mcp._content import to_mcp_dict
+
+        key = ("stdio",)
+        session = self._by_client.get(key)
+        if session is None:
+            session = await self._open_for(key, relay.link.client_name)
+        else:
+            self._by_client.move_to_end(key)
+        arguments = params.get("arguments")
+        name = self.client_shown_to_model(params["name"])
+        token = RELAY.set(relay.bind(session.call_event))
+        try:
+            result = await session.call(name, arguments)
+        finally:
+            RELAY.reset(token)
+        return to_mcp_dict(result, relay.link.version or "2025-11-25")
 
     def client_shown_to_model(self, shown: str) -> str:
         """The model-facing name of the tool a client calls by `shown`.
@@ -798,14 +828,17 @@ class Gateway:
         sessions expire first (`expire_orphans`); waiting calls keep their lease
         (`heartbeat`).
         """
+        from handrail.mcp._serve_link import ServeLink
         from handrail.mcp._stdio import serve_stdio_transport
 
         server = self.server(single_client=True)
+        link = ServeLink(self.serve_call)
         try:
             await self.expire_orphans()
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self.heartbeat)
-                async with serve_stdio_transport() as (read, write):
+                async with serve_stdio_transport(link) as (read, write):
+                    self._clients.setdefault(0, link)  # told of list changes (`remember`)
                     await server.run(read, write, self.initialization_options(server))
                 tasks.cancel_scope.cancel()
         finally:

@@ -24,9 +24,12 @@ import os
 import stat
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+
+if TYPE_CHECKING:
+    from handrail.mcp._serve_link import ServeLink
 
 __all__ = ["MAX_MESSAGE_BYTES", "serve_stdio_transport"]
 
@@ -126,10 +129,12 @@ class _Claim:
 
 
 @contextlib.asynccontextmanager
-async def serve_stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
+async def serve_stdio_transport(link: ServeLink | None = None) -> AsyncIterator[tuple[Any, Any]]:
     """The (read, write) streams a low-level MCP `Server.run` takes, over this process's stdio.
 
     The event loop's own pipes when `fast_path_available()`, else the SDK's `stdio_server`.
+    On the event loop's pipes, `link` (`mcp/_serve_link.py`) is offered each line first, and
+    sees what the server writes: the lines it takes (a `tools/call`) never reach the server.
     """
     if not fast_path_available():
         from mcp.server.stdio import stdio_server
@@ -176,12 +181,16 @@ async def serve_stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
             while True:
                 chunk = await reader.read(_CHUNK)
                 if not chunk:
+                    if link is not None:
+                        link.closed()
                     return  # the client closed stdin: the session is over
                 lines, skipping = split_lines(buffer, chunk, skipping)
                 for line in lines:
                     if isinstance(line, Exception):
                         parse_error(str(line))
                         await inbound_send.send(line)
+                        continue
+                    if link is not None and link.take(line):
                         continue
                     try:
                         message = adapter.validate_json(line, by_name=False)
@@ -202,6 +211,8 @@ async def serve_stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
     async def _write_all() -> None:
         async with outbound_receive:
             async for item in outbound_receive:
+                if link is not None and not link.ready:
+                    link.sent(item.message)
                 data = item.message.model_dump_json(by_alias=True, exclude_unset=True)
                 try:
                     writer.write(data.encode() + b"\n")
@@ -211,6 +222,9 @@ async def serve_stdio_transport() -> AsyncIterator[tuple[Any, Any]]:
 
     try:
         async with anyio.create_task_group() as tasks:
+            if link is not None:
+                link.attach(writer.write, writer.drain, write_transport.get_write_buffer_size,
+                            tasks)
             tasks.start_soon(read_lines)
             tasks.start_soon(write_messages)
             try:
