@@ -333,7 +333,8 @@ def _traced(trace: list[Any], name: str, arguments: Mapping[str, Any], text: str
 
 
 def run_suite(suite: Any, configs: Sequence[str], limit: int | None,
-              users: slice = slice(None)) -> dict[str, list[Pair]]:
+              users: slice = slice(None), only_users: Sequence[str] = (),
+              only_injections: Sequence[str] = ()) -> dict[str, list[Pair]]:
     """Every pair of `suite` (the first `limit`) under each configuration.
 
     Pairs outside, configurations inside: a pair's injected environment is loaded once and
@@ -355,7 +356,11 @@ def run_suite(suite: Any, configs: Sequence[str], limit: int | None,
     results: dict[str, list[Pair]] = {config: [] for config in configs}
     done = 0
     for user_task in list(suite.user_tasks.values())[users]:
+        if only_users and user_task.ID not in only_users:
+            continue
         for injection_task in suite.injection_tasks.values():
+            if only_injections and injection_task.ID not in only_injections:
+                continue
             if limit is not None and done >= limit:
                 return results
             done += 1
@@ -385,6 +390,10 @@ def main() -> None:
                         help="only these configurations (repeatable)")
     parser.add_argument("--limit", type=int, help="pairs per suite at most")
     parser.add_argument("--users", help="a slice of each suite's user tasks, START:END[:STEP]")
+    parser.add_argument("--user", action="append", default=[],
+                        help="only these user tasks, by id (user_task_35; repeatable)")
+    parser.add_argument("--injection", action="append", default=[],
+                        help="only these injection tasks, by id (injection_task_1; repeatable)")
     parser.add_argument("--show", action="store_true", help="print each attack that succeeded")
     parser.add_argument("--show-asks", action="store_true", help="with --show: every ask too")
     parser.add_argument("--save", help="also write every pair's outcome to this JSON file")
@@ -409,7 +418,8 @@ def main() -> None:
     per_suite: dict[str, dict[str, list[Pair]]] = {}
     for name in names:
         bounds = [int(b) if b else None for b in (args.users or ":").split(":")]
-        per_suite[name] = run_suite(suites[name], configs, args.limit, slice(*bounds))
+        per_suite[name] = run_suite(suites[name], configs, args.limit, slice(*bounds),
+                                    args.user, args.injection)
         print(f"({name}: {time.perf_counter() - started:.0f} s)", file=sys.stderr)
     if args.save:
         Path(args.save).write_text(json.dumps(

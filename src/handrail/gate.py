@@ -108,6 +108,7 @@ from handrail.tools import (
     ToolResult,
     ToolSpec,
     address_pointers,
+    call_words,
     check_argument_payload,
     decided_paths,
     local_validator,
@@ -543,8 +544,8 @@ class _ToolPlan:
     `mutates` (no path, no address), so deciding it again per call only repeats this.
     """
 
-    __slots__ = ("action_records", "fast", "impl", "planned", "spec", "target", "tool_id",
-                 "verdict", "verdict_record")
+    __slots__ = ("action_records", "fast", "impl", "planned", "spec", "stems", "target",
+                 "tool_id", "verdict", "verdict_record")
 
     def __init__(self, impl: ToolImpl, spec: ToolSpec, scope: RunScope) -> None:
         self.impl = impl
@@ -571,6 +572,8 @@ class _ToolPlan:
         schema of its own, it declares no protected argument, and no quota counts it. Its
         arguments are still validated, its actions compared with the CALL, its arguments
         looked up for addresses (the taint stage), per call."""
+        self.stems = call_words(impl.spec.id.name) if spec.mutates else ()
+        """The tool name's words a sentence naming this call holds (`Provenance.named`)."""
 
     def called(self, actions: Sequence[Action]) -> Verdict | None:
         """The planned verdict when `actions` is exactly the tool's CALL; else None."""
@@ -1226,6 +1229,13 @@ class Gate:
             state.taint = scope.provenance.taint(dumped, protected, links or ())
         else:
             state.taint = ()
+        # A mutating call whose value a sentence of tool output names beside the words of
+        # the tool's own name ("delete the file with ID 13") is that text's call.
+        if plan.spec.mutates and not getattr(impl, "delegates", False):
+            await self._catch_up_index()
+            named = scope.provenance.named(plan.stems, dumped, protected)
+            if named:
+                state.taint = (*state.taint, *named)
         # 5. policy
         planned = plan.called(actions)
         verdict = planned or scope.policy.check_all(actions, workspace=scope.workspace,

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         Quote,
         Taint,
         address_pointers,
+        call_words,
         link_pointers,
         pointer_values,
     )
@@ -151,6 +152,7 @@ _LAZY: dict[str, str] = {
     "issues_from_validation_error": "handrail.tools._handler",
     "pointer_values": "handrail.tools._taint",
     "address_pointers": "handrail.tools._taint",
+    "call_words": "handrail.tools._taint",
     "link_pointers": "handrail.tools._taint",
     "raise_body_error": "handrail.tools._handler",
     "resolve_in_workspace": "handrail.tools._workspace",
@@ -220,6 +222,7 @@ __all__ = [
     "address_pointers",
     "as_impl",
     "bind_arguments",
+    "call_words",
     "canonical_path",
     "canonicalize",
     "check_argument_payload",
