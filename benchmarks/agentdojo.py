@@ -378,7 +378,7 @@ def run_suite(suite: Any, configs: Sequence[str], limit: int | None,
                         environment=environment.model_copy(deep=True))
                 results[config].append(Pair(
                     user_task.ID, injection_task.ID, utility, attacked, len(pipeline.asks),
-                    [f"{a.tool}: {a.verdict_reason[:160]}" for a in pipeline.asks]))
+                    [f"{a.tool}: {a.verdict_reason[:400]}" for a in pipeline.asks]))
     return results
 
 

@@ -571,7 +571,8 @@ class _ToolPlan:
         rules allow its CALL whatever its arguments, the manifest grants it and supplies no
         schema of its own, it declares no protected argument, and no quota counts it. Its
         arguments are still validated, its actions compared with the CALL, its arguments
-        looked up for addresses (the taint stage), per call."""
+        looked up for addresses and, for a mutating tool, for a value a sentence of tool
+        output names (the taint stage), per call."""
         self.stems = call_words(impl.spec.id.name) if spec.mutates else ()
         """The tool name's words a sentence naming this call holds (`Provenance.named`)."""
 
@@ -834,7 +835,8 @@ class Gate:
         (resolved by exact name; the grant decided with the plan); stage 3 validates as
         `_check` does; stage 4 takes the tool's actions and, when they are exactly the
         planned CALL, stage 5 the planned verdict, once the taint stage found no address
-        among the arguments. Anything else (invalid arguments, other actions, an address, an
+        among the arguments and no value a sentence of tool output names for the call.
+        Anything else (invalid arguments, other actions, an address, a named value, an
         intent or a plan over a mutating call) leaves the call to the general stages at the
         point it differs: nothing is skipped, only what the plan has decided already.
         """
@@ -872,9 +874,15 @@ class Gate:
             return await self._drive_planned([state], {}, first_write)
         # taint: the addresses among the arguments, as `_check_actions` looks them up (a
         # mutating call's links too); any found leaves the call to the general stages.
+        # A mutating call's value a sentence of tool output names beside the tool's words
+        # (`Provenance.named`) leaves it too: the fast path skips no taint check.
         links: list[tuple[str, tuple[str, ...]]] | None = [] if mutates else None
-        if plan.called(actions) is None or \
-                address_pointers(dumped, mutates=mutates, links=links) or links:
+        general = plan.called(actions) is None or \
+            bool(address_pointers(dumped, mutates=mutates, links=links)) or bool(links)
+        if not general and plan.stems and not getattr(impl, "delegates", False):
+            await self._catch_up_index()
+            general = bool(scope.provenance.named(plan.stems, dumped))
+        if general:
             await self._check_actions(state, plan, dumped, actions)
             return await self._drive_planned([state], {}, first_write)
         # 5. policy: the planned verdict, an allow (`_check_actions` with nothing to add).

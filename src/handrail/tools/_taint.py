@@ -270,8 +270,9 @@ class Taint:
             return (f"{self.pointer} = {shown}: this run saw more untrusted output than the "
                     "taint index holds, so every protected value counts as tainted")
         if self.match == "named":
-            return (f"{self.pointer} = {shown} is named for this call in the output of call "
-                    f"{self.source_call} ({self.source_tool}), which is untrusted: "
+            return (f"{self.pointer} = {shown} is named beside this tool's own words in the "
+                    f"output of call {self.source_call} ({self.source_tool}), which is "
+                    f"untrusted: that text asks for this very call: "
                     f"{(self.found or '')[:200]!r}")
         if self.found is not None:
             part = repr(self.found[:200])
@@ -1091,9 +1092,17 @@ def check_pointers(tool: str, label: str, pointers: object) -> tuple[Any, ...]:
 _NAME_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 _INFLECTION = r"(?:e|es|s|ed|d|ing|ion|ions|ation|ations)?"
 # Where a sentence ends in printed output: `.!?` before white space (or an escaped line
-# break), a blank line, an escaped `\n` (a line of a printed string), a NUL (between the
-# strings of an output); a sentence is cut at `_SENTENCE_REACH` characters each side.
-_SENTENCE_END = re.compile(r"[.!?]+(?=\s|\\[nrt]|\x00|\Z)|\n[ \t]*\n|\\[nrt]|\x00")
+# break) ends a sentence (the `soft` group); a blank line, an escaped `\n` (a line of a
+# printed string), a NUL (between the strings of an output) or a line break before a line
+# that opens with a key (`  id_: '24'`, `- filename: x`: a record printed as YAML, whose
+# fields are data, not one sentence) ends a passage. The sentences a word of the tool's
+# name is in are its own and one on each side within the passage ("Delete the file. Its ID
+# is 13."), at most `_SENTENCE_REACH` characters each side. A word of the name is a whole
+# word of the text: `shared_with:` or `file_id` holds none (the whole name counts).
+_SENTENCE_END = re.compile(r"(?P<soft>[.!?]+(?=\s|\\[nrt]|\x00|\Z))|\n[ \t]*\n|\\[nrt]|\x00"
+                           r"|\n(?=[ \t]*(?:- )?[\w.-]+:(?:\s|\Z))")
+# A token of a naming sentence is also looked up in pieces: `id=13`, `#13`, `file:13`.
+_PIECES = re.compile(r"[=:#]+")
 _SENTENCE_REACH = 240
 MAX_NAMING_SENTENCES = 4096
 """Sentences naming a tool's words kept per tool and run; past it every value counts."""
@@ -1102,15 +1111,19 @@ MAX_NAMED_CHARS = 64
 
 
 def call_words(name: str) -> tuple[str, ...]:
-    """The stems of a tool name's words (`delete_file` -> `delet`, `file`): 3 letters or more.
+    """The stems of a tool name's words (`delete_file` -> `delet`, `fil`): 3 letters or more.
 
-    A trailing `e` is cut, so `delete`, `deleted`, `deleting` and `deletion` all match.
+    A trailing `e` is cut, so `delete`, `deleted`, `deleting` and `deletion` all match; the
+    name itself comes last when it is more than one word (`delete_file(13)` names it too).
     """
     stems: dict[str, None] = {}
-    for word in _NAME_WORDS.findall(name):
+    words = _NAME_WORDS.findall(name)
+    for word in words:
         word = word.casefold()
         if len(word) >= 3:
             stems[word[:-1] if len(word) > 3 and word.endswith("e") else word] = None
+    if stems and len(words) > 1:
+        stems[normalise(name).strip()] = None
     return tuple(stems)
 
 
@@ -1136,7 +1149,7 @@ class _Naming:
     def __init__(self, stems: tuple[str, ...]) -> None:
         alternatives = "|".join(re.escape(s) for s in sorted(stems, key=len, reverse=True))
         self.pattern = re.compile(
-            rf"(?<![^\W\d_])(?:{alternatives}){_INFLECTION}(?![^\W\d_])")
+            rf"(?<!\w)(?:{alternatives}){_INFLECTION}(?!\w)")
         self.scanned = 0  # segments scanned
         self.tokens: dict[str, int] = {}  # token (and number key) -> its first sentence
         self.excerpts: list[tuple[tuple[str, str], str]] = []  # (source, sentence)
@@ -1149,40 +1162,65 @@ class _Naming:
             text = segments[seg]
             end = -1
             for match in self.pattern.finditer(text):
-                if match.start() < end:
-                    continue  # in the sentence found last
+                start = match.start()
+                stop = min(len(text), match.end() + _SENTENCE_REACH)
+                reach = _window_end(text, match.end(), stop)
+                if start < end and reach <= end:
+                    continue  # within the sentences found last
                 if len(excerpts) >= MAX_NAMING_SENTENCES:
                     self.overflowed = True
                     break
-                start = match.start()
-                left = text[max(0, start - _SENTENCE_REACH):start]
-                cuts = [m.end() for m in _SENTENCE_END.finditer(left)]
-                begin = start - len(left) + (cuts[-1] if cuts else 0)
-                stop = _SENTENCE_END.search(text, match.end(),
-                                            min(len(text), match.end() + _SENTENCE_REACH))
-                end = stop.start() if stop else min(len(text), match.end() + _SENTENCE_REACH)
+                begin = _window_start(text, max(0, start - _SENTENCE_REACH), start)
+                end = reach
                 sentence = text[begin:end]
                 index = len(excerpts)
                 excerpts.append((sources[seg], " ".join(sentence.split())))
                 raw = set(sentence.translate(_SEPARATORS).split())
                 words = raw.union(map(str.strip, raw, repeat(_EDGE)))
+                for word in raw:
+                    if _PIECES.search(word):
+                        words.update(p.strip(_EDGE) for p in _PIECES.split(word))
                 words.discard("")
                 for word in words:
                     tokens.setdefault(word, index)
-                    if word[:1].isdigit() or word[:1] in "+-.":
-                        key = _number_key(word)
-                        if key is not None:
-                            tokens.setdefault("#" + key, index)
+                for number in _NUMBER.findall(sentence):
+                    key = _number_key(number)
+                    if key is not None:
+                        tokens.setdefault("\x00" + key, index)
+            if self.overflowed:
+                break
         self.scanned = len(segments)
 
     def find(self, value: Any) -> int | None:
         if isinstance(value, int | float):
             key = _number_key(value)
-            return None if key is None else self.tokens.get("#" + key)
+            return None if key is None else self.tokens.get("\x00" + key)
         text = normalise(value).strip()
         found = self.tokens.get(text)
         if found is None:
             key = _number_key(text)
             if key is not None:
-                found = self.tokens.get("#" + key)
+                found = self.tokens.get("\x00" + key)
         return found
+
+
+def _window_start(text: str, left: int, start: int) -> int:
+    """Where the sentences before `start` that name it begin: one sentence back at most."""
+    ends = list(_SENTENCE_END.finditer(text, left, start))
+    if not ends:
+        return left
+    last = ends[-1]
+    if last.group("soft") is None:
+        return last.end()  # a passage ends there
+    return ends[-2].end() if len(ends) > 1 else left
+
+
+def _window_end(text: str, after: int, stop: int) -> int:
+    """Where the sentences after `after` that name it end: one sentence on at most."""
+    first = _SENTENCE_END.search(text, after, stop)
+    if first is None:
+        return stop
+    if first.group("soft") is None:
+        return first.start()
+    second = _SENTENCE_END.search(text, first.end(), stop)
+    return second.start() if second else stop
