@@ -16,6 +16,11 @@ the exact path). Rows:
   normalised again, then searched with `in`), which is what the index replaces;
 - the history already normalised, searched with `in` (the cheapest rescan possible);
 - indexing one output of 1 KB (paid once per call that returns one, at stage 9);
+- the named-value rule (`Provenance.named`, issue 34 round five) for a mutating call of
+  `update_page` with two one-token values, absent: the words of its name (`page`) are in
+  every URL of the history, so each output has sentences naming it: once the outputs are
+  scanned (every later call of that tool), and the first check of the tool in a run (it
+  scans every output seen so far for sentences naming it: once per tool and output);
 - the quotes of a final answer of 1 KB (`Provenance.quotes`, issue 34: about two lookups
   per word, once per run);
 - the first lookup of a history: under 64 KB it is a `str.find` over the outputs joined;
@@ -36,6 +41,11 @@ import unicodedata
 from collections.abc import Callable
 
 from handrail.tools import Provenance
+
+try:
+    from handrail.tools import call_words
+except ImportError:  # a tree before the named-value rule (a base to compare with)
+    call_words = None
 
 WORDS = ("the report quarterly send notes please review budget server deploy release "
          "src/app/main.py docs/readme.md alice@example.org 5,000 42 invoice account "
@@ -110,6 +120,21 @@ def main() -> None:
                           [" ".join(first[:6])] * 3)[:1000]
         rows.setdefault("quotes of a 1 KB final answer (once per run)", []).append(
             median_us(lambda p=prov, a=answer: p.quotes(a), number=20))
+        # The named-value rule (issue 34, round five): a mutating call's one-token values.
+        if call_words is not None:
+            stems = call_words("update_page")
+            ids = {"page_id": "zq7x9w", "count": 3}
+            assert prov.named(stems, ids) == []
+            rows.setdefault("named rule, a mutating call (outputs scanned)", []).append(
+                median_us(lambda p=prov, a=ids, w=stems: p.named(w, a)))
+            scans = []
+            for _ in range(5):
+                fresh = fill(outputs)
+                start = time.process_time()
+                fresh.named(stems, ids)
+                scans.append((time.process_time() - start) * 1e6)
+            rows.setdefault("named rule, the tool's first check (scans every output)",
+                            []).append(statistics.median(scans))
         needle = norm(absent["to"])
 
         def rescan(o: list[str] = outputs, n: str = needle) -> bool:
@@ -151,6 +176,11 @@ def main() -> None:
           + ", ".join(f"{v / max(s, 1):.3f}" for v, s in zip(
               rows["the first lookup: builds the gram index past 64 KB (once)"], sizes,
               strict=True)) + " µs a byte of history)")
+    scan_rows = rows.get("named rule, the tool's first check (scans every output)")
+    if scan_rows:
+        print("the named rule's scan: " + ", ".join(
+            f"{v / max(s, 1):.3f}" for v, s in zip(scan_rows, sizes, strict=True))
+            + " µs a byte of history (once per mutating tool and output)")
     index = rows["index, values absent"]
     peer = rows["peer: rescan the history (normalise + `in`)"]
     print("\nrescan / index (values absent): " + ", ".join(
