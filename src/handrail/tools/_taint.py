@@ -883,24 +883,27 @@ class Provenance:
         chain = (*self.parents, self)
         if not any(level.untrusted.chars for level in chain):
             return []
+        namings: list[_Naming] = []
+        for level in chain:
+            naming = level._naming.get(stems)
+            if naming is None:
+                naming = level._naming[stems] = _Naming(stems)
+            naming.catch_up(level.untrusted)
+            if naming.tokens or naming.overflowed:
+                namings.append(naming)
+        if not namings:
+            return []  # no sentence holds the verb: nothing to look up (the common case)
         skipped = set(skip)
         found: list[Taint] = []
         for where, value in named_values(arguments):
             if where in skipped:
                 continue
-            text = normalise(value) if isinstance(value, str) else None
-            for level in chain:
-                naming = level._naming.get(stems)
-                if naming is None:
-                    naming = level._naming[stems] = _Naming(stems)
-                naming.catch_up(level.untrusted)
-                if naming.overflowed:
-                    at: int | None = -1
-                else:
-                    at = naming.find(value)
+            for naming in namings:
+                at = -1 if naming.overflowed else naming.find(value)
                 if at is None:
                     continue
-                if _cleared(chain, value, text, None):
+                if _cleared(chain, value, normalise(value) if isinstance(value, str) else None,
+                            None):
                     break
                 if at < 0:
                     found.append(Taint(pointer=where, value=value, source_call="*",
@@ -1136,13 +1139,12 @@ def named_values(arguments: Any) -> list[tuple[str, Any]]:
     """The arguments of a call a sentence could name: one token each (an id, a number)."""
     found: list[tuple[str, Any]] = []
     for where, value in pointer_values(arguments, ""):
-        if isinstance(value, bool) or value is None:
-            continue
-        if isinstance(value, int | float):
-            found.append((where, value))
-        elif isinstance(value, str) and 0 < len(value) <= MAX_NAMED_CHARS and \
-                value.strip() and not any(c.isspace() for c in value.strip()):
-            found.append((where, value))
+        if isinstance(value, str):
+            # One token: no white space inside (`split` in C, not a loop per character).
+            if len(value) <= MAX_NAMED_CHARS and len(value.split()) == 1:
+                found.append((where, value))
+        elif not isinstance(value, bool):
+            found.append((where, value))  # a number (`pointer_values` yields no other)
     return found
 
 
