@@ -17,10 +17,11 @@ the exact path). Rows:
 - the history already normalised, searched with `in` (the cheapest rescan possible);
 - indexing one output of 1 KB (paid once per call that returns one, at stage 9);
 - the named-value rule (`Provenance.named`, issue 34 round five) for a mutating call of
-  `update_page` with two one-token values, absent: the words of its name (`page`) are in
-  every URL of the history, so each output has sentences naming it: once the outputs are
-  scanned (every later call of that tool), and the first check of the tool in a run (it
-  scans every output seen so far for sentences naming it: once per tool and output);
+  `page_update` with two one-token values, absent: the first word of its name (`page`) is
+  in every URL of the history, so each output has sentences naming it (the worst case):
+  once the outputs are scanned (every later call of that tool), and the first check of the
+  tool in a run (it scans every output seen so far for its sentences: once per tool and
+  output);
 - the quotes of a final answer of 1 KB (`Provenance.quotes`, issue 34: about two lookups
   per word, once per run);
 - the first lookup of a history: under 64 KB it is a `str.find` over the outputs joined;
@@ -122,8 +123,8 @@ def main() -> None:
             median_us(lambda p=prov, a=answer: p.quotes(a), number=20))
         # The named-value rule (issue 34, round five): a mutating call's one-token values.
         if call_words is not None:
-            stems = call_words("update_page")
-            ids = {"page_id": "zq7x9w", "count": 3}
+            stems = call_words("page_update")
+            ids = {"page_id": "zq7x9w", "count": 123457}
             assert prov.named(stems, ids) == []
             rows.setdefault("named rule, a mutating call (outputs scanned)", []).append(
                 median_us(lambda p=prov, a=ids, w=stems: p.named(w, a)))

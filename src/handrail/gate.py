@@ -880,8 +880,7 @@ class Gate:
         general = plan.called(actions) is None or \
             bool(address_pointers(dumped, mutates=mutates, links=links)) or bool(links)
         if not general and plan.stems and not getattr(impl, "delegates", False):
-            await self._catch_up_index()
-            general = bool(scope.provenance.named(plan.stems, dumped))
+            general = bool(await self._named(plan.stems, dumped, ()))
         if general:
             await self._check_actions(state, plan, dumped, actions)
             return await self._drive_planned([state], {}, first_write)
@@ -1240,8 +1239,7 @@ class Gate:
         # A mutating call whose value a sentence of tool output names beside the words of
         # the tool's own name ("delete the file with ID 13") is that text's call.
         if plan.spec.mutates and not getattr(impl, "delegates", False):
-            await self._catch_up_index()
-            named = scope.provenance.named(plan.stems, dumped, protected)
+            named = await self._named(plan.stems, dumped, protected)
             if named:
                 state.taint = (*state.taint, *named)
         # 5. policy
@@ -1815,6 +1813,20 @@ class Gate:
             if vouched:
                 index.trust_values(source, vouched)
         index.settle()  # here (a worker thread when due), not in the lookup that follows
+
+    async def _named(self, stems: tuple[str, ...], dumped: dict[str, Any],
+                     skip: Sequence[str]) -> list[Taint]:
+        """`Provenance.named` for a mutating call, its scan in a thread when much is due.
+
+        The first check of a tool reads every sentence holding its verb (~0.2 µs a byte of
+        such text): past `INDEX_INLINE_CHARS` of output not yet scanned, off the event loop.
+        """
+        await self._catch_up_index()
+        provenance = self.scope.provenance
+        if stems and provenance.naming_due(stems) > INDEX_INLINE_CHARS:
+            async with self._indexing:  # nothing is added to the index meanwhile
+                await anyio.to_thread.run_sync(provenance.scan_naming, stems)
+        return provenance.named(stems, dumped, skip)
 
     def _index_now(self, record: CallRecord, provenance: dict[str, Any]) -> None:
         source = (record.call_id, record.tool or record.model_name)
