@@ -319,3 +319,13 @@ async def test_a_long_output_is_scanned_and_still_asks() -> None:
                            call("files/erase", {"file_id": "13"})])
     assert DONE == []
     assert [r.taint[0].match for r in approver.requests] == ["named"]
+
+
+def test_a_value_cut_by_one_window_is_read_whole_in_the_next() -> None:
+    # The first "delete" reaches 240 characters on, into the middle of `1234`; the second
+    # one's window overlaps it and is read from that token on, not from where the first cut.
+    text = "delete " + "a " * 118 + "b 1234 delete it"
+    at = text.index("1234")
+    assert at < len("delete") + 240 < at + 4
+    (taint,) = _named("delete_file", {"file_id": "1234"}, text)
+    assert taint.match == "named"
