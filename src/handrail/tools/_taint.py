@@ -536,6 +536,31 @@ def result_strings(result: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
     return strings, numbers
 
 
+def _number_keys(text: str) -> set[str]:
+    """The canonical keys (`_number_key`) of every number written in `text`.
+
+    Runs of the characters a number can hold: plain ASCII digits are canonical without their
+    leading zeros (most numbers in text) and skip the regex; it runs over the other runs only
+    (signs, separators, decimals, leading zeros, other scripts' characters), whose matches go
+    through `_number_key`. A match never spans two runs, so this finds what one pass over the
+    whole text would.
+    """
+    runs = set(text.translate(_NOT_NUMERIC).split())
+    plain = set(filter(str.isdigit, filter(str.isascii, runs)))
+    runs.difference_update(plain)
+    # Plain digits' canonical form: without leading zeros (`007` is 7, `000` is 0).
+    keys = set(map(str.lstrip, plain, repeat("0")))
+    if "" in keys:
+        keys.discard("")
+        keys.add("0")
+    if runs:
+        for other in set(_NUMBER.findall(" ".join(runs))):
+            key = _number_key(other)
+            if key is not None:
+                keys.add(key)
+    return keys
+
+
 # ------------------------------------------------------------------ the index
 
 
@@ -610,25 +635,7 @@ class Corpus:
         tokens = raw.union(map(str.strip, raw, repeat(_EDGE)))
         tokens.discard("")
         deque(map(exact.setdefault, tokens, repeat(seg)), 0)
-        # Runs of the characters a number can hold: plain ASCII digits are canonical
-        # without their leading zeros (most numbers in text) and skip the regex; it
-        # runs over the other runs only (signs, separators, decimals, leading zeros, other
-        # scripts' characters), whose matches go through `_number_key`. A match never
-        # spans two runs, so this finds what one pass over the whole text would.
-        runs = set(text.translate(_NOT_NUMERIC).split())
-        plain = set(filter(str.isdigit, filter(str.isascii, runs)))
-        runs.difference_update(plain)
-        # Plain digits' canonical form: without leading zeros (`007` is 7, `000` is 0).
-        keys = set(map(str.lstrip, plain, repeat("0")))
-        if "" in keys:
-            keys.discard("")
-            keys.add("0")
-        deque(map(nums.setdefault, keys, repeat(seg)), 0)
-        if runs:
-            for other in set(_NUMBER.findall(" ".join(runs))):
-                key = _number_key(other)
-                if key is not None:
-                    nums.setdefault(key, seg)
+        deque(map(nums.setdefault, _number_keys(text), repeat(seg)), 0)
         for value in numbers:
             key = _number_key(value)
             if key is not None:
@@ -1216,19 +1223,7 @@ class _Naming:
                     words.update(p.strip(_EDGE) for p in _PIECES.split(word))
                 words.discard("")
                 deque(map(tokens.setdefault, words, repeat(index)), 0)
-                runs = set(sentence.translate(_NOT_NUMERIC).split())
-                plain = set(filter(str.isdigit, filter(str.isascii, runs)))
-                runs.difference_update(plain)
-                keys = set(map(str.lstrip, plain, repeat("0")))
-                if "" in keys:
-                    keys.discard("")
-                    keys.add("0")
-                deque(map(numbers.setdefault, keys, repeat(index)), 0)
-                if runs:
-                    for other in set(_NUMBER.findall(" ".join(runs))):
-                        key = _number_key(other)
-                        if key is not None:
-                            numbers.setdefault(key, index)
+                deque(map(numbers.setdefault, _number_keys(sentence), repeat(index)), 0)
             if self.overflowed:
                 break
         self.scanned = len(segments)
