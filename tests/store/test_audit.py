@@ -480,37 +480,55 @@ async def test_a_log_the_previous_layout_left_unfolded_verifies_once_migrated(
 async def test_a_lone_writer_reads_nothing_to_chain(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A writer chains on the tips it cached while its connection's data version says
-    # nobody else wrote since its last commit: it reads the store's newest fact for its
-    # first write, and again only after another connection committed.
+    # nobody else wrote since its last commit: a store that created its file knows its
+    # chain is empty and reads nothing for its first write; it reads the store's newest
+    # fact again only after another connection committed, and a store opened on an
+    # existing file reads it for its first write.
     import time
 
     from handrail.store import Batch, CallRecord, RunRecord, Store
     from handrail.store._records import CallStatus
 
     path = tmp_path / "runs.db"
-    store = Store.open(path)
-    statements: list[str] = []
-    store._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
     run = RunRecord(id="r", task="t", created_at=time.time(), policy={"layers": []})
 
-    async def turn(n: int) -> None:
+    async def turn(store: Any, n: int) -> None:
         run.steps = n
         await store.write(Batch(run=run, calls=[CallRecord(
             id=f"r:c{n}", run_id="r", call_id=f"c{n}", turn=n, index=0, model_name="m",
             status=CallStatus.FINISHED, started_at=time.time())]))
 
+    def reads(statements: list[str]) -> list[str]:
+        return [s for s in statements if "FROM log WHERE c23 IS NOT NULL ORDER BY id DESC" in s
+                or "FROM audit ORDER BY seq DESC" in s]
+
+    store = Store.open(path)
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
     try:
         for n in range(5):
-            await turn(n)
-        edit(path, "UPDATE runs SET agent = agent")  # another connection commits
+            await turn(store, n)
+        assert reads(statements) == [], statements
+        # Another connection commits (a change: SQLite writes nothing for a row rewritten
+        # as it was, and the data version then rightly stays; tokens are not chained).
+        edit(path, "UPDATE runs SET input_tokens = input_tokens + 1")
         for n in range(5, 8):
-            await turn(n)
+            await turn(store, n)
     finally:
         await store.close()
-    newest = [s for s in statements if "FROM log WHERE c23 IS NOT NULL ORDER BY id DESC" in s]
-    assert len(newest) == 2, newest
+    assert len(reads(statements)) == 1, statements
+    again = Store.open(path)
+    statements = []
+    again._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+    try:
+        for n in range(8, 10):
+            await turn(again, n)
+    finally:
+        await again.close()
+    assert len(reads(statements)) >= 1, statements  # (the log was folded: the table too)
     code, report = verify(path, capsys=capsys)
-    assert code == 0 and report["facts"] == 1 + 8 + 1, report
+    # (The run's start, ten calls, its status as each store chained it first.)
+    assert code == 0 and report["facts"] == 1 + 10 + 2, report
 
 
 @pytest.mark.anyio
