@@ -437,6 +437,49 @@ async def test_two_stores_on_one_file_chain_one_after_the_other(
 
 
 @pytest.mark.anyio
+async def test_a_store_catches_up_on_facts_another_folded_out_of_the_log(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Another connection chains and folds the log: the log holds no fact then, and the
+    # writer that chained before it finds the facts since in the table (an empty log is not
+    # "nothing new").
+    import time
+
+    from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
+    from handrail.store._records import CallStatus
+    from handrail.store._sqlite import _fold_rows
+
+    path = tmp_path / "runs.db"
+    a, b = Store.open(path), Store.open(path)
+    try:
+        runs = {s: RunRecord(id=name, task="t", agent="a", created_at=time.time(),
+                             policy={"layers": []}, status=RunStatus.RUNNING)
+                for s, name in ((a, "ra"), (b, "rb"))}
+
+        async def turn(store: Any, n: int) -> None:
+            run = runs[store]
+            run.steps = n
+            await store.write(Batch(run=run, calls=[CallRecord(
+                id=f"{run.id}:c{n}", run_id=run.id, call_id=f"c{n}", turn=n, index=0,
+                model_name="m", status=CallStatus.FINISHED, started_at=time.time())]))
+
+        await turn(a, 0)
+        await turn(b, 0)
+        db = sqlite3.connect(path, isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")
+        _fold_rows(db)
+        db.execute("COMMIT")
+        db.close()
+        assert rows(path, "SELECT count(*) FROM log")[0][0] == 0
+        await turn(a, 1)
+    finally:
+        await a.close()
+        await b.close()
+    code, report = verify(path, capsys=capsys)
+    assert code == 0, report["breaks"]
+    assert report["facts"] == 2 + 2 + 1 + 2
+
+
+@pytest.mark.anyio
 async def test_a_log_the_previous_layout_left_unfolded_verifies_once_migrated(
         store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Before migration 0012 every fact was a log row of its own (kind 2: c0 seq, c1 n, c2
