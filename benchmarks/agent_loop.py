@@ -112,14 +112,20 @@ def _handrail(n: int, store_kind: str, traced: bool = False) -> Callable[[], Any
         calls = 0
         if store_kind == "memory":
             store = hr.Store.memory()
+        elif store_kind == "postgres":
+            # The database the driver made for this child (`_postgres_server`); it persists
+            # from run to run, as a real store does.
+            store = hr.Store.open(os.environ[PG_URL])
         else:
             # The option only when asked for: the same script measures builds without it.
             options = {"durability": "fsync"} if store_kind == "fsync" else {}
             path = os.path.join(tmp, f"runs-{time.perf_counter_ns()}.db")
             store = hr.Store.open(path, **options)
         result = await agent.run("add things", store=store)
+        if store_kind == "postgres":
+            SERVER_CPU[:] = [_server_cpu() or 0.0]
         await store.close()
-        if store_kind != "memory":
+        if store_kind not in ("memory", "postgres"):
             for leftover in glob.glob(path + "*"):  # the file, its WAL and shared memory
                 # (The store's thread may be closing its last connection, which removes
                 # the WAL and its shared memory itself.)
@@ -362,6 +368,8 @@ VARIANTS: dict[str, tuple[str, Callable[[int], Callable[[], Any]]]] = {
     "handrail_memory_otel": ("handrail, memory store, OpenTelemetry SDK on (spans dropped)",
                              lambda n: _handrail(n, "memory", traced=True)),
     "handrail_sqlite": ("handrail, SQLite store (file)", lambda n: _handrail(n, "sqlite")),
+    "handrail_postgres": ("handrail, PostgreSQL store (local server, unix socket)",
+                          lambda n: _handrail(n, "postgres")),
     "handrail_sqlite_fsync": ("handrail, SQLite store (file), durability=\"fsync\"",
                               lambda n: _handrail(n, "fsync")),
     "handrail_openai_http": ("handrail + OpenAIChat adapter, loopback server, memory store",
@@ -388,6 +396,72 @@ WARMUP = 5
 
 BEFORE = " (before)"
 """The suffix of a variant run from the `--against` build."""
+
+PG_URL = "HANDRAIL_BENCH_PG_URL"
+"""The environment variable naming the PostgreSQL database a `handrail_postgres` child uses."""
+PG_PIDFILE = "HANDRAIL_BENCH_PG_PIDFILE"
+"""... and the server's `postmaster.pid`: the child adds up the server's CPU around its run."""
+
+
+def _server_cpu() -> float | None:
+    """CPU seconds the PostgreSQL server's live processes have taken so far.
+
+    The postmaster and its children (the store's backends, the WAL writer, the checkpointer,
+    ...), from /proc's schedstat (nanoseconds; stat's ticks are 10 ms): a durable call's cost
+    on PostgreSQL is mostly the server's. Read before the run and before the store closes
+    (its pool's backends end at the close): a backend that ended in between is not counted.
+    None without a server to read.
+    """
+    pidfile = os.environ.get(PG_PIDFILE)
+    if not pidfile or not os.path.isdir("/proc"):
+        return None
+    with open(pidfile) as f:
+        postmaster = int(f.readline())
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rpartition(")")[2].split()[1])
+            if int(entry) != postmaster and parent != postmaster:
+                continue
+            with open(f"/proc/{entry}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # (a process that ended meanwhile)
+    return total / 1e9
+
+
+SERVER_CPU: list[float] = []
+"""The server's CPU read just before a postgres run closes its store (`_server_cpu`)."""
+
+
+@contextlib.contextmanager
+def _postgres_server(wanted: bool) -> Any:
+    """A throwaway local PostgreSQL server (tests/pgserver.py) for the postgres variant.
+
+    As the tests run it (fsync off, like the SQLite variant's synchronous=NORMAL: a commit
+    waits for no disk), so the CPU figures are the work, not the disk's latency. Yields the
+    server, or None when not wanted or when none can be started here (the variant is then
+    reported missing).
+    """
+    if not wanted:
+        yield None
+        return
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    import pgserver
+
+    why = pgserver.unavailable()
+    if why is not None:
+        print(f"handrail_postgres: {why}", file=sys.stderr)
+        yield None
+        return
+    server = pgserver.start()
+    try:
+        yield server
+    finally:
+        pgserver.stop(server)
 
 
 def _label(name: str) -> str:
@@ -439,13 +513,17 @@ def child(variant: str, n: int, model_share: bool = False, gc_freeze: bool = Fal
             collecting[0] += time.process_time() - collecting[1]
 
     gc.callbacks.append(on_gc)
+    server0 = _server_cpu()
     t0, cpu0 = time.perf_counter(), time.process_time()
     calls = loop.run_until_complete(run())
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    server1 = SERVER_CPU[0] if SERVER_CPU else None
     gc.callbacks.remove(on_gc)
     assert calls == n, (calls, n)
     print(json.dumps({"variant": variant, "n": n, "seconds": elapsed, "cpu": cpu,
-                      "gc_cpu": collecting[0], "model_cpu": model[0] if model else None}))
+                      "gc_cpu": collecting[0], "model_cpu": model[0] if model else None,
+                      "server_cpu": None if server0 is None or server1 is None
+                      else server1 - server0}))
 
 
 def _import_ms(statement: str, reps: int) -> float | None:
@@ -496,16 +574,43 @@ def main() -> None:
     cpus: dict[tuple[str, int], list[float]] = {}
     gcs: dict[tuple[str, int], list[float]] = {}
     models: dict[tuple[str, int], list[float]] = {}
+    servers: dict[tuple[str, int], list[float]] = {}
     missing: dict[str, str] = {}
-    for rep in range(args.reps):
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(_postgres_server(
+            any("postgres" in name for name in names)))
+        _run_children(args.reps, ns, names, flags, env_before, server, times, cpus, gcs,
+                      models, servers, missing)
+    _report(args, ns, names, times, cpus, gcs, models, servers, missing)
+
+
+def _run_children(reps: int, ns: list[int], names: list[str], flags: list[str],
+                  env_before: dict[str, str], server: Any,
+                  times: dict[tuple[str, int], list[float]],
+                  cpus: dict[tuple[str, int], list[float]],
+                  gcs: dict[tuple[str, int], list[float]],
+                  models: dict[tuple[str, int], list[float]],
+                  servers: dict[tuple[str, int], list[float]], missing: dict[str, str]) -> None:
+    for rep in range(reps):
         for n in ns:
             for name in names:
                 if name in missing:
                     continue
-                proc = subprocess.run([sys.executable, __file__, "--child", name, str(n),
-                                       *flags],
-                                      capture_output=True, text=True,
-                                      env=env_before if name.endswith(BEFORE) else None)
+                env = dict(env_before if name.endswith(BEFORE) else os.environ)
+                database = None
+                if "postgres" in name:
+                    if server is None:
+                        missing[name] = "no PostgreSQL server here (tests/pgserver.py)"
+                        continue
+                    database = server.create_database()
+                    env[PG_URL] = database
+                    env[PG_PIDFILE] = str(server.root / "data" / "postmaster.pid")
+                try:
+                    proc = subprocess.run([sys.executable, __file__, "--child", name, str(n),
+                                           *flags], capture_output=True, text=True, env=env)
+                finally:
+                    if database is not None:
+                        server.drop_database(database)
                 if proc.returncode:
                     missing[name] = proc.stderr.strip().splitlines()[-1] if proc.stderr else "?"
                     continue
@@ -516,8 +621,22 @@ def main() -> None:
                 gcs.setdefault((name, n), []).append(1e6 * row.get("gc_cpu", float("nan")) / n)
                 if row.get("model_cpu") is not None:
                     models.setdefault((name, n), []).append(1e6 * row["model_cpu"] / n)
+                if row.get("server_cpu") is not None:
+                    servers.setdefault((name, n), []).append(1e6 * row["server_cpu"] / n)
                 print(f"rep {rep} n={n:5d} {name:22s} {1e6 * row['seconds'] / n:10.1f} µs/call",
                       file=sys.stderr, flush=True)
+
+
+def _delta(table: dict[tuple[str, int], list[float]], after: str, before: str, n: int) -> str:
+    return f"{statistics.median(table[(after, n)]) - statistics.median(table[(before, n)]):+,.1f}"
+
+
+def _report(args: Any, ns: list[int], names: list[str],
+            times: dict[tuple[str, int], list[float]],
+            cpus: dict[tuple[str, int], list[float]],
+            gcs: dict[tuple[str, int], list[float]],
+            models: dict[tuple[str, int], list[float]],
+            servers: dict[tuple[str, int], list[float]], missing: dict[str, str]) -> None:
     print(f"\n## agent loop: median µs per tool call over {args.reps} runs "
           f"(python {sys.version.split()[0]}, {os.cpu_count()} CPUs)\n")
     header = "| variant | " + " | ".join(f"N={n}" for n in ns) + " | × handrail memory (N=" \
@@ -548,6 +667,28 @@ def main() -> None:
             print(f"| {_label(name)} | "
                   + " | ".join(f"{statistics.median(cpus[(name, n)]):,.1f}" for n in ns)
                   + f" | {ratio} |")
+    if servers:
+        print("\nThe PostgreSQL server's CPU µs per call (its processes, from /proc; the table "
+              "above is the client's):\n")
+        print("| variant | " + " | ".join(f"N={n}" for n in ns) + " |")
+        print("|---" * (len(ns) + 1) + "|")
+        for name in names:
+            if all((name, n) in servers for n in ns):
+                print(f"| {_label(name)} | " + " | ".join(
+                    f"{statistics.median(servers[(name, n)]):,.1f}" for n in ns) + " |")
+    pairs = [n for n in names if n.endswith(BEFORE) and n.removesuffix(BEFORE) in names
+             and n not in missing and n.removesuffix(BEFORE) not in missing]
+    if pairs:
+        print("\nThis build minus `--against`'s (medians), CPU µs per call:\n")
+        print("| variant | " + " | ".join(f"N={n}" for n in ns) + " |")
+        print("|---" * (len(ns) + 1) + "|")
+        for before in pairs:
+            after = before.removesuffix(BEFORE)
+            print(f"| {_label(after)} | " + " | ".join(
+                _delta(cpus, after, before, n) for n in ns) + " |")
+            if all((after, n) in servers and (before, n) in servers for n in ns):
+                print(f"| {_label(after)}: the server | " + " | ".join(
+                    _delta(servers, after, before, n) for n in ns) + " |")
     print(f"\nOf which the garbage collector, CPU µs per call (median over {args.reps} runs):\n")
     print("| variant | " + " | ".join(f"N={n}" for n in ns) + " |")
     print("|---" * (len(ns) + 1) + "|")

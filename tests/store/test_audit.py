@@ -437,6 +437,49 @@ async def test_two_stores_on_one_file_chain_one_after_the_other(
 
 
 @pytest.mark.anyio
+async def test_a_store_catches_up_on_facts_another_folded_out_of_the_log(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Another connection chains and folds the log: the log holds no fact then, and the
+    # writer that chained before it finds the facts since in the table (an empty log is not
+    # "nothing new").
+    import time
+
+    from handrail.store import Batch, CallRecord, RunRecord, RunStatus, Store
+    from handrail.store._records import CallStatus
+    from handrail.store._sqlite import _fold_rows
+
+    path = tmp_path / "runs.db"
+    a, b = Store.open(path), Store.open(path)
+    try:
+        runs = {s: RunRecord(id=name, task="t", agent="a", created_at=time.time(),
+                             policy={"layers": []}, status=RunStatus.RUNNING)
+                for s, name in ((a, "ra"), (b, "rb"))}
+
+        async def turn(store: Any, n: int) -> None:
+            run = runs[store]
+            run.steps = n
+            await store.write(Batch(run=run, calls=[CallRecord(
+                id=f"{run.id}:c{n}", run_id=run.id, call_id=f"c{n}", turn=n, index=0,
+                model_name="m", status=CallStatus.FINISHED, started_at=time.time())]))
+
+        await turn(a, 0)
+        await turn(b, 0)
+        db = sqlite3.connect(path, isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")
+        _fold_rows(db)
+        db.execute("COMMIT")
+        db.close()
+        assert rows(path, "SELECT count(*) FROM log")[0][0] == 0
+        await turn(a, 1)
+    finally:
+        await a.close()
+        await b.close()
+    code, report = verify(path, capsys=capsys)
+    assert code == 0, report["breaks"]
+    assert report["facts"] == 2 + 2 + 1 + 2
+
+
+@pytest.mark.anyio
 async def test_a_log_the_previous_layout_left_unfolded_verifies_once_migrated(
         store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Before migration 0012 every fact was a log row of its own (kind 2: c0 seq, c1 n, c2
@@ -480,37 +523,55 @@ async def test_a_log_the_previous_layout_left_unfolded_verifies_once_migrated(
 async def test_a_lone_writer_reads_nothing_to_chain(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A writer chains on the tips it cached while its connection's data version says
-    # nobody else wrote since its last commit: it reads the store's newest fact for its
-    # first write, and again only after another connection committed.
+    # nobody else wrote since its last commit: a store that created its file knows its
+    # chain is empty and reads nothing for its first write; it reads the store's newest
+    # fact again only after another connection committed, and a store opened on an
+    # existing file reads it for its first write.
     import time
 
     from handrail.store import Batch, CallRecord, RunRecord, Store
     from handrail.store._records import CallStatus
 
     path = tmp_path / "runs.db"
-    store = Store.open(path)
-    statements: list[str] = []
-    store._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
     run = RunRecord(id="r", task="t", created_at=time.time(), policy={"layers": []})
 
-    async def turn(n: int) -> None:
+    async def turn(store: Any, n: int) -> None:
         run.steps = n
         await store.write(Batch(run=run, calls=[CallRecord(
             id=f"r:c{n}", run_id="r", call_id=f"c{n}", turn=n, index=0, model_name="m",
             status=CallStatus.FINISHED, started_at=time.time())]))
 
+    def reads(statements: list[str]) -> list[str]:
+        return [s for s in statements if "FROM log WHERE c23 IS NOT NULL ORDER BY id DESC" in s
+                or "FROM audit ORDER BY seq DESC" in s]
+
+    store = Store.open(path)
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
     try:
         for n in range(5):
-            await turn(n)
-        edit(path, "UPDATE runs SET agent = agent")  # another connection commits
+            await turn(store, n)
+        assert reads(statements) == [], statements
+        # Another connection commits (a change: SQLite writes nothing for a row rewritten
+        # as it was, and the data version then rightly stays; tokens are not chained).
+        edit(path, "UPDATE runs SET input_tokens = input_tokens + 1")
         for n in range(5, 8):
-            await turn(n)
+            await turn(store, n)
     finally:
         await store.close()
-    newest = [s for s in statements if "FROM log WHERE c23 IS NOT NULL ORDER BY id DESC" in s]
-    assert len(newest) == 2, newest
+    assert len(reads(statements)) == 1, statements
+    again = Store.open(path)
+    statements = []
+    again._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+    try:
+        for n in range(8, 10):
+            await turn(again, n)
+    finally:
+        await again.close()
+    assert len(reads(statements)) >= 1, statements  # (the log was folded: the table too)
     code, report = verify(path, capsys=capsys)
-    assert code == 0 and report["facts"] == 1 + 8 + 1, report
+    # (The run's start, ten calls, its status as each store chained it first.)
+    assert code == 0 and report["facts"] == 1 + 10 + 2, report
 
 
 @pytest.mark.anyio

@@ -721,7 +721,7 @@ class PostgresStore(Store):
         self._held_reads: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
         """Run id -> its message, call and settled item rows, read in the transaction that
         held it (`claim_ready`): the snapshot its claim will serve."""
-        self._chained_status: dict[str, str] = {}
+        self._chained_status: dict[str, tuple[str, str | None]] = {}
         """Running runs' status facts as this store last chained them (`write`)."""
         self._group_facts: list[Fact] = []
         """The facts of the group being committed (`_commit_group`), in order."""
@@ -1051,9 +1051,10 @@ class PostgresStore(Store):
         facts += [(c[1], "call", c[0], call_body(c), None) for c in calls]
         facts += [(p[2], "pending", p[0], pending_body(p), None) for p in pending]
         if run is not None:
-            status = status_body(run.id, run.status.value, run_row[11])  # type: ignore[index]
+            # (The pair, not its body: the body is built only when the status changed.)
+            status = (run.status._value_, run_row[11])  # type: ignore[index]
             if chained.get(run.id) != status:
-                facts.append((run.id, "status", run.id, status, None))
+                facts.append((run.id, "status", run.id, status_body(run.id, *status), None))
                 if wait and run.status is RunStatus.RUNNING:
                     chained[run.id] = status
                 else:

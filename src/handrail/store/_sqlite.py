@@ -68,6 +68,7 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import marshal
 import os
 import queue
 import re
@@ -118,6 +119,9 @@ from handrail.store.contract import (
 )
 
 __all__ = ["MIGRATIONS", "SQLiteStore"]
+
+_MARSHAL = marshal.dumps
+"""`call_body`'s encoder (CPython's marshal, format 2: the row encoding)."""
 
 T = TypeVar("T")
 
@@ -763,6 +767,26 @@ _NO_CALL = (None,) * 20
 """c3..c22 of a fact's row of its own (kind 2)."""
 
 
+@functools.cache
+def _sqlite_functions() -> tuple[Any, Any, Any] | None:
+    """The `ctypes` module and SQLite's `sqlite3_file_control` and `sqlite3_db_filename`.
+
+    Looked up once a process: opening the library and finding its functions cost ~50 µs,
+    a fixed cost of every store a process opens (issue 42: a run with a store of its own).
+    """
+    try:
+        import _sqlite3
+        import ctypes
+
+        library = ctypes.CDLL(_sqlite3.__file__)
+        control = library.sqlite3_file_control
+        filename = library.sqlite3_db_filename
+    except (ImportError, OSError, AttributeError):
+        return None
+    filename.restype = ctypes.c_char_p
+    return ctypes, control, filename
+
+
 def _data_version(db: sqlite3.Connection) -> Callable[[], int] | None:
     """A reader of `db`'s data version (SQLITE_FCNTL_DATA_VERSION), or None where there is none.
 
@@ -783,16 +807,10 @@ def _data_version(db: sqlite3.Connection) -> Callable[[], int] | None:
     """
     if sys.implementation.name != "cpython" or not isinstance(db, sqlite3.Connection):
         return None  # (a stand-in for a connection, as tests use, has no handle to read)
-    try:
-        import _sqlite3
-        import ctypes
-
-        library = ctypes.CDLL(_sqlite3.__file__)
-        control = library.sqlite3_file_control
-        filename = library.sqlite3_db_filename
-    except (ImportError, OSError, AttributeError):
+    functions = _sqlite_functions()
+    if functions is None:
         return None
-    filename.restype = ctypes.c_char_p
+    ctypes, control, filename = functions
     # The object's header (`object.__basicsize__`: larger in a trace-refs build), then
     # `sqlite3 *db` (Modules/_sqlite/connection.h, unchanged since the module's start).
     address = ctypes.c_void_p.from_address(id(db) + object.__basicsize__).value
@@ -908,10 +926,11 @@ class _Tips:
             return last
         newer: list[tuple[Any, ...]] = []
         found: tuple[int, str] | None = None
+        if newest is None:  # (no fact in the log: nothing to scan there)
+            return self._scan(db, (), last, runs, newer, found)
         scan = db.execute(_LOG_FACTS_NEWEST)
         try:
-            rows: Any = scan if newest is not None else ()
-            return self._scan(db, rows, last, runs, newer, found)
+            return self._scan(db, scan, last, runs, newer, found)
         finally:
             scan.close()
 
@@ -1775,6 +1794,8 @@ class SQLiteStore(Store):
         memory = self.path == ":memory:"
         if not memory:
             _create_private(Path(self.path).expanduser())
+        self._tips = _Tips(None if memory else _data_version)
+        """The audit chain's tips as the writer last saw them (`_chain`)."""
         try:
             db = self._db = self._connect()
             synchronous = "PRAGMA synchronous=" + ("FULL" if durability == "fsync" else "NORMAL")
@@ -1805,8 +1826,6 @@ class SQLiteStore(Store):
         """Operations committed since the last fold."""
         self._checkpointing = False
         self._background_error: BaseException | None = None
-        self._tips = _Tips(None if memory else _data_version)
-        """The audit chain's tips as the writer last saw them (`_chain`)."""
         self._chained_status: dict[str, tuple[str, str | None]] = {}
         """Running runs' status facts as this store last chained them (`write`)."""
         self._runs_written: dict[str, tuple[Any, ...] | None] = {}
@@ -1859,6 +1878,7 @@ class SQLiteStore(Store):
 
     def _migrate(self) -> None:
         db = self._db
+        created = False
         db.execute("BEGIN IMMEDIATE")
         try:
             db.execute(
@@ -1882,6 +1902,12 @@ class SQLiteStore(Store):
                 db.executemany("INSERT INTO _migrations VALUES (?, ?, ?)",
                                [(number, name, now)
                                 for number, (name, _) in enumerate(MIGRATIONS, start=1)])
+                # Its chain is empty, and known so in this transaction: the first write
+                # chains on that, reading nothing, unless another connection commits first
+                # (its data version then says so: `_Tips`).
+                created = True
+                self._tips.begin(db)
+                self._tips.last, self._tips.sure = (0, ZERO), True
             else:
                 for number, (name, migrate) in enumerate(MIGRATIONS, start=1):
                     if name not in done:
@@ -1893,7 +1919,10 @@ class SQLiteStore(Store):
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
+            self._tips.rolled_back()
             raise
+        if created:
+            self._tips.committed()
 
     # ------------------------------------------------------------ the writer
 
@@ -2267,13 +2296,19 @@ class SQLiteStore(Store):
         if run_row is not None:
             facts.append((run_row[0], "run", run_row[0], run_body(run_row), None))
         if batch.calls:
-            # A call record's log row goes with its fact (`_chain` adds the fact's columns).
-            facts += [(c[1], "call", c[2], call_body(c[2:]), c)
-                      for c in map(_call_row, batch.calls)]
+            # A call record's log row goes with its fact (`_chain` adds the fact's columns);
+            # its body is `call_body` of its columns, inlined (a call less a record).
+            rows = list(map(_call_row, batch.calls))
+            try:
+                facts += [(c[1], "call", c[2], _MARSHAL((2, "call", c[2:]), 2), c)
+                          for c in rows]
+            except ValueError:  # (what `call_body` sorts out: a subclass of str or int)
+                facts += [(c[1], "call", c[2], call_body(c[2:]), c) for c in rows]
         # Built now, as flat tuples of strings and numbers (which the collector stops
         # tracking): the write holds no list, closure or record of the caller's while queued.
         pending = tuple([_pending_row(p) for p in batch.pending]) if batch.pending else ()
-        facts += [(p[2], "pending", p[0], pending_body(p), None) for p in pending]
+        if pending:
+            facts += [(p[2], "pending", p[0], pending_body(p), None) for p in pending]
         if run is not None:
             # (The pair, not its body: the body is built only when the status changed.)
             status = (run.status._value_,
