@@ -1209,7 +1209,12 @@ class _Runner:
                 if done is not None:
                     return done
                 continue
-            if not any(type(p) is ToolCall for p in message.parts):
+            # A loop, not any() over a generator: any() closes the generator it stops early,
+            # an exception (and its traceback) raised and caught every turn.
+            for p in message.parts:
+                if type(p) is ToolCall:
+                    break
+            else:
                 if self.verification is not None:
                     self._pending_message = entry  # stored with the check's first write
                     continue
