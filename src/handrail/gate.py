@@ -879,7 +879,7 @@ class Gate:
         state.verdict = plan.verdict
         record.arguments_digest = _digest(dumped)
         record.performed_arguments = dumped
-        record.actions = [dict(a) for a in plan.action_records]
+        record.actions = list(map(dict, plan.action_records))  # no comprehension's frame
         record.verdict = dict(plan.verdict_record)
         record.status = CallStatus.STARTED
         record.started_at = time.time()

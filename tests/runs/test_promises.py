@@ -290,6 +290,29 @@ async def test_a_turn_of_one_call_with_invalid_arguments_is_refused_before_the_b
     assert RAN == ["read"]
 
 
+async def test_a_fast_path_record_shares_nothing_with_the_next_calls(tmp_path: Path) -> None:
+    # The fast path (issue 38) copies the plan's action and verdict records into each call's
+    # record: what one record's reader changes (a listener, a caller of the gate) never
+    # reaches the next call's record.
+    scope = RunScope(run_id="r1", agent="a", toolbox=hr.Toolbox([read]),
+                     policy=hr.Policy.default(), store=hr.Store.memory(),
+                     approver=hr.ApproveAll(), responder=hr.ResponderNone(),
+                     workspace=tmp_path, mark_reads=False)
+    gate = Gate(scope)
+    name = read.spec.id.model_name
+    first = await gate.drive_turn(0, [ToolCall("c0", name, '{"account": "a"}')], {}, Batch())
+    (record,) = first.final.calls
+    assert record.actions == [{"act": "call", "target": "ledger/read"}]
+    assert record.verdict is not None and record.verdict["effect"] == "allow"
+    record.actions[0]["target"] = "changed"
+    record.actions.append({"act": "call", "target": "more"})
+    record.verdict["effect"] = "changed"
+    second = await gate.drive_turn(1, [ToolCall("c1", name, '{"account": "b"}')], {}, Batch())
+    (again,) = second.final.calls
+    assert again.actions == [{"act": "call", "target": "ledger/read"}]
+    assert again.verdict is not None and again.verdict["effect"] == "allow"
+
+
 async def test_a_turn_of_one_call_to_a_tool_not_granted_is_refused(tmp_path: Path) -> None:
     # A turn of one call takes the gate's fast path when its tool's plan allows it (issue
     # 38): the grant is part of that plan, and a call to a tool the manifest does not grant
