@@ -47,7 +47,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -769,13 +769,13 @@ class Gate:
 
     # ---------------------------------------------------------------- a turn
 
-    def drive_turn(
+    async def drive_turn(
         self,
         turn: int,
         calls: Sequence[ToolCall],
         existing: dict[str, CallRecord],
         first_write: Batch,
-    ) -> Coroutine[Any, Any, TurnResult]:
+    ) -> TurnResult:
         """Plan, record, approve, execute and record every call of one turn.
 
         `existing` holds records from an earlier attempt at this turn (a resume); `first_write`
@@ -792,17 +792,11 @@ class Gate:
         """
         scope = self.scope
         self._deferred = None
-        # Not a coroutine itself: the turn's coroutine is the fast path's or the general
-        # stages', one frame less a turn (issue 38).
         if len(calls) == 1 and not existing and scope.telemetry is None and \
                 scope.control is None:
-            return self._fast_turn(turn, calls, first_write)
-        return self._drive_general(turn, calls, existing, first_write)
-
-    async def _drive_general(self, turn: int, calls: Sequence[ToolCall],
-                             existing: dict[str, CallRecord], first_write: Batch) -> TurnResult:
-        """`drive_turn` on the general stages: every call planned, then driven."""
-        scope = self.scope
+            fast = await self._fast_turn(turn, calls[0], first_write)
+            if fast is not None:
+                return fast
         states: list[_Call] = []
         for index, call in enumerate(calls):
             record = existing.get(call.id)
@@ -828,9 +822,9 @@ class Gate:
                     await self._check(state, state.call.arguments)
         return await self._drive_planned(states, existing, first_write)
 
-    async def _fast_turn(self, turn: int, calls: Sequence[ToolCall], first_write: Batch
-                         ) -> TurnResult:
-        """A turn of one new call, on the fast path when its tool's plan allows (else general).
+    async def _fast_turn(self, turn: int, call: ToolCall, first_write: Batch
+                         ) -> TurnResult | None:
+        """A turn of one new call, on the fast path when its tool's plan allows (else None).
 
         The common case: one call of a tool whose CALL the rules allow whatever its
         arguments (`_ToolPlan.fast`), no control, no telemetry. Stages 1-2 are the plan's
@@ -842,16 +836,15 @@ class Gate:
         point it differs: nothing is skipped, only what the plan has decided already.
         """
         scope = self.scope
-        call = calls[0]
         impl = scope.toolbox.by_model_name(call.name)
         if impl is None:
-            return await self._drive_general(turn, calls, {}, first_write)
+            return None
         plan = self._tool_plan(impl)
         if not plan.fast:
-            return await self._drive_general(turn, calls, {}, first_write)
+            return None
         mutates = plan.spec.mutates
         if mutates and (scope.intent is not None or scope.plan is not None):
-            return await self._drive_general(turn, calls, {}, first_write)
+            return None
         record = CallRecord(id=f"{scope.run_id}:{call.id}", run_id=scope.run_id,
                             call_id=call.id, turn=turn, index=0, model_name=call.name,
                             arguments=call.arguments, tool=plan.tool_id)
