@@ -304,13 +304,20 @@ async def test_a_fast_path_record_shares_nothing_with_the_next_calls(tmp_path: P
     (record,) = first.final.calls
     assert record.actions == [{"act": "call", "target": "ledger/read"}]
     assert record.verdict is not None and record.verdict["effect"] == "allow"
+    # Every field the fast path does not set is the record's default, a list its own.
+    assert (record.decision, record.decided_by, record.pending_id, record.answers) == (
+        None, None, None, [])
+    assert (record.turn, record.index, record.tool, record.arguments) == (
+        0, 0, "ledger/read", '{"account": "a"}')
     record.actions[0]["target"] = "changed"
     record.actions.append({"act": "call", "target": "more"})
     record.verdict["effect"] = "changed"
+    record.answers.append({"kind": "submit"})
     second = await gate.drive_turn(1, [ToolCall("c1", name, '{"account": "b"}')], {}, Batch())
     (again,) = second.final.calls
     assert again.actions == [{"act": "call", "target": "ledger/read"}]
     assert again.verdict is not None and again.verdict["effect"] == "allow"
+    assert again.answers == []
 
 
 async def test_a_turn_of_one_call_to_a_tool_not_granted_is_refused(tmp_path: Path) -> None:
