@@ -22,22 +22,36 @@ from handrail.models import (
 
 
 def test_every_part_of_a_turn_is_dumped_in_order_and_loads_back() -> None:
-    turn = AssistantMessage((
-        ThinkingPart("hm", signature="sig", provider="anthropic"),
-        TextPart("first"),
-        ToolCall("call_1", "add", '{"a": 1}'),
-        TextPart("between"),
-        ToolCall("call_2", "sub", '{"b": 2}'),
-    ))
-    messages = [SystemMessage("be brief"), UserMessage("add"), turn,
-                ToolResultMessage("call_1", "add", ToolResult.text("2"))]
+    turn = AssistantMessage(
+        (
+            ThinkingPart("hm", signature="sig", provider="anthropic"),
+            TextPart("first"),
+            ToolCall("call_1", "add", '{"a": 1}'),
+            TextPart("between"),
+            ToolCall("call_2", "sub", '{"b": 2}'),
+        )
+    )
+    messages = [
+        SystemMessage("be brief"),
+        UserMessage("add"),
+        turn,
+        ToolResultMessage("call_1", "add", ToolResult.text("2")),
+    ]
     dumped = dump_messages(messages)
-    assert dumped[2] == {"kind": "assistant", "parts": [
-        {"kind": "thinking", "text": "hm", "signature": "sig", "provider": "anthropic",
-         "redacted": None},
-        {"kind": "text", "text": "first"},
-        {"kind": "tool_call", "id": "call_1", "name": "add", "arguments": '{"a": 1}'},
-        {"kind": "text", "text": "between"},
-        {"kind": "tool_call", "id": "call_2", "name": "sub", "arguments": '{"b": 2}'},
-    ]}
+    assert dumped[2] == {
+        "kind": "assistant",
+        "parts": [
+            {
+                "kind": "thinking",
+                "text": "hm",
+                "signature": "sig",
+                "provider": "anthropic",
+                "redacted": None,
+            },
+            {"kind": "text", "text": "first"},
+            {"kind": "tool_call", "id": "call_1", "name": "add", "arguments": '{"a": 1}'},
+            {"kind": "text", "text": "between"},
+            {"kind": "tool_call", "id": "call_2", "name": "sub", "arguments": '{"b": 2}'},
+        ],
+    }
     assert load_messages(dumped) == messages
