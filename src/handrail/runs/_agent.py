@@ -1100,7 +1100,8 @@ class _Runner:
                 self._turn_entry = None
                 if self.records is not None:
                     await self.records.answered(result.final.calls)
-                log.log_calls(self.run.id, result.final.calls)
+                if log.logger.isEnabledFor(logging.INFO):  # else no call to make a turn
+                    log.log_calls(self.run.id, result.final.calls)
                 if self.on_event is not None:
                     for r in result.final.calls:
                         await self._emit("call_finished", **call_detail(r))
