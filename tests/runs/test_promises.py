@@ -263,6 +263,63 @@ async def test_rules_an_approver_remembered_still_hold_after_the_run_is_resumed(
     await store.close()
 
 
+async def test_a_turn_of_one_call_with_invalid_arguments_is_refused_before_the_body(
+        tmp_path: Path) -> None:
+    # The gate's fast path (issue 38) decides stages 1-2 and 5 from the tool's plan, never
+    # stage 3: arguments that do not fit the schema (well-formed JSON, wrong types or a field
+    # missing) are refused as InvalidArguments, returned to the model, and the body never
+    # runs, exactly as on the general stages.
+    scope = RunScope(run_id="r1", agent="a", toolbox=hr.Toolbox([read]),
+                     policy=hr.Policy.default(), store=hr.Store.memory(),
+                     approver=hr.ApproveAll(), responder=hr.ResponderNone(),
+                     workspace=tmp_path, mark_reads=False)
+    gate = Gate(scope)
+    name = read.spec.id.model_name
+    for turn_index, arguments in enumerate(['{"account": ["a"]}', "{}", '{"account": null}']):
+        turn = await gate.drive_turn(turn_index, [ToolCall(f"c{turn_index}", name, arguments)],
+                                     {}, Batch())
+        (refused,) = turn.final.calls
+        assert refused.status is hr.CallStatus.REFUSED, refused
+        assert refused.disposition == hr.Disposition.NOT_SENT.value
+        assert (refused.error or "").startswith("invalid arguments"), refused.error
+        (result,) = turn.results
+        assert result.result.is_error
+        assert RAN == []
+    turn = await gate.drive_turn(3, [ToolCall("c3", name, '{"account": "a"}')], {}, Batch())
+    assert [r.result.render_text() for r in turn.results] == ["1"]
+    assert RAN == ["read"]
+
+
+async def test_a_fast_path_record_shares_nothing_with_the_next_calls(tmp_path: Path) -> None:
+    # The fast path (issue 38) copies the plan's action and verdict records into each call's
+    # record: what one record's reader changes (a listener, a caller of the gate) never
+    # reaches the next call's record.
+    scope = RunScope(run_id="r1", agent="a", toolbox=hr.Toolbox([read]),
+                     policy=hr.Policy.default(), store=hr.Store.memory(),
+                     approver=hr.ApproveAll(), responder=hr.ResponderNone(),
+                     workspace=tmp_path, mark_reads=False)
+    gate = Gate(scope)
+    name = read.spec.id.model_name
+    first = await gate.drive_turn(0, [ToolCall("c0", name, '{"account": "a"}')], {}, Batch())
+    (record,) = first.final.calls
+    assert record.actions == [{"act": "call", "target": "ledger/read"}]
+    assert record.verdict is not None and record.verdict["effect"] == "allow"
+    # Every field the fast path does not set is the record's default, a list its own.
+    assert (record.decision, record.decided_by, record.pending_id, record.answers) == (
+        None, None, None, [])
+    assert (record.turn, record.index, record.tool, record.arguments) == (
+        0, 0, "ledger/read", '{"account": "a"}')
+    record.actions[0]["target"] = "changed"
+    record.actions.append({"act": "call", "target": "more"})
+    record.verdict["effect"] = "changed"
+    record.answers.append({"kind": "submit"})
+    second = await gate.drive_turn(1, [ToolCall("c1", name, '{"account": "b"}')], {}, Batch())
+    (again,) = second.final.calls
+    assert again.actions == [{"act": "call", "target": "ledger/read"}]
+    assert again.verdict is not None and again.verdict["effect"] == "allow"
+    assert again.answers == []
+
+
 async def test_a_turn_of_one_call_to_a_tool_not_granted_is_refused(tmp_path: Path) -> None:
     # A turn of one call takes the gate's fast path when its tool's plan allows it (issue
     # 38): the grant is part of that plan, and a call to a tool the manifest does not grant

@@ -67,3 +67,48 @@ async def test_stored_calls_and_messages_add_no_tracked_objects() -> None:
     assert stored[57] == _call("run-1", 57)
     messages = await store.messages("run-2")
     assert len(messages) == 120 and messages[7]["call_id"] == "call_7"
+
+
+async def test_a_writes_messages_and_calls_read_back_each_as_written() -> None:
+    # Issue 38: a write's messages and call records are packed together, in one blob; each
+    # still reads back as itself (its own place in the blob), and what a read returns shares
+    # nothing with another read, even where the writer shared an object between them.
+    store = hr.Store.memory()
+    shared = {"content": [{"kind": "text", "text": "3"}], "structured": 3, "is_error": False,
+              "metadata": {}}
+    first, second = _call("r", 0), _call("r", 1)
+    second.status = CallStatus.STARTED
+    first.result = shared
+    messages = [("r", 0, {"kind": "assistant", "parts": [{"kind": "text", "text": "a"}]}),
+                ("r", 1, {"kind": "tool_result", "call_id": "call_0", "result": shared})]
+    await store.write(Batch(run=RunRecord(id="r", task="t"), calls=[first, second],
+                            messages=messages))
+    assert await store.messages("r") == [m for _, _, m in messages]
+    assert await store.calls("r") == [first, second]
+    assert await store.call("r:call_1") == second
+    read = await store.call("r:call_0")
+    assert read.result is not None
+    read.result["content"].clear()
+    assert (await store.messages("r"))[1]["result"] == shared
+    assert (await store.call("r:call_0")).result == shared
+    # A later write of one of them replaces that one alone.
+    await store.write(Batch(messages=[("r", 1, {"kind": "tool_result", "call_id": "x"})]))
+    assert [m["kind"] for m in await store.messages("r")] == ["assistant", "tool_result"]
+    assert (await store.messages("r"))[1]["call_id"] == "x"
+    assert await store.calls("r") == [first, second]
+
+
+async def test_a_write_with_one_item_marshal_refuses_keeps_every_item() -> None:
+    # One value marshal refuses (a subclass of a builtin type) makes the write pack item by
+    # item: the others still packed, every one read back as written.
+    class Text(str):
+        pass
+
+    store = hr.Store.memory()
+    record = _call("r", 0)
+    messages = [("r", 0, {"kind": "user", "text": "plain"}),
+                ("r", 1, {"kind": "user", "text": Text("odd")})]
+    await store.write(Batch(run=RunRecord(id="r", task="t"), calls=[record],
+                            messages=messages))
+    assert await store.messages("r") == [m for _, _, m in messages]
+    assert await store.calls("r") == [record]

@@ -274,7 +274,16 @@ def dump_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
     """
     out: list[dict[str, Any]] = []
     for message in messages:
-        if isinstance(message, ToolResultMessage):
+        if type(message) is AssistantMessage:
+            # A model's turn, every turn: its parts in a loop, a call's dict written here (a
+            # comprehension and a function call a part cost as much as the dicts, issue 38).
+            parts: list[dict[str, Any]] = []
+            for p in message.parts:
+                parts.append({"kind": "tool_call", "id": p.id, "name": p.name,
+                              "arguments": p.arguments} if type(p) is ToolCall
+                             else _dump_part(p))
+            out.append({"kind": "assistant", "parts": parts})
+        elif isinstance(message, ToolResultMessage):
             out.append({"kind": "tool_result", "call_id": message.call_id, "name": message.name,
                         "result": message.result.to_dict()})
         elif isinstance(message, AssistantMessage):

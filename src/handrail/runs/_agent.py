@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import os
 import time
 import uuid
@@ -1099,7 +1100,8 @@ class _Runner:
                 self._turn_entry = None
                 if self.records is not None:
                     await self.records.answered(result.final.calls)
-                log.log_calls(self.run.id, result.final.calls)
+                if log.logger.isEnabledFor(logging.INFO):  # else no call to make a turn
+                    log.log_calls(self.run.id, result.final.calls)
                 if self.on_event is not None:
                     for r in result.final.calls:
                         await self._emit("call_finished", **call_detail(r))
@@ -1115,15 +1117,17 @@ class _Runner:
                         f"the model sent invalid tool arguments {self.invalid_turns} turns in "
                         f"a row (the budget is {agent.max_invalid_turns}); the run stops "
                         "rather than loop"), RunStatus.FAILED, result.final)
-                start = len(messages)
+                seq = len(messages)
                 messages.extend(result.results)
-                result.final.messages.extend(
-                    (self.run.id, start + i, m)
-                    for i, m in enumerate(result.dumped))
                 batch = result.final
+                run_id = self.run.id
+                m = None
+                for m in result.dumped:  # a loop, not a generator: this runs every turn
+                    batch.messages.append((run_id, seq, m))
+                    seq += 1
                 # Nothing of the turn's result but its batch is held across the write (the
                 # results are in `messages`, their stored forms in the batch).
-                del result
+                del result, m
                 if batch.run is not None or self._run_changed():
                     # Else the turn changed nothing of the run but the times: its lease is the
                     # heartbeat's, its updated_at the next turn's (one row less to commit).
@@ -1164,9 +1168,18 @@ class _Runner:
                 await self._refresh_tools()  # else it would change nothing: no coroutine
             try:
                 telemetry = self.scope.telemetry
-                response = await (self._request(messages) if telemetry is None else
-                                  telemetry.chat(agent.model.name, messages,
-                                                 lambda: self._request(messages)))
+                model = agent.model
+                if telemetry is None and self.on_event is None:
+                    # `_request`'s common case written out: no coroutine of its own, and the
+                    # log line's arguments only when DEBUG is on (this runs every turn).
+                    if log.logger.isEnabledFor(logging.DEBUG):
+                        log.log_request(self.run.id, self.run.steps + 1, len(messages),
+                                        len(self.offered))
+                    response = await model.request(messages, self.offered, agent.settings)
+                else:
+                    response = await (self._request(messages) if telemetry is None else
+                                      telemetry.chat(model.name, messages,
+                                                     lambda: self._request(messages)))
                 usage = _checked_usage(response.usage)
             except ModelError as exc:
                 return await self._end(Failed(f"the model failed: {exc}"), RunStatus.FAILED)
@@ -1209,7 +1222,12 @@ class _Runner:
                 if done is not None:
                     return done
                 continue
-            if not any(type(p) is ToolCall for p in message.parts):
+            # A loop, not any() over a generator: any() closes the generator it stops early,
+            # an exception (and its traceback) raised and caught every turn.
+            for p in message.parts:
+                if type(p) is ToolCall:
+                    break
+            else:
                 if self.verification is not None:
                     self._pending_message = entry  # stored with the check's first write
                     continue

@@ -11,6 +11,7 @@ process exits without waiting out any grace period.
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # signal's C core; typeshed has no stub
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -73,7 +74,7 @@ def _uninstall() -> None:
 
 
 class _SecondInterruptKills:
-    """The context manager `second_interrupt_kills` returns (a class: entered every turn)."""
+    """The context manager `second_interrupt_kills` returns outside a kept handler."""
 
     __slots__ = ("_armed", "_installed")
 
@@ -83,9 +84,7 @@ class _SecondInterruptKills:
 
     def __enter__(self) -> None:
         global _armed, _seen
-        if _depth > 0 and threading.get_ident() == threading.main_thread().ident:
-            pass  # a run keeps the handler in (`interrupt_handler_kept`): no system call
-        elif _install():
+        if _install():
             self._installed = True
         else:
             return
@@ -104,6 +103,41 @@ class _SecondInterruptKills:
             _uninstall()
 
 
+class _ArmKept:
+    """A turn's block inside a kept handler on the main thread: it arms, nothing else.
+
+    Stateless (the counters are the module's), so one object serves every turn: a run
+    enters it every turn, and a new object, its `__init__` and a look-up of the main thread
+    were most of the block's cost (issue 38).
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        global _armed, _seen
+        if _armed == 0:
+            _seen = 0
+        _armed += 1
+
+    def __exit__(self, *exc: object) -> None:
+        global _armed
+        _armed -= 1
+
+
+_ARM_KEPT = _ArmKept()
+_main_ident: int | None = threading.main_thread().ident
+
+
+def _main_thread_changed() -> None:
+    # A child forked from another thread has that thread as its main thread (`threading`
+    # updates its own at fork first: its hook was registered before this one).
+    global _main_ident
+    _main_ident = threading.main_thread().ident
+
+
+os.register_at_fork(after_in_child=_main_thread_changed)
+
+
 def second_interrupt_kills() -> AbstractContextManager[None]:
     """Within this block, a second SIGINT kills every process group handrail started.
 
@@ -111,6 +145,8 @@ def second_interrupt_kills() -> AbstractContextManager[None]:
     before it restored when the last block ends). Outside the main thread it does nothing
     (only the main thread receives signals), nor when the host ignores SIGINT (its choice).
     """
+    if _depth > 0 and threading.get_ident() == _main_ident:
+        return _ARM_KEPT  # a run keeps the handler in (`interrupt_handler_kept`): no system call
     return _SecondInterruptKills()
 
 

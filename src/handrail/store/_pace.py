@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import collections.abc
+import types
 import weakref
 
 import anyio.lowlevel
@@ -58,6 +60,12 @@ def nothing_else_to_run(loop: asyncio.AbstractEventLoop, resumed_at: float) -> b
     if type(scheduled) is not list:
         return False
     return not scheduled or scheduled[0].when() > now
+
+
+@types.coroutine
+def _sleep0() -> collections.abc.Generator[None, None, None]:
+    """`asyncio.sleep(0)` without its coroutine: one bare yield to the task (asyncio's own)."""
+    yield
 
 
 class Pacer:
@@ -106,7 +114,7 @@ class Pacer:
             # What anyio's checkpoint does on asyncio (its cancel scopes cancel the task, which
             # raises here), without looking the backend up again.
             if pace.ticking:
-                await asyncio.sleep(0)
+                await _sleep0()
                 pace.resumed_at = loop.time()
                 return
             # The pace is idle: this writer ticks it. A tick scheduled now would sit right
@@ -116,7 +124,7 @@ class Pacer:
             # handle (~1 µs of a lone run's write, issue 11).
             pace.ticking = True
             try:
-                await asyncio.sleep(0)
+                await _sleep0()
             finally:
                 pace.tick()
             pace.resumed_at = loop.time()
