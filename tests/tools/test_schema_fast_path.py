@@ -118,6 +118,22 @@ def test_a_schema_outside_the_subset_is_left_to_jsonschema(schema: dict[str, Any
     assert compile_check(schema) is None
 
 
+@pytest.mark.parametrize("extra", ["a", "b", "c", "d", "q"])
+def test_additional_properties_false_refuses_every_key_not_declared(extra: str) -> None:
+    # A key named in `required` (or anywhere but `properties`) is still an additional one.
+    # Every key, not only the ones the property test happens to draw: a check that let
+    # one name through was found by that test on some seeds only.
+    schema = {"type": "object", "properties": {"p": {"type": "integer"}},
+              "required": ["d"], "additionalProperties": False}
+    check = compile_check(schema)
+    assert check is not None
+    validator = local_validator(schema)
+    for value in ({"p": 1, extra: 1}, {extra: None}, {"d": 1, extra: "x"}):
+        assert check(value) is validator.is_valid(value) is False, value
+    assert check({"p": 1}) is validator.is_valid({"p": 1}) is False  # "d" is required
+    assert check({}) is False
+
+
 def test_python_values_json_has_no_type_for_go_to_jsonschema() -> None:
     check = compile_check({"type": "object", "properties": {"a": {"type": "array"}}})
     assert check is not None
