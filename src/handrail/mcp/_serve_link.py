@@ -16,15 +16,20 @@ the line once with `json` and takes
   checks them (`-32602 Invalid request parameters` otherwise), the call runs in a task of its
   own (`Gateway.serve_call`: the gate, the record, the upstream) and its answer is one line;
 - `notifications/cancelled` for one of those calls: its task is cancelled, and the request is
-  never answered (the spec's MUST NOT), as the SDK's dispatcher does;
+  never answered (the spec's MUST NOT), as the SDK's dispatcher does (which also correlates
+  "7" with 7: so does the link);
 - the client's answer to a request this link sent it (ids `hr-s-N`: an upstream's sampling or
   form relayed during a call, `LinkRelay`).
 
 Everything else (the handshake and its version negotiation, lists, resources, prompts, pings,
 logging levels, the 2026-07-28 stateless era, a malformed envelope, a batch) goes to the SDK's
 server exactly as before. A client's call is never answered twice: a request id already in
-flight is refused (`-32600`), and at most `MAX_IN_FLIGHT` calls run at once (a client that
-opens more is refused, `-32000`, rather than letting it hold the memory of each).
+flight is refused (`-32600`; the SDK's dispatcher runs both and answers the id twice, which
+its own TODO means to change), and at most `MAX_IN_FLIGHT` calls run at once (a client that
+opens more is refused, `-32000`, rather than letting it hold the memory of each; the SDK sets
+no bound). When stdin ends, the calls still running are cancelled (recorded in doubt, or not
+sent) and each answered `-32000 Connection closed`, as the SDK's dispatcher answers its own
+(tests/mcp/test_mcp_serve_link_process.py runs each case against both).
 """
 
 from __future__ import annotations
@@ -89,6 +94,16 @@ def check_call_params(params: Any) -> tuple[str, dict[str, Any] | None, str | in
 def _request_id(value: Any) -> TypeGuard[str | int]:
     """Whether `value` is a JSON-RPC request id MCP allows (a string or an integer)."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _key(rid: str | int) -> str | int:
+    """The id a call is known by: "7" and 7 are one id, as the SDK's dispatcher correlates them."""
+    if isinstance(rid, str):
+        try:
+            return int(rid)
+        except ValueError:
+            pass
+    return rid
 
 
 class LinkRelay(Relay):
@@ -211,11 +226,11 @@ class ServeLink:
         if method == "notifications/cancelled":
             params = message.get("params")
             target = params.get("requestId") if isinstance(params, dict) else None
-            scope = self._calls.get(target) if _request_id(target) else None
-            if scope is None:
+            key = _key(target) if _request_id(target) else None
+            scope = self._calls.get(key) if key is not None else None
+            if scope is None or key is None:
                 return False  # not one of ours (the SDK's own, or none): the SDK decides
-            assert target is not None
-            self._cancelled.add(target)
+            self._cancelled.add(key)
             scope.cancel()
             return True
         if method is None:
@@ -266,7 +281,8 @@ class ServeLink:
     # -- calls -------------------------------------------------------------------------------
 
     def _start(self, rid: str | int, params: Any) -> None:
-        if rid in self._calls:
+        key = _key(rid)
+        if key in self._calls:
             self._error(rid, INVALID_REQUEST, "a request with this id is already in flight")
             return
         if len(self._calls) >= MAX_IN_FLIGHT:
@@ -280,14 +296,15 @@ class ServeLink:
             return
         assert self._tasks is not None
         scope = anyio.CancelScope()
-        self._calls[rid] = scope
+        self._calls[key] = scope
         self._tasks.start_soon(self._call, rid, params, scope, LinkRelay(self, rid, token))
 
     async def _call(self, rid: str | int, params: dict[str, Any], scope: anyio.CancelScope,
                     relay: LinkRelay) -> None:
+        key = _key(rid)
         answered = False
         try:
-            with scope:
+            with scope:  # the client's cancel: absorbed here, and never answered
                 try:
                     result = await self.handler(params, relay)
                     data = _encode({"jsonrpc": "2.0", "id": rid, "result": result})
@@ -300,12 +317,15 @@ class ServeLink:
                 else:
                     answered = True
                     self._put(data)
-            if not answered and rid not in self._cancelled:
-                # Cut off by the server's shutdown: the client is not left waiting.
+        except anyio.get_cancelled_exc_class():
+            # Cut off by the server's shutdown (stdin ended): as the SDK's dispatcher does,
+            # the client is told once rather than left waiting, unless it cancelled the call.
+            if not answered and key not in self._cancelled:
                 self._error(rid, CONNECTION_CLOSED, "Connection closed")
+            raise
         finally:
-            del self._calls[rid]
-            self._cancelled.discard(rid)
+            del self._calls[key]
+            self._cancelled.discard(key)
         if self._buffered() > _WRITE_HIGH and self._drain is not None:
             with contextlib.suppress(OSError, RuntimeError):
                 await self._drain()
