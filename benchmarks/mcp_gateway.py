@@ -229,8 +229,11 @@ async def main(calls: int, reps: int, baseline: str | None, gateway_only: bool) 
         ]
         if not gateway_only:
             variants += [
+                # `add`, the name serve lists (one server keeps its tools' names): a name the
+                # client never saw listed makes the SDK's client list the tools again after
+                # every call, looking for its output schema (a second round trip a call).
                 ("(c) SDK client -> handrail serve -> SDK server", _Session(
-                    _serve_params(upstream, None, str(upstream / "runs.db")), "up--add")),
+                    _serve_params(upstream, None, str(upstream / "runs.db")), "add")),
                 ("(e) hr.Agent -> MCPToolset -> SDK server", _AgentPath(server)),
             ]
         if baseline is not None:
@@ -252,7 +255,7 @@ async def main(calls: int, reps: int, baseline: str | None, gateway_only: bool) 
                     MANIFEST_UPSTREAM.format(python=sys.executable, server=server))
                 variants.append(("(c) baseline tree: SDK client -> handrail serve -> SDK server",
                                  _Session(_serve_params(old_up, None, str(old_up / "runs.db"),
-                                                        source), "up--add")))
+                                                        source), "add")))
         samples: dict[str, list[float]] = {label: [] for label, _ in variants}
         async with contextlib.AsyncExitStack() as stack:
             opened = [(label, await stack.enter_async_context(v)) for label, v in variants]
