@@ -24,6 +24,12 @@ with `--baseline`, the baseline tree's children alternate with this tree's.
 
     .venv/bin/python benchmarks/mcp_gateway.py [--calls 300] [--reps 5] [--baseline DIR]
     .venv/bin/python benchmarks/mcp_gateway.py --in-process [--calls 2000] [--baseline DIR]
+    .venv/bin/python benchmarks/mcp_gateway.py --instructions 20,120 [--baseline DIR]
+
+`--instructions N1,N2` counts what each server process executes per call (callgrind, the
+marginal cost between N1 and N2 calls, as benchmarks/instructions.py counts a client): the
+SDK's own server, and `handrail serve` serving a local tool and fronting that SDK server
+(whose own instructions are not counted: it is a child callgrind does not follow).
 """
 
 from __future__ import annotations
@@ -326,6 +332,68 @@ anyio.run(main, sys.argv[1], int(sys.argv[2]))
 '''
 
 
+async def _server_instructions(params: StdioServerParameters, name: str, n: int) -> int:
+    """User-space instructions the server process of `params` spends over 30 + `n` calls.
+
+    The server runs under callgrind (`--trace-children=no`: an upstream it starts is not
+    counted); the count is read from callgrind's totals when the session has closed.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cg.out"
+        wrapped = StdioServerParameters(
+            command="valgrind",
+            args=["--tool=callgrind", f"--callgrind-out-file={out}", params.command,
+                  *params.args],
+            env={**(params.env or os.environ), "PYTHONHASHSEED": "0"}, cwd=params.cwd)
+        session = _Session(wrapped, name)
+        async with session:
+            await session.batch(n)
+        # The server has exited (stdio_client waits for it): its totals are written.
+        found = [line for line in out.read_text().splitlines() if line.startswith("totals:")]
+        return int(found[-1].split()[1])
+
+
+async def instructions(ns: tuple[int, int], baseline: str | None) -> None:
+    """Instructions per call of each server process: the SDK's (a), serve's (b') and (c)."""
+    n1, n2 = ns
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        server = root / "sdk_server.py"
+        server.write_text(SDK_SERVER)
+        rows: list[tuple[str, StdioServerParameters, str]] = [
+            ("(a) the SDK's server (MCPServer), add", StdioServerParameters(
+                command=sys.executable, args=[str(server)]), "add")]
+        for tree, source in [("this tree", None), *([("baseline", baseline)] if baseline
+                                                      else [])]:
+            local = root / f"local-{len(rows)}"
+            local.mkdir()
+            (local / "handrail.toml").write_text(MANIFEST_LOCAL)
+            (local / "bench_tools.py").write_text(HR_TOOLS)
+            up = root / f"up-{len(rows)}"
+            up.mkdir()
+            (up / "handrail.toml").write_text(
+                MANIFEST_UPSTREAM.format(python=sys.executable, server=server))
+            rows += [
+                (f"(b') handrail serve, memory store, a local add ({tree})",
+                 _serve_params(local, "bench_tools:box", "memory", source), "add"),
+                (f"(c) handrail serve -> the SDK's server, memory store ({tree})",
+                 _serve_params(up, None, "memory", source), "add"),
+                (f"(c) handrail serve -> the SDK's server, SQLite file ({tree})",
+                 _serve_params(up, None, str(up / "runs.db"), source), "add"),
+            ]
+        print(f"\nserver process instructions per call (callgrind, marginal N={n1} -> {n2}, "
+              "hash seed 0; the client and an upstream not counted)\n")
+        print("| server process | instructions / call | × (a) |")
+        print("|---|---:|---:|")
+        direct = None
+        for label, params, name in rows:
+            small = await _server_instructions(params, name, n1)
+            big = await _server_instructions(params, name, n2)
+            per_call = (big - small) / (n2 - n1)
+            direct = direct or per_call
+            print(f"| {label} | {per_call:,.0f} | {per_call / direct:.2f} |", flush=True)
+
+
 def in_process(calls: int, reps: int, baseline: str | None) -> None:
     """`GatewaySession.call` in a loop, in fresh child processes, trees alternating."""
     import json
@@ -365,9 +433,14 @@ if __name__ == "__main__":
     parser.add_argument("--gateway-only", action="store_true", help="leave out (c) and (e)")
     parser.add_argument("--in-process", action="store_true",
                         help="handrail's own share: GatewaySession.call, no transport")
+    parser.add_argument("--instructions", metavar="N1,N2",
+                        help="instructions per call of each server process (callgrind)")
     options = parser.parse_args()
     source = str(Path(options.baseline).resolve() / "src") if options.baseline else None
-    if options.in_process:
+    if options.instructions:
+        first, second = (int(x) for x in options.instructions.split(","))
+        anyio.run(instructions, (first, second), source)
+    elif options.in_process:
         in_process(options.calls, options.reps, source)
     else:
         anyio.run(main, options.calls, options.reps, source, options.gateway_only)
