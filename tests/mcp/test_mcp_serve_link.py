@@ -132,6 +132,7 @@ async def wire() -> AsyncIterator[_Wire]:
         assert link.ready and link.version == "2025-11-25"
         yield w
         stand.release.set()
+        await link.shutdown()  # the calls are the link's own tasks
 
 
 async def test_a_call_is_answered_once_with_its_result(wire: _Wire) -> None:
@@ -266,38 +267,40 @@ async def test_a_call_cut_off_by_the_servers_shutdown_is_answered_connection_clo
     async def drain() -> None:
         pass
 
-    with anyio.CancelScope() as shutdown:
-        async with anyio.create_task_group() as tasks:
-            link.attach(lambda data: written.append(json.loads(data)), drain, lambda: 0, tasks)
-            link.ready = True
-            for rid, key in ((11, "cut"), (12, "cancelled first")):
-                assert link.take(
-                    json.dumps(
-                        {
-                            "jsonrpc": "2.0",
-                            "id": rid,
-                            "method": "tools/call",
-                            "params": {"name": "hang", "arguments": {"key": key}},
-                        }
-                    ).encode()
-                )
-                await _waited(stand.started_event(key))
-            # 12 the client cancelled; it is still unwinding when the server stops.
-            assert link.take(
-                json.dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": "notifications/cancelled",
-                        "params": {"requestId": 12},
-                    }
-                ).encode()
-            )
-            shutdown.cancel()  # as the transport's task group is when stdin ends
+    def call(rid: int, key: str) -> bool:
+        return link.take(
+            json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "method": "tools/call",
+                    "params": {"name": "hang", "arguments": {"key": key}},
+                }
+            ).encode()
+        )
+
+    async with anyio.create_task_group() as tasks:
+        link.attach(lambda data: written.append(json.loads(data)), drain, lambda: 0, tasks)
+        link.ready = True
+        for rid, key in ((11, "cut"), (12, "cancelled first")):
+            assert call(rid, key)
+            await _waited(stand.started_event(key))
+        # 12 the client cancelled; it is still unwinding when the server stops. 13 was
+        # read just before stdin ended: its task has not run yet.
+        assert link.take(
+            json.dumps(
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 12}}
+            ).encode()
+        )
+        assert call(13, "not yet started")
+        with anyio.fail_after(5):
+            await link.shutdown()  # as the transport does when stdin ends
     assert stand.cancelled_event("cut").is_set()
     # As the SDK's dispatcher does: the client is not left waiting, told once; a request
     # it cancelled is never answered (the spec's MUST NOT).
-    assert written == [
-        {"jsonrpc": "2.0", "id": 11, "error": {"code": -32000, "message": "Connection closed"}}
+    assert sorted(written, key=lambda m: m["id"]) == [
+        {"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": "Connection closed"}}
+        for rid in (11, 13)
     ]
 
 
