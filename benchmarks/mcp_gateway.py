@@ -30,8 +30,10 @@ with `--baseline`, the baseline tree's children alternate with this tree's.
 marginal cost between N1 and N2 calls, as benchmarks/instructions.py counts a client): the
 SDK's own server, and `handrail serve` (memory store) serving a local tool and fronting that
 SDK server (whose own instructions are not counted: it is a child callgrind does not follow).
-Take N2 - N1 in the hundreds: a collection of the cyclic GC's oldest generation falling in
-one run and not the other moves a short difference by tens of thousands a call.
+A collection of the cyclic GC's oldest generation falling in one run and not the other
+moves the difference by a hundred thousand or more a call (serve's heap holds the SDK and
+pydantic's models); `--gc-off` disables the collector in the server processes, leaving the
+work of the call itself.
 """
 
 from __future__ import annotations
@@ -334,19 +336,25 @@ anyio.run(main, sys.argv[1], int(sys.argv[2]))
 '''
 
 
-async def _server_instructions(params: StdioServerParameters, name: str, n: int) -> int:
+async def _server_instructions(params: StdioServerParameters, name: str, n: int,
+                               gc_off: bool) -> int:
     """User-space instructions the server process of `params` spends over 30 + `n` calls.
 
     The server runs under callgrind (`--trace-children=no`: an upstream it starts is not
-    counted); the count is read from callgrind's totals when the session has closed.
+    counted); the count is read from callgrind's totals when the session has closed. With
+    `gc_off`, a `sitecustomize` disables the cyclic collector in the server process.
     """
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cg.out"
+        env = {**(params.env or os.environ), "PYTHONHASHSEED": "0"}
+        if gc_off:
+            (Path(tmp) / "sitecustomize.py").write_text("import gc\ngc.disable()\n")
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, env.get("PYTHONPATH")]))
         wrapped = StdioServerParameters(
             command="valgrind",
             args=["--tool=callgrind", f"--callgrind-out-file={out}", params.command,
                   *params.args],
-            env={**(params.env or os.environ), "PYTHONHASHSEED": "0"}, cwd=params.cwd)
+            env=env, cwd=params.cwd)
         session = _Session(wrapped, name)
         async with session:
             await session.batch(n)
@@ -355,7 +363,7 @@ async def _server_instructions(params: StdioServerParameters, name: str, n: int)
         return int(found[-1].split()[1])
 
 
-async def instructions(ns: tuple[int, int], baseline: str | None) -> None:
+async def instructions(ns: tuple[int, int], baseline: str | None, gc_off: bool) -> None:
     """Instructions per call of each server process: the SDK's (a), serve's (b') and (c)."""
     n1, n2 = ns
     with tempfile.TemporaryDirectory() as tmp:
@@ -384,13 +392,14 @@ async def instructions(ns: tuple[int, int], baseline: str | None) -> None:
             # No SQLite rows: the store's fold at close grows with the calls made, so the
             # marginal of two runs counts it as a per-call cost of the hop.
         print(f"\nserver process instructions per call (callgrind, marginal N={n1} -> {n2}, "
-              "hash seed 0; the client and an upstream not counted)\n")
+              "hash seed 0; the client and an upstream not counted"
+              f"{'; the cyclic collector off' if gc_off else ''})\n")
         print("| server process | instructions / call | × (a) |")
         print("|---|---:|---:|")
         direct = None
         for label, params, name in rows:
-            small = await _server_instructions(params, name, n1)
-            big = await _server_instructions(params, name, n2)
+            small = await _server_instructions(params, name, n1, gc_off)
+            big = await _server_instructions(params, name, n2, gc_off)
             per_call = (big - small) / (n2 - n1)
             direct = direct or per_call
             print(f"| {label} | {per_call:,.0f} | {per_call / direct:.2f} |", flush=True)
@@ -437,11 +446,13 @@ if __name__ == "__main__":
                         help="handrail's own share: GatewaySession.call, no transport")
     parser.add_argument("--instructions", metavar="N1,N2",
                         help="instructions per call of each server process (callgrind)")
+    parser.add_argument("--gc-off", action="store_true",
+                        help="with --instructions: the cyclic collector off in the servers")
     options = parser.parse_args()
     source = str(Path(options.baseline).resolve() / "src") if options.baseline else None
     if options.instructions:
         first, second = (int(x) for x in options.instructions.split(","))
-        anyio.run(instructions, (first, second), source)
+        anyio.run(instructions, (first, second), source, options.gc_off)
     elif options.in_process:
         in_process(options.calls, options.reps, source)
     else:
