@@ -6,6 +6,7 @@ copied, and a block handrail cannot represent faithfully is described, never sil
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from handrail.errors import InvalidOutput, Issue
@@ -125,6 +126,11 @@ def plain_call_result(raw: Any, *, max_bytes: int = DEFAULT_MAX_RESULT_BYTES
         items.append(Text(text))
     if total > max_bytes:
         return None  # refused by the general path, which says so
+    if structured:
+        try:  # a lone surrogate (json.loads makes them) is no UTF-8: the SDK's check raises
+            json.dumps(structured, ensure_ascii=False).encode()
+        except (UnicodeEncodeError, ValueError, RecursionError):
+            return None
     if not items:
         items.append(Json(structured) if structured is not None else Text(""))
     return ToolResult(tuple(items), structured, is_error)
