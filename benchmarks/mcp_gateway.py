@@ -24,6 +24,16 @@ with `--baseline`, the baseline tree's children alternate with this tree's.
 
     .venv/bin/python benchmarks/mcp_gateway.py [--calls 300] [--reps 5] [--baseline DIR]
     .venv/bin/python benchmarks/mcp_gateway.py --in-process [--calls 2000] [--baseline DIR]
+    .venv/bin/python benchmarks/mcp_gateway.py --instructions 20,120 [--baseline DIR]
+
+`--instructions N1,N2` counts what each server process executes per call (callgrind, the
+marginal cost between N1 and N2 calls, as benchmarks/instructions.py counts a client): the
+SDK's own server, and `handrail serve` (memory store) serving a local tool and fronting that
+SDK server (whose own instructions are not counted: it is a child callgrind does not follow).
+A collection of the cyclic GC's oldest generation falling in one run and not the other
+moves the difference by a hundred thousand or more a call (serve's heap holds the SDK and
+pydantic's models); `--gc-off` disables the collector in the server processes, leaving the
+work of the call itself.
 """
 
 from __future__ import annotations
@@ -229,8 +239,11 @@ async def main(calls: int, reps: int, baseline: str | None, gateway_only: bool) 
         ]
         if not gateway_only:
             variants += [
+                # `add`, the name serve lists (one server keeps its tools' names): a name the
+                # client never saw listed makes the SDK's client list the tools again after
+                # every call, looking for its output schema (a second round trip a call).
                 ("(c) SDK client -> handrail serve -> SDK server", _Session(
-                    _serve_params(upstream, None, str(upstream / "runs.db")), "up--add")),
+                    _serve_params(upstream, None, str(upstream / "runs.db")), "add")),
                 ("(e) hr.Agent -> MCPToolset -> SDK server", _AgentPath(server)),
             ]
         if baseline is not None:
@@ -252,7 +265,7 @@ async def main(calls: int, reps: int, baseline: str | None, gateway_only: bool) 
                     MANIFEST_UPSTREAM.format(python=sys.executable, server=server))
                 variants.append(("(c) baseline tree: SDK client -> handrail serve -> SDK server",
                                  _Session(_serve_params(old_up, None, str(old_up / "runs.db"),
-                                                        source), "up--add")))
+                                                        source), "add")))
         samples: dict[str, list[float]] = {label: [] for label, _ in variants}
         async with contextlib.AsyncExitStack() as stack:
             opened = [(label, await stack.enter_async_context(v)) for label, v in variants]
@@ -323,6 +336,75 @@ anyio.run(main, sys.argv[1], int(sys.argv[2]))
 '''
 
 
+async def _server_instructions(params: StdioServerParameters, name: str, n: int,
+                               gc_off: bool) -> int:
+    """User-space instructions the server process of `params` spends over 30 + `n` calls.
+
+    The server runs under callgrind (`--trace-children=no`: an upstream it starts is not
+    counted); the count is read from callgrind's totals when the session has closed. With
+    `gc_off`, a `sitecustomize` disables the cyclic collector in the server process.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cg.out"
+        env = {**(params.env or os.environ), "PYTHONHASHSEED": "0"}
+        if gc_off:
+            (Path(tmp) / "sitecustomize.py").write_text("import gc\ngc.disable()\n")
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, env.get("PYTHONPATH")]))
+        wrapped = StdioServerParameters(
+            command="valgrind",
+            args=["--tool=callgrind", f"--callgrind-out-file={out}", params.command,
+                  *params.args],
+            env=env, cwd=params.cwd)
+        session = _Session(wrapped, name)
+        async with session:
+            await session.batch(n)
+        # The server has exited (stdio_client waits for it): its totals are written.
+        found = [line for line in out.read_text().splitlines() if line.startswith("totals:")]
+        return int(found[-1].split()[1])
+
+
+async def instructions(ns: tuple[int, int], baseline: str | None, gc_off: bool) -> None:
+    """Instructions per call of each server process: the SDK's (a), serve's (b') and (c)."""
+    n1, n2 = ns
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        server = root / "sdk_server.py"
+        server.write_text(SDK_SERVER)
+        rows: list[tuple[str, StdioServerParameters, str]] = [
+            ("(a) the SDK's server (MCPServer), add", StdioServerParameters(
+                command=sys.executable, args=[str(server)]), "add")]
+        for tree, source in [("this tree", None), *([("baseline", baseline)] if baseline
+                                                      else [])]:
+            local = root / f"local-{len(rows)}"
+            local.mkdir()
+            (local / "handrail.toml").write_text(MANIFEST_LOCAL)
+            (local / "bench_tools.py").write_text(HR_TOOLS)
+            up = root / f"up-{len(rows)}"
+            up.mkdir()
+            (up / "handrail.toml").write_text(
+                MANIFEST_UPSTREAM.format(python=sys.executable, server=server))
+            rows += [
+                (f"(b') handrail serve, memory store, a local add ({tree})",
+                 _serve_params(local, "bench_tools:box", "memory", source), "add"),
+                (f"(c) handrail serve -> the SDK's server, memory store ({tree})",
+                 _serve_params(up, None, "memory", source), "add"),
+            ]
+            # No SQLite rows: the store's fold at close grows with the calls made, so the
+            # marginal of two runs counts it as a per-call cost of the hop.
+        print(f"\nserver process instructions per call (callgrind, marginal N={n1} -> {n2}, "
+              "hash seed 0; the client and an upstream not counted"
+              f"{'; the cyclic collector off' if gc_off else ''})\n")
+        print("| server process | instructions / call | × (a) |")
+        print("|---|---:|---:|")
+        direct = None
+        for label, params, name in rows:
+            small = await _server_instructions(params, name, n1, gc_off)
+            big = await _server_instructions(params, name, n2, gc_off)
+            per_call = (big - small) / (n2 - n1)
+            direct = direct or per_call
+            print(f"| {label} | {per_call:,.0f} | {per_call / direct:.2f} |", flush=True)
+
+
 def in_process(calls: int, reps: int, baseline: str | None) -> None:
     """`GatewaySession.call` in a loop, in fresh child processes, trees alternating."""
     import json
@@ -362,9 +444,16 @@ if __name__ == "__main__":
     parser.add_argument("--gateway-only", action="store_true", help="leave out (c) and (e)")
     parser.add_argument("--in-process", action="store_true",
                         help="handrail's own share: GatewaySession.call, no transport")
+    parser.add_argument("--instructions", metavar="N1,N2",
+                        help="instructions per call of each server process (callgrind)")
+    parser.add_argument("--gc-off", action="store_true",
+                        help="with --instructions: the cyclic collector off in the servers")
     options = parser.parse_args()
     source = str(Path(options.baseline).resolve() / "src") if options.baseline else None
-    if options.in_process:
+    if options.instructions:
+        first, second = (int(x) for x in options.instructions.split(","))
+        anyio.run(instructions, (first, second), source, options.gc_off)
+    elif options.in_process:
         in_process(options.calls, options.reps, source)
     else:
         anyio.run(main, options.calls, options.reps, source, options.gateway_only)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 import handrail as hr
@@ -86,7 +87,8 @@ async def test_error_responses_keep_their_meaning(raw: hr.mcp.MCPToolset) -> Non
 
 async def test_a_call_past_its_deadline_is_cancelled_at_the_server(
         raw: hr.mcp.MCPToolset) -> None:
-    with pytest.raises(hr.ToolTimeout) as info:
+    # A deadline that never fires fails here, bounded, rather than at the test's timeout.
+    with pytest.raises(hr.ToolTimeout) as info, anyio.fail_after(60):
         await _call(raw, "hang")
     assert info.value.disposition is hr.Disposition.IN_DOUBT
     # The server reads in order: once the echo is answered, the cancellation was read.
@@ -94,6 +96,24 @@ async def test_a_call_past_its_deadline_is_cancelled_at_the_server(
     told = _told(raw)
     hanging = [line.split()[1] for line in told if line.startswith("hanging ")]
     assert hanging and f"cancelled {hanging[-1]}" in told
+
+
+async def test_a_calls_deadline_puts_a_timeout_in_its_mailbox_and_a_moved_one_waits() -> None:
+    """The own link's deadline (`_Deadline`): a timer on the loop, no scope entered."""
+    from handrail.mcp._client import _Deadline, _Mailbox
+
+    mail = _Mailbox()
+    _Deadline(anyio.current_time(), mail)  # due now: the loop's next turn puts the timeout
+    with anyio.fail_after(5):  # a bound for the test that fails, never a clock to wait on
+        assert await mail.get() == ("timeout", None)
+    later = _Mailbox()
+    moved = _Deadline(anyio.current_time(), later)
+    moved.deadline = float("inf")  # a person is asked: the server is not being slow
+    later.put(("result", "first"))
+    moved.deadline = anyio.current_time()  # and restarted (progress, or the answer came)
+    with anyio.fail_after(5):
+        assert await later.get() == ("result", "first")
+        assert await later.get() == ("timeout", None)
 
 
 async def test_the_handshake_takes_the_version_the_server_chose(tmp_path: Path) -> None:

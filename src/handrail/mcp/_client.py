@@ -34,7 +34,7 @@ from handrail.errors import (
     UserError,
 )
 from handrail.manifest import ArgumentAction, ServerDecl
-from handrail.mcp._content import DEFAULT_MAX_RESULT_BYTES, from_mcp_result
+from handrail.mcp._content import DEFAULT_MAX_RESULT_BYTES, from_mcp_result, plain_call_result
 from handrail.mcp._errors import map_mcp_error, require_sdk
 from handrail.mcp._relay import RELAY, Relay
 from handrail.tools import (
@@ -885,6 +885,9 @@ class MCPToolset:
                 raise InvalidOutput(tool_id, [Issue(path="$", message=f"MCP server "
                                                     f"'{self.name}' sent {value}")])
             if kind == "result":
+                plain = plain_call_result(value, max_bytes=self.max_result_bytes)
+                if plain is not None:
+                    return plain
                 from pydantic import ValidationError
 
                 from handrail.mcp._wire import check_call_result

@@ -16,19 +16,25 @@ the line once with `json` and takes
   checks them (`-32602 Invalid request parameters` otherwise), the call runs in a task of its
   own (`Gateway.serve_call`: the gate, the record, the upstream) and its answer is one line;
 - `notifications/cancelled` for one of those calls: its task is cancelled, and the request is
-  never answered (the spec's MUST NOT), as the SDK's dispatcher does;
+  never answered (the spec's MUST NOT), as the SDK's dispatcher does (which also correlates
+  "7" with 7: so does the link);
 - the client's answer to a request this link sent it (ids `hr-s-N`: an upstream's sampling or
   form relayed during a call, `LinkRelay`).
 
 Everything else (the handshake and its version negotiation, lists, resources, prompts, pings,
 logging levels, the 2026-07-28 stateless era, a malformed envelope, a batch) goes to the SDK's
 server exactly as before. A client's call is never answered twice: a request id already in
-flight is refused (`-32600`), and at most `MAX_IN_FLIGHT` calls run at once (a client that
-opens more is refused, `-32000`, rather than letting it hold the memory of each).
+flight is refused (`-32600`; the SDK's dispatcher runs both and answers the id twice, which
+its own TODO means to change), and at most `MAX_IN_FLIGHT` calls run at once (a client that
+opens more is refused, `-32000`, rather than letting it hold the memory of each; the SDK sets
+no bound). When stdin ends, the calls still running are cancelled (recorded in doubt, or not
+sent) and each answered `-32000 Connection closed`, as the SDK's dispatcher answers its own
+(tests/mcp/test_mcp_serve_link_process.py runs each case against both).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable, Callable
@@ -89,6 +95,16 @@ def check_call_params(params: Any) -> tuple[str, dict[str, Any] | None, str | in
 def _request_id(value: Any) -> TypeGuard[str | int]:
     """Whether `value` is a JSON-RPC request id MCP allows (a string or an integer)."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _key(rid: str | int) -> str | int:
+    """The id a call is known by: "7" and 7 are one id, as the SDK's dispatcher correlates them."""
+    if isinstance(rid, str):
+        try:
+            return int(rid)
+        except ValueError:
+            pass
+    return rid
 
 
 class LinkRelay(Relay):
@@ -181,10 +197,15 @@ class ServeLink:
         self._drain: Callable[[], Awaitable[None]] | None = None
         self._buffered: Callable[[], int] = lambda: 0
         self._tasks: anyio.abc.TaskGroup | None = None
+        self._running: set[asyncio.Task[None]] = set()  # the calls' tasks (`_start`)
 
     def attach(self, write: Callable[[bytes], None], drain: Callable[[], Awaitable[None]],
                buffered: Callable[[], int], tasks: anyio.abc.TaskGroup) -> None:
-        """Give the link the transport's writer (whole lines) and the task group calls run in."""
+        """Give the link the transport's writer (whole lines) and its task group.
+
+        The calls are tasks of the loop's own (`_start`); the transport ends them with
+        `shutdown` before its task group exits.
+        """
         self._write, self._drain, self._buffered, self._tasks = write, drain, buffered, tasks
 
     # -- what the transport hands over -----------------------------------------------------
@@ -211,11 +232,11 @@ class ServeLink:
         if method == "notifications/cancelled":
             params = message.get("params")
             target = params.get("requestId") if isinstance(params, dict) else None
-            scope = self._calls.get(target) if _request_id(target) else None
-            if scope is None:
+            key = _key(target) if _request_id(target) else None
+            scope = self._calls.get(key) if key is not None else None
+            if scope is None or key is None:
                 return False  # not one of ours (the SDK's own, or none): the SDK decides
-            assert target is not None
-            self._cancelled.add(target)
+            self._cancelled.add(key)
             scope.cancel()
             return True
         if method is None:
@@ -266,7 +287,8 @@ class ServeLink:
     # -- calls -------------------------------------------------------------------------------
 
     def _start(self, rid: str | int, params: Any) -> None:
-        if rid in self._calls:
+        key = _key(rid)
+        if key in self._calls:
             self._error(rid, INVALID_REQUEST, "a request with this id is already in flight")
             return
         if len(self._calls) >= MAX_IN_FLIGHT:
@@ -280,13 +302,22 @@ class ServeLink:
             return
         assert self._tasks is not None
         scope = anyio.CancelScope()
-        self._calls[rid] = scope
-        self._tasks.start_soon(self._call, rid, params, scope, LinkRelay(self, rid, token))
+        self._calls[key] = scope
+        # A task of the loop's own, not the task group's: anyio's `start_soon` builds a
+        # handle, a cancel scope, an event and a wrapping coroutine per task (anyio 4.14+:
+        # ~11 µs a call more than this, and allocations that set the collector off; issue
+        # 38). The call's own scope is anyio's; `shutdown` does what the group's exit did.
+        task = asyncio.get_running_loop().create_task(
+            self._call(rid, params, scope, LinkRelay(self, rid, token)))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
 
     async def _call(self, rid: str | int, params: dict[str, Any], scope: anyio.CancelScope,
                     relay: LinkRelay) -> None:
+        key = _key(rid)
         answered = False
         try:
+            # Cancelled by the client (absorbed, never answered) or by `shutdown`.
             with scope:
                 try:
                     result = await self.handler(params, relay)
@@ -300,12 +331,15 @@ class ServeLink:
                 else:
                     answered = True
                     self._put(data)
-            if not answered and rid not in self._cancelled:
-                # Cut off by the server's shutdown: the client is not left waiting.
-                self._error(rid, CONNECTION_CLOSED, "Connection closed")
+            if not answered and key not in self._cancelled:
+                self._cut_off(rid)
+        except anyio.get_cancelled_exc_class():
+            if not answered and key not in self._cancelled:  # cancelled from outside the link
+                self._cut_off(rid)
+            raise
         finally:
-            del self._calls[rid]
-            self._cancelled.discard(rid)
+            del self._calls[key]
+            self._cancelled.discard(key)
         if self._buffered() > _WRITE_HIGH and self._drain is not None:
             with contextlib.suppress(OSError, RuntimeError):
                 await self._drain()
@@ -368,6 +402,25 @@ class ServeLink:
         if not isinstance(result, dict):
             raise MCPError(code=INVALID_REQUEST, message="the client's answer had no result")
         return result
+
+    def _cut_off(self, rid: str | int) -> None:
+        # The server's shutdown (stdin ended) cut the call off: as the SDK's dispatcher does,
+        # the client is told once rather than left waiting (unless it cancelled the call).
+        self._error(rid, CONNECTION_CLOSED, "Connection closed")
+
+    async def shutdown(self) -> None:
+        """Cancel the calls still running and wait until each has ended (the transport's exit).
+
+        Cancelled through their own scopes, as the task group's exit cancelled them (a
+        shielded clean-up stays shielded): each is recorded as interrupted and answered
+        `-32000 Connection closed`, as the SDK's dispatcher answers its requests cut off by
+        the end of the connection.
+        """
+        for scope in self._calls.values():
+            scope.cancel()
+        running = list(self._running)
+        if running:
+            await asyncio.wait(running)
 
     def closed(self) -> None:
         """The client's stdin ended: requests this link sent it will not be answered."""

@@ -233,6 +233,9 @@ async def serve_stdio_transport(link: ServeLink | None = None) -> AsyncIterator[
                 # What the server sent is written before the process lets go of stdout
                 # (bounded: a client that stopped reading does not hold the exit).
                 await outbound.aclose()
+                if link is not None:  # its calls are its own tasks: cut off and answered
+                    with anyio.move_on_after(15, shield=True):
+                        await link.shutdown()
                 with anyio.move_on_after(5, shield=True):
                     await written.wait()
                     with contextlib.suppress(OSError, RuntimeError):
