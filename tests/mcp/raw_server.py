@@ -10,6 +10,7 @@ tools over two pages, and appends to MARKER what it was told (`cancelled <id>`).
   progress for a token nobody gave, and a malformed log message; then its result.
 - `long(size)`: a result line of `size` bytes (past the client's bound).
 - `bad_result`: a result that is no CallToolResult.
+- `surrogate`: a structuredContent whose key is a lone surrogate (no UTF-8 can carry it).
 - `bad_error`: an error response with no code.
 - `refuse`: an error response, invalid params.
 - `hang`: never answers (a `notifications/cancelled` for it is written to MARKER).
@@ -22,7 +23,7 @@ import sys
 
 MARKER = sys.argv[1]
 VERSION = sys.argv[2] if len(sys.argv) > 2 else None
-NAMES = ["echo", "noise", "long", "bad_result", "bad_error", "refuse", "hang"]
+NAMES = ["echo", "noise", "long", "bad_result", "surrogate", "bad_error", "refuse", "hang"]
 
 
 def tool(name: str) -> dict[str, object]:
@@ -61,6 +62,9 @@ def call(rid: object, name: str, args: dict[str, object]) -> None:
         send(text(rid, filler))
     elif name == "bad_result":
         send({"jsonrpc": "2.0", "id": rid, "result": {"content": "not a list"}})
+    elif name == "surrogate":  # json.dumps writes it escaped; the client's json.loads makes it
+        send({"jsonrpc": "2.0", "id": rid,
+              "result": {"content": [], "structuredContent": {"": {"\ud800": None}}}})
     elif name == "bad_error":
         send({"jsonrpc": "2.0", "id": rid, "error": {"message": "no code"}})
     elif name == "refuse":

@@ -50,7 +50,7 @@ async def test_the_own_link_serves_and_the_sdk_session_listed_every_page(
         raw: hr.mcp.MCPToolset) -> None:
     assert raw._wire is not None and raw._wire.version is not None
     assert {impl.remote_name for impl in raw.impls()} == {
-        "echo", "noise", "long", "bad_result", "bad_error", "refuse", "hang"}
+        "echo", "noise", "long", "bad_result", "surrogate", "bad_error", "refuse", "hang"}
     assert (await _call(raw, "echo", text="hello")).render_text() == "hello"
 
 
@@ -74,6 +74,17 @@ async def test_a_malformed_result_is_invalid_output_that_landed(raw: hr.mcp.MCPT
     with pytest.raises(hr.InvalidOutput) as info:
         await _call(raw, "bad_result")
     assert info.value.disposition is hr.Disposition.LANDED
+
+
+async def test_a_result_no_utf_8_can_carry_is_invalid_output_that_landed(
+        raw: hr.mcp.MCPToolset) -> None:
+    # A lone surrogate in a structuredContent key: the SDK's check of the result raises
+    # UnicodeEncodeError, not a ValidationError. It is the server's malformed output all the
+    # same (the tool ran), never an unmapped exception out of the call.
+    with pytest.raises(hr.InvalidOutput) as info:
+        await _call(raw, "surrogate")
+    assert info.value.disposition is hr.Disposition.LANDED
+    assert (await _call(raw, "echo", text="after")).render_text() == "after"
 
 
 async def test_error_responses_keep_their_meaning(raw: hr.mcp.MCPToolset) -> None:

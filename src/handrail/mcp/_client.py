@@ -896,6 +896,13 @@ class MCPToolset:
                     value = check_call_result(value, wire.version)
                 except ValidationError as exc:  # a malformed result (the server ran the tool)
                     raise map_mcp_error(exc, tool=tool_id, server=self.name) from exc
+                except UnicodeEncodeError as exc:
+                    # Malformed too: a lone surrogate (json.loads makes one from an escape) is
+                    # no UTF-8, and the SDK's check of the result raises this, not a
+                    # ValidationError.
+                    raise InvalidOutput(tool_id, [Issue(
+                        path="$", message=f"MCP server '{self.name}' sent a malformed result: "
+                        f"text no UTF-8 can carry ({exc.reason})")]) from exc
         if kind == "error":
             error = map_mcp_error(value, tool=tool_id, server=self.name,
                                   stderr_tail=self.stderr_tail())
