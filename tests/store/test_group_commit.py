@@ -133,6 +133,9 @@ class _CommitFails:
             raise sqlite3.OperationalError("disk I/O error")
         return self.db.execute(sql, *args)
 
+    def cursor(self) -> Any:
+        return self  # (the writer runs BEGIN and COMMIT through a reused cursor)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.db, name)
 
@@ -659,6 +662,9 @@ class _CountsGroups:
             self.groups[-1] += len(rows)  # a group's new runs, merged (`_apply_writes`)
         return self.db.executemany(sql, rows)
 
+    def cursor(self) -> Any:
+        return self  # (the writer runs BEGIN and COMMIT through a reused cursor)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.db, name)
 
@@ -680,6 +686,50 @@ async def test_a_group_on_the_loop_holds_at_most_loop_group_limit_writes(tmp_pat
         assert len(await store.runs(limit=1000)) == 3 * LOOP_GROUP_LIMIT + 1
     assert sum(counting.groups) == 3 * LOOP_GROUP_LIMIT
     assert max(counting.groups) == LOOP_GROUP_LIMIT, counting.groups
+
+
+class _CountsCursors:
+    """A connection that records the statements run on it and the cursors made of it."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.statements: list[str] = []
+        self.cursors = 0
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self.statements.append(sql)
+        return self.db.execute(sql, *args)
+
+    def cursor(self) -> Any:
+        self.cursors += 1
+        return self.db.cursor()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+
+async def test_a_write_begins_and_commits_through_one_reused_cursor(tmp_path: Path) -> None:
+    """A write's statements go through the writer's cursor, made once (issue 38).
+
+    `Connection.execute` makes a cursor a statement, tracked by a weak reference until the
+    connection's next sweep: a few thousand instructions a statement, two every write.
+    """
+    async with Store.open(tmp_path / "runs.db") as store:
+        assert isinstance(store, SQLiteStore)
+        run = _run("r1")
+        await store.write(Batch(run=run))
+        counting = _CountsCursors(store._db)
+        store._db = counting  # type: ignore[assignment]
+        for i in range(3):
+            run.steps = i + 1
+            await store.write(Batch(run=run, messages=[("r1", i, {"k": i})]))
+        store._db = counting.db
+        # (Nor a turn's own statements: its progress and its log rows.)
+        assert not [sql for sql in counting.statements
+                    if sql.startswith(("BEGIN", "COMMIT", "INSERT"))], counting.statements
+        assert counting.cursors == 1
+        assert (await store.run("r1")).steps == 3
+        assert len(await store.messages("r1")) == 3
 
 
 async def test_a_lone_write_on_an_idle_loop_commits_without_yielding(tmp_path: Path) -> None:
