@@ -17,10 +17,10 @@ from typing import Any
 
 import inbox_agents
 import pytest
+from inbox_support import TOKEN, Inbox, login, run_store, wait_until
 from starlette.testclient import TestClient
 
 import handrail as hr
-from conftest import TOKEN, Inbox, login, run_store, wait_until
 from handrail.approval import DecisionLinks, WebhookNotifier
 from handrail.store import Batch
 from handrail.web import Dispatcher, create_app

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inbox_support import TOKEN, Inbox, login, run_store, wait_until
 from starlette.testclient import TestClient
 
 import handrail as hr
-from conftest import TOKEN, Inbox, login, run_store, wait_until
 from handrail.web._app import SECURITY_HEADERS
 
 WRITE = "workspace/write_file"
@@ -522,7 +522,8 @@ def test_unknown_items_and_runs_are_404(inbox: Inbox) -> None:
 
 
 def test_without_an_agent_the_decision_is_recorded_and_the_run_waits(tmp_path: Path) -> None:
-    from conftest import _start
+    from inbox_support import _start
+
     from handrail.web import create_app
 
     db = tmp_path / "runs.db"
@@ -560,7 +561,8 @@ def test_a_cross_site_post_is_refused_even_with_the_token(inbox: Inbox) -> None:
 
 
 def test_an_agent_that_cannot_be_rebuilt_is_explained_not_a_crash(tmp_path: Path) -> None:
-    from conftest import _start
+    from inbox_support import _start
+
     from handrail.web import create_app
 
     db = tmp_path / "runs.db"
@@ -584,7 +586,7 @@ def test_an_agent_that_cannot_be_rebuilt_is_explained_not_a_crash(tmp_path: Path
 
 
 def _paused_on_postgres(pg_url: str, workspace: Path, name: str) -> hr.RunResult:
-    from conftest import _start
+    from inbox_support import _start
 
     return run_store(pg_url,  # type: ignore[no-any-return]
                      lambda s: _start(s, workspace, WRITE, {"path": name, "content": "x\n"}))

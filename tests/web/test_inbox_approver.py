@@ -8,9 +8,9 @@ from pathlib import Path
 import anyio
 import inbox_agents
 import pytest
+from inbox_support import Inbox, run_store, wait_until
 
 import handrail as hr
-from conftest import Inbox, run_store, wait_until
 
 pytestmark = pytest.mark.anyio
 

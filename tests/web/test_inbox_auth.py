@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import Inbox
+from inbox_support import Inbox
+
 from handrail.web._auth import Sessions, clean_user, csrf_ok
 
 

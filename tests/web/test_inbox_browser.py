@@ -32,9 +32,9 @@ sync_api = pytest.importorskip("playwright.sync_api",
                                reason="browser tests need playwright (the dev extra)")
 
 import inbox_agents  # noqa: E402 - imported once the skips above have had their say
+from inbox_support import run_store  # noqa: E402
 
 import handrail as hr  # noqa: E402
-from conftest import run_store  # noqa: E402
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]

@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from inbox_support import run_store
 
-from conftest import run_store
 from handrail.cli import main
 
 

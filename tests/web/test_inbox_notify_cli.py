@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from inbox_support import run_store
 
 import handrail as hr
-from conftest import run_store
 from handrail.cli import main
 from handrail.store import Batch, PendingItem, RunRecord, RunStatus
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from inbox_support import Inbox, run_store
 
 import handrail as hr
-from conftest import Inbox, run_store
 from handrail.models import Scripted, calls, reply
 
 
