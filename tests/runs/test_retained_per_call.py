@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import handrail as hr
-from handrail.models import Scripted, Turn, call, reply
+from handrail.models import Scripted, Turn, call, calls, reply
 from handrail.store import Batch, CallStatus
 
 pytestmark = pytest.mark.anyio
@@ -96,7 +96,17 @@ async def test_a_live_run_keeps_at_most_one_tracked_object_a_call_beyond_its_con
     assert process - conversation < calls + calls // 2, (process, conversation)
 
 
-async def test_a_turn_holds_one_batch_while_its_final_write_waits() -> None:
+# A turn of one call takes the gate's fast path, whose first batch is its final one; a turn
+# of two takes the general stages, where the first batch (committed, or merged) is another.
+TURNS = {
+    "one call": [call("add", {"a": 1}), call("add", {"a": 2}), reply("done")],
+    "two calls": [calls([("add", {"a": 1}), ("add", {"a": 2})]),
+                  calls([("add", {"a": 3}), ("add", {"a": 4})]), reply("done")],
+}
+
+
+@pytest.mark.parametrize("turns", list(TURNS))
+async def test_a_turn_holds_one_batch_while_its_final_write_waits(turns: str) -> None:
     # The final write of a turn waits its turn behind every other run's (the store's
     # pacer): what a run holds across it is held x1,000 at 1,000 runs, and walked by each
     # young collector pass. The turn's first batch (committed, or merged into the final
@@ -112,8 +122,7 @@ async def test_a_turn_holds_one_batch_while_its_final_write_waits() -> None:
         await write(batch, wait=wait)
 
     store.write = counting_write  # type: ignore[method-assign]
-    agent = hr.Agent(Scripted([call("add", {"a": 1}), call("add", {"a": 2}), reply("done")]),
-                     [add], policy=hr.Policy.default())
+    agent = hr.Agent(Scripted(list(TURNS[turns])), [add], policy=hr.Policy.default())
     # Batches other tests left alive (a failed test's traceback, say) are not this run's.
     gc.collect()
     before = sum(type(o) is Batch for o in gc.get_objects())
