@@ -230,7 +230,9 @@ def test_nothing_outside_is_ever_allowed(
 @given(name=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\x00"),
                     min_size=1, max_size=12))
 def test_unicode_names_canonicalise_to_themselves(tree: Path, name: str) -> None:
-    if name in (".", ".."):
+    if name in (".", "..") or os.path.lexists(tree / name):
+        # A name the tree already holds is what it is: `code` is a link to `src` (a draw of
+        # "code" once failed here, correctly canonicalised to "src").
         return
     assert canonicalize(name, tree) == name
     assert canonicalize(f"src/../{name}", tree) == name
