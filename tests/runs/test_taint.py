@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from recording import Recorder
 
 import handrail as hr
 from handrail.builtin import workspace_tools
@@ -45,20 +46,6 @@ async def transfer(account: str, amount: int) -> str:
 @pytest.fixture(autouse=True)
 def _clear() -> None:
     SENT.clear()
-
-
-class Recorder:
-    """An approver that remembers every request and answers with `decision`."""
-
-    name = "recorder"
-
-    def __init__(self, decision: hr.Decision) -> None:
-        self.decision = decision
-        self.requests: list[hr.Request] = []
-
-    async def decide(self, request: hr.Request) -> hr.Decision:
-        self.requests.append(request)
-        return self.decision
 
 
 def obey_page(messages: Sequence[Any], tools: Sequence[Any]) -> Turn:

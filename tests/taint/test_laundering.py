@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from recording import Recorder
 
 import handrail as hr
 from handrail.builtin import workspace_tools
@@ -72,19 +73,6 @@ async def visit(page: str) -> str:
 def _clear() -> None:
     SENT.clear()
     PAGES.clear()
-
-
-class Recorder:
-    """An approver that remembers every request and denies it."""
-
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.requests: list[hr.Request] = []
-
-    async def decide(self, request: hr.Request) -> hr.Decision:
-        self.requests.append(request)
-        return hr.Decision.deny("not asked for")
 
 
 def _policy(*calls: str, writes: Sequence[str] = ()) -> hr.Policy:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from recording import Recorder
 
 import handrail as hr
 from handrail.models import Scripted, call, calls, reply
@@ -253,19 +254,6 @@ async def peek(file_id: str) -> str:
 def _clear() -> None:
     DONE.clear()
     PAGES.clear()
-
-
-class Recorder:
-    """An approver that remembers every request and denies it."""
-
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.requests: list[hr.Request] = []
-
-    async def decide(self, request: hr.Request) -> hr.Decision:
-        self.requests.append(request)
-        return hr.Decision.deny("not asked for")
 
 
 async def _run(turns: list[Any], task: str = "tidy up my files") -> Recorder:

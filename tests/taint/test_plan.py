@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from recording import Recorder
 
 import handrail as hr
 from handrail.errors import ModelResponseError
@@ -57,19 +58,6 @@ def _clear() -> None:
     PAGES.clear()
 
 
-class Recorder:
-    """An approver that remembers every request and denies it."""
-
-    name = "recorder"
-
-    def __init__(self) -> None:
-        self.requests: list[hr.Request] = []
-
-    async def decide(self, request: hr.Request) -> hr.Decision:
-        self.requests.append(request)
-        return hr.Decision.deny("not in the plan")
-
-
 def _policy() -> hr.Policy:
     return hr.Policy.default().layer("app").allow(hr.Act.CALL, "*/*")
 
@@ -81,7 +69,7 @@ PLAN = [hr.Step("calendar/create_event", {"title": "Dinner at *", "day": "2024-1
 async def _run(turns: list[Any], plan: Any = PLAN, *, task: str = TASK,
                policy: hr.Policy | None = None, tools: list[Any] | None = None,
                **options: Any) -> tuple[hr.RunResult, Recorder]:
-    approver = Recorder()
+    approver = Recorder(hr.Decision.deny("not in the plan"))
     agent = hr.Agent(Scripted([*turns, reply("done")]),
                      tools or [read_page, create_event, send, book],
                      policy=policy or _policy())
@@ -172,7 +160,7 @@ async def test_the_plan_is_recorded_and_holds_after_a_resume(tmp_path: Path) -> 
     run = await store.run(first.run_id)
     (event,) = [e for e in run.events if e.get("kind") == "plan"]
     assert event["steps"] == [s.to_dict() for s in plan]
-    approver = Recorder()
+    approver = Recorder(hr.Decision.deny("not in the plan"))
     resumed = await hr.resume_with_decision(store, first.outcome.request_id,
                                             hr.Decision.approve(), agent=agent(),
                                             approver=approver)
@@ -192,7 +180,7 @@ async def test_a_sub_agent_is_held_to_its_roots_plan() -> None:
     root = hr.Agent(Scripted([call("agents/helper", {"task": "look at the page"}),
                               reply("done")]),
                     [child.as_tool()], name="lead", policy=_policy())
-    approver = Recorder()
+    approver = Recorder(hr.Decision.deny("not in the plan"))
     result = await root.run(TASK, approver=approver, plan=PLAN)
     assert isinstance(result.outcome, hr.Completed)
     assert DONE == []
