@@ -13,8 +13,8 @@ the log without the fact columns, no `audit` tables at schema creation and nothi
 into them at the fold, no data version read. Each edit names the exact text it replaces and
 fails loudly when that text is gone (the code moved on: update the edit).
 
-Works on a tree with the chain as of issue 42's fourth round (`_LOG_WIDTH = 29`) and on this
-branch's VERSION 3 layout (the edits listed under `V3`), whichever the tree holds.
+Works on a tree with the chain in version 2 (`_LOG_WIDTH = 29`: `V2`) or in version 3
+(`_LOG_WIDTH = 28`: `V3`), whichever the tree holds.
 """
 
 # ruff: noqa: T201 - a command-line script
@@ -34,6 +34,11 @@ COMMON: list[tuple[str, str]] = [
     ('    """ + _AUDIT_TABLES + """;\n', ""),
 ]
 
+_BARE = (
+    "    rows = [f[4] for f in facts if f[4] is not None]\n"
+    "    if rows and insert:\n        _insert_log(db, (), rows)\n    return rows\n")
+"""What `_chain` does without the chain: the call records' log rows, as they are."""
+
 V2: list[tuple[str, str]] = [
     ('                facts += [(c[1], "call", c[2], _MARSHAL((2, "call", c[2:]), 2), c)',
      '                facts += [(c[1], "call", c[2], b"", c)'),
@@ -42,41 +47,35 @@ V2: list[tuple[str, str]] = [
      "        for statement in _FOLD:\n"),
     ('"WHERE kind = 2 AND id <= :upto ORDER BY id"), _FOLD[3])',
      '"WHERE kind = 2 AND id <= :upto ORDER BY id"), _FOLD[2])'),
-    ('    "INSERT INTO audit SELECT c23, run_id, c24, CASE kind WHEN 1 THEN \'call\' ELSE c0 END, "\n'
-     '    "CASE kind WHEN 1 THEN c0 ELSE c1 END, CASE kind WHEN 1 THEN NULL ELSE c2 END, c25, c26, "\n'
-     '    "c27, c28 FROM log WHERE c23 IS NOT NULL AND id <= :upto ORDER BY id",\n', ""),
-    ("    seq, link = tips.catch_up(db)\n    rows: list[tuple[Any, ...]] = []\n",
-     "    rows = [f[4] for f in facts if f[4] is not None]\n"
-     "    if rows and insert:\n        _insert_log(db, (), rows)\n    return rows\n"
-     "    seq, link = tips.catch_up(db)\n"),
+    ('    "INSERT INTO audit SELECT c23, run_id, c24, CASE kind WHEN 1 THEN \'call\' '
+     'ELSE c0 END, "\n    "CASE kind WHEN 1 THEN c0 ELSE c1 END, CASE kind WHEN 1 THEN NULL '
+     'ELSE c2 END, c25, c26, "\n    "c27, c28 FROM log WHERE c23 IS NOT NULL AND id <= :upto '
+     'ORDER BY id",\n', ""),
+    ("    seq, link = tips.catch_up(db)\n", _BARE + "    seq, link = tips.catch_up(db)\n"),
 ]
+"""The chain as issue 42's fourth round left it (version 2: main before this branch)."""
 
 V3: list[tuple[str, str]] = [
-    ('                facts += [(c[1], "call", c[2], _MARSHAL((3, c[2:]), 2), c)',
+    ('                facts += [(c[1], "call", c[2], _MARSHAL((3, "call", c[2:]), 2), c)',
      '                facts += [(c[1], "call", c[2], b"", c)'),
-    ("_LOG_WIDTH = 27\n", "_LOG_WIDTH = 23\n"),
+    ("_LOG_WIDTH = 28\n", "_LOG_WIDTH = 23\n"),
     ("        for statement in _fold_statements(db):\n",
-     "        for statement in _FOLD_NO_CHAIN:\n"),
-    ("    seq, link = tips.catch_up(db)\n    rows: list[tuple[Any, ...]] = []\n",
-     "    rows = [f[4] for f in facts if f[4] is not None]\n"
-     "    if rows and insert:\n        _insert_log(db, (), rows)\n    return rows\n"
-     "    seq, link = tips.catch_up(db)\n"),
+     "        for statement in (_FOLD[0], _FOLD[1], _FOLD[3]):\n"),
+    ("    seq, link = tips.catch_up(db)\n", _BARE + "    seq, link = tips.catch_up(db)\n"),
 ]
+"""Version 3 (migration 0013_raw_hashes: a fact's hash and link raw, five log columns)."""
 
 
 def patch(src: Path) -> None:
     """Apply the edits to `src` (a copy of handrail's `src/`), in place."""
     path = src / SQLITE
     text = path.read_text()
-    edits = COMMON + (V3 if "_LOG_WIDTH = 27\n" in text else V2)
+    edits = COMMON + (V3 if "_LOG_WIDTH = 28\n" in text else V2)
     for original, replacement in edits:
         if text.count(original) != 1:
             raise SystemExit(f"{path}: expected exactly one {original!r} "
                              f"(found {text.count(original)}): update this script")
         text = text.replace(original, replacement)
-    if "_LOG_WIDTH = 23\n" in text and "_FOLD_NO_CHAIN" in text:
-        # (V3) the fold of a log without the fact columns: messages and calls only.
-        text += ("\n_FOLD_NO_CHAIN = tuple(s for s in _FOLD_V3 if 'audit' not in s)\n")
     compile(text, str(path), "exec")
     path.write_text(text)
     print(f"patched {path}: no audit chain ({len(edits)} edits)")

@@ -159,6 +159,20 @@ def test_two_swapped_facts_are_named(store: Path, capsys: pytest.CaptureFixture[
     assert code == 1 and b["what"] == "reordered" and b["seq"] == 3
 
 
+def test_an_edited_fact_in_the_chain_is_named(store: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # A fact's own body changed: the run's first status, which no row holds any more (the
+    # run moved on), so only the fact's hash shows it.
+    (seq,), = rows(store, "SELECT min(seq) FROM audit WHERE kind = 'status'")
+    edit(store, "UPDATE audit SET body = replace(body, '\"running\"', '\"failed\"') "
+                "WHERE seq = ?", params=(seq,))
+    assert "failed" in rows(store, "SELECT body FROM audit WHERE seq = ?", (seq,))[0][0]
+    code, report = verify(store, capsys=capsys)
+    b = first(report)
+    assert code == 1 and (b["what"], b["seq"]) == ("edited", seq), report
+    assert "does not match its hash" in b["detail"]
+
+
 def test_a_forged_approval_is_named(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (call, run), = rows(store, "SELECT id, run_id FROM calls WHERE turn = 1")
     edit(store, "INSERT INTO pending (id, kind, run_id, call_record, agent, tool, payload, "
@@ -498,7 +512,7 @@ def _as_version_2(path: Path) -> None:
     latest = dict(db.execute("SELECT ref, max(seq) FROM audit WHERE kind = 'call' "
                              "GROUP BY ref").fetchall())
     link, tips = audit.ZERO, {}
-    for seq, run, kind, ref, body in db.execute(
+    for seq, run, _kind, ref, body in db.execute(
             "SELECT seq, run_id, kind, ref, body FROM audit ORDER BY seq").fetchall():
         prev = tips.get(run, audit.ZERO)
         if body is not None:
