@@ -30,8 +30,6 @@ SQLITE = "handrail/store/_sqlite.py"
 COMMON: list[tuple[str, str]] = [
     # The data version (a ctypes call a transaction) is read only for the chain's cache.
     ("self._tips = _Tips(None if memory else _data_version)", "self._tips = _Tips(None)"),
-    # The audit tables are not created with a new file's schema.
-    ('    """ + _AUDIT_TABLES + """;\n', ""),
 ]
 
 _BARE = (
@@ -40,6 +38,8 @@ _BARE = (
 """What `_chain` does without the chain: the call records' log rows, as they are."""
 
 V2: list[tuple[str, str]] = [
+    # The audit tables are not created with a new file's schema.
+    ('    """ + _AUDIT_TABLES + """;\n', ""),
     ('                facts += [(c[1], "call", c[2], _MARSHAL((2, "call", c[2:]), 2), c)',
      '                facts += [(c[1], "call", c[2], b"", c)'),
     ("_LOG_WIDTH = 29\n", "_LOG_WIDTH = 23\n"),
@@ -56,6 +56,7 @@ V2: list[tuple[str, str]] = [
 """The chain as issue 42's fourth round left it (version 2: main before this branch)."""
 
 V3: list[tuple[str, str]] = [
+    ('    """ + _AUDIT_SCHEMA + """;\n', ""),
     ('                facts += [(c[1], "call", c[2], _MARSHAL((3, "call", c[2:]), 2), c)',
      '                facts += [(c[1], "call", c[2], b"", c)'),
     ("_LOG_WIDTH = 28\n", "_LOG_WIDTH = 23\n"),

@@ -405,13 +405,19 @@ _AUDIT_TABLE = """
 their 32 raw bytes, `prev` NULL (it is the run's previous fact's hash); version 2: the three
 as hex text. `hash` and `link` are declared BLOB, which has no affinity: each keeps the type
 it was written with, which is its fact's version."""
-_AUDIT_TABLES = _AUDIT_TABLE + """;
-    CREATE INDEX audit_run ON audit (run_id, n);
-    CREATE TABLE audit_signatures (
+_AUDIT_SCHEMA = _AUDIT_TABLE + """;
+    CREATE INDEX audit_run ON audit (run_id, n)
+"""
+_SIGNATURES_TABLE = """
+    CREATE TABLE IF NOT EXISTS audit_signatures (
         seq INTEGER NOT NULL, link TEXT NOT NULL, key TEXT NOT NULL, signature TEXT NOT NULL,
         signed_at REAL NOT NULL, PRIMARY KEY (seq, key)
     )
 """
+"""Signatures of heads (`handrail audit verify --sign`), made by the first signature: not
+with a new file's schema (two more b-trees every new store made, and parsed again at every
+open, for a table most stores never use; issue 42)."""
+_AUDIT_TABLES = _AUDIT_SCHEMA + ";" + _SIGNATURES_TABLE
 """The tamper-evident record (migration 0010, `handrail.store.audit`): one row per fact,
 chained by run (`prev`, `hash`) and store-wide (`link`); signatures of heads beside it."""
 
@@ -501,6 +507,10 @@ def _m0013_raw_hashes(db: sqlite3.Connection) -> None:
         DROP TABLE audit;
         ALTER TABLE audit_v3 RENAME TO audit;
         CREATE INDEX audit_run ON audit (run_id, n)""")
+    # Signatures' table is made by the first signature now (`_SIGNATURES_TABLE`).
+    db.execute(_SIGNATURES_TABLE)  # (a store whose migration 0010 ran here: none yet)
+    if db.execute("SELECT count(*) FROM audit_signatures").fetchone()[0] == 0:
+        db.execute("DROP TABLE audit_signatures")
 
 
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
@@ -574,7 +584,7 @@ _CURRENT_SCHEMA = """
     """ + _LOG_TABLE + """;
     """ + _RUN_PROGRESS_TABLE + """;
     """ + _QUOTA_TABLE + """;
-    """ + _AUDIT_TABLES + """;
+    """ + _AUDIT_SCHEMA + """;
     """ + _RUN_EVENTS_TABLE + """
 """
 """The schema every migration in `MIGRATIONS` leads to, created at once in a new, empty file.
@@ -2888,9 +2898,7 @@ class _AuditReader:
             calls=calls,
             pending=lambda: db.execute(
                 f"SELECT {_PENDING_COLUMNS} FROM pending{where} ORDER BY run_id", params),
-            signatures=lambda: db.execute(
-                "SELECT seq, link, key, signature, signed_at FROM audit_signatures "
-                "ORDER BY seq"),
+            signatures=self.signatures,
             previous_link=self.previous_link)
         if run_id is not None:
             return one
@@ -2975,11 +2983,15 @@ class _AuditReader:
         return row
 
     def signatures(self) -> list[tuple[Any, ...]]:
-        """Every signature, in head order."""
+        """Every signature, in head order (none before the first: no table yet)."""
+        if self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
+                           "'audit_signatures'").fetchone() is None:
+            return []
         return self.db.execute("SELECT seq, link, key, signature, signed_at FROM "
                                "audit_signatures ORDER BY seq, key").fetchall()
 
     def add_signature(self, seq: int, link: str, key: str, signature: str) -> None:
         """Record a head's signature (a writable reader, in its transaction)."""
+        self.db.execute(_SIGNATURES_TABLE)
         self.db.execute("INSERT OR REPLACE INTO audit_signatures VALUES (?, ?, ?, ?, ?)",
                         (seq, link, key, signature, time.time()))
