@@ -10,21 +10,26 @@ store's `audit` table in the transaction that writes it, as one row:
     kind  run | status | call | pending;  ref: the run, call record or item it is about
     body  the fact: compact JSON in the fixed field order of `ENCODING` below; NULL for a
           `call` fact, whose body is the call's row (hashed, not copied: `STORED_BODY`)
-    prev  the hash of the run's previous fact (64 zeros for its first)
-    hash  sha256(prev + body), hex
-    link  sha256(the previous fact's link + hash), hex: the store-wide chain (64 zeros
-          before the first fact)
+    hash  sha256(prev + body): `prev` is the hash of the run's previous fact (zeros for its
+          first), not kept (version 3; `fact_hash`)
+    link  sha256(the previous fact's link + hash): the store-wide chain (zeros before the
+          first fact; `fact_link`)
+
+Version 3 (`VERSION`, SQLite stores since their migration 0013) keeps `hash` and `link` as
+their 32 raw bytes and hashes them so; version 2 (PostgreSQL stores, and the facts a SQLite
+store recorded before 0013) keeps a `prev` column too, and all three as hex text, hashed as
+text. Each fact is checked by the version it was written in: its hash's type says which.
 
 The run's chain says "this run's record is these facts, in this order"; the store-wide chain
 (every run's head, as each fact extends it) says "the store is these runs, in this order":
 a fact moved, dropped or inserted breaks both, and a run deleted whole still breaks the
 store's. `verify` recomputes both, and compares every row the store holds now with the last
-fact recorded about it. An Ed25519 signature over a head (`seq`, `link`), kept in
+fact recorded about it. An Ed25519 signature over a head (`seq`, `link`, hex), kept in
 `audit_signatures`, makes a rewrite of everything up to that head detectable too: the chain
 alone can be recomputed by anyone who can write the store.
 
-The encoding is versioned (`VERSION`); this module is the reference, docs/audit.md the
-description a reader without handrail follows.
+This module is the reference, docs/audit.md the description a reader without handrail
+follows.
 """
 
 from __future__ import annotations
