@@ -56,12 +56,13 @@ V2: list[tuple[str, str]] = [
 """The chain as issue 42's fourth round left it (version 2: main before this branch)."""
 
 V3: list[tuple[str, str]] = [
-    ('    """ + _AUDIT_SCHEMA + """;\n', ""),
+    ('    """ + _AUDIT_TABLE + """;\n', ""),
     ('                facts += [(c[1], "call", c[2], _MARSHAL((3, "call", c[2:]), 2), c)',
      '                facts += [(c[1], "call", c[2], b"", c)'),
     ("_LOG_WIDTH = 28\n", "_LOG_WIDTH = 23\n"),
     ("        for statement in _fold_statements(db):\n",
      "        for statement in (_FOLD[0], _FOLD[1], _FOLD[3]):\n"),
+    ("        db.execute(_AUDIT_INDEX)  # (the first fold's facts make it)\n", ""),
     ("    seq, link = tips.catch_up(db)\n", _BARE + "    seq, link = tips.catch_up(db)\n"),
 ]
 """Version 3 (migration 0013_raw_hashes: a fact's hash and link raw, five log columns)."""

@@ -405,9 +405,10 @@ _AUDIT_TABLE = """
 their 32 raw bytes, `prev` NULL (it is the run's previous fact's hash); version 2: the three
 as hex text. `hash` and `link` are declared BLOB, which has no affinity: each keeps the type
 it was written with, which is its fact's version."""
-_AUDIT_SCHEMA = _AUDIT_TABLE + """;
-    CREATE INDEX audit_run ON audit (run_id, n)
-"""
+_AUDIT_INDEX = "CREATE INDEX IF NOT EXISTS audit_run ON audit (run_id, n)"
+"""A run's facts in order (a resumed run's tip, `verify --run`): made by the first fold that
+moves facts into `audit` (`_fold_rows`), not with a new file's schema, whose `audit` is
+empty until then (one b-tree fewer for every new store to make and every open to parse)."""
 _SIGNATURES_TABLE = """
     CREATE TABLE IF NOT EXISTS audit_signatures (
         seq INTEGER NOT NULL, link TEXT NOT NULL, key TEXT NOT NULL, signature TEXT NOT NULL,
@@ -417,7 +418,7 @@ _SIGNATURES_TABLE = """
 """Signatures of heads (`handrail audit verify --sign`), made by the first signature: not
 with a new file's schema (two more b-trees every new store made, and parsed again at every
 open, for a table most stores never use; issue 42)."""
-_AUDIT_TABLES = _AUDIT_SCHEMA + ";" + _SIGNATURES_TABLE
+_AUDIT_TABLES = _AUDIT_TABLE + ";" + _AUDIT_INDEX + ";" + _SIGNATURES_TABLE
 """The tamper-evident record (migration 0010, `handrail.store.audit`): one row per fact,
 chained by run (`prev`, `hash`) and store-wide (`link`); signatures of heads beside it."""
 
@@ -505,9 +506,11 @@ def _m0013_raw_hashes(db: sqlite3.Connection) -> None:
         INSERT INTO audit_v3 SELECT seq, run_id, n, kind, ref, body, prev, hash, link, at
             FROM audit ORDER BY seq;
         DROP TABLE audit;
-        ALTER TABLE audit_v3 RENAME TO audit;
-        CREATE INDEX audit_run ON audit (run_id, n)""")
-    # Signatures' table is made by the first signature now (`_SIGNATURES_TABLE`).
+        ALTER TABLE audit_v3 RENAME TO audit""")
+    # The index is made by the first fold with facts now (`_AUDIT_INDEX`), signatures' table
+    # by the first signature (`_SIGNATURES_TABLE`).
+    if db.execute("SELECT 1 FROM audit LIMIT 1").fetchone() is not None:
+        db.execute(_AUDIT_INDEX)
     db.execute(_SIGNATURES_TABLE)  # (a store whose migration 0010 ran here: none yet)
     if db.execute("SELECT count(*) FROM audit_signatures").fetchone()[0] == 0:
         db.execute("DROP TABLE audit_signatures")
@@ -584,7 +587,7 @@ _CURRENT_SCHEMA = """
     """ + _LOG_TABLE + """;
     """ + _RUN_PROGRESS_TABLE + """;
     """ + _QUOTA_TABLE + """;
-    """ + _AUDIT_SCHEMA + """;
+    """ + _AUDIT_TABLE + """;
     """ + _RUN_EVENTS_TABLE + """
 """
 """The schema every migration in `MIGRATIONS` leads to, created at once in a new, empty file.
@@ -792,6 +795,7 @@ def _fold_rows(db: sqlite3.Connection) -> None:
     if upto is not None:
         for statement in _fold_statements(db):
             db.execute(statement, {"upto": upto})
+        db.execute(_AUDIT_INDEX)  # (the first fold's facts make it)
     for statement in _FOLD_PROGRESS:
         db.execute(statement)
 
