@@ -566,6 +566,7 @@ async def _extended(path: Path, opened: Any, capsys: pytest.CaptureFixture[str],
                "WHERE seq = (SELECT min(seq) FROM audit WHERE kind = 'status')")
     code, report = verify(path, capsys=capsys)
     assert code == 1 and first(report)["what"] == "edited", report
+    assert len(report["breaks"]) == 1, report  # (the run's rows, checked as version 2, hold)
 
 
 @pytest.mark.anyio
