@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CALLS_PER_RUN = 10
@@ -94,10 +95,11 @@ async def _build(path: str, calls: int) -> None:
     await store.close()
 
 
-def _build_direct(path: str, calls: int) -> None:
+def _build_direct(path: str, calls: int, version: int = 3) -> None:
     """The same record, written as rows: the bodies and both chains computed with the
     store's own functions (`handrail.store.audit`), in big transactions (a call's fact keeps
-    its hash alone, as the store writes it).
+    its hash alone, as the store writes it). `version`: the encoding's (3, as a SQLite store
+    writes it now; 2, as before its migration 0013, or as PostgreSQL writes it).
 
     Writing a million calls through `write` (two chained writes each) takes as long as a
     million agent-loop writes; what `verify` reads is the same either way, and
@@ -117,7 +119,7 @@ def _build_direct(path: str, calls: int) -> None:
                '"ask"},"layer":"app","target":"ledger/transfer"}')
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA synchronous=OFF")
-    seq, link = 0, audit.ZERO
+    seq, link = 0, audit.ZERO if version == 2 else audit.ZERO_HASH
     now = time.time()
     db.execute("BEGIN")
     for k in range(calls // CALLS_PER_RUN):
@@ -126,8 +128,8 @@ def _build_direct(path: str, calls: int) -> None:
                "scripted", "/srv/work", now, now, '{"kind":"completed","output":"done"}', 0,
                0, 0, "[]", CALLS_PER_RUN, None, 0.0, "[]", None, None, 0)
         db.execute(f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES ({','.join('?' * 23)})", run)
-        facts = [("run", rid, audit.run_body(run)),
-                 ("status", rid, audit.status_body(rid, "running", None))]
+        facts = [("run", rid, audit.run_body(run, version)),
+                 ("status", rid, audit.status_body(rid, "running", None, version))]
         for i in range(CALLS_PER_RUN):
             args = json.dumps({"from": f"acct-{k}", "to": f"acct-{i}", "amount": i * 10},
                               separators=(",", ":"))
@@ -136,22 +138,30 @@ def _build_direct(path: str, calls: int) -> None:
                    args, '[{"act":"call","target":"ledger/transfer"}]', verdict,
                    '{"kind":"approve","modified":null,"remember":[]}', "alice", "started", None,
                    None, None, "[]", None, now, None, None]
-            facts.append(("call", row[0], audit.call_body(row)))
+            facts.append(("call", row[0], audit.call_body(row, version)))
             row[14], row[21] = "finished", now
             row[15] = (f'{{"content":[{{"kind":"text","text":"moved {i * 10}"}}],"structured":'
                        f'{{"ok":true,"id":"tx-{k}-{i}"}},"is_error":false}}')
             row[22] = '{"output":"untrusted","trusted":[]}'
-            facts.append(("call", row[0], audit.call_body(row)))
+            facts.append(("call", row[0], audit.call_body(row, version)))
             db.execute(f"INSERT INTO calls ({_CALL_COLUMNS}) VALUES ({','.join('?' * 23)})",
                        row)
-        facts.append(("status", rid, audit.status_body(rid, "completed", run[11])))
-        prev, rows = audit.ZERO, []
+        facts.append(("status", rid, audit.status_body(rid, "completed", run[11], version)))
+        prev: Any = audit.ZERO if version == 2 else audit.ZERO_HASH
+        rows = []
         for n, (kind, ref, body) in enumerate(facts):
-            digest = audit.chain_hash(prev, body)
             seq += 1
-            link = audit.link_hash(link, digest)
-            # (A call's fact keeps its hash alone: its body is the row.)
-            rows.append((seq, rid, n, kind, ref, None if kind == "call" else body, prev,
+            # (A call's fact keeps its hash alone: its body is the row. Version 3 keeps no
+            # `prev`: it is the run's previous hash.)
+            if version == 2:
+                digest = audit.chain_hash(prev, body)
+                link = audit.link_hash(link, digest)
+                kept = prev
+            else:
+                digest = audit.fact_hash(prev, body)
+                link = audit.fact_link(link, digest)
+                kept = None
+            rows.append((seq, rid, n, kind, ref, None if kind == "call" else body, kept,
                          digest, link, now))
             prev = digest
         db.executemany("INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
@@ -171,6 +181,8 @@ def main() -> None:
                         help="reuse the store whatever it holds (no count check)")
     parser.add_argument("--via-store", action="store_true",
                         help="build through the store's write (slow: as the agent loop)")
+    parser.add_argument("--version", type=int, choices=(2, 3), default=3,
+                        help="the chain's encoding the rows are built in (not --via-store)")
     args = parser.parse_args()
     if not args.verify_only and _count(args.store) != args.calls:
         for leftover in (args.store, args.store + "-wal", args.store + "-shm"):
@@ -181,7 +193,7 @@ def main() -> None:
         if args.via_store:
             asyncio.run(_build(args.store, args.calls))
         else:
-            _build_direct(args.store, args.calls)
+            _build_direct(args.store, args.calls, args.version)
         built = time.perf_counter() - started
         print(f"built in {built:.0f} s ({built / args.calls * 1e6:.0f} µs a call, "
               + ("two chained writes each)" if args.via_store else "written as rows)"))

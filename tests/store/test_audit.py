@@ -147,15 +147,30 @@ def test_two_swapped_calls_are_named(store: Path, capsys: pytest.CaptureFixture[
 
 
 def test_two_swapped_facts_are_named(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # The chain's own rows swapped (their content moved between the two places).
-    cols = "run_id, n, kind, ref, body, prev, hash, link"
+    # The chain's own rows swapped (their content moved between the two places; version 3
+    # keeps no `prev` to compare: each hashes right only after what the other follows).
+    cols = "run_id, n, kind, ref, body, hash"
     (r3,), (r4,) = [rows(store, f"SELECT {cols} FROM audit WHERE seq = ?", (s,)) for s in (3, 4)]
     for seq, row in ((3, r4), (4, r3)):
-        edit(store, "UPDATE audit SET kind = ?, ref = ?, body = ?, prev = ?, hash = ? "
-                    "WHERE seq = ?", params=(*row[2:7], seq))
+        edit(store, "UPDATE audit SET kind = ?, ref = ?, body = ?, hash = ? "
+                    "WHERE seq = ?", params=(*row[2:6], seq))
     code, report = verify(store, capsys=capsys)
     b = first(report)
     assert code == 1 and b["what"] == "reordered" and b["seq"] == 3
+
+
+def test_an_edited_fact_in_the_chain_is_named(store: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # A fact's own body changed: the run's first status, which no row holds any more (the
+    # run moved on), so only the fact's hash shows it.
+    (seq,), = rows(store, "SELECT min(seq) FROM audit WHERE kind = 'status'")
+    edit(store, "UPDATE audit SET body = replace(body, '\"running\"', '\"failed\"') "
+                "WHERE seq = ?", params=(seq,))
+    assert "failed" in rows(store, "SELECT body FROM audit WHERE seq = ?", (seq,))[0][0]
+    code, report = verify(store, capsys=capsys)
+    b = first(report)
+    assert code == 1 and (b["what"], b["seq"]) == ("edited", seq), report
+    assert "does not match its hash" in b["detail"]
 
 
 def test_a_forged_approval_is_named(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -177,11 +192,11 @@ def test_a_forged_fact_in_the_chain_is_named(store: Path,
     (run, n, prev, link), = rows(store, "SELECT run_id, n, hash, link FROM audit "
                                         "WHERE seq = 5")
     body = audit.status_body(run, "completed", None)
-    digest = audit.chain_hash(prev, body)
+    digest = audit.fact_hash(prev, body)
     edit(store, "UPDATE audit SET seq = seq + 1000, n = n + 1 WHERE seq > 5",
          "UPDATE audit SET seq = seq - 999 WHERE seq > 1000")
-    edit(store, "INSERT INTO audit VALUES (6, ?, ?, 'status', ?, ?, ?, ?, ?, 0)",
-         params=(run, n + 1, run, body, prev, digest, audit.link_hash(link, digest)))
+    edit(store, "INSERT INTO audit VALUES (6, ?, ?, 'status', ?, ?, NULL, ?, ?, 0)",
+         params=(run, n + 1, run, body, digest, audit.fact_link(link, digest)))
     code, report = verify(store, capsys=capsys)
     b = first(report)
     assert code == 1 and (b["what"], b["where"]) == ("inserted", "fact #6"), report
@@ -195,21 +210,20 @@ def _rewrite_run(path: Path) -> None:
     db = sqlite3.connect(path)
     db.execute("UPDATE calls SET verdict = replace(verdict, '\"deny\"', '\"allow\"')")
     calls = {r[0]: r for r in db.execute(f"SELECT {_CALL_COLUMNS} FROM calls")}
-    link, tips = audit.ZERO, {}
+    link, tips = audit.ZERO_HASH, {}
     for seq, run, _n, kind, ref, body, digest in db.execute(
             "SELECT seq, run_id, n, kind, ref, body, hash FROM audit ORDER BY seq").fetchall():
-        prev = tips.get(run, audit.ZERO)
+        prev = tips.get(run, audit.ZERO_HASH)
         if kind == "call" and seq == max(s for (s,) in db.execute(
                 "SELECT seq FROM audit WHERE ref = ?", (ref,))):
-            digest = audit.chain_hash(prev, audit.call_body(calls[ref]))
+            digest = audit.fact_hash(prev, audit.call_body(calls[ref]))
         elif body is not None:
-            digest = audit.chain_hash(prev, body)
+            digest = audit.fact_hash(prev, body)
         # (A call's earlier state keeps its hash alone: nobody can recompute it, so a
-        # forger leaves it as it is.)
-        link = audit.link_hash(link, digest)
+        # forger leaves it as it is; its link covers it, and they recompute that.)
+        link = audit.fact_link(link, digest)
         tips[run] = digest
-        db.execute("UPDATE audit SET body = ?, prev = ?, hash = ?, link = ? WHERE seq = ?",
-                   (body, prev, digest, link, seq))
+        db.execute("UPDATE audit SET hash = ?, link = ? WHERE seq = ?", (digest, link, seq))
     db.commit()
     db.close()
 
@@ -257,7 +271,9 @@ def test_sign_refuses_a_broken_record(store: Path, tmp_path: Path,
     capsys.readouterr()
     code, report = verify(store, "--sign", str(tmp_path / "key"), capsys=capsys)
     assert code == 1 and report["signed"] is None
-    assert rows(store, "SELECT count(*) FROM audit_signatures") == [(0,)]
+    # (The table of signatures is made by the first one.)
+    assert rows(store, "SELECT count(*) FROM sqlite_master WHERE name = 'audit_signatures'"
+                ) == [(0,)]
 
 
 def test_verify_one_run_and_the_first_break_in_words(
@@ -284,17 +300,19 @@ def test_the_export_verifies_with_plain_json_and_hashlib(
     header, *facts = lines
     signatures = [f for f in facts if f["type"] == "signature"]
     facts = [f for f in facts if f["type"] == "fact"]
-    assert header["type"] == "header" and header["version"] == 2
-    # What an auditor writes without handrail: recompute each hash and each link.
-    link, tips = header["link_before"], {}
+    assert header["type"] == "header" and header["version"] == 3
+    # What an auditor writes without handrail: recompute each hash and each link (version
+    # 3: over the hashes' 32 bytes).
+    link, tips = bytes.fromhex(header["link_before"]), {}
     for f in facts:
-        assert f["prev"] == tips.get(f["run"], "0" * 64)
-        if f["body"] is not None:  # null: a call's earlier state, its hash alone kept
-            assert hashlib.sha256((f["prev"] + f["body"]).encode()).hexdigest() == f["hash"]
+        assert f["v"] == 3 and f["prev"] == tips.get(f["run"], "0" * 64)
+        prev = bytes.fromhex(f["prev"])
+        if f["body"] is not None:  # null: a call (its row, below, or its hash alone)
+            assert hashlib.sha256(prev + f["body"].encode()).hexdigest() == f["hash"]
             version, kind, run, ref, _ = json.loads(f["body"])
-            assert (version, kind, run, ref) == (2, f["kind"], f["run"], f["ref"])
-        link = hashlib.sha256((link + f["hash"]).encode()).hexdigest()
-        assert link == f["link"]
+            assert (version, kind, run, ref) == (3, f["kind"], f["run"], f["ref"])
+        link = hashlib.sha256(link + bytes.fromhex(f["hash"])).digest()
+        assert link.hex() == f["link"]
         tips[f["run"]] = f["hash"]
     assert len(facts) == rows(store, "SELECT count(*) FROM audit")[0][0]
     # Every call's latest state is in the export (its row, as the fact recorded it), and
@@ -303,8 +321,8 @@ def test_the_export_verifies_with_plain_json_and_hashlib(
     assert len(latest) == rows(store, "SELECT count(*) FROM calls")[0][0]
     for f in latest.values():
         assert f["body"] is None and f["row"] is not None
-        data = _row_bytes([2, "call", f["row"]])
-        assert hashlib.sha256(f["prev"].encode() + data).hexdigest() == f["hash"]
+        data = _row_bytes([3, "call", f["row"]])
+        assert hashlib.sha256(bytes.fromhex(f["prev"]) + data).hexdigest() == f["hash"]
     # The decision and who made it are readable in the export as they were recorded.
     names = audit.ENCODING["pending"]
     decided = dict(zip(names, [json.loads(f["body"]) for f in facts
@@ -340,7 +358,8 @@ def test_the_row_encoding_is_marshal_format_2_as_described() -> None:
     # The writer's bytes (CPython's marshal) are the described encoding, every value kind.
     row = ("r:c", "r", "c", 0, -3, "é\udc80", None, 2**31 - 1, -2**31, 2**31, -2**70, 1.5,
            -0.0, 1e300, "", '{"a":"\\""}')
-    assert audit.call_body(row) == audit.encode_row((2, "call", row))
+    assert audit.call_body(row) == audit.encode_row((3, "call", row))
+    assert audit.call_body(row, 2) == audit.encode_row((2, "call", row))
     assert audit.encode_row((2, "call", row))[:1] == b"("
     assert audit.encode_row(2**31) == b"l\x03\x00\x00\x00\x00\x00\x00\x00\x02\x00"
     # An enum's value (a str subclass) is written as the text the store keeps.
@@ -360,9 +379,14 @@ def test_the_export_since_starts_at_a_verifiable_link(store: Path, tmp_path: Pat
                  "--since", "2020-01-01"]) == 0
     header, *facts = [json.loads(line) for line in out.read_text().splitlines()]
     assert header["from_seq"] == 6 == facts[0]["seq"]
-    (link5,), = rows(store, "SELECT link FROM audit WHERE seq = 5")
-    assert header["link_before"] == link5
-    assert hashlib.sha256((link5 + facts[0]["hash"]).encode()).hexdigest() == facts[0]["link"]
+    (hash5, link5), = rows(store, "SELECT hash, link FROM audit WHERE seq = 5")
+    assert header["link_before"] == link5.hex()
+    assert hashlib.sha256(link5 + bytes.fromhex(facts[0]["hash"])).hexdigest() == (
+        facts[0]["link"])
+    # The run's previous hash, which the store does not keep, is given (the demo's one
+    # run: fact 5's): the first fact's own hash checks from there too.
+    assert facts[0]["prev"] == hash5.hex() and facts[0]["body"] is not None
+    assert hashlib.sha256(hash5 + facts[0]["body"].encode()).hexdigest() == facts[0]["hash"]
 
 
 def test_content_markers_stay_verifiable(store: Path,
@@ -386,7 +410,7 @@ def test_a_migrated_store_chains_its_record_as_found(
     from handrail.store._sqlite import MIGRATIONS
 
     # A store as the previous schema left it: no chain.
-    edit(store, "DROP TABLE audit", "DROP TABLE audit_signatures",
+    edit(store, "DROP TABLE audit", "DROP TABLE IF EXISTS audit_signatures",
          "DELETE FROM _migrations WHERE name = '0010_audit_chain'",
          f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
     code = main(["audit", "verify", "--store", str(store)])
@@ -479,6 +503,101 @@ async def test_a_store_catches_up_on_facts_another_folded_out_of_the_log(
     assert report["facts"] == 2 + 2 + 1 + 2
 
 
+def _as_version_2(path: Path) -> None:
+    """The store as handrail wrote it before migration 0013: every fact chained in version 2
+    (bodies `[2, ...`, each fact's `prev`, hashes and links as hex text), the log with the
+    six fact columns of migration 0012 (c23..c28), and 0013 not run yet."""
+    from handrail.store._sqlite import _CALL_COLUMNS, _SIGNATURES_TABLE, MIGRATIONS
+
+    db = sqlite3.connect(path)
+    calls = {r[0]: r for r in db.execute(f"SELECT {_CALL_COLUMNS} FROM calls")}
+    latest = dict(db.execute("SELECT ref, max(seq) FROM audit WHERE kind = 'call' "
+                             "GROUP BY ref").fetchall())
+    link, tips = audit.ZERO, {}
+    for seq, run, _kind, ref, body in db.execute(
+            "SELECT seq, run_id, kind, ref, body FROM audit ORDER BY seq").fetchall():
+        prev = tips.get(run, audit.ZERO)
+        if body is not None:
+            value = json.loads(body)
+            body = json.dumps([2, *value[1:]], separators=(",", ":"))
+            digest = audit.chain_hash(prev, body)
+        elif latest[ref] == seq:
+            digest = audit.chain_hash(prev, audit.call_body(calls[ref], 2))
+        else:  # a call's earlier state: its hash alone, whatever it hashed
+            digest = hashlib.sha256(f"state {seq}".encode()).hexdigest()
+        link = audit.link_hash(link, digest)
+        tips[run] = digest
+        db.execute("UPDATE audit SET body = ?, prev = ?, hash = ?, link = ? WHERE seq = ?",
+                   (body, prev, digest, link, seq))
+    assert db.execute("SELECT count(*) FROM log").fetchone() == (0,)
+    db.execute("ALTER TABLE log ADD COLUMN c28")
+    db.execute(_SIGNATURES_TABLE)  # (made with the schema then)
+    db.execute("DELETE FROM _migrations WHERE name = '0013_raw_hashes'")
+    db.execute(f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+    db.commit()
+    db.close()
+
+
+async def _extended(path: Path, opened: Any, capsys: pytest.CaptureFixture[str],
+                    facts: int) -> None:
+    """`opened` (the store at `path`, migrated) verifies with `facts` facts, and a new run
+    written now (version 3) extends the chain, which verifies with them."""
+    import time
+
+    from handrail.store import Batch, CallRecord, RunRecord
+    from handrail.store._records import CallStatus
+
+    try:
+        assert rows(path, "SELECT count(*) FROM log") == [(0,)]
+        code, report = verify(path, capsys=capsys)
+        assert code == 0 and report["facts"] == facts, report
+        new = RunRecord(id="after", task="t", created_at=time.time(), policy={"layers": []})
+        await opened.write(Batch(run=new, calls=[CallRecord(
+            id="after:c0", run_id="after", call_id="c0", turn=0, index=0, model_name="m",
+            status=CallStatus.FINISHED, started_at=time.time())]))
+    finally:
+        await opened.close()
+    code, report = verify(path, capsys=capsys)
+    assert code == 0 and report["facts"] == facts + 3, report
+    kinds = rows(path, "SELECT typeof(hash), count(*) FROM audit GROUP BY typeof(hash)")
+    assert dict(kinds) == {"text": facts, "blob": 3}  # versions 2 and 3, each as written
+    # A version 2 fact is still checked as one: its body edited is named.
+    edit(path, "UPDATE audit SET body = replace(body, '\"running\"', '\"failed\"') "
+               "WHERE seq = (SELECT min(seq) FROM audit WHERE kind = 'status')")
+    code, report = verify(path, capsys=capsys)
+    assert code == 1 and first(report)["what"] == "edited", report
+    assert len(report["breaks"]) == 1, report  # (the run's rows, checked as version 2, hold)
+
+
+@pytest.mark.anyio
+async def test_a_version_2_store_verifies_once_migrated_and_chains_on_in_version_3(
+        store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A store version 2 wrote (hex hashes, `prev` kept, the log's six fact columns), some
+    # of its facts still in the log (a process killed, or still open): migration 0013
+    # folds them as they are and makes the log again; each fact verifies by its version.
+    from handrail.store import Store
+    from handrail.store._sqlite import _CALL_COLUMNS
+
+    _as_version_2(store)
+    facts = rows(store, "SELECT * FROM audit WHERE seq > 4 ORDER BY seq")
+    calls = {r[0]: r for r in rows(store, f"SELECT {_CALL_COLUMNS} FROM calls")}
+    assert len(facts) > 3 and any(f[3] == "call" for f in facts)
+    db = sqlite3.connect(store)
+    db.execute("DELETE FROM audit WHERE seq > 4")
+    for seq, run, n, kind, ref, body, prev, digest, link, at in facts:
+        chained = (seq, n, prev, digest, link, at)
+        if kind == "call":  # in its record's row (its latest state's columns, for each)
+            db.execute(f"INSERT INTO log (kind, run_id, {', '.join(f'c{i}' for i in range(29))})"
+                       f" VALUES (1, ?, {', '.join('?' * 29)})", (run, *calls[ref], *chained))
+        else:
+            db.execute("INSERT INTO log (kind, run_id, c0, c1, c2, c23, c24, c25, c26, c27, "
+                       "c28) VALUES (2, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (run, kind, ref, body, *chained))
+    db.commit()
+    db.close()
+    await _extended(store, Store.open(store), capsys, 4 + len(facts))
+
+
 @pytest.mark.anyio
 async def test_a_log_the_previous_layout_left_unfolded_verifies_once_migrated(
         store: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -486,37 +605,23 @@ async def test_a_log_the_previous_layout_left_unfolded_verifies_once_migrated(
     # kind, c3 ref, c4 body, c5 prev, c6 hash, c7 link, c8 at), folded into `audit` later.
     # A store a process of that version left unfolded (killed, or still open) is folded as
     # it is, then given the fact's columns; its chain holds, and new writes extend it.
-    import time
-
-    from handrail.store import Batch, CallRecord, RunRecord, Store
-    from handrail.store._records import CallStatus
+    from handrail.store import Store
     from handrail.store._sqlite import MIGRATIONS
 
+    _as_version_2(store)
     facts = rows(store, "SELECT * FROM audit WHERE seq > 4 ORDER BY seq")
     assert len(facts) > 3
     edit(store, "DELETE FROM audit WHERE seq > 4",
          *(f"ALTER TABLE log DROP COLUMN c{i}" for i in range(23, 29)),
          "DELETE FROM _migrations WHERE name = '0012_facts_in_log_rows'",
-         f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+         f"PRAGMA user_version = {len(MIGRATIONS) - 2}")
     db = sqlite3.connect(store)
     db.executemany("INSERT INTO log (kind, run_id, c0, c1, c2, c3, c4, c5, c6, c7, c8) "
                    "VALUES (2, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [(f[1], f[0], *f[2:]) for f in facts])
     db.commit()
     db.close()
-    opened = Store.open(store)  # migrates
-    try:
-        assert rows(store, "SELECT count(*) FROM log") == [(0,)]
-        code, report = verify(store, capsys=capsys)
-        assert code == 0 and report["facts"] == 4 + len(facts), report
-        new = RunRecord(id="after", task="t", created_at=time.time(), policy={"layers": []})
-        await opened.write(Batch(run=new, calls=[CallRecord(
-            id="after:c0", run_id="after", call_id="c0", turn=0, index=0, model_name="m",
-            status=CallStatus.FINISHED, started_at=time.time())]))
-    finally:
-        await opened.close()
-    code, report = verify(store, capsys=capsys)
-    assert code == 0 and report["facts"] == 4 + len(facts) + 3, report
+    await _extended(store, Store.open(store), capsys, 4 + len(facts))
 
 
 @pytest.mark.anyio
@@ -754,7 +859,7 @@ def test_a_decision_not_yet_resumed_is_chained(tmp_path: Path,
     assert rows(path, "SELECT status FROM runs") == [("ready",)]
     (run,), = rows(path, "SELECT id FROM runs")
     (last,), = rows(path, "SELECT body FROM audit ORDER BY seq DESC LIMIT 1")
-    assert json.loads(last) == [2, "status", run, run, [run, "ready", None]]
+    assert json.loads(last) == [3, "status", run, run, [run, "ready", None]]
 
 
 @pytest.mark.anyio

@@ -36,6 +36,7 @@ import asyncio
 import collections
 import dataclasses
 import datetime as dt
+import functools
 import json
 import os
 import socket
@@ -57,7 +58,7 @@ from handrail.store._rows import DECISION_COLUMNS, DecisionRows
 from handrail.store._rows import call_from_row as _call_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
-from handrail.store.audit import ZERO, call_body, pending_body, run_body, status_body
+from handrail.store.audit import ZERO
 from handrail.store.contract import (
     Batch,
     CallRecord,
@@ -81,6 +82,17 @@ from handrail.store.contract import (
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import AsyncConnectionPool
+
+
+# The chain's encoding this store writes: version 2 (docs/audit.md). Its hashes are computed
+# in the database by `handrail_audit` (PostgreSQL's sha256, hex text), which version 2's
+# bodies and hashes are made for; version 3 (one hash a fact, raw: SQLite's) would save the
+# client nothing here.
+_VERSION = 2
+run_body = functools.partial(_audit.run_body, version=_VERSION)
+status_body = functools.partial(_audit.status_body, version=_VERSION)
+call_body = functools.partial(_audit.call_body, version=_VERSION)
+pending_body = functools.partial(_audit.pending_body, version=_VERSION)
 
 __all__ = ["MIGRATIONS", "NOTIFY_CHANNEL", "PostgresStore"]
 
@@ -1796,6 +1808,12 @@ class _AuditReader:
         if seq == 1:
             return ZERO
         row = self.db.execute("SELECT link FROM audit WHERE seq = %s", (seq - 1,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def run_hash(self, run_id: str, n: int) -> str | None:
+        """The hash (hex) of the fact at place `n` of a run's chain, or None."""
+        row = self.db.execute("SELECT hash FROM audit WHERE run_id = %s AND n = %s",
+                              (run_id, n)).fetchone()
         return None if row is None else str(row[0])
 
     def head(self) -> tuple[int, str] | None:

@@ -97,7 +97,15 @@ from handrail.store._rows import DECISION_COLUMNS, DECISION_INDEXES, DecisionRow
 from handrail.store._rows import call_from_row as _call_from
 from handrail.store._rows import loads as _loads
 from handrail.store._rows import run_from_row as _run_from
-from handrail.store.audit import ZERO, call_body, pending_body, run_body, status_body
+from handrail.store.audit import (
+    ZERO,
+    ZERO_HASH,
+    _hex,
+    call_body,
+    pending_body,
+    run_body,
+    status_body,
+)
 from handrail.store.contract import (
     Batch,
     CallRecord,
@@ -121,7 +129,7 @@ from handrail.store.contract import (
 __all__ = ["MIGRATIONS", "SQLiteStore"]
 
 _MARSHAL = marshal.dumps
-"""`call_body`'s encoder (CPython's marshal, format 2: the row encoding)."""
+"""`call_body`'s encoder (CPython's marshal, format 2: the row encoding), inlined in `write`."""
 
 T = TypeVar("T")
 
@@ -386,18 +394,31 @@ def claim_quotas(db: sqlite3.Connection, claims: Sequence[QuotaClaim]) -> None:
         claim.count = int(row[0])
 
 
-_AUDIT_TABLES = """
+_AUDIT_TABLE = """
     CREATE TABLE audit (
         seq INTEGER PRIMARY KEY, run_id TEXT NOT NULL, n INTEGER NOT NULL, kind TEXT NOT NULL,
-        ref TEXT NOT NULL, body TEXT, prev TEXT NOT NULL, hash TEXT NOT NULL,
-        link TEXT NOT NULL, at REAL NOT NULL
-    );
-    CREATE INDEX audit_run ON audit (run_id, n);
-    CREATE TABLE audit_signatures (
+        ref TEXT NOT NULL, body TEXT, prev TEXT, hash BLOB NOT NULL, link BLOB NOT NULL,
+        at REAL NOT NULL
+    )
+"""
+"""One row a fact (`handrail.store.audit`). Version 3 (migration 0013): `hash` and `link`
+their 32 raw bytes, `prev` NULL (it is the run's previous fact's hash); version 2: the three
+as hex text. `hash` and `link` are declared BLOB, which has no affinity: each keeps the type
+it was written with, which is its fact's version."""
+_AUDIT_INDEX = "CREATE INDEX IF NOT EXISTS audit_run ON audit (run_id, n)"
+"""A run's facts in order (a resumed run's tip, `verify --run`): made by the first fold that
+moves facts into `audit` (`_fold_rows`), not with a new file's schema, whose `audit` is
+empty until then (one b-tree fewer for every new store to make and every open to parse)."""
+_SIGNATURES_TABLE = """
+    CREATE TABLE IF NOT EXISTS audit_signatures (
         seq INTEGER NOT NULL, link TEXT NOT NULL, key TEXT NOT NULL, signature TEXT NOT NULL,
         signed_at REAL NOT NULL, PRIMARY KEY (seq, key)
     )
 """
+"""Signatures of heads (`handrail audit verify --sign`), made by the first signature: not
+with a new file's schema (two more b-trees every new store made, and parsed again at every
+open, for a table most stores never use; issue 42)."""
+_AUDIT_TABLES = _AUDIT_TABLE + ";" + _AUDIT_INDEX + ";" + _SIGNATURES_TABLE
 """The tamper-evident record (migration 0010, `handrail.store.audit`): one row per fact,
 chained by run (`prev`, `hash`) and store-wide (`link`); signatures of heads beside it."""
 
@@ -451,8 +472,15 @@ def _m0011_run_events(db: sqlite3.Connection) -> None:
     _script(db, _RUN_EVENTS_TABLE)
 
 
-_LOG_WIDTH = 29
-"""The log's value columns, c0..c28 (migrations 0003, 0004, 0012)."""
+_LOG_WIDTH = 28
+"""The log's value columns, c0..c27 (migrations 0003, 0004, 0012, 0013)."""
+
+_LOG_TABLE = """
+    CREATE TABLE log (
+        id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id),
+        """ + ", ".join(f"c{i}" for i in range(_LOG_WIDTH)) + """
+    )
+"""
 
 
 def _m0012_facts_in_log_rows(db: sqlite3.Connection) -> None:
@@ -461,7 +489,31 @@ def _m0012_facts_in_log_rows(db: sqlite3.Connection) -> None:
     # there too (issue 42: a row a fact, and its copy at the fold, were a third of what the
     # chain cost a write). The log as the previous schema wrote it is folded first.
     _fold_rows(db)
-    _script(db, ";".join(f"ALTER TABLE log ADD COLUMN c{i}" for i in range(23, _LOG_WIDTH)))
+    _script(db, ";".join(f"ALTER TABLE log ADD COLUMN c{i}" for i in range(23, 29)))
+
+
+def _m0013_raw_hashes(db: sqlite3.Connection) -> None:
+    # Version 3 of the chain's encoding (docs/audit.md): a fact's hash and link as their
+    # raw bytes, and no `prev` kept (it is the run's previous fact's hash; issue 42: the
+    # hex text of three hashes, hashed again as text, and the value the log row bound for
+    # `prev`, were a quarter of what the chain cost a durable call). The log, as 0012 left
+    # it, is folded, then made again with five fact columns (c23..c27: seq, n, hash, link,
+    # at); `audit` is made again with `prev` allowed NULL; version 2 facts stay as written,
+    # and are checked as version 2.
+    _fold_rows(db)
+    _script(db, "DROP TABLE log;" + _LOG_TABLE + ";" + _AUDIT_TABLE.replace(
+        "CREATE TABLE audit (", "CREATE TABLE audit_v3 (") + """;
+        INSERT INTO audit_v3 SELECT seq, run_id, n, kind, ref, body, prev, hash, link, at
+            FROM audit ORDER BY seq;
+        DROP TABLE audit;
+        ALTER TABLE audit_v3 RENAME TO audit""")
+    # The index is made by the first fold with facts now (`_AUDIT_INDEX`), signatures' table
+    # by the first signature (`_SIGNATURES_TABLE`).
+    if db.execute("SELECT 1 FROM audit LIMIT 1").fetchone() is not None:
+        db.execute(_AUDIT_INDEX)
+    db.execute(_SIGNATURES_TABLE)  # (a store whose migration 0010 ran here: none yet)
+    if db.execute("SELECT count(*) FROM audit_signatures").fetchone()[0] == 0:
+        db.execute("DROP TABLE audit_signatures")
 
 
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
@@ -477,6 +529,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("0010_audit_chain", _m0010_audit_chain),
     ("0011_run_events", _m0011_run_events),
     ("0012_facts_in_log_rows", _m0012_facts_in_log_rows),
+    ("0013_raw_hashes", _m0013_raw_hashes),
 ]
 """Ordered, named migrations; a database records which ran in `_migrations`. A new migration
 changes `_CURRENT_SCHEMA` too (a new file is created from it; a test compares the two)."""
@@ -531,13 +584,10 @@ _CURRENT_SCHEMA = """
         run_id TEXT NOT NULL REFERENCES runs (id), seq INTEGER NOT NULL, data TEXT NOT NULL,
         PRIMARY KEY (run_id, seq)
     );
-    CREATE TABLE log (
-        id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id),
-        """ + ", ".join(f"c{i}" for i in range(_LOG_WIDTH)) + """
-    );
+    """ + _LOG_TABLE + """;
     """ + _RUN_PROGRESS_TABLE + """;
     """ + _QUOTA_TABLE + """;
-    """ + _AUDIT_TABLES + """;
+    """ + _AUDIT_TABLE + """;
     """ + _RUN_EVENTS_TABLE + """
 """
 """The schema every migration in `MIGRATIONS` leads to, created at once in a new, empty file.
@@ -696,8 +746,8 @@ _FOLD = (
     # The audit chain's facts into their table, in the order they were chained: a call's
     # in its record's row (kind 1), the others in rows of their own (kind 2).
     "INSERT INTO audit SELECT c23, run_id, c24, CASE kind WHEN 1 THEN 'call' ELSE c0 END, "
-    "CASE kind WHEN 1 THEN c0 ELSE c1 END, CASE kind WHEN 1 THEN NULL ELSE c2 END, c25, c26, "
-    "c27, c28 FROM log WHERE c23 IS NOT NULL AND id <= :upto ORDER BY id",
+    "CASE kind WHEN 1 THEN c0 ELSE c1 END, CASE kind WHEN 1 THEN NULL ELSE c2 END, NULL, c25, "
+    "c26, c27 FROM log WHERE c23 IS NOT NULL AND id <= :upto ORDER BY id",
     # Every row: `upto` is the log's last, read in this transaction, which holds the write
     # lock. On a connection without foreign-key checks (the fold's own, below) SQLite then
     # frees the table's pages at once instead of deleting it row by row.
@@ -715,12 +765,25 @@ _FOLD_PROGRESS = (
 )
 
 
+_FOLD_0012 = (*_FOLD[:2], (
+    "INSERT INTO audit SELECT c23, run_id, c24, CASE kind WHEN 1 THEN 'call' ELSE c0 END, "
+    "CASE kind WHEN 1 THEN c0 ELSE c1 END, CASE kind WHEN 1 THEN NULL ELSE c2 END, c25, c26, "
+    "c27, c28 FROM log WHERE c23 IS NOT NULL AND id <= :upto ORDER BY id"), _FOLD[3])
+"""`_FOLD` of a log as migration 0012 left it: a fact's six columns c23..c28 (seq, n, prev,
+hash, link, at; version 2). Migration 0013 folds a log written so before it makes it again."""
 _FOLD_BEFORE_0012 = (*_FOLD[:2], (
     "INSERT INTO audit SELECT c0, run_id, c1, c2, c3, c4, c5, c6, c7, c8 FROM log "
     "WHERE kind = 2 AND id <= :upto ORDER BY id"), _FOLD[3])
 """`_FOLD` of a log as it was before migration 0012: every fact in a row of its own (kind 2:
 c0 seq, c1 n, c2 kind, c3 ref, c4 body, c5 prev, c6 hash, c7 link, c8 at). Migration 0012
 folds a log written so before it adds the fact's columns, and 0010 folds with it too."""
+
+
+def _fold_statements(db: sqlite3.Connection) -> tuple[str, ...]:
+    """`_FOLD` for the log's layout (an older one is what a migration folds)."""
+    (columns,) = db.execute("SELECT count(*) FROM pragma_table_info('log')").fetchone()
+    width = columns - 3  # (id, kind, run_id)
+    return _FOLD if width == _LOG_WIDTH else _FOLD_0012 if width == 29 else _FOLD_BEFORE_0012
 
 
 def _fold_rows(db: sqlite3.Connection) -> None:
@@ -730,11 +793,9 @@ def _fold_rows(db: sqlite3.Connection) -> None:
     """
     (upto,) = db.execute("SELECT max(id) FROM log").fetchone()
     if upto is not None:
-        # (A log without the fact's columns is one migrations 0010 and 0012 fold.)
-        old = db.execute("SELECT count(*) FROM pragma_table_info('log') WHERE name = 'c28'"
-                         ).fetchone()[0] == 0
-        for statement in _FOLD_BEFORE_0012 if old else _FOLD:
+        for statement in _fold_statements(db):
             db.execute(statement, {"upto": upto})
+        db.execute(_AUDIT_INDEX)  # (the first fold's facts make it)
     for statement in _FOLD_PROGRESS:
         db.execute(statement)
 
@@ -742,22 +803,24 @@ def _fold_rows(db: sqlite3.Connection) -> None:
 _AUDIT_LAST = "SELECT seq, link FROM audit ORDER BY seq DESC LIMIT 1"
 _AUDIT_TIP = "SELECT n, hash FROM audit WHERE run_id = ? ORDER BY n DESC LIMIT 1"
 _AUDIT_INSERT = "INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-# A fact waiting in the log: its columns c23 seq, c24 n, c25 prev, c26 hash, c27 link, c28
-# at, `_chain`), in its call record's row or in a row of its own (kind 2: c0 kind, c1
-# ref, c2 body). The fold moves them into `audit` (`_FOLD`); the log's rows are in the
+# A fact waiting in the log: its columns c23 seq, c24 n, c25 hash, c26 link, c27 at
+# (`_chain`; raw bytes), in its call record's row or in a row of its own (kind 2: c0 kind,
+# c1 ref, c2 body). The fold moves them into `audit` (`_FOLD`); the log's rows are in the
 # order the facts were chained.
-_LOG_FACTS_NEWEST = ("SELECT c23, c27, run_id, c24, c26 FROM log WHERE c23 IS NOT NULL "
+_LOG_FACTS_NEWEST = ("SELECT c23, c26, run_id, c24, c25 FROM log WHERE c23 IS NOT NULL "
                      "ORDER BY id DESC")
-_LOG_FACT_NEWEST = "SELECT c23, c27 FROM log WHERE c23 IS NOT NULL ORDER BY id DESC LIMIT 1"
-_LOG_TIP = ("SELECT c24, c26 FROM log WHERE c23 IS NOT NULL AND run_id = ? "
+_LOG_FACT_NEWEST = "SELECT c23, c26 FROM log WHERE c23 IS NOT NULL ORDER BY id DESC LIMIT 1"
+_LOG_TIP = ("SELECT c24, c25 FROM log WHERE c23 IS NOT NULL AND run_id = ? "
             "ORDER BY id DESC LIMIT 1")
 _LOG_FACTS = (
     "(SELECT c23 AS seq, run_id, c24 AS n, CASE kind WHEN 1 THEN 'call' ELSE c0 END AS kind, "
     "CASE kind WHEN 1 THEN c0 ELSE c1 END AS ref, CASE kind WHEN 1 THEN NULL ELSE c2 END AS "
-    "body, c25 AS prev, c26 AS hash, c27 AS link, c28 AS at, id FROM log "
+    "body, NULL AS prev, c25 AS hash, c26 AS link, c27 AS at, id FROM log "
     "WHERE c23 IS NOT NULL)")
 """The facts waiting in the log as rows of `audit` (and the log's `id`), for readers."""
 _AUDIT_SINCE = "SELECT seq, link, run_id, n, hash FROM audit WHERE seq > ? ORDER BY seq"
+_raw = _audit._raw
+"""A hash or link as its raw bytes (a version 2 fact keeps hex text)."""
 
 Fact = tuple[str, str, str, "str | bytes", "tuple[Any, ...] | None"]
 """A fact to chain: (run id, kind, ref, body, the call record's log row or None); see
@@ -858,8 +921,8 @@ class _Tips:
 
     def __init__(self, versions: Callable[[sqlite3.Connection], Callable[[], int] | None]
                  | None = None) -> None:
-        self.last: tuple[int, str] | None = None
-        self.runs: dict[str, tuple[int, str]] = {}
+        self.last: tuple[int, bytes] | None = None
+        self.runs: dict[str, tuple[int, bytes]] = {}
         self._db: sqlite3.Connection | None = None
         self._cursor: sqlite3.Cursor | None = None
         self._versions = versions
@@ -908,7 +971,7 @@ class _Tips:
             self._db = db
         return cursor
 
-    def catch_up(self, db: sqlite3.Connection) -> tuple[int, str]:
+    def catch_up(self, db: sqlite3.Connection) -> tuple[int, bytes]:
         """Bring the tips up to the store's newest fact; return it."""
         last, runs = self.last, self.runs
         if self.sure and last is not None:
@@ -917,15 +980,15 @@ class _Tips:
         self.sure = True  # (set back by `begin` and `rolled_back`)
         return found
 
-    def _catch_up(self, db: sqlite3.Connection, last: tuple[int, str] | None,
-                  runs: dict[str, tuple[int, str]]) -> tuple[int, str]:
+    def _catch_up(self, db: sqlite3.Connection, last: tuple[int, bytes] | None,
+                  runs: dict[str, tuple[int, bytes]]) -> tuple[int, bytes]:
         # The reused cursor runs only statements it reads to their end (one left part-read
         # keeps a read transaction open on the writer: others' checkpoints then fail busy).
         newest = self.cursor(db).execute(_LOG_FACT_NEWEST).fetchone()
         if newest is not None and (newest[0], newest[1]) == last:
             return last
         newer: list[tuple[Any, ...]] = []
-        found: tuple[int, str] | None = None
+        found: tuple[int, bytes] | None = None
         if newest is None:  # (no fact in the log: nothing to scan there)
             return self._scan(db, (), last, runs, newer, found)
         scan = db.execute(_LOG_FACTS_NEWEST)
@@ -934,9 +997,9 @@ class _Tips:
         finally:
             scan.close()
 
-    def _scan(self, db: sqlite3.Connection, scan: Any, last: tuple[int, str] | None,
-                  runs: dict[str, tuple[int, str]], newer: list[tuple[Any, ...]],
-                  found: tuple[int, str] | None) -> tuple[int, str]:
+    def _scan(self, db: sqlite3.Connection, scan: Any, last: tuple[int, bytes] | None,
+                  runs: dict[str, tuple[int, bytes]], newer: list[tuple[Any, ...]],
+                  found: tuple[int, bytes] | None) -> tuple[int, bytes]:
         for row in scan:
             if found is None:
                 found = (row[0], row[1])
@@ -956,14 +1019,14 @@ class _Tips:
             # The log holds none of the facts since `last` (folded): read the table.
             top = db.execute(_AUDIT_LAST).fetchone()
             if found is None:
-                found = (0, ZERO) if top is None else (top[0], top[1])
+                found = (0, ZERO_HASH) if top is None else (top[0], _raw(top[1]))
                 if found == last:
                     return found
             if last is not None and top is not None and top[0] >= last[0]:
                 seen = db.execute("SELECT link FROM audit WHERE seq = ?", (last[0],)).fetchone()
-                if seen is not None and seen[0] == last[1]:
+                if seen is not None and _raw(seen[0]) == last[1]:
                     for r in db.execute(_AUDIT_SINCE, (last[0],)):
-                        runs[r[2]] = (r[3], r[4])
+                        runs[r[2]] = (r[3], _raw(r[4]))
                     for r in reversed(newer):
                         runs[r[2]] = (r[3], r[4])
                     self.last = found
@@ -972,19 +1035,20 @@ class _Tips:
         self.last = found
         return found
 
-    def tip(self, db: sqlite3.Connection, run_id: str) -> tuple[int, str]:
-        """A run's newest fact (n, hash), or (-1, ZERO) for a run with no chain."""
+    def tip(self, db: sqlite3.Connection, run_id: str) -> tuple[int, bytes]:
+        """A run's newest fact (n, hash), or (-1, ZERO_HASH) for a run with no chain."""
         tip = self.runs.get(run_id)
         if tip is not None:
             return tip
         db = self.cursor(db)  # type: ignore[assignment]
         if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
-            tip = (-1, ZERO)  # a new run (this is called before its row is written)
+            tip = (-1, ZERO_HASH)  # a new run (this is called before its row is written)
         else:
             # A run this store has not chained since it opened (resumed from another
             # process): once per run, the log from its end, then the table's index.
-            tip = db.execute(_LOG_TIP, (run_id,)).fetchone() or db.execute(
-                _AUDIT_TIP, (run_id,)).fetchone() or (-1, ZERO)
+            found = db.execute(_LOG_TIP, (run_id,)).fetchone() or db.execute(
+                _AUDIT_TIP, (run_id,)).fetchone()
+            tip = (-1, ZERO_HASH) if found is None else (found[0], _raw(found[1]))
         if len(self.runs) >= 10_000:
             self.runs.clear()  # bounded: a miss costs a lookup, never a wrong hash
         self.runs[run_id] = tip
@@ -999,13 +1063,16 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
     read inside the transaction that holds the write lock (`_Tips.catch_up`), so writers in
     other processes chain after each other; a rolled-back write takes its facts with it.
     A `run` fact (a run's start) is kept only when its run has no chain yet: a run resumed
-    by another process was started elsewhere. The facts go to the log, on the page the
-    write's other rows are on: a call's in its record's row (its columns c23..c28; issue 42:
-    a row of its own, and its copy at the fold, were a third of what the chain cost a
-    write), the others in rows of their own (kind 2); the fold moves them into `audit`.
-    Returns the log rows, in the order of `facts`: the call records' rows with their facts,
-    and the other facts' rows. With `insert=False` they are for the caller to insert after
-    its run's row (the log's foreign key), through `_insert_log`.
+    by another process was started elsewhere. A fact's hash and link are version 3's
+    (`audit.fact_hash`, `audit.fact_link`): raw bytes in, raw bytes out (bound as a
+    `bytearray`: sqlite3 binds one as it is, where `bytes` goes through its adapter lookup
+    first). The facts go to the log, on the page
+    the write's other rows are on: a call's in its record's row (its columns c23..c27;
+    issue 42: a row of its own, and its copy at the fold, were a third of what the chain
+    cost a write), the others in rows of their own (kind 2); the fold moves them into
+    `audit`. Returns the log rows, in the order of `facts`: the call records' rows with
+    their facts, and the other facts' rows. With `insert=False` they are for the caller to
+    insert after its run's row (the log's foreign key), through `_insert_log`.
     """
     seq, link = tips.catch_up(db)
     rows: list[tuple[Any, ...]] = []
@@ -1020,13 +1087,14 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
         n += 1
         if row is not None:
             # A call's body is its row, in this write (`STORED_BODY`): its hash alone is kept.
-            digest = sha256(prev.encode() + body).hexdigest()  # type: ignore[operator]
-            link = sha256((link + digest).encode()).hexdigest()
-            rows.append((*row, seq, n, prev, digest, link, at))
+            digest = sha256(prev + body).digest()  # type: ignore[operator]
+            link = sha256(link + digest).digest()
+            rows.append((*row, seq, n, bytearray(digest), bytearray(link), at))
         else:
-            digest = sha256((prev + body).encode("utf-8", "surrogatepass")).hexdigest()  # type: ignore[operator]
-            link = sha256((link + digest).encode()).hexdigest()
-            rows.append((2, run_id, kind, ref, body, *_NO_CALL, seq, n, prev, digest, link, at))
+            digest = sha256(prev + body.encode()).digest()  # type: ignore[union-attr]
+            link = sha256(link + digest).digest()
+            rows.append((2, run_id, kind, ref, body, *_NO_CALL, seq, n, bytearray(digest),
+                         bytearray(link), at))
         runs[run_id] = (n, digest)
     if rows:
         tips.last = (seq, link)
@@ -1047,7 +1115,7 @@ def _adopt(db: sqlite3.Connection) -> None:
     """Chain the record as it stands (a store migrated to the chain, migration 0010).
 
     Into the new, empty `audit` table directly (the log is folded, and has the layout of
-    the schema being migrated, not this one's).
+    the schema being migrated, not this one's), in the current version's encoding.
     """
     facts: list[tuple[str, str, str, str | bytes]] = []
     for row in db.execute(f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at, id"):
@@ -1057,16 +1125,16 @@ def _adopt(db: sqlite3.Connection) -> None:
         facts.append((row[1], "call", row[0], call_body(row)))
     for row in db.execute(f"SELECT {_PENDING_COLUMNS} FROM pending ORDER BY created_at, id"):
         facts.append((row[2], "pending", row[0], pending_body(row)))
-    seq, link, at = 0, ZERO, time.time()
-    tips: dict[str, tuple[int, str]] = {}
+    seq, link, at = 0, ZERO_HASH, time.time()
+    tips: dict[str, tuple[int, bytes]] = {}
     rows = []
     for run_id, kind, ref, body in facts:
-        n, prev = tips.get(run_id, (-1, ZERO))
+        n, prev = tips.get(run_id, (-1, ZERO_HASH))
         seq += 1
-        digest = _audit.chain_hash(prev, body)
-        link = _audit.link_hash(link, digest)
+        digest = _audit.fact_hash(prev, body)
+        link = _audit.fact_link(link, digest)
         rows.append((seq, run_id, n + 1, kind, ref, None if isinstance(body, bytes) else body,
-                     prev, digest, link, at))
+                     None, digest, link, at))
         tips[run_id] = (n + 1, digest)
     db.executemany(_AUDIT_INSERT, rows)
     _fold_rows(db)
@@ -1914,7 +1982,7 @@ class SQLiteStore(Store):
                 # (its data version then says so: `_Tips`).
                 created = True
                 self._tips.begin(db)
-                self._tips.last, self._tips.sure = (0, ZERO), True
+                self._tips.last, self._tips.sure = (0, ZERO_HASH), True
             else:
                 for number, (name, migrate) in enumerate(MIGRATIONS, start=1):
                     if name not in done:
@@ -2307,7 +2375,7 @@ class SQLiteStore(Store):
             # its body is `call_body` of its columns, inlined (a call less a record).
             rows = list(map(_call_row, batch.calls))
             try:
-                facts += [(c[1], "call", c[2], _MARSHAL((2, "call", c[2:]), 2), c)
+                facts += [(c[1], "call", c[2], _MARSHAL((3, "call", c[2:]), 2), c)
                           for c in rows]
             except ValueError:  # (what `call_body` sorts out: a subclass of str or int)
                 facts += [(c[1], "call", c[2], call_body(c[2:]), c) for c in rows]
@@ -2834,9 +2902,7 @@ class _AuditReader:
             calls=calls,
             pending=lambda: db.execute(
                 f"SELECT {_PENDING_COLUMNS} FROM pending{where} ORDER BY run_id", params),
-            signatures=lambda: db.execute(
-                "SELECT seq, link, key, signature, signed_at FROM audit_signatures "
-                "ORDER BY seq"),
+            signatures=self.signatures,
             previous_link=self.previous_link)
         if run_id is not None:
             return one
@@ -2881,13 +2947,20 @@ class _AuditReader:
         row = self.db.execute("SELECT link FROM audit WHERE seq = ?", (seq - 1,)).fetchone(
             ) or self.db.execute(f"SELECT link FROM {_LOG_FACTS} WHERE seq = ?",
                                  (seq - 1,)).fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None else _hex(row[0])
+
+    def run_hash(self, run_id: str, n: int) -> str | None:
+        """The hash (hex) of the fact at place `n` of a run's chain, or None."""
+        row = self.db.execute(f"SELECT hash FROM {_LOG_FACTS} WHERE run_id = ? AND n = ?",
+                              (run_id, n)).fetchone() or self.db.execute(
+            "SELECT hash FROM audit WHERE run_id = ? AND n = ?", (run_id, n)).fetchone()
+        return None if row is None else _hex(row[0])
 
     def head(self) -> tuple[int, str] | None:
         """The store's head: its last fact's (seq, link)."""
         row = self.db.execute(_LOG_FACT_NEWEST).fetchone() or self.db.execute(
             _AUDIT_LAST).fetchone()
-        return None if row is None else (int(row[0]), str(row[1]))
+        return None if row is None else (int(row[0]), _hex(row[1]))
 
     def first_since(self, since: float) -> int | None:
         """The first fact written at or after `since` (Unix time)."""
@@ -2914,11 +2987,15 @@ class _AuditReader:
         return row
 
     def signatures(self) -> list[tuple[Any, ...]]:
-        """Every signature, in head order."""
+        """Every signature, in head order (none before the first: no table yet)."""
+        if self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
+                           "'audit_signatures'").fetchone() is None:
+            return []
         return self.db.execute("SELECT seq, link, key, signature, signed_at FROM "
                                "audit_signatures ORDER BY seq, key").fetchall()
 
     def add_signature(self, seq: int, link: str, key: str, signature: str) -> None:
         """Record a head's signature (a writable reader, in its transaction)."""
+        self.db.execute(_SIGNATURES_TABLE)
         self.db.execute("INSERT OR REPLACE INTO audit_signatures VALUES (?, ?, ?, ?, ?)",
                         (seq, link, key, signature, time.time()))
