@@ -433,10 +433,31 @@ def _record_maker() -> Callable[[str, str, str, int, int, str, str | None, str],
 _new_record = _record_maker()
 
 
+def _sha256_of() -> Callable[[bytes], Any]:
+    """The interpreter's own SHA-256 (`_sha256`, `_sha2` from 3.12), else hashlib's.
+
+    The same digest; for a short text the built-in one skips OpenSSL's context set-up and
+    its finalisation, ~1.5 k instructions of a fast-path call (issue 38).
+    """
+    for name in ("_sha256", "_sha2"):
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        made: Callable[[bytes], Any] | None = getattr(module, "sha256", None)
+        if made is not None:
+            return made
+    return hashlib.sha256
+
+
+_SHA256 = _sha256_of()
+
+
 def _digest(arguments: Any) -> str:
     # Sorted keys at every depth: the same arguments always give the same digest, whatever
     # order the model wrote them in.
-    return "sha256:" + hashlib.sha256(_ENCODE(arguments).encode()).hexdigest()
+    digest: str = _SHA256(_ENCODE(arguments).encode()).hexdigest()
+    return "sha256:" + digest
 
 
 def content_marker(content: bytes) -> dict[str, Any]:
