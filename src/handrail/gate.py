@@ -960,8 +960,31 @@ class Gate:
         else:
             await self._write_claiming(first_write, [state])
             final = Batch(calls=[record])
+        spec = impl.spec
         try:
-            await self._execute(state, persist_start=False)
+            if spec.interactions or spec.timeout is not None or impl.needs_context or \
+                    scope.before_execute is not None or state.decided:
+                await self._execute(state, persist_start=False)
+            else:
+                # Stages 7-8 as `_execute` takes them for a body that needs no context, asks
+                # nothing and has no deadline, written out: no coroutine of its own, every
+                # call (issue 38). The same steps in the same order, its failures the same.
+                try:
+                    bound = impl.bind(validated, scope.workspace, state.decided)
+                except PathChanged as exc:
+                    state.finish(ToolResult.error(str(exc)), CallStatus.REFUSED,
+                                 disposition=Disposition.NOT_SENT.value, error=str(exc))
+                else:
+                    state.began = True
+                    try:
+                        done = await impl.execute(bound, None)
+                    except DelegatedPause as paused:
+                        state.outcome = paused.pause
+                    except BaseException as exc:
+                        self._body_failed(state, spec, exc)
+                    else:
+                        state.finish(done, CallStatus.FINISHED)
+                        self._observe(state)
         except BaseException as exc:
             if _is_interrupt(exc):
                 if final is first_write:
@@ -1770,13 +1793,28 @@ class Gate:
                     return  # paused on a question
                 result = maybe
         except ToolError as exc:
-            # What the model sees names no host path: workspace-relative, or a placeholder.
-            shown = scrub_host_paths(_model_text(exc), scope.workspace)
-            state.finish(ToolResult.error(shown), CallStatus.FINISHED,
-                         disposition=exc.disposition.value, error=str(exc))
-            self._observe(state)
+            self._tool_failed(state, exc)
             return
         state.finish(result, CallStatus.FINISHED)
+        self._observe(state)
+
+    def _body_failed(self, state: _Call, spec: ToolSpec, exc: BaseException) -> None:
+        """What a body raised, as `_execute` takes it.
+
+        A `ToolError` (what `raise_body_error` makes of any failure but a cancellation or an
+        interrupt, which it raises again) is the call's error result.
+        """
+        try:
+            raise_body_error(spec, exc)
+        except ToolError as error:
+            self._tool_failed(state, error)
+
+    def _tool_failed(self, state: _Call, exc: ToolError) -> None:
+        """A call the tool failed: finished, with the error as its result, and observed."""
+        # What the model sees names no host path: workspace-relative, or a placeholder.
+        shown = scrub_host_paths(_model_text(exc), self.scope.workspace)
+        state.finish(ToolResult.error(shown), CallStatus.FINISHED,
+                     disposition=exc.disposition.value, error=str(exc))
         self._observe(state)
 
     def _observe(self, state: _Call) -> None:
