@@ -433,10 +433,31 @@ def _record_maker() -> Callable[[str, str, str, int, int, str, str | None, str],
 _new_record = _record_maker()
 
 
+def _sha256_of() -> Callable[[bytes], Any]:
+    """The interpreter's own SHA-256 (`_sha256`, `_sha2` from 3.12), else hashlib's.
+
+    The same digest; for a short text the built-in one skips OpenSSL's context set-up and
+    its finalisation, ~1.5 k instructions of a fast-path call (issue 38).
+    """
+    for name in ("_sha256", "_sha2"):
+        try:
+            module = __import__(name)
+        except ImportError:
+            continue
+        made: Callable[[bytes], Any] | None = getattr(module, "sha256", None)
+        if made is not None:
+            return made
+    return hashlib.sha256
+
+
+_SHA256 = _sha256_of()
+
+
 def _digest(arguments: Any) -> str:
     # Sorted keys at every depth: the same arguments always give the same digest, whatever
     # order the model wrote them in.
-    return "sha256:" + hashlib.sha256(_ENCODE(arguments).encode()).hexdigest()
+    digest: str = _SHA256(_ENCODE(arguments).encode()).hexdigest()
+    return "sha256:" + digest
 
 
 def content_marker(content: bytes) -> dict[str, Any]:
@@ -619,69 +640,54 @@ class _ToolPlan:
         return self.verdict
 
 
-class _Call:
-    """One call's working state within a turn."""
+_NO_PATHS: Mapping[str, str] = MappingProxyType({})
+"""A call's decided paths when it has none (shared: read-only)."""
 
-    __slots__ = (
-        "actions",
-        "answers",
-        "began",
-        "call",
-        "controlled",
-        "decided",
-        "held",
-        "impl",
-        "limits",
-        "offered",
-        "outcome",
-        "over",
-        "pending",
-        "reask",
-        "record",
-        "result",
-        "span",
-        "spent",
-        "stored",
-        "taint",
-        "trusted",
-        "validated",
-        "verdict",
-    )
+
+class _Call:
+    """One call's working state within a turn.
+
+    Every field but the call and its record starts as a class attribute, and an instance
+    holds only what it changes: a new call sets two attributes, not two dozen (issue 38:
+    the fast path makes one a call). The defaults are immutable (None, the empty tuple, a
+    frozen mapping, False), so an instance never shares a state it could change in place.
+    """
+
+    # The sequences start as the empty tuple and are replaced, never changed in place (a
+    # tuple cannot be): most calls never fill one, and each list a call allocates and frees
+    # costs it (issue 11). `trusted` is the one list a tool appends to (ctx.trust): made
+    # when a context is.
+    impl: ToolImpl | None = None
+    # The tool as offered, from the plan its check used: the same all turn (the toolbox and
+    # the manifest change between turns only), so read without the plan.
+    offered: ToolSpec | None = None
+    validated: Any = None
+    actions: Sequence[Action] = ()
+    decided: Mapping[str, str] = _NO_PATHS  # READ/WRITE target as given -> canonical
+    verdict: Verdict | None = None
+    result: ToolResult | None = None
+    stored: dict[str, Any] | None = None  # `result.to_dict()`, made by `finish`
+    outcome: TurnPause | None = None
+    pending: Sequence[PendingItem] = ()
+    answers: Sequence[Submit | Decline] = ()
+    reask: PendingItem | None = None  # an open deferred approval to put to the approver
+    spent: Sequence[PendingItem] = ()  # decided items whose payload may hold contents
+    taint: Sequence[Taint] = ()  # protected arguments seen in untrusted output
+    trusted: list[Any] | None = None  # what the body vouched for with ctx.trust
+    # The tool control's verdict on the arguments with this digest: asked once per
+    # arguments within a turn (a modified approval has other arguments: asked again).
+    controlled: tuple[str, ControlVerdict] | None = None
+    held: str | None = None  # the control's reason when it holds this call
+    began = False  # its body was entered in this process (an interrupt: in doubt)
+    # The quotas its start counts in (policy.limits_for), and the reason when one of them
+    # was found full (the approver is shown it).
+    limits: Sequence[tuple[Limit, str]] = ()
+    over: str | None = None
+    span: Any = None  # its execute_tool span, while open (telemetry on)
 
     def __init__(self, call: ToolCall, record: CallRecord) -> None:
-        # The sequences start as the empty tuple and are replaced, never changed in place
-        # (a tuple cannot be): most calls never fill one, and each list a call allocates and
-        # frees costs it (issue 11). `trusted` is the one list a tool appends to (ctx.trust):
-        # made when a context is.
         self.call = call
         self.record = record
-        self.impl: ToolImpl | None = None
-        # The tool as offered, from the plan its check used: the same all turn (the
-        # toolbox and the manifest change between turns only), so read without the plan.
-        self.offered: ToolSpec | None = None
-        self.validated: Any = None
-        self.actions: Sequence[Action] = ()
-        self.decided: Mapping[str, str] = _NO_PATHS  # READ/WRITE target as given -> canonical
-        self.verdict: Verdict | None = None
-        self.result: ToolResult | None = None
-        self.stored: dict[str, Any] | None = None  # `result.to_dict()`, made by `finish`
-        self.outcome: TurnPause | None = None
-        self.pending: Sequence[PendingItem] = ()
-        self.answers: Sequence[Submit | Decline] = ()
-        self.reask: PendingItem | None = None  # an open deferred approval to put to the approver
-        self.spent: Sequence[PendingItem] = ()  # decided items whose payload may hold contents
-        self.taint: Sequence[Taint] = ()  # protected arguments seen in untrusted output
-        self.trusted: list[Any] | None = None  # what the body vouched for with ctx.trust
-        # The tool control's verdict on the arguments with this digest: asked once per
-        # arguments within a turn (a modified approval has other arguments: asked again).
-        self.controlled: tuple[str, ControlVerdict] | None = None
-        self.held: str | None = None  # the control's reason when it holds this call
-        self.began = False  # its body was entered in this process (an interrupt: in doubt)
-        # The quotas its start counts in (policy.limits_for), and the reason when one of
-        # them was found full (the approver is shown it).
-        self.limits: Sequence[tuple[Limit, str]] = ()
-        self.over: str | None = None
-        self.span: Any = None  # its execute_tool span, while open (telemetry on)
 
     def finish(self, result: ToolResult, status: CallStatus, *, disposition: str | None = None,
                error: str | None = None) -> None:
@@ -772,6 +778,29 @@ class TurnResult:
     dumped: list[dict[str, Any]] = field(default_factory=list)
     """`results` as stored messages (`dump_messages(results)`): each result's dict is the one
     its call record holds, when the record's is the result's (one `to_dict` a call)."""
+
+
+def _turn_result_maker() -> Callable[
+        [list[ToolResultMessage], TurnPause | None, Batch, dict[str, str], list[dict[str, Any]]],
+        TurnResult]:
+    """`TurnResult(results, pause, final, message_arguments, dumped)`, positionally.
+
+    Generated once from the dataclass's fields, as `_record_maker` is (a field added to it
+    becomes a parameter here, and the call fails until it is passed): the fast path
+    returns one a call, and a plain function skips the type call and its `__init__`
+    (issue 38).
+    """
+    names = [f.name for f in dataclasses.fields(TurnResult)]
+    source = (f"def make({', '.join(names)}):\n    n = new(cls)\n"
+              + "".join(f"    n.{name} = {name}\n" for name in names) + "    return n\n")
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": TurnResult}
+    exec(source, namespace)
+    make: Callable[[list[ToolResultMessage], TurnPause | None, Batch, dict[str, str],
+                    list[dict[str, Any]]], TurnResult] = namespace["make"]
+    return make
+
+
+_new_turn_result = _turn_result_maker()
 
 
 _EVERY_PATH = frozenset({"**", "**/*"})
@@ -931,8 +960,31 @@ class Gate:
         else:
             await self._write_claiming(first_write, [state])
             final = Batch(calls=[record])
+        spec = impl.spec
         try:
-            await self._execute(state, persist_start=False)
+            if spec.interactions or spec.timeout is not None or impl.needs_context or \
+                    scope.before_execute is not None or state.decided:
+                await self._execute(state, persist_start=False)
+            else:
+                # Stages 7-8 as `_execute` takes them for a body that needs no context, asks
+                # nothing and has no deadline, written out: no coroutine of its own, every
+                # call (issue 38). The same steps in the same order, its failures the same.
+                try:
+                    bound = impl.bind(validated, scope.workspace, state.decided)
+                except PathChanged as exc:
+                    state.finish(ToolResult.error(str(exc)), CallStatus.REFUSED,
+                                 disposition=Disposition.NOT_SENT.value, error=str(exc))
+                else:
+                    state.began = True
+                    try:
+                        done = await impl.execute(bound, None)
+                    except DelegatedPause as paused:
+                        state.outcome = paused.pause
+                    except BaseException as exc:
+                        self._body_failed(state, spec, exc)
+                    else:
+                        state.finish(done, CallStatus.FINISHED)
+                        self._observe(state)
         except BaseException as exc:
             if _is_interrupt(exc):
                 if final is first_write:
@@ -948,10 +1000,10 @@ class Gate:
         # Stage 9 as `_turn_result` makes it for one finished call: nothing to forget (its
         # one action is the CALL, without content; no decision, nothing spent).
         stored = state.stored
-        return TurnResult([_result_message(call.id, call.name, result)], None, final, {},
-                          [{"kind": "tool_result", "call_id": call.id, "name": call.name,
-                            "result": stored if stored is not None
-                            and record.result is stored else result.to_dict()}])
+        return _new_turn_result([_result_message(call.id, call.name, result)], None, final,
+                                {}, [{"kind": "tool_result", "call_id": call.id,
+                                      "name": call.name, "result": stored if stored is not None
+                                      and record.result is stored else result.to_dict()}])
 
     async def _drive_planned(self, states: list[_Call], existing: dict[str, CallRecord],
                              first_write: Batch) -> TurnResult:
@@ -1741,13 +1793,28 @@ class Gate:
                     return  # paused on a question
                 result = maybe
         except ToolError as exc:
-            # What the model sees names no host path: workspace-relative, or a placeholder.
-            shown = scrub_host_paths(_model_text(exc), scope.workspace)
-            state.finish(ToolResult.error(shown), CallStatus.FINISHED,
-                         disposition=exc.disposition.value, error=str(exc))
-            self._observe(state)
+            self._tool_failed(state, exc)
             return
         state.finish(result, CallStatus.FINISHED)
+        self._observe(state)
+
+    def _body_failed(self, state: _Call, spec: ToolSpec, exc: BaseException) -> None:
+        """What a body raised, as `_execute` takes it.
+
+        A `ToolError` (what `raise_body_error` makes of any failure but a cancellation or an
+        interrupt, which it raises again) is the call's error result.
+        """
+        try:
+            raise_body_error(spec, exc)
+        except ToolError as error:
+            self._tool_failed(state, error)
+
+    def _tool_failed(self, state: _Call, exc: ToolError) -> None:
+        """A call the tool failed: finished, with the error as its result, and observed."""
+        # What the model sees names no host path: workspace-relative, or a placeholder.
+        shown = scrub_host_paths(_model_text(exc), self.scope.workspace)
+        state.finish(ToolResult.error(shown), CallStatus.FINISHED,
+                     disposition=exc.disposition.value, error=str(exc))
         self._observe(state)
 
     def _observe(self, state: _Call) -> None:
@@ -2179,9 +2246,6 @@ vouched values, the call's turn)."""
 
 _Indexed = tuple[tuple[str, str], "dict[str, Any] | None", bool, Sequence[Any], int]
 """A queued output as indexed: its result as `ToolResult.to_dict()` makes it."""
-
-_NO_PATHS: Mapping[str, str] = MappingProxyType({})
-"""A call's decided paths when it has none (shared: read-only)."""
 
 INDEX_INLINE_CHARS = 2048
 """Queued results this small (as JSON) are indexed on the event loop; larger ones in a thread

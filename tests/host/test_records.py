@@ -95,6 +95,30 @@ async def test_records_after_a_run_python_spawned_and_refused(tmp_path: Path,
     assert leftovers == []  # atomic writes leave no temporary files
 
 
+async def test_a_lone_plain_calls_input_is_on_disk_before_its_body_runs(tmp_path: Path,
+                                                                      workspace: Path) -> None:
+    """Issue 38: the fast path's body without a context of its own still has its input
+    written first (the records' `before_execute`), as every call's is."""
+    records = tmp_path / "records"
+    seen: list[bool] = []
+
+    @hr.tool(server="local", name="double", mutates=False)
+    async def double(n: int) -> int:
+        """Double it."""
+        seen.extend(p.name == "input.json" for p in records.rglob("*.json"))
+        return 2 * n
+
+    agent = hr.Agent(Scripted([call("local/double", {"n": 2}), reply("done")]), [double],
+                     policy=hr.Policy.default(), workspace=workspace, records_dir=records)
+    result = await agent.run("go", store=hr.Store.memory())
+    assert isinstance(result.outcome, hr.Completed)
+    assert seen == [True]  # input.json, and nothing else yet
+    path = records / result.run_id / "0" / "call_0_0"
+    assert load(path / "input.json") == {"id": "call_0_0", "tool": "local/double",
+                                         "input": {"n": 2}}
+    assert load(path / "output.json")["stdout"] == "4"
+
+
 async def test_the_model_sees_the_record_path_in_the_marker(tmp_path: Path,
                                                             workspace: Path) -> None:
     prog = tmp_path / "bin"

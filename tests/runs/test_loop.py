@@ -617,3 +617,22 @@ async def test_a_form_answer_that_does_not_fit_is_a_decline_not_a_crash() -> Non
         "go", store=hr.Store.memory(), responder=hr.FixedResponder("forty-two"))
     assert isinstance(result.outcome, hr.Completed)
     assert seen[0][0].result.render_text().startswith("no age:")
+
+
+async def test_a_lone_plain_tool_that_delegated_pauses_its_turn_on_the_delegates_item() -> None:
+    """Issue 38: the fast path's own body (no context, one call) takes a delegate's pause as
+    `_execute` does: the call stays STARTED, the run waits on the delegate's item."""
+    from handrail.gate import DelegatedPause, PausedOnQuestion
+
+    @hr.tool(mutates=False, idempotent=True)
+    async def delegate(n: int) -> int:
+        """Hand the work to a run that waits for a person."""
+        raise DelegatedPause(PausedOnQuestion("q-delegated"))
+
+    store = hr.Store.memory()
+    agent = hr.Agent(Scripted([call("delegate", {"n": 1}), reply("done")]), [delegate],
+                     policy=hr.Policy.default())
+    result = await agent.run("go", store=store)
+    assert result.outcome == hr.AwaitingAnswer("q-delegated")
+    (record,) = await store.calls(result.run_id)
+    assert record.status is hr.store.CallStatus.STARTED and record.result is None

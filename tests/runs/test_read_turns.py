@@ -168,3 +168,37 @@ async def test_what_a_turn_changed_of_the_run_is_committed_with_its_results(tmp_
         result = await agent.run("go", store=store)
     assert result.output == "ok", result.outcome
     assert stored[-1] == ["governance", "restarted"]  # the run's own, first
+
+
+async def test_a_turn_that_changed_nothing_of_the_run_leaves_its_row_alone() -> None:
+    """Issue 38: the run's mark taken by its update (written out there) and the one a turn
+    compares with agree: a changing call's turn that recorded nothing writes its results
+    without the run, and one that recorded an event writes the run with them."""
+    writes: list[tuple[bool, int]] = []  # (the run in the write, its call records)
+    store = hr.Store.memory()
+    write = store.write
+
+    async def spy(batch: hr.store.Batch, *, wait: bool = True) -> None:
+        writes.append((batch.run is not None, len(batch.calls)))
+        await write(batch, wait=wait)
+
+    store.write = spy  # type: ignore[method-assign]
+
+    @hr.tool
+    async def change(ctx: hr.CallContext, n: int) -> int:
+        """Write; keep an event when asked."""
+        if n:
+            await ctx.record_event("restarted", n=n)
+        return n
+
+    agent = hr.Agent(Scripted([call("change", {"n": 0}), call("change", {"n": 1}),
+                               reply("ok")]), [change],
+                     policy=hr.Policy.default().layer("app").allow(hr.Act.CALL, "local/change"))
+    result = await agent.run("go", store=store)
+    assert result.output == "ok", result.outcome
+    # Each turn: its STARTED mark with the run's counters, then its results; the last, the end.
+    first_turn, second_turn = writes[1:3], writes[3:5]
+    assert first_turn == [(True, 1), (False, 1)], writes  # nothing of the run changed
+    assert second_turn == [(True, 1), (True, 1)], writes  # an event recorded: the run too
+    run = await store.run(result.run_id)
+    assert [e["kind"] for e in run.events if e["kind"] == "restarted"] == ["restarted"]

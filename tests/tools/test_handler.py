@@ -1,6 +1,7 @@
 """ToolHandler: one call as a resumable state machine."""
 
 import asyncio
+import dataclasses
 import threading
 from pathlib import Path
 from typing import Any
@@ -644,3 +645,18 @@ async def test_body_failures_through_the_driver() -> None:
         await handler.step(hr.Respond("c:1", hr.Submit("boom")))
     assert info.value.disposition is hr.Disposition.LANDED
     assert handler.state is HandlerState.FINISHED
+
+
+def test_the_default_action_follows_a_replaced_spec() -> None:
+    """Issue 38: the CALL is kept with the spec's id it was built for (compared by
+    identity), and built again for a spec that replaced it."""
+    @hr.tool(server="local", name="adder")
+    async def adder(a: int, b: int) -> int:
+        return a + b
+
+    action = adder.default_action()
+    assert action.target == "local/adder"
+    assert adder.default_action() is action  # kept
+    adder.spec = dataclasses.replace(adder.spec, id=hr.ToolId("other", "sum"))
+    renamed = adder.default_action()
+    assert renamed.target == "other/sum" and renamed is not action

@@ -412,6 +412,7 @@ async def test_typed_return_gives_output_schema_and_structured_content() -> None
     ("annotation", "value", "structured", "text"),
     [
         (int, 5, 5, "5"),
+        (int, -(2**70), -(2**70), str(-(2**70))),
         (float, 1.5, 1.5, "1.5"),
         (bool, True, True, "true"),
         (str, "hi", "hi", "hi"),
@@ -432,6 +433,18 @@ async def test_scalar_and_container_returns(
     result = await call(tool, {})
     assert result.structured == structured
     assert result.content == (hr.Text(text),)
+
+
+async def test_an_int_past_the_digit_limit_is_still_its_digits() -> None:
+    """Issue 38: an int's text is `str(value)`, which refuses past the interpreter's digit
+    limit (4,300 by default); the serialiser writes it anyway, as it always did."""
+    @hr.tool
+    async def huge() -> int:
+        return 10**5000
+
+    result = await call(huge, {})
+    assert result.content == (hr.Text("1" + "0" * 5000),)
+    assert result.structured == 10**5000
 
 
 @pytest.mark.parametrize("annotation", [None, Any, hr.ToolResult, "missing"])

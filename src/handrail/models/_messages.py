@@ -122,7 +122,11 @@ class AssistantMessage:
     @property
     def tool_calls(self) -> list[ToolCall]:
         """The tool calls, in order."""
-        return [p for p in self.parts if isinstance(p, ToolCall)]
+        calls: list[ToolCall] = []
+        for p in self.parts:  # a loop, not a comprehension: the loop reads this every turn
+            if isinstance(p, ToolCall):
+                calls.append(p)
+        return calls
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,12 +173,14 @@ class Scripted:
             raise UserError(f"scripted turn {index} returned {turn!r}, not a Turn")
         parts: list[TextPart | ToolCall] = [TextPart(turn.text)] if turn.text else []
         names = self._names
-        for i, (tool_id, arguments) in enumerate(turn.tool_calls):
+        i = 0
+        for tool_id, arguments in turn.tool_calls:  # no enumerate: one object less a turn
             text = arguments if isinstance(arguments, str) else _dumps(arguments)
             name = names.get(tool_id)
             if name is None:
                 name = names[tool_id] = ToolId.parse(tool_id).model_name
             parts.append(_tool_call(f"call_{index}_{i}", name, text))
+            i += 1
         if not parts:
             parts.append(TextPart(""))
         finish = "tool_calls" if turn.tool_calls else "stop"

@@ -105,7 +105,7 @@ from handrail.runs._subagents import (
 )
 from handrail.runs._verify import Verification, Verify, check_max_attempts
 from handrail.store import Batch, CallStatus, RunRecord, RunStatus, Store
-from handrail.store.contract import ACTIVE_OWNERS, new_owner
+from handrail.store.contract import ACTIVE_OWNERS, new_batch, new_owner
 from handrail.tools import (
     DEFAULT_MAX_ARGUMENT_BYTES,
     Plan,
@@ -866,18 +866,24 @@ class _Runner:
         now = time.time()
         run.updated_at = now
         run.lease_until = now + self.store.lease_seconds
-        if len(run.remembered) != len(self.scope.remembered):
-            run.remembered = [r.to_dict() for r in self.scope.remembered]
-        for name, value in changes.items():
-            setattr(run, name, value)
-        self._run_mark = self._mark()
+        remembered = self.scope.remembered
+        if len(run.remembered) != len(remembered):
+            run.remembered = [r.to_dict() for r in remembered]
+        if changes:  # twice a turn without any: no loop to set up
+            for name, value in changes.items():
+                setattr(run, name, value)
+        # `_mark()` written out (twice a turn: a call less each time).
+        events = run.events
+        self._run_mark = (id(run), id(events), len(events), len(remembered), run.status,
+                          run.owner)
         return run
 
     _run_mark: tuple[Any, ...] | None = None
 
     def _mark(self) -> tuple[Any, ...]:
         # What a turn's calls can change of the run: the events its tools record (appended
-        # in place), the rules an approval remembers, its status and owner.
+        # in place), the rules an approval remembers, its status and owner (as
+        # `_run_update` writes it out: the two stay the same tuple).
         run = self.run
         return (id(run), id(run.events), len(run.events), len(self.scope.remembered),
                 run.status, run.owner)
@@ -1066,7 +1072,7 @@ class _Runner:
                 existing = ({c.call_id: c for c in await self._turn_records(turn)}
                             if self._resumed else {})
                 # Just counted (the model's turn, a moment ago): that update stands.
-                first = Batch(run=self.run if self._counted else self._run_update())
+                first = new_batch(self.run if self._counted else self._run_update())
                 self._counted = False
                 if self._pending_message is not None:
                     first.messages.append(self._pending_message)

@@ -17,7 +17,7 @@ import dataclasses
 import datetime as dt
 import marshal
 import time
-from typing import Any, cast
+from typing import Any
 
 from handrail.errors import NotFound
 from handrail.store._pace import Pacer
@@ -149,7 +149,7 @@ def _packed(batch: Batch) -> tuple[RunRecord | None, tuple[_PackedMessage, ...],
             items.append(entry[2])
         for record in batch.calls:
             items.append(_call_fields(record))
-        blob = marshal.dumps(tuple(items)) if items else b""
+        blob = marshal.dumps(items) if items else b""  # read back by index: a list will do
     except (ValueError, KeyError):
         messages = tuple((run_id, seq, _pack_message(message), -1)
                          for run_id, seq, message in batch.messages)
@@ -215,8 +215,10 @@ class MemoryStore(Store):
         if run is not None:
             self._runs[run.id] = clone(run)
         for run_id, seq, packed, place in messages:
+            # Not `cast(bytes, packed)`: a Python function call per item (place >= 0: packed
+            # is the write's blob).
             message: _Stored | bytes | dict[str, Any] = (
-                packed if place < 0 else (cast(bytes, packed), place))
+                packed if place < 0 else (packed, place))  # type: ignore[assignment]
             # seq is the message's position; a replayed write must not duplicate.
             log = self._messages.setdefault(run_id, [])
             if seq == len(log):
@@ -229,7 +231,7 @@ class MemoryStore(Store):
             if record_id not in self._calls:
                 self._run_calls.setdefault(run_id, []).append(record_id)
             self._calls[record_id] = (packed_call if place < 0
-                                      else (cast(bytes, packed_call), place))
+                                      else (packed_call, place))  # type: ignore[assignment]
         for item in pending:
             self._pending[item.id] = item
             if item.deadline is not None and item.state == "open":

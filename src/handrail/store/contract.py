@@ -46,6 +46,7 @@ from handrail.store._records import (
     RunRecord,
     RunStatus,
     clone,
+    new_batch,
     update,
 )
 
@@ -73,6 +74,7 @@ __all__ = [
     "is_owner_alive",
     "logged_event",
     "merged_events",
+    "new_batch",
     "new_owner",
     "owner_is_on_this_host",
     "principal",

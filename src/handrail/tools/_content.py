@@ -218,12 +218,14 @@ class ToolResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible dict (for stores and wire formats); `from_dict` reverses it."""
+        # A loop, not a comprehension (a function call on 3.11): every call's result passes
+        # here once (issue 38).
+        content: list[dict[str, Any]] = []
+        for item in self.content:
+            content.append({"kind": "text", "text": item.text} if type(item) is Text
+                           else _content_adapter().dump_python([item], mode="json")[0])
         return {
-            "content": [
-                {"kind": "text", "text": item.text} if type(item) is Text
-                else _content_adapter().dump_python([item], mode="json")[0]
-                for item in self.content
-            ],
+            "content": content,
             "structured": self.structured,
             "is_error": self.is_error,
             "metadata": dict(self.metadata),

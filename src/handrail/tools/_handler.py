@@ -122,11 +122,16 @@ class ToolImpl(abc.ABC):
 
     def default_action(self) -> Action:
         """`CALL server/name`, built once per tool (an Action is immutable)."""
-        action: Action | None = getattr(self, "_default_action_cache", None)
-        if action is None or action.target != str(self.spec.id):
-            action = Action(Act.CALL, str(self.spec.id))
-            with contextlib.suppress(AttributeError):  # a slotted subclass simply rebuilds it
-                self._default_action_cache = action
+        # Kept with the id it was built for, compared by identity: `str(spec.id)` is a Python
+        # call, and this runs every call (issue 38). A spec replaced since (another id
+        # object, equal or not) rebuilds it.
+        spec_id = self.spec.id
+        cached: tuple[Any, Action] | None = getattr(self, "_default_action_cache", None)
+        if cached is not None and cached[0] is spec_id:
+            return cached[1]
+        action = Action(Act.CALL, str(spec_id))
+        with contextlib.suppress(AttributeError):  # a slotted subclass simply rebuilds it
+            self._default_action_cache = (spec_id, action)
         return action
 
     @abc.abstractmethod

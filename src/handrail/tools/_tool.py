@@ -92,6 +92,14 @@ class _Output:
         if type(value) is self.scalar:  # the hot path: `-> int` returning an int
             if type(value) is str:
                 return text_result(value, value)
+            if type(value) is int:
+                # An int's JSON is its decimal digits, as `str` writes them (no serialiser
+                # and no bytes to decode, every call: issue 38); past the interpreter's
+                # digit limit `str` refuses, the serialiser does not.
+                try:
+                    return text_result(str(value), value)
+                except ValueError:
+                    return text_result(pydantic_core.to_json(value).decode(), value)
             if type(value) is float and not math.isfinite(value):
                 raise InvalidOutput(self.tool, [_issue(f"{value} is not a JSON number")])
             return text_result(pydantic_core.to_json(value).decode(), value)
