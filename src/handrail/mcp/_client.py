@@ -8,6 +8,7 @@ and never trusted: only a manifest grant can make an MCP tool non-mutating.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import os
@@ -789,8 +790,6 @@ class MCPToolset:
         sends the request itself and its mailbox receives the answer and the progress too;
         abandoned unanswered, the call is cancelled at the server (`notifications/cancelled`).
         """
-        from mcp.shared.exceptions import MCPError
-
         tool_id = str(tool.spec.id)
         session = await self._live_session(tool_id, ctx)
         wire = self._wire
@@ -809,7 +808,7 @@ class MCPToolset:
             raise UnknownTool(withdrawn)
         timeout = self.timeout
         deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
-        mail = _Mailbox()
+        mail = _Mailbox() if wire is None else _LoopMailbox()
         # The request task's scope; over the own link, a timer that puts a timeout in the
         # mailbox (the body enters no scope: a paused run's body may be closed elsewhere).
         scope: anyio.CancelScope | _Deadline = (anyio.CancelScope(deadline=deadline)
@@ -904,6 +903,8 @@ class MCPToolset:
                         path="$", message=f"MCP server '{self.name}' sent a malformed result: "
                         f"text no UTF-8 can carry ({exc.reason})")]) from exc
         if kind == "error":
+            from mcp.shared.exceptions import MCPError
+
             error = map_mcp_error(value, tool=tool_id, server=self.name,
                                   stderr_tail=self.stderr_tail())
             if in_flight.heard and error.disposition is Disposition.NOT_SENT:
@@ -1127,6 +1128,42 @@ class _Mailbox:
         return left
 
 
+class _LoopMailbox(_Mailbox):
+    """A `_Mailbox` whose body waits on a bare future of the running asyncio loop.
+
+    For the own link (`mcp/_wire.py`, asyncio only): an `anyio.Event` is an `asyncio.Event`
+    behind a backend look-up, made at the start and again after each item taken, whose wait
+    makes a future anyway; this makes the one future, only when the body has to wait
+    (issue 38). A cancellation reaches the body at that future, as at the event's.
+    """
+
+    __slots__ = ("_waiter",)
+
+    def __init__(self) -> None:
+        self._items = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self.closed = False
+
+    def put(self, item: tuple[str, Any]) -> None:
+        """Hand `item` to the body; `ClosedResourceError` once the body has gone."""
+        if self.closed:
+            raise anyio.ClosedResourceError
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> tuple[str, Any]:
+        """The next item, in the order put (a cancellation point while it waits)."""
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
 class _Deadline:
     """A call's deadline over the own link: at it, `("timeout", None)` goes in the mailbox.
 
@@ -1200,6 +1237,8 @@ def _own_link() -> bool:
 
 def _answer(kind: str, value: Any) -> tuple[str, Any]:
     """What the link put in a call's mailbox, as the SDK's session would have raised it."""
+    if kind == "result":  # the common case: no import statement run (issue 38)
+        return kind, value
     from mcp.shared.exceptions import MCPError
 
     from handrail.mcp._errors import CONNECTION_CLOSED

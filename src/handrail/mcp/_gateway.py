@@ -38,6 +38,7 @@ from handrail.gate import Gate, Governance, PausedOnQuestion, PausedOnRequest, R
 from handrail.manifest import check_against, refusals
 from handrail.mcp._approve import ClientApprover, client_acts
 from handrail.mcp._carry import READ_TOOL, Carried, client_names, keeps_names, read_tools
+from handrail.mcp._json import strict_text
 from handrail.mcp._relay import RELAY, Relay
 from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.otel import Telemetry, telemetry_from
@@ -236,7 +237,7 @@ class GatewaySession:
         await self.gateway.refresh_tools()
         arguments = arguments if arguments is not None else {}
         try:
-            text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+            text = strict_text(arguments)
             # The digest only matters when a call waits for a person (most sessions never).
             key = (name, argument_digest(arguments)) if self._parked else None
         except (TypeError, ValueError, RecursionError):
@@ -716,7 +717,7 @@ class Gateway:
         name = self.client_shown_to_model(params["name"])
         token = RELAY.set(relay.bind(session.call_event))
         try:
-            result = await session.call(name, arguments)
+            result = await session._busy(name, arguments, None)  # `call`, one frame less
         finally:
             RELAY.reset(token)
         return to_mcp_dict(result, relay.link.version or "2025-11-25")

@@ -44,6 +44,7 @@ from typing import IO, Any
 
 import anyio
 
+from handrail.mcp._json import compact_ascii, loads
 from handrail.mcp._stdio import MessageTooLong, split_lines
 
 __all__ = ["ID_PREFIX", "Wire", "check_call_result", "lean_available", "open_wire"]
@@ -141,7 +142,7 @@ class Wire:
             self._pass(line)
             return
         try:
-            message = json.loads(line)
+            message = loads(line)
         except ValueError:
             self._pass(line)  # the session parses it again, and reports it
             return
@@ -290,8 +291,7 @@ class Wire:
         self._count += 1
         rid = f"{ID_PREFIX}{self._count}"
         params = {**params, "_meta": {"progressToken": rid}}
-        data = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params},
-                          separators=(",", ":"))
+        data = compact_ascii({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         self._send(data.encode() + b"\n")
         self._calls[rid] = mail
         try:
