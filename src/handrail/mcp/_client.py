@@ -118,8 +118,8 @@ class MCPTool(SchemaTool):
     async def _run(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
         result = await self.toolset.call_remote(self, arguments, ctx)
         confinement = self.toolset.confinement
-        if confinement is None:
-            return result
+        if confinement is None or "handrail.sandbox" in result.metadata:
+            return result  # none, or a plain result made with it (`call_remote`)
         # How the server that answered was confined, in every call's record (docs/sandbox.md).
         return ToolResult(result.content, result.structured, result.is_error,
                           {**result.metadata, "handrail.sandbox": confinement})
@@ -827,25 +827,25 @@ class MCPToolset:
                 with contextlib.suppress(Exception):  # boundary: a client gone is not told
                     await relay.progress(progress, total, text)
 
-        async def request() -> None:
-            import mcp_types as t
-
-            call = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,
-                                                                    arguments=arguments))
-            outcome: tuple[str, Any] = ("timeout", None)
-            try:
-                with cast(anyio.CancelScope, scope):
-                    outcome = ("result", await session.send_request(
-                        call, t.CallToolResult, progress_callback=on_progress))
-            except Exception as exc:  # boundary: mapped by the body, in its own task
-                outcome = ("error", exc)
-            with contextlib.suppress(anyio.ClosedResourceError):  # the body is gone
-                mail.put(outcome)
-
         kind, value, rid = "timeout", None, None
         self._in_flight.append(in_flight)
         try:
-            if wire is None:
+            if wire is None:  # the SDK's session, in a request task
+                async def request() -> None:
+                    import mcp_types as t
+
+                    call = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,
+                                                                            arguments=arguments))
+                    outcome: tuple[str, Any] = ("timeout", None)
+                    try:
+                        with cast(anyio.CancelScope, scope):
+                            outcome = ("result", await session.send_request(
+                                call, t.CallToolResult, progress_callback=on_progress))
+                    except Exception as exc:  # boundary: mapped by the body, in its own task
+                        outcome = ("error", exc)
+                    with contextlib.suppress(anyio.ClosedResourceError):  # the body is gone
+                        mail.put(outcome)
+
                 self._tg.start_soon(request)
             else:
                 try:
@@ -884,7 +884,10 @@ class MCPToolset:
                 raise InvalidOutput(tool_id, [Issue(path="$", message=f"MCP server "
                                                     f"'{self.name}' sent {value}")])
             if kind == "result":
-                plain = plain_call_result(value, max_bytes=self.max_result_bytes)
+                confinement = self.confinement
+                plain = plain_call_result(
+                    value, max_bytes=self.max_result_bytes,
+                    metadata=None if confinement is None else {"handrail.sandbox": confinement})
                 if plain is not None:
                     return plain
                 from pydantic import ValidationError

@@ -6,10 +6,10 @@ copied, and a block handrail cannot represent faithfully is described, never sil
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from handrail.errors import InvalidOutput, Issue
+from handrail.mcp._json import loose_text
 from handrail.tools import (
     Audio,
     EmbeddedResource,
@@ -93,8 +93,8 @@ def from_mcp_result(result: mcp_types.CallToolResult, *, tool: str,
 _PLAIN_KEYS = frozenset({"content", "structuredContent", "isError"})
 
 
-def plain_call_result(raw: Any, *, max_bytes: int = DEFAULT_MAX_RESULT_BYTES
-                      ) -> ToolResult | None:
+def plain_call_result(raw: Any, *, max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+                      metadata: dict[str, Any] | None = None) -> ToolResult | None:
     """A `tools/call` result of text blocks as `from_mcp_result` returns it; None for others.
 
     The result almost every server sends (`{"content": [{"type": "text", "text": ...}],
@@ -104,7 +104,8 @@ def plain_call_result(raw: Any, *, max_bytes: int = DEFAULT_MAX_RESULT_BYTES
     call in front of an upstream, issue 38) prove nothing more of it. Only that exact shape
     is taken here, each value of the one JSON type allowed; anything else (another block or
     key, `_meta`, annotations, a value of another type, a result over `max_bytes`) is None,
-    for the general path that validates it and says what is wrong.
+    for the general path that validates it and says what is wrong. `metadata` is the
+    result's (what the caller would otherwise add with a second `ToolResult`).
     """
     if type(raw) is not dict or not _PLAIN_KEYS.issuperset(raw):
         return None
@@ -128,12 +129,12 @@ def plain_call_result(raw: Any, *, max_bytes: int = DEFAULT_MAX_RESULT_BYTES
         return None  # refused by the general path, which says so
     if structured:
         try:  # a lone surrogate (json.loads makes them) is no UTF-8: the SDK's check raises
-            json.dumps(structured, ensure_ascii=False).encode()
+            loose_text(structured).encode()
         except (UnicodeEncodeError, ValueError, RecursionError):
             return None
     if not items:
         items.append(Json(structured) if structured is not None else Text(""))
-    return ToolResult(tuple(items), structured, is_error)
+    return ToolResult(tuple(items), structured, is_error, {} if metadata is None else metadata)
 
 
 def to_mcp_result(result: ToolResult) -> mcp_types.CallToolResult:

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["compact_ascii", "compact_text", "loads", "strict_text"]
+__all__ = ["compact_ascii", "compact_text", "loads", "loose_text", "strict_text"]
 
 _SCAN = json.decoder.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner (it clears its memo per call)
 _WHITESPACE = " \t\n\r"  # what JSON allows around a value (str.strip's default takes more)
@@ -69,5 +69,7 @@ compact_text = _encoder(ensure_ascii=False, allow_nan=False)
 """Compact strict JSON, non-ASCII as itself (a NaN is refused: ValueError)."""
 compact_ascii = _encoder(ensure_ascii=True, allow_nan=True)
 """`json.dumps(value, separators=(",", ":"))`: compact, ASCII-escaped."""
+loose_text = _encoder(ensure_ascii=False, allow_nan=True)
+"""Compact JSON, non-ASCII as itself, NaN as `NaN` (`json.dumps`'s default leniency)."""
 strict_text = _encoder(ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
 """`json.dumps(value, ensure_ascii=False, allow_nan=False)`: its default separators."""

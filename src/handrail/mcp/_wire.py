@@ -93,6 +93,33 @@ class _Pipes(asyncio.SubprocessProtocol):
         self.wire._exited.set()
 
 
+class _Stdout(asyncio.Protocol):
+    """The server's stdout pipe, read straight into the link (`Wire._received`).
+
+    The subprocess transport's own pipe protocol hands each chunk on with `call_soon`: one
+    event-loop iteration more for every answer (issue 38). This one takes the chunk in the
+    read callback itself; the end of the pipe still goes through the subprocess transport
+    (`inner`), which then tells `_Pipes` (after any chunk: it is scheduled, they are not).
+    """
+
+    def __init__(self, wire: Wire, inner: Any) -> None:
+        self.wire = wire
+        self.inner = inner
+
+    def connection_made(self, transport: Any) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.wire._received(data)
+
+    def eof_received(self) -> bool | None:
+        result: bool | None = self.inner.eof_received()
+        return result
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.inner.connection_lost(exc)
+
+
 class Wire:
     """One stdio server's link: the SDK session's streams, and `tools/call` of its own."""
 
@@ -370,7 +397,12 @@ async def open_wire(argv: Sequence[str], *, env: Mapping[str, str] | None, cwd: 
         start_new_session=True)
     wire._transport = transport
     wire._stdin = transport.get_pipe_transport(0)
-    wire._stdout = transport.get_pipe_transport(1)
+    wire._stdout = stdout = transport.get_pipe_transport(1)
+    # No await since the transport was connected: the chunks it held back until then have
+    # been handed on already (its `_connect_pipes` scheduled them before our wake-up), so
+    # from here every chunk comes straight, in order.
+    if stdout is not None:
+        stdout.set_protocol(_Stdout(wire, stdout.get_protocol()))
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(wire._forward)
