@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from serve_tools import MANIFEST
 
 from handrail.mcp._stdio import MAX_MESSAGE_BYTES, MessageTooLong, split_lines
@@ -65,6 +66,28 @@ def test_a_line_over_the_limit_is_refused_once_and_never_held() -> None:
     # A long line that ends within one chunk is refused too, and the next one is kept.
     lines, skipping = split_lines(buffer, b"z" * 20 + b'\n{"ok": 2}\n', False, limit=10)
     assert isinstance(lines[0], MessageTooLong) and lines[1:] == [b'{"ok": 2}']
+
+
+
+@pytest.mark.parametrize(("chunk", "expected"), [
+    (b'{"a": 1}\n', [b'{"a": 1}']),
+    (b"   \n", []),  # a blank line is no message
+    (b"x" * 10 + b"\n", [b"x" * 10]),  # at the limit: kept
+    (b"x" * 11 + b"\n", ["too long"]),  # past it: refused, never taken as a line
+])
+def test_a_chunk_of_one_whole_line_splits_as_any_other(chunk: bytes, expected: list[object]
+                                                       ) -> None:
+    # The one-line chunk's shortcut (issue 38) gives what the line-by-line split gives.
+    buffer = bytearray()
+    lines, skipping = split_lines(buffer, chunk, False, limit=10)
+    got = ["too long" if isinstance(line, MessageTooLong) else line for line in lines]
+    assert got == expected and not skipping and not buffer
+    # After an unfinished line, the same chunk ends that line instead.
+    lines, _ = split_lines(bytearray(b'{"b": '), b'2}\n', False)
+    assert lines == [b'{"b": 2}']
+    # While a long line is skipped, a chunk that ends it gives nothing.
+    lines, skipping = split_lines(bytearray(), b'{"c": 3}\n', True, limit=10)
+    assert lines == [] and not skipping
 
 
 class _Raw:

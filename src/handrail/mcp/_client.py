@@ -807,7 +807,9 @@ class MCPToolset:
                 raise NotGranted(withdrawn)
             raise UnknownTool(withdrawn)
         timeout = self.timeout
-        deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
+        # The own link runs on asyncio only: its loop's clock is anyio's, without the look-up.
+        now = anyio.current_time() if wire is None else asyncio.get_running_loop().time()
+        deadline = now + timeout if timeout is not None else float("inf")
         mail = _Mailbox() if wire is None else _LoopMailbox()
         # The request task's scope; over the own link, a timer that puts a timeout in the
         # mailbox (the body enters no scope: a paused run's body may be closed elsewhere).

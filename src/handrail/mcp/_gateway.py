@@ -353,9 +353,12 @@ class GatewaySession:
             self.run.events.append({"kind": kind, "at": time.time(), **detail})
 
     def _transcript(self, messages: Sequence[Any]) -> list[tuple[str, int, dict[str, Any]]]:
-        entries = [(self.run.id, self._seq + i, m)
-                   for i, m in enumerate(dump_messages(list(messages)))]
-        self._seq += len(entries)
+        run_id, seq = self.run.id, self._seq
+        entries = []
+        for dumped in dump_messages(list(messages)):  # a loop: no comprehension's frame
+            entries.append((run_id, seq, dumped))
+            seq += 1
+        self._seq = seq
         return entries
 
     def _run_due(self) -> bool:

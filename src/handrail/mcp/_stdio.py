@@ -74,6 +74,13 @@ def split_lines(buffer: bytearray, chunk: bytes, skipping: bool,
     `buffer` holds the unfinished line and never grows past `limit`: a line that would is
     reported once as `MessageTooLong`, and the rest of it is dropped up to its newline.
     """
+    if not skipping and not buffer:
+        # The common chunk: one whole line (a peer writes a message and its newline at
+        # once), taken without the loop's copies into `buffer` (issue 38).
+        end = chunk.find(b"\n")
+        if end == len(chunk) - 1 and end <= limit:
+            line = chunk[:end]
+            return ([line] if line.strip() else []), False
     out: list[bytes | MessageTooLong] = []
     start = 0
     while True:
