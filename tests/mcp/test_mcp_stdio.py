@@ -90,6 +90,58 @@ def test_a_chunk_of_one_whole_line_splits_as_any_other(chunk: bytes, expected: l
     assert lines == [] and not skipping
 
 
+class _Taker:
+    """The link's place: takes each line that names `tools/call`."""
+
+    def __init__(self) -> None:
+        self.taken: list[bytes] = []
+
+    def take(self, line: bytes) -> bool:
+        if b"tools/call" in line:
+            self.taken.append(line)
+            return True
+        return False
+
+
+class _Pipe:
+    def __init__(self) -> None:
+        self.paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+def test_stdin_lines_the_link_takes_start_at_once_and_the_rest_wait_in_order() -> None:
+    from handrail.mcp._stdio import _BACKLOG_HIGH, _BACKLOG_LOW, _Lines
+
+    link, pipe = _Taker(), _Pipe()
+    lines = _Lines(link)  # type: ignore[arg-type]
+    lines.connection_made(pipe)
+    lines.data_received(b'{"tools/call": 1}\n{"ping": 2}\n{"tools/call": 3}\n{"tools/')
+    # The first is the link's at once; the ping waits for the SDK's server, and the call
+    # after it waits behind it (handled in the order they came, as a reading loop would).
+    assert link.taken == [b'{"tools/call": 1}']
+    assert list(lines.backlog) == [b'{"ping": 2}', b'{"tools/call": 3}']
+    lines.delivered()
+    lines.delivered()
+    lines.data_received(b'call": 4}\n')  # the unfinished line, finished: taken at once
+    assert link.taken[-1] == b'{"tools/call": 4}' and not lines.backlog
+    # Past the bound of waiting lines stdin is not read; read again once they are down.
+    lines.data_received(b'{"ping": 5}\n' * (_BACKLOG_HIGH + 1))
+    assert pipe.paused
+    while len(lines.backlog) > _BACKLOG_LOW + 1:
+        lines.delivered()
+    assert pipe.paused
+    lines.delivered()
+    assert not pipe.paused
+    assert not lines.ended
+    lines.eof_received()
+    assert lines.ended
+
+
 class _Raw:
     """`handrail serve --stdio` driven over raw pipes, one JSON-RPC line at a time."""
 

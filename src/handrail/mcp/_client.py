@@ -813,8 +813,9 @@ class MCPToolset:
         mail = _Mailbox() if wire is None else _LoopMailbox()
         # The request task's scope; over the own link, a timer that puts a timeout in the
         # mailbox (the body enters no scope: a paused run's body may be closed elsewhere).
-        scope: anyio.CancelScope | _Deadline = (anyio.CancelScope(deadline=deadline)
-                                                if wire is None else _Deadline(deadline, mail))
+        scope: anyio.CancelScope | _Deadline = (
+            anyio.CancelScope(deadline=deadline) if wire is None
+            else _Deadline(deadline, mail, wire.deadlines))
         relay = RELAY.get()  # the gateway's client request this call serves, if any
         in_flight = _InFlight(mail, scope, relay)
 
@@ -1169,19 +1170,67 @@ class _LoopMailbox(_Mailbox):
         return self._items.popleft()
 
 
+class _Sweep:
+    """One timer for the deadlines of a link's calls (`_Deadline`), armed at the earliest.
+
+    A timer a call (`loop.call_at`, then its cancel and the heap's clean-up) was a tenth of
+    the own link's share of `handrail serve`'s call (issue 38); calls of one timeout have
+    deadlines in the order they start, so one timer serves them all: armed for the first,
+    and when it goes off, each deadline due gets its timeout and the timer is armed again
+    for the earliest left. Joining and leaving is a set's add and discard.
+    """
+
+    __slots__ = ("_at", "_due", "_timer")
+
+    def __init__(self) -> None:
+        self._due: set[_Deadline] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._at = float("inf")
+
+    def add(self, deadline: _Deadline) -> None:
+        """Watch `deadline` (again, when it moved)."""
+        self._due.add(deadline)
+        if deadline._at < self._at:
+            self._arm(deadline._at)
+
+    def discard(self, deadline: _Deadline) -> None:
+        """Stop watching `deadline` (its call is over, or a person is asked)."""
+        self._due.discard(deadline)
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._at = at
+        self._timer = asyncio.get_running_loop().call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._timer, self._at = None, float("inf")
+        now = asyncio.get_running_loop().time()
+        earliest = float("inf")
+        for deadline in list(self._due):
+            if deadline._at <= now:
+                self._due.discard(deadline)
+                deadline._expire()
+            elif deadline._at < earliest:
+                earliest = deadline._at
+        if earliest != float("inf"):
+            self._arm(earliest)
+
+
 class _Deadline:
     """A call's deadline over the own link: at it, `("timeout", None)` goes in the mailbox.
 
     Set like a cancel scope's (`deadline`: restarted by progress, infinite while a person
-    is asked); `cancel()` stops the timer. No scope is entered, so nothing ties the call's
-    body to one task.
+    is asked); `cancel()` stops it. No scope is entered, so nothing ties the call's body to
+    one task. With a `sweep` (the link's), its timer is the sweep's; else a timer its own.
     """
 
-    __slots__ = ("_at", "_mail", "_timer")
+    __slots__ = ("_at", "_mail", "_sweep", "_timer")
 
-    def __init__(self, deadline: float, mail: _Mailbox) -> None:
+    def __init__(self, deadline: float, mail: _Mailbox, sweep: _Sweep | None = None) -> None:
         self._mail = mail
         self._timer: Any = None
+        self._sweep = sweep
         self._at = deadline
         self._arm()
 
@@ -1195,8 +1244,13 @@ class _Deadline:
         self._arm()
 
     def _arm(self) -> None:
-        import asyncio
-
+        sweep = self._sweep
+        if sweep is not None:
+            if self._at != float("inf") and not self._mail.closed:
+                sweep.add(self)
+            else:
+                sweep.discard(self)
+            return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -1204,16 +1258,20 @@ class _Deadline:
             self._timer = asyncio.get_running_loop().call_at(self._at, self._fire)
 
     def _fire(self) -> None:
-        import asyncio
-
         self._timer = None
         if asyncio.get_running_loop().time() < self._at:
             self._arm()  # moved later meanwhile
             return
+        self._expire()
+
+    def _expire(self) -> None:
         with contextlib.suppress(anyio.ClosedResourceError):  # the call is over
             self._mail.put(("timeout", None))
 
     def cancel(self) -> None:
+        if self._sweep is not None:
+            self._sweep.discard(self)
+            return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -133,6 +133,10 @@ class Wire:
         self.stdin_lost = False
         self.version: str | None = None
         """The protocol version the handshake agreed (set by the toolset)."""
+        from handrail.mcp._client import _Sweep
+
+        self.deadlines = _Sweep()
+        """The one timer of the deadlines of this link's calls (`_client._Deadline`)."""
         self._buffer = bytearray()
         self._skipping = False
         self._calls: dict[str, Any] = {}  # id -> the call's mailbox (`_client._Mailbox`)
