@@ -226,32 +226,28 @@ class GatewaySession:
                     gate: Gate | None) -> ToolResult:
         self.busy += 1
         self.last_active = time.monotonic()
-        try:
-            return await self._call(name, arguments, gate)
+        try:  # the call itself here, not in a coroutine of its own: one frame less a call
+            await self.gateway.refresh_tools()
+            arguments = arguments if arguments is not None else {}
+            try:
+                text = strict_text(arguments)
+                # The digest only matters when a call waits for a person (most sessions never).
+                key = (name, argument_digest(arguments)) if self._parked else None
+            except (TypeError, ValueError, RecursionError):
+                return ToolResult.error("The arguments are not JSON (or are nested too deeply).")
+            parked = self._parked.get(key) if key is not None else None
+            if key is not None and parked is not None:
+                async with parked.lock:
+                    if self._parked.get(key) is parked:  # else a twin retry finished it first
+                        return await self._wait(key, parked)
+            # A new call (two identical ones arriving together are two calls, each decided).
+            turn = self._turn
+            self._turn += 1
+            call = ToolCall(id=f"call-{turn + 1}", name=name, arguments=text)
+            return await self._drive(key, turn, call, {}, gate)
         finally:
             self.busy -= 1
             self.last_active = time.monotonic()
-
-    async def _call(self, name: str, arguments: dict[str, Any] | None,
-                    gate: Gate | None = None) -> ToolResult:
-        await self.gateway.refresh_tools()
-        arguments = arguments if arguments is not None else {}
-        try:
-            text = strict_text(arguments)
-            # The digest only matters when a call waits for a person (most sessions never).
-            key = (name, argument_digest(arguments)) if self._parked else None
-        except (TypeError, ValueError, RecursionError):
-            return ToolResult.error("The arguments are not JSON (or are nested too deeply).")
-        parked = self._parked.get(key) if key is not None else None
-        if key is not None and parked is not None:
-            async with parked.lock:
-                if self._parked.get(key) is parked:  # else a twin retry finished it first
-                    return await self._wait(key, parked)
-        # A new call (two identical ones arriving together are two calls, each decided).
-        turn = self._turn
-        self._turn += 1
-        call = ToolCall(id=f"call-{turn + 1}", name=name, arguments=text)
-        return await self._drive(key, turn, call, {}, gate)
 
     async def _drive(self, key: tuple[str, str] | None, turn: int, call: ToolCall,
                      existing: dict[str, CallRecord], via: Gate | None = None) -> ToolResult:
