@@ -38,6 +38,7 @@ from handrail.gate import Gate, Governance, PausedOnQuestion, PausedOnRequest, R
 from handrail.manifest import check_against, refusals
 from handrail.mcp._approve import ClientApprover, client_acts
 from handrail.mcp._carry import READ_TOOL, Carried, client_names, keeps_names, read_tools
+from handrail.mcp._content import to_mcp_dict
 from handrail.mcp._json import strict_text
 from handrail.mcp._relay import RELAY, Relay
 from handrail.models import AssistantMessage, ToolCall, dump_messages
@@ -704,8 +705,6 @@ class Gateway:
         name it was shown, the gate, and what an upstream sends meanwhile relayed for this
         request; the result as the wire dict for the negotiated version.
         """
-        from handrail.mcp._content import to_mcp_dict
-
         key = ("stdio",)
         session = self._by_client.get(key)
         if session is None:

@@ -112,7 +112,8 @@ class LinkRelay(Relay):
     """What an upstream sends during a call, relayed to the link's client for its request."""
 
     def __init__(self, link: ServeLink, request_id: str | int, token: str | int | None) -> None:
-        super().__init__(None)
+        self.ctx = None  # `Relay`'s fields, without its __init__'s call: one a call
+        self._record = None
         self.link = link
         self.request_id = request_id
         self.token = token
@@ -308,11 +309,10 @@ class ServeLink:
         # ~11 µs a call more than this, and allocations that set the collector off; issue
         # 38). The call's own scope is anyio's; `shutdown` does what the group's exit did.
         self._running.add(asyncio.get_running_loop().create_task(
-            self._call(rid, params, scope, LinkRelay(self, rid, token))))
+            self._call(rid, key, params, scope, LinkRelay(self, rid, token))))
 
-    async def _call(self, rid: str | int, params: dict[str, Any], scope: anyio.CancelScope,
-                    relay: LinkRelay) -> None:
-        key = _key(rid)
+    async def _call(self, rid: str | int, key: str | int, params: dict[str, Any],
+                    scope: anyio.CancelScope, relay: LinkRelay) -> None:
         answered = False
         try:
             try:
@@ -357,8 +357,10 @@ class ServeLink:
     def _put(self, data: bytes) -> None:
         if self._write is None:
             return
-        with contextlib.suppress(OSError, RuntimeError):
+        try:  # not contextlib.suppress: a context manager's two calls, every answer
             self._write(data)
+        except (OSError, RuntimeError):
+            pass
 
     def _error(self, rid: str | int, code: int, message: str, data: Any = None) -> None:
         error: dict[str, Any] = {"code": code, "message": message}
