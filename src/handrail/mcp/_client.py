@@ -83,6 +83,8 @@ class MCPTool(SchemaTool):
         """The tool's name on the server (the spec's id carries our local server name)."""
         self.argument_actions = tuple(actions)
         """What the manifest says the arguments touch; empty: `call server/tool`."""
+        self.tool_id = str(spec.id)
+        """`str(spec.id)`, as every call's errors name the tool (made once, not a call)."""
 
     def actions(self, validated: Any) -> list[Action]:
         """The mapped argument actions, or `call server/tool` when none is mapped.
@@ -790,7 +792,7 @@ class MCPToolset:
         sends the request itself and its mailbox receives the answer and the progress too;
         abandoned unanswered, the call is cancelled at the server (`notifications/cancelled`).
         """
-        tool_id = str(tool.spec.id)
+        tool_id = tool.tool_id
         session = await self._live_session(tool_id, ctx)
         wire = self._wire
         if self.tools_changed:
