@@ -3,7 +3,8 @@
 It replaced an anyio memory stream (a checkpoint at each send and receive: two event-loop
 iterations per MCP call, issue 38); it must keep the stream's promises: order, a wait that
 ends at the first item, nothing accepted once the body has gone, and what was never taken
-handed back so a waiting server form can be told "cancel".
+handed back so a waiting server form can be told "cancel". The own link's mailbox
+(`_LoopMailbox`, a bare future of the loop instead of an anyio event) keeps the same ones.
 """
 
 from __future__ import annotations
@@ -11,13 +12,21 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from handrail.mcp._client import _Mailbox
+from handrail.mcp._client import _LoopMailbox, _Mailbox
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_items_come_out_in_the_order_put_and_a_wait_ends_at_the_first() -> None:
-    mail = _Mailbox()
+@pytest.fixture(params=[_Mailbox, _LoopMailbox])
+def make(request: pytest.FixtureRequest) -> type[_Mailbox]:
+    """Each kind of mailbox (the SDK path's, the own link's)."""
+    kind: type[_Mailbox] = request.param
+    return kind
+
+
+async def test_items_come_out_in_the_order_put_and_a_wait_ends_at_the_first(
+        make: type[_Mailbox]) -> None:
+    mail = make()
     got: list[tuple[str, object]] = []
 
     async def body() -> None:
@@ -37,8 +46,9 @@ async def test_items_come_out_in_the_order_put_and_a_wait_ends_at_the_first() ->
     assert got == [("elicit", 1), ("elicit", 2), ("result", 3)]
 
 
-async def test_a_closed_mailbox_refuses_and_returns_what_was_never_taken() -> None:
-    mail = _Mailbox()
+async def test_a_closed_mailbox_refuses_and_returns_what_was_never_taken(
+        make: type[_Mailbox]) -> None:
+    mail = make()
     mail.put(("elicit", "form"))
     assert mail.close() == [("elicit", "form")]
     with pytest.raises(anyio.ClosedResourceError):
@@ -46,8 +56,9 @@ async def test_a_closed_mailbox_refuses_and_returns_what_was_never_taken() -> No
     assert mail.close() == []
 
 
-async def test_a_waiting_get_is_cancellable() -> None:
-    mail = _Mailbox()
+async def test_a_waiting_get_is_cancellable(
+        make: type[_Mailbox]) -> None:
+    mail = make()
     with anyio.move_on_after(0.01) as scope:
         await mail.get()
     assert scope.cancelled_caught

@@ -147,6 +147,20 @@ async def test_a_call_is_answered_once_with_its_result(wire: _Wire) -> None:
     ]
 
 
+async def test_a_finished_calls_task_is_let_go(wire: _Wire) -> None:
+    # The task leaves the link's set itself (no done callback): none is held once answered,
+    # nor once cancelled.
+    assert wire.call(2, "echo", {"key": "a"}) and wire.call(3, "hang", {"key": "b"})
+    await wire.until(lambda: wire.answers(2))
+    await _waited(wire.stand.started_event("b"))
+    assert wire.cancel(3)
+    await _waited(wire.stand.cancelled_event("b"))
+    with anyio.fail_after(5):
+        while wire.link._running:
+            await anyio.lowlevel.checkpoint()
+    assert not wire.link._calls
+
+
 async def test_a_cancelled_call_is_cancelled_and_never_answered(wire: _Wire) -> None:
     assert wire.call(7, "hang", {"key": "h"})
     await _waited(wire.stand.started_event("h"))

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from serve_tools import MANIFEST
 
 from handrail.mcp._stdio import MAX_MESSAGE_BYTES, MessageTooLong, split_lines
@@ -65,6 +66,80 @@ def test_a_line_over_the_limit_is_refused_once_and_never_held() -> None:
     # A long line that ends within one chunk is refused too, and the next one is kept.
     lines, skipping = split_lines(buffer, b"z" * 20 + b'\n{"ok": 2}\n', False, limit=10)
     assert isinstance(lines[0], MessageTooLong) and lines[1:] == [b'{"ok": 2}']
+
+
+
+@pytest.mark.parametrize(("chunk", "expected"), [
+    (b'{"a": 1}\n', [b'{"a": 1}']),
+    (b"   \n", []),  # a blank line is no message
+    (b"x" * 10 + b"\n", [b"x" * 10]),  # at the limit: kept
+    (b"x" * 11 + b"\n", ["too long"]),  # past it: refused, never taken as a line
+])
+def test_a_chunk_of_one_whole_line_splits_as_any_other(chunk: bytes, expected: list[object]
+                                                       ) -> None:
+    # The one-line chunk's shortcut (issue 38) gives what the line-by-line split gives.
+    buffer = bytearray()
+    lines, skipping = split_lines(buffer, chunk, False, limit=10)
+    got = ["too long" if isinstance(line, MessageTooLong) else line for line in lines]
+    assert got == expected and not skipping and not buffer
+    # After an unfinished line, the same chunk ends that line instead.
+    lines, _ = split_lines(bytearray(b'{"b": '), b'2}\n', False)
+    assert lines == [b'{"b": 2}']
+    # While a long line is skipped, a chunk that ends it gives nothing.
+    lines, skipping = split_lines(bytearray(), b'{"c": 3}\n', True, limit=10)
+    assert lines == [] and not skipping
+
+
+class _Taker:
+    """The link's place: takes each line that names `tools/call`."""
+
+    def __init__(self) -> None:
+        self.taken: list[bytes] = []
+
+    def take(self, line: bytes) -> bool:
+        if b"tools/call" in line:
+            self.taken.append(line)
+            return True
+        return False
+
+
+class _Pipe:
+    def __init__(self) -> None:
+        self.paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+def test_stdin_lines_the_link_takes_start_at_once_and_the_rest_wait_in_order() -> None:
+    from handrail.mcp._stdio import _BACKLOG_HIGH, _BACKLOG_LOW, _Lines
+
+    link, pipe = _Taker(), _Pipe()
+    lines = _Lines(link)  # type: ignore[arg-type]
+    lines.connection_made(pipe)
+    lines.data_received(b'{"tools/call": 1}\n{"ping": 2}\n{"tools/call": 3}\n{"tools/')
+    # The first is the link's at once; the ping waits for the SDK's server, and the call
+    # after it waits behind it (handled in the order they came, as a reading loop would).
+    assert link.taken == [b'{"tools/call": 1}']
+    assert list(lines.backlog) == [b'{"ping": 2}', b'{"tools/call": 3}']
+    lines.delivered()
+    lines.delivered()
+    lines.data_received(b'call": 4}\n')  # the unfinished line, finished: taken at once
+    assert link.taken[-1] == b'{"tools/call": 4}' and not lines.backlog
+    # Past the bound of waiting lines stdin is not read; read again once they are down.
+    lines.data_received(b'{"ping": 5}\n' * (_BACKLOG_HIGH + 1))
+    assert pipe.paused
+    while len(lines.backlog) > _BACKLOG_LOW + 1:
+        lines.delivered()
+    assert pipe.paused
+    lines.delivered()
+    assert not pipe.paused
+    assert not lines.ended
+    lines.eof_received()
+    assert lines.ended
 
 
 class _Raw:

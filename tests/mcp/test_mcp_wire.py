@@ -109,22 +109,44 @@ async def test_a_call_past_its_deadline_is_cancelled_at_the_server(
     assert hanging and f"cancelled {hanging[-1]}" in told
 
 
-async def test_a_calls_deadline_puts_a_timeout_in_its_mailbox_and_a_moved_one_waits() -> None:
-    """The own link's deadline (`_Deadline`): a timer on the loop, no scope entered."""
-    from handrail.mcp._client import _Deadline, _Mailbox
+@pytest.mark.parametrize("swept", [False, True])
+async def test_a_calls_deadline_puts_a_timeout_in_its_mailbox_and_a_moved_one_waits(
+        swept: bool) -> None:
+    """The own link's deadline (`_Deadline`): a timer on the loop (its own, or the link's
+    one `_Sweep`), no scope entered."""
+    from handrail.mcp._client import _Deadline, _Mailbox, _Sweep
 
+    sweep = _Sweep() if swept else None
     mail = _Mailbox()
-    _Deadline(anyio.current_time(), mail)  # due now: the loop's next turn puts the timeout
+    _Deadline(anyio.current_time(), mail, sweep)  # due now: the loop's next turn puts it
     with anyio.fail_after(5):  # a bound for the test that fails, never a clock to wait on
         assert await mail.get() == ("timeout", None)
     later = _Mailbox()
-    moved = _Deadline(anyio.current_time(), later)
+    moved = _Deadline(anyio.current_time(), later, sweep)
     moved.deadline = float("inf")  # a person is asked: the server is not being slow
     later.put(("result", "first"))
     moved.deadline = anyio.current_time()  # and restarted (progress, or the answer came)
     with anyio.fail_after(5):
         assert await later.get() == ("result", "first")
         assert await later.get() == ("timeout", None)
+
+
+async def test_the_links_deadlines_share_one_timer_and_each_times_out_on_its_own() -> None:
+    """`_Sweep`: one timer for every call of a link, armed at the earliest deadline."""
+    from handrail.mcp._client import _Deadline, _Mailbox, _Sweep
+
+    sweep = _Sweep()
+    now = anyio.current_time()
+    far, finished, due = _Mailbox(), _Mailbox(), _Mailbox()
+    _Deadline(now + 3600, far, sweep)
+    over = _Deadline(now, finished, sweep)
+    _Deadline(now, due, sweep)
+    over.cancel()  # its call ended before the deadline: never told
+    with anyio.fail_after(5):
+        assert await due.get() == ("timeout", None)
+    await anyio.lowlevel.checkpoint()
+    assert finished.close() == [] and far.close() == []
+    assert sweep._at == now + 3600  # armed again, for the one left
 
 
 async def test_the_handshake_takes_the_version_the_server_chose(tmp_path: Path) -> None:

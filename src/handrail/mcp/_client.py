@@ -8,6 +8,7 @@ and never trusted: only a manifest grant can make an MCP tool non-mutating.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import os
@@ -82,6 +83,8 @@ class MCPTool(SchemaTool):
         """The tool's name on the server (the spec's id carries our local server name)."""
         self.argument_actions = tuple(actions)
         """What the manifest says the arguments touch; empty: `call server/tool`."""
+        self.tool_id = str(spec.id)
+        """`str(spec.id)`, as every call's errors name the tool (made once, not a call)."""
 
     def actions(self, validated: Any) -> list[Action]:
         """The mapped argument actions, or `call server/tool` when none is mapped.
@@ -117,8 +120,8 @@ class MCPTool(SchemaTool):
     async def _run(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
         result = await self.toolset.call_remote(self, arguments, ctx)
         confinement = self.toolset.confinement
-        if confinement is None:
-            return result
+        if confinement is None or "handrail.sandbox" in result.metadata:
+            return result  # none, or a plain result made with it (`call_remote`)
         # How the server that answered was confined, in every call's record (docs/sandbox.md).
         return ToolResult(result.content, result.structured, result.is_error,
                           {**result.metadata, "handrail.sandbox": confinement})
@@ -789,9 +792,7 @@ class MCPToolset:
         sends the request itself and its mailbox receives the answer and the progress too;
         abandoned unanswered, the call is cancelled at the server (`notifications/cancelled`).
         """
-        from mcp.shared.exceptions import MCPError
-
-        tool_id = str(tool.spec.id)
+        tool_id = tool.tool_id
         session = await self._live_session(tool_id, ctx)
         wire = self._wire
         if self.tools_changed:
@@ -808,12 +809,15 @@ class MCPToolset:
                 raise NotGranted(withdrawn)
             raise UnknownTool(withdrawn)
         timeout = self.timeout
-        deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
-        mail = _Mailbox()
+        # The own link runs on asyncio only: its loop's clock is anyio's, without the look-up.
+        now = anyio.current_time() if wire is None else asyncio.get_running_loop().time()
+        deadline = now + timeout if timeout is not None else float("inf")
+        mail = _Mailbox() if wire is None else _LoopMailbox()
         # The request task's scope; over the own link, a timer that puts a timeout in the
         # mailbox (the body enters no scope: a paused run's body may be closed elsewhere).
-        scope: anyio.CancelScope | _Deadline = (anyio.CancelScope(deadline=deadline)
-                                                if wire is None else _Deadline(deadline, mail))
+        scope: anyio.CancelScope | _Deadline = (
+            anyio.CancelScope(deadline=deadline) if wire is None
+            else _Deadline(deadline, mail, wire.deadlines))
         relay = RELAY.get()  # the gateway's client request this call serves, if any
         in_flight = _InFlight(mail, scope, relay)
 
@@ -828,25 +832,25 @@ class MCPToolset:
                 with contextlib.suppress(Exception):  # boundary: a client gone is not told
                     await relay.progress(progress, total, text)
 
-        async def request() -> None:
-            import mcp_types as t
-
-            call = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,
-                                                                    arguments=arguments))
-            outcome: tuple[str, Any] = ("timeout", None)
-            try:
-                with cast(anyio.CancelScope, scope):
-                    outcome = ("result", await session.send_request(
-                        call, t.CallToolResult, progress_callback=on_progress))
-            except Exception as exc:  # boundary: mapped by the body, in its own task
-                outcome = ("error", exc)
-            with contextlib.suppress(anyio.ClosedResourceError):  # the body is gone
-                mail.put(outcome)
-
         kind, value, rid = "timeout", None, None
         self._in_flight.append(in_flight)
         try:
-            if wire is None:
+            if wire is None:  # the SDK's session, in a request task
+                async def request() -> None:
+                    import mcp_types as t
+
+                    call = t.CallToolRequest(params=t.CallToolRequestParams(name=tool.remote_name,
+                                                                            arguments=arguments))
+                    outcome: tuple[str, Any] = ("timeout", None)
+                    try:
+                        with cast(anyio.CancelScope, scope):
+                            outcome = ("result", await session.send_request(
+                                call, t.CallToolResult, progress_callback=on_progress))
+                    except Exception as exc:  # boundary: mapped by the body, in its own task
+                        outcome = ("error", exc)
+                    with contextlib.suppress(anyio.ClosedResourceError):  # the body is gone
+                        mail.put(outcome)
+
                 self._tg.start_soon(request)
             else:
                 try:
@@ -885,7 +889,10 @@ class MCPToolset:
                 raise InvalidOutput(tool_id, [Issue(path="$", message=f"MCP server "
                                                     f"'{self.name}' sent {value}")])
             if kind == "result":
-                plain = plain_call_result(value, max_bytes=self.max_result_bytes)
+                confinement = self.confinement
+                plain = plain_call_result(
+                    value, max_bytes=self.max_result_bytes,
+                    metadata=None if confinement is None else {"handrail.sandbox": confinement})
                 if plain is not None:
                     return plain
                 from pydantic import ValidationError
@@ -904,6 +911,8 @@ class MCPToolset:
                         path="$", message=f"MCP server '{self.name}' sent a malformed result: "
                         f"text no UTF-8 can carry ({exc.reason})")]) from exc
         if kind == "error":
+            from mcp.shared.exceptions import MCPError
+
             error = map_mcp_error(value, tool=tool_id, server=self.name,
                                   stderr_tail=self.stderr_tail())
             if in_flight.heard and error.disposition is Disposition.NOT_SENT:
@@ -1127,19 +1136,103 @@ class _Mailbox:
         return left
 
 
+class _LoopMailbox(_Mailbox):
+    """A `_Mailbox` whose body waits on a bare future of the running asyncio loop.
+
+    For the own link (`mcp/_wire.py`, asyncio only): an `anyio.Event` is an `asyncio.Event`
+    behind a backend look-up, made at the start and again after each item taken, whose wait
+    makes a future anyway; this makes the one future, only when the body has to wait
+    (issue 38). A cancellation reaches the body at that future, as at the event's.
+    """
+
+    __slots__ = ("_waiter",)
+
+    def __init__(self) -> None:
+        self._items = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self.closed = False
+
+    def put(self, item: tuple[str, Any]) -> None:
+        """Hand `item` to the body; `ClosedResourceError` once the body has gone."""
+        if self.closed:
+            raise anyio.ClosedResourceError
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> tuple[str, Any]:
+        """The next item, in the order put (a cancellation point while it waits)."""
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
+class _Sweep:
+    """One timer for the deadlines of a link's calls (`_Deadline`), armed at the earliest.
+
+    A timer a call (`loop.call_at`, then its cancel and the heap's clean-up) was a tenth of
+    the own link's share of `handrail serve`'s call (issue 38); calls of one timeout have
+    deadlines in the order they start, so one timer serves them all: armed for the first,
+    and when it goes off, each deadline due gets its timeout and the timer is armed again
+    for the earliest left. Joining and leaving is a set's add and discard.
+    """
+
+    __slots__ = ("_at", "_due", "_timer")
+
+    def __init__(self) -> None:
+        self._due: set[_Deadline] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._at = float("inf")
+
+    def add(self, deadline: _Deadline) -> None:
+        """Watch `deadline` (again, when it moved)."""
+        self._due.add(deadline)
+        if deadline._at < self._at:
+            self._arm(deadline._at)
+
+    def discard(self, deadline: _Deadline) -> None:
+        """Stop watching `deadline` (its call is over, or a person is asked)."""
+        self._due.discard(deadline)
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._at = at
+        self._timer = asyncio.get_running_loop().call_at(at, self._fire)
+
+    def _fire(self) -> None:
+        self._timer, self._at = None, float("inf")
+        now = asyncio.get_running_loop().time()
+        earliest = float("inf")
+        for deadline in list(self._due):
+            if deadline._at <= now:
+                self._due.discard(deadline)
+                deadline._expire()
+            elif deadline._at < earliest:
+                earliest = deadline._at
+        if earliest != float("inf"):
+            self._arm(earliest)
+
+
 class _Deadline:
     """A call's deadline over the own link: at it, `("timeout", None)` goes in the mailbox.
 
     Set like a cancel scope's (`deadline`: restarted by progress, infinite while a person
-    is asked); `cancel()` stops the timer. No scope is entered, so nothing ties the call's
-    body to one task.
+    is asked); `cancel()` stops it. No scope is entered, so nothing ties the call's body to
+    one task. With a `sweep` (the link's), its timer is the sweep's; else a timer its own.
     """
 
-    __slots__ = ("_at", "_mail", "_timer")
+    __slots__ = ("_at", "_mail", "_sweep", "_timer")
 
-    def __init__(self, deadline: float, mail: _Mailbox) -> None:
+    def __init__(self, deadline: float, mail: _Mailbox, sweep: _Sweep | None = None) -> None:
         self._mail = mail
         self._timer: Any = None
+        self._sweep = sweep
         self._at = deadline
         self._arm()
 
@@ -1153,8 +1246,13 @@ class _Deadline:
         self._arm()
 
     def _arm(self) -> None:
-        import asyncio
-
+        sweep = self._sweep
+        if sweep is not None:
+            if self._at != float("inf") and not self._mail.closed:
+                sweep.add(self)
+            else:
+                sweep.discard(self)
+            return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -1162,16 +1260,20 @@ class _Deadline:
             self._timer = asyncio.get_running_loop().call_at(self._at, self._fire)
 
     def _fire(self) -> None:
-        import asyncio
-
         self._timer = None
         if asyncio.get_running_loop().time() < self._at:
             self._arm()  # moved later meanwhile
             return
+        self._expire()
+
+    def _expire(self) -> None:
         with contextlib.suppress(anyio.ClosedResourceError):  # the call is over
             self._mail.put(("timeout", None))
 
     def cancel(self) -> None:
+        if self._sweep is not None:
+            self._sweep.discard(self)
+            return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -1200,6 +1302,8 @@ def _own_link() -> bool:
 
 def _answer(kind: str, value: Any) -> tuple[str, Any]:
     """What the link put in a call's mailbox, as the SDK's session would have raised it."""
+    if kind == "result":  # the common case: no import statement run (issue 38)
+        return kind, value
     from mcp.shared.exceptions import MCPError
 
     from handrail.mcp._errors import CONNECTION_CLOSED

@@ -6,10 +6,10 @@ copied, and a block handrail cannot represent faithfully is described, never sil
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from handrail.errors import InvalidOutput, Issue
+from handrail.mcp._json import loose_text
 from handrail.tools import (
     Audio,
     EmbeddedResource,
@@ -91,10 +91,24 @@ def from_mcp_result(result: mcp_types.CallToolResult, *, tool: str,
 
 
 _PLAIN_KEYS = frozenset({"content", "structuredContent", "isError"})
+# The slots' setters of `Text` and `ToolResult`: `plain_call_result` has checked what their
+# frozen `__init__` and `__post_init__` check (a string; a tuple of items, never empty), so it
+# builds them through these, in about a third of the work (issue 38).
+_NEW = object.__new__
+_SET_TEXT, _SET_TEXT_KIND = (getattr(Text, name).__set__ for name in ("text", "kind"))
+_SET_RESULT = tuple(getattr(ToolResult, name).__set__
+                    for name in ("content", "structured", "is_error", "metadata"))
 
 
-def plain_call_result(raw: Any, *, max_bytes: int = DEFAULT_MAX_RESULT_BYTES
-                      ) -> ToolResult | None:
+def _text(text: str) -> Text:
+    item: Text = _NEW(Text)
+    _SET_TEXT(item, text)
+    _SET_TEXT_KIND(item, "text")
+    return item
+
+
+def plain_call_result(raw: Any, *, max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+                      metadata: dict[str, Any] | None = None) -> ToolResult | None:
     """A `tools/call` result of text blocks as `from_mcp_result` returns it; None for others.
 
     The result almost every server sends (`{"content": [{"type": "text", "text": ...}],
@@ -104,7 +118,8 @@ def plain_call_result(raw: Any, *, max_bytes: int = DEFAULT_MAX_RESULT_BYTES
     call in front of an upstream, issue 38) prove nothing more of it. Only that exact shape
     is taken here, each value of the one JSON type allowed; anything else (another block or
     key, `_meta`, annotations, a value of another type, a result over `max_bytes`) is None,
-    for the general path that validates it and says what is wrong.
+    for the general path that validates it and says what is wrong. `metadata` is the
+    result's (what the caller would otherwise add with a second `ToolResult`).
     """
     if type(raw) is not dict or not _PLAIN_KEYS.issuperset(raw):
         return None
@@ -123,17 +138,23 @@ def plain_call_result(raw: Any, *, max_bytes: int = DEFAULT_MAX_RESULT_BYTES
         if type(text) is not str:
             return None
         total += len(text)
-        items.append(Text(text))
+        items.append(_text(text))
     if total > max_bytes:
         return None  # refused by the general path, which says so
     if structured:
         try:  # a lone surrogate (json.loads makes them) is no UTF-8: the SDK's check raises
-            json.dumps(structured, ensure_ascii=False).encode()
+            loose_text(structured).encode()
         except (UnicodeEncodeError, ValueError, RecursionError):
             return None
     if not items:
         items.append(Json(structured) if structured is not None else Text(""))
-    return ToolResult(tuple(items), structured, is_error)
+    result: ToolResult = _NEW(ToolResult)
+    set_content, set_structured, set_is_error, set_metadata = _SET_RESULT
+    set_content(result, tuple(items))
+    set_structured(result, structured)
+    set_is_error(result, is_error)
+    set_metadata(result, {} if metadata is None else metadata)
+    return result
 
 
 def to_mcp_result(result: ToolResult) -> mcp_types.CallToolResult:

@@ -38,6 +38,8 @@ from handrail.gate import Gate, Governance, PausedOnQuestion, PausedOnRequest, R
 from handrail.manifest import check_against, refusals
 from handrail.mcp._approve import ClientApprover, client_acts
 from handrail.mcp._carry import READ_TOOL, Carried, client_names, keeps_names, read_tools
+from handrail.mcp._content import to_mcp_dict
+from handrail.mcp._json import strict_text
 from handrail.mcp._relay import RELAY, Relay
 from handrail.models import AssistantMessage, ToolCall, dump_messages
 from handrail.otel import Telemetry, telemetry_from
@@ -225,32 +227,28 @@ class GatewaySession:
                     gate: Gate | None) -> ToolResult:
         self.busy += 1
         self.last_active = time.monotonic()
-        try:
-            return await self._call(name, arguments, gate)
+        try:  # the call itself here, not in a coroutine of its own: one frame less a call
+            await self.gateway.refresh_tools()
+            arguments = arguments if arguments is not None else {}
+            try:
+                text = strict_text(arguments)
+                # The digest only matters when a call waits for a person (most sessions never).
+                key = (name, argument_digest(arguments)) if self._parked else None
+            except (TypeError, ValueError, RecursionError):
+                return ToolResult.error("The arguments are not JSON (or are nested too deeply).")
+            parked = self._parked.get(key) if key is not None else None
+            if key is not None and parked is not None:
+                async with parked.lock:
+                    if self._parked.get(key) is parked:  # else a twin retry finished it first
+                        return await self._wait(key, parked)
+            # A new call (two identical ones arriving together are two calls, each decided).
+            turn = self._turn
+            self._turn += 1
+            call = ToolCall(id=f"call-{turn + 1}", name=name, arguments=text)
+            return await self._drive(key, turn, call, {}, gate)
         finally:
             self.busy -= 1
             self.last_active = time.monotonic()
-
-    async def _call(self, name: str, arguments: dict[str, Any] | None,
-                    gate: Gate | None = None) -> ToolResult:
-        await self.gateway.refresh_tools()
-        arguments = arguments if arguments is not None else {}
-        try:
-            text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
-            # The digest only matters when a call waits for a person (most sessions never).
-            key = (name, argument_digest(arguments)) if self._parked else None
-        except (TypeError, ValueError, RecursionError):
-            return ToolResult.error("The arguments are not JSON (or are nested too deeply).")
-        parked = self._parked.get(key) if key is not None else None
-        if key is not None and parked is not None:
-            async with parked.lock:
-                if self._parked.get(key) is parked:  # else a twin retry finished it first
-                    return await self._wait(key, parked)
-        # A new call (two identical ones arriving together are two calls, each decided).
-        turn = self._turn
-        self._turn += 1
-        call = ToolCall(id=f"call-{turn + 1}", name=name, arguments=text)
-        return await self._drive(key, turn, call, {}, gate)
 
     async def _drive(self, key: tuple[str, str] | None, turn: int, call: ToolCall,
                      existing: dict[str, CallRecord], via: Gate | None = None) -> ToolResult:
@@ -352,9 +350,12 @@ class GatewaySession:
             self.run.events.append({"kind": kind, "at": time.time(), **detail})
 
     def _transcript(self, messages: Sequence[Any]) -> list[tuple[str, int, dict[str, Any]]]:
-        entries = [(self.run.id, self._seq + i, m)
-                   for i, m in enumerate(dump_messages(list(messages)))]
-        self._seq += len(entries)
+        run_id, seq = self.run.id, self._seq
+        entries = []
+        for dumped in dump_messages(list(messages)):  # a loop: no comprehension's frame
+            entries.append((run_id, seq, dumped))
+            seq += 1
+        self._seq = seq
         return entries
 
     def _run_due(self) -> bool:
@@ -704,8 +705,6 @@ class Gateway:
         name it was shown, the gate, and what an upstream sends meanwhile relayed for this
         request; the result as the wire dict for the negotiated version.
         """
-        from handrail.mcp._content import to_mcp_dict
-
         key = ("stdio",)
         session = self._by_client.get(key)
         if session is None:
@@ -716,7 +715,7 @@ class Gateway:
         name = self.client_shown_to_model(params["name"])
         token = RELAY.set(relay.bind(session.call_event))
         try:
-            result = await session.call(name, arguments)
+            result = await session._busy(name, arguments, None)  # `call`, one frame less
         finally:
             RELAY.reset(token)
         return to_mcp_dict(result, relay.link.version or "2025-11-25")

@@ -43,6 +43,7 @@ from typing import Any, TypeGuard
 import anyio
 import anyio.abc
 
+from handrail.mcp._json import compact_text, loads
 from handrail.mcp._relay import Relay
 
 __all__ = ["MAX_IN_FLIGHT", "LinkRelay", "ServeLink"]
@@ -111,7 +112,8 @@ class LinkRelay(Relay):
     """What an upstream sends during a call, relayed to the link's client for its request."""
 
     def __init__(self, link: ServeLink, request_id: str | int, token: str | int | None) -> None:
-        super().__init__(None)
+        self.ctx = None  # `Relay`'s fields, without its __init__'s call: one a call
+        self._record = None
         self.link = link
         self.request_id = request_id
         self.token = token
@@ -167,8 +169,7 @@ def _dump(params: Any) -> dict[str, Any]:
 
 def _encode(message: dict[str, Any]) -> bytes:
     """One JSON-RPC message as one line (strict JSON: a NaN is refused, ValueError)."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"),
-                      allow_nan=False).encode() + b"\n"
+    return compact_text(message).encode() + b"\n"
 
 
 class ServeLink:
@@ -217,7 +218,7 @@ class ServeLink:
                 self._saw_initialize(line)
             return False
         try:
-            message = json.loads(line)
+            message = loads(line)
         except (ValueError, RecursionError):
             return False  # the SDK's path answers a Parse error
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -307,42 +308,46 @@ class ServeLink:
         # handle, a cancel scope, an event and a wrapping coroutine per task (anyio 4.14+:
         # ~11 µs a call more than this, and allocations that set the collector off; issue
         # 38). The call's own scope is anyio's; `shutdown` does what the group's exit did.
-        task = asyncio.get_running_loop().create_task(
-            self._call(rid, params, scope, LinkRelay(self, rid, token)))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+        self._running.add(asyncio.get_running_loop().create_task(
+            self._call(rid, key, params, scope, LinkRelay(self, rid, token))))
 
-    async def _call(self, rid: str | int, params: dict[str, Any], scope: anyio.CancelScope,
-                    relay: LinkRelay) -> None:
-        key = _key(rid)
+    async def _call(self, rid: str | int, key: str | int, params: dict[str, Any],
+                    scope: anyio.CancelScope, relay: LinkRelay) -> None:
         answered = False
         try:
-            # Cancelled by the client (absorbed, never answered) or by `shutdown`.
-            with scope:
-                try:
-                    result = await self.handler(params, relay)
-                    data = _encode({"jsonrpc": "2.0", "id": rid, "result": result})
-                except Exception:  # boundary: a failure of ours, answered as one
-                    import logging
+            try:
+                # Cancelled by the client (absorbed, never answered) or by `shutdown`.
+                with scope:
+                    try:
+                        result = await self.handler(params, relay)
+                        data = _encode({"jsonrpc": "2.0", "id": rid, "result": result})
+                    except Exception:  # boundary: a failure of ours, answered as one
+                        import logging
 
-                    logging.getLogger("handrail").exception("handrail serve: a tools/call failed")
-                    answered = True
-                    self._error(rid, INTERNAL_ERROR, "Internal error")
-                else:
-                    answered = True
-                    self._put(data)
-            if not answered and key not in self._cancelled:
-                self._cut_off(rid)
-        except anyio.get_cancelled_exc_class():
-            if not answered and key not in self._cancelled:  # cancelled from outside the link
-                self._cut_off(rid)
-            raise
+                        logging.getLogger("handrail").exception(
+                            "handrail serve: a tools/call failed")
+                        answered = True
+                        self._error(rid, INTERNAL_ERROR, "Internal error")
+                    else:
+                        answered = True
+                        self._put(data)
+                if not answered and key not in self._cancelled:
+                    self._cut_off(rid)
+            except anyio.get_cancelled_exc_class():
+                if not answered and key not in self._cancelled:  # cancelled from outside
+                    self._cut_off(rid)
+                raise
+            finally:
+                del self._calls[key]
+                self._cancelled.discard(key)
+            if self._buffered() > _WRITE_HIGH and self._drain is not None:
+                with contextlib.suppress(OSError, RuntimeError):
+                    await self._drain()
         finally:
-            del self._calls[key]
-            self._cancelled.discard(key)
-        if self._buffered() > _WRITE_HIGH and self._drain is not None:
-            with contextlib.suppress(OSError, RuntimeError):
-                await self._drain()
+            # Its last act: it leaves `_running` itself, not by a done callback (one more
+            # event-loop iteration a call). Nothing cancels the task but through its scope,
+            # so this body always runs.
+            self._running.discard(asyncio.current_task())
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -352,8 +357,10 @@ class ServeLink:
     def _put(self, data: bytes) -> None:
         if self._write is None:
             return
-        with contextlib.suppress(OSError, RuntimeError):
+        try:  # not contextlib.suppress: a context manager's two calls, every answer
             self._write(data)
+        except (OSError, RuntimeError):
+            pass
 
     def _error(self, rid: str | int, code: int, message: str, data: Any = None) -> None:
         error: dict[str, Any] = {"code": code, "message": message}

@@ -17,6 +17,8 @@ the protocol asks (the SDK's transport drops it silently).
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
 import fcntl
 import json
@@ -35,7 +37,6 @@ __all__ = ["MAX_MESSAGE_BYTES", "serve_stdio_transport"]
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The longest JSON-RPC message (one line) a client may send over stdio, in bytes."""
-_CHUNK = 256 * 1024
 
 
 class MessageTooLong(ValueError):
@@ -73,6 +74,13 @@ def split_lines(buffer: bytearray, chunk: bytes, skipping: bool,
     `buffer` holds the unfinished line and never grows past `limit`: a line that would is
     reported once as `MessageTooLong`, and the rest of it is dropped up to its newline.
     """
+    if not skipping and not buffer:
+        # The common chunk: one whole line (a peer writes a message and its newline at
+        # once), taken without the loop's copies into `buffer` (issue 38).
+        end = chunk.find(b"\n")
+        if end == len(chunk) - 1 and end <= limit:
+            line = chunk[:end]
+            return ([line] if line.strip() else []), False
     out: list[bytes | MessageTooLong] = []
     start = 0
     while True:
@@ -97,6 +105,79 @@ def split_lines(buffer: bytearray, chunk: bytes, skipping: bool,
                 out.append(bytes(buffer))
             buffer.clear()
         start = end + 1
+
+
+_BACKLOG_HIGH = 64  # lines waiting for the SDK's server: past this, stdin is not read
+_BACKLOG_LOW = 16
+
+
+class _Lines(asyncio.Protocol):
+    """stdin's protocol: each chunk split into lines in the loop's own read callback.
+
+    A line the link takes (a `tools/call`) starts its call right there, one event-loop
+    iteration sooner than through a `StreamReader` and a reading task (the reader's future,
+    then the task's wake-up: issue 38). Any other line, and every line after it until it is
+    delivered, waits in `backlog` for `forward` (the SDK's server), so lines are handled in
+    the order they came, as a reading loop handles them; past `_BACKLOG_HIGH` waiting lines
+    stdin is not read until `forward` catches up.
+    """
+
+    def __init__(self, link: ServeLink | None) -> None:
+        self.link = link
+        self.backlog: collections.deque[bytes | MessageTooLong] = collections.deque()
+        self.ended = False
+        """stdin reached its end (or failed): `forward` ends once the backlog is delivered."""
+        self._buffer = bytearray()
+        self._skipping = False
+        self._transport: Any = None
+        self._paused = False
+        self._waiter: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        lines, self._skipping = split_lines(self._buffer, data, self._skipping)
+        backlog, link = self.backlog, self.link
+        for line in lines:
+            if not backlog and link is not None and type(line) is bytes and link.take(line):
+                continue
+            backlog.append(line)
+        if backlog:
+            self._wake()
+            if len(backlog) > _BACKLOG_HIGH and not self._paused:
+                self._paused = True
+                self._transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        self._wake()
+
+    def delivered(self) -> None:
+        """`forward` is done with the backlog's first line."""
+        self.backlog.popleft()
+        if self._paused and len(self.backlog) <= _BACKLOG_LOW and not self.ended:
+            self._paused = False
+            self._transport.resume_reading()
+
+    async def wait(self) -> None:
+        """Until a line waits in the backlog or stdin has ended."""
+        while not self.backlog and not self.ended:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 class _Claim:
@@ -152,9 +233,9 @@ async def serve_stdio_transport(link: ServeLink | None = None) -> AsyncIterator[
     claim = _Claim()
     reader_file = os.fdopen(claim.read_fd, "rb", buffering=0, closefd=False)
     writer_file = os.fdopen(claim.write_fd, "wb", buffering=0, closefd=False)
-    reader = asyncio.StreamReader(limit=_CHUNK)
+    lines = _Lines(link)
     read_transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), reader_file)
+        lambda: lines, reader_file)
     write_transport, write_protocol = await loop.connect_write_pipe(
         asyncio.streams.FlowControlMixin, writer_file)
     writer = asyncio.StreamWriter(write_transport, write_protocol, None, loop)
@@ -175,30 +256,28 @@ async def serve_stdio_transport(link: ServeLink | None = None) -> AsyncIterator[
             writer.write(json.dumps(body).encode() + b"\n")
 
     async def read_lines() -> None:
-        buffer = bytearray()
-        skipping = False
+        # The lines `_Lines` left for the SDK's server (and those after them), in order.
+        backlog = lines.backlog
         async with inbound_send:
             while True:
-                chunk = await reader.read(_CHUNK)
-                if not chunk:
+                await lines.wait()
+                if not backlog:
                     if link is not None:
                         link.closed()
                     return  # the client closed stdin: the session is over
-                lines, skipping = split_lines(buffer, chunk, skipping)
-                for line in lines:
-                    if isinstance(line, Exception):
-                        parse_error(str(line))
-                        await inbound_send.send(line)
-                        continue
-                    if link is not None and link.take(line):
-                        continue
+                line = backlog[0]
+                if isinstance(line, Exception):
+                    parse_error(str(line))
+                    await inbound_send.send(line)
+                elif link is None or not link.take(line):
                     try:
                         message = adapter.validate_json(line, by_name=False)
                     except Exception as exc:  # boundary: whatever the client sent
                         parse_error("not a JSON-RPC message")
                         await inbound_send.send(exc)
-                        continue
-                    await inbound_send.send(SessionMessage(message))
+                    else:
+                        await inbound_send.send(SessionMessage(message))
+                lines.delivered()  # only now may a later line be taken before the backlog
 
     written = anyio.Event()
 

@@ -44,6 +44,7 @@ from typing import IO, Any
 
 import anyio
 
+from handrail.mcp._json import compact_ascii, loads
 from handrail.mcp._stdio import MessageTooLong, split_lines
 
 __all__ = ["ID_PREFIX", "Wire", "check_call_result", "lean_available", "open_wire"]
@@ -92,6 +93,33 @@ class _Pipes(asyncio.SubprocessProtocol):
         self.wire._exited.set()
 
 
+class _Stdout(asyncio.Protocol):
+    """The server's stdout pipe, read straight into the link (`Wire._received`).
+
+    The subprocess transport's own pipe protocol hands each chunk on with `call_soon`: one
+    event-loop iteration more for every answer (issue 38). This one takes the chunk in the
+    read callback itself; the end of the pipe still goes through the subprocess transport
+    (`inner`), which then tells `_Pipes` (after any chunk: it is scheduled, they are not).
+    """
+
+    def __init__(self, wire: Wire, inner: Any) -> None:
+        self.wire = wire
+        self.inner = inner
+
+    def connection_made(self, transport: Any) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.wire._received(data)
+
+    def eof_received(self) -> bool | None:
+        result: bool | None = self.inner.eof_received()
+        return result
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.inner.connection_lost(exc)
+
+
 class Wire:
     """One stdio server's link: the SDK session's streams, and `tools/call` of its own."""
 
@@ -105,6 +133,10 @@ class Wire:
         self.stdin_lost = False
         self.version: str | None = None
         """The protocol version the handshake agreed (set by the toolset)."""
+        from handrail.mcp._client import _Sweep
+
+        self.deadlines = _Sweep()
+        """The one timer of the deadlines of this link's calls (`_client._Deadline`)."""
         self._buffer = bytearray()
         self._skipping = False
         self._calls: dict[str, Any] = {}  # id -> the call's mailbox (`_client._Mailbox`)
@@ -141,7 +173,7 @@ class Wire:
             self._pass(line)
             return
         try:
-            message = json.loads(line)
+            message = loads(line)
         except ValueError:
             self._pass(line)  # the session parses it again, and reports it
             return
@@ -290,8 +322,7 @@ class Wire:
         self._count += 1
         rid = f"{ID_PREFIX}{self._count}"
         params = {**params, "_meta": {"progressToken": rid}}
-        data = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params},
-                          separators=(",", ":"))
+        data = compact_ascii({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         self._send(data.encode() + b"\n")
         self._calls[rid] = mail
         try:
@@ -337,8 +368,10 @@ class Wire:
 
 
 def _put(mail: Any, item: tuple[str, Any]) -> None:
-    with contextlib.suppress(anyio.ClosedResourceError):  # the call is gone
+    try:  # not contextlib.suppress: a context manager's two calls, every answer
         mail.put(item)
+    except anyio.ClosedResourceError:
+        pass  # the call is gone
 
 
 def _owner(head: bytes) -> str | None:
@@ -370,7 +403,12 @@ async def open_wire(argv: Sequence[str], *, env: Mapping[str, str] | None, cwd: 
         start_new_session=True)
     wire._transport = transport
     wire._stdin = transport.get_pipe_transport(0)
-    wire._stdout = transport.get_pipe_transport(1)
+    wire._stdout = stdout = transport.get_pipe_transport(1)
+    # No await since the transport was connected: the chunks it held back until then have
+    # been handed on already (its `_connect_pipes` scheduled them before our wake-up), so
+    # from here every chunk comes straight, in order.
+    if stdout is not None:
+        stdout.set_protocol(_Stdout(wire, stdout.get_protocol()))
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(wire._forward)
