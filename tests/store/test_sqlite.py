@@ -16,7 +16,7 @@ import pytest
 
 from handrail.errors import SchemaTooNew, StoreError
 from handrail.store import Batch, PendingItem, RunRecord, Store
-from handrail.store._sqlite import MIGRATIONS
+from handrail.store._sqlite import MIGRATIONS, WRITER_CACHE_KIB, SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -80,6 +80,19 @@ def test_reopening_does_not_migrate_twice(tmp_path: Path) -> None:
     Store.open(tmp_path / "runs.db")
     db = sqlite3.connect(tmp_path / "runs.db")
     assert db.execute("SELECT count(*) FROM _migrations").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_both_connections_keep_a_fold_cycles_log_in_their_page_cache(tmp_path: Path) -> None:
+    # The reader folds the log too (before a read, on close): with SQLite's default 2 MiB
+    # cache each of the fold's passes read a large log's pages from the WAL again, and its
+    # transaction spilled pages to the WAL before its commit (a lookup in the WAL's index a
+    # page, dearer as the WAL grows: the per-call cost was not flat in the run's length).
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        for db in (store._db, store._reader):
+            assert db.execute("PRAGMA cache_size").fetchone()[0] == -WRITER_CACHE_KIB
+    finally:
+        anyio.run(store.close)
 
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
