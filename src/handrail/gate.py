@@ -84,7 +84,7 @@ from handrail.models import ToolCall, ToolResultMessage
 from handrail.otel import Instrumentation
 from handrail.policy import Act, Action, AskTerms, Effect, Limit, Policy, Rule, Verdict
 from handrail.store import Batch, CallRecord, CallStatus, PendingItem, Store
-from handrail.store.contract import QuotaClaim, QuotaExceeded, update
+from handrail.store.contract import QuotaClaim, QuotaExceeded, positional_maker, update
 from handrail.tools import (
     CallContext,
     Cancel,
@@ -412,21 +412,8 @@ def _record_maker() -> Callable[[str, str, str, int, int, str, str | None, str],
     `CallRecord` is named, so a field added to it gets its default here without a change.
     """
     given = ("id", "run_id", "call_id", "turn", "index", "model_name", "tool", "arguments")
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": CallRecord}
-    lines = [f"def make({', '.join(given)}):", "    n = new(cls)"]
-    for f in dataclasses.fields(CallRecord):
-        if f.name in given:
-            lines.append(f"    n.{f.name} = {f.name}")
-        elif f.default_factory is not dataclasses.MISSING:
-            namespace[f"factory_{f.name}"] = f.default_factory
-            lines.append(f"    n.{f.name} = factory_{f.name}()")
-        else:
-            namespace[f"default_{f.name}"] = f.default
-            lines.append(f"    n.{f.name} = default_{f.name}")
-    lines.append("    return n")
-    exec("\n".join(lines) + "\n", namespace)
     make: Callable[[str, str, str, int, int, str, str | None, str], CallRecord] = (
-        namespace["make"])
+        positional_maker(CallRecord, given))
     return make
 
 

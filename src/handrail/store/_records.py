@@ -273,20 +273,24 @@ class Batch:
     transaction, or the whole batch refused (`QuotaExceeded`) and nothing of it written."""
 
 
-def _batch_maker() -> Callable[[RunRecord | None], Batch]:
-    """A straight-line `Batch(run=run)`: every other field its default, each list a new one.
+def positional_maker(cls: type, given: tuple[str, ...], signature: str | None = None
+                     ) -> Callable[..., Any]:
+    """A straight-line constructor of dataclass `cls`, `given` set from its arguments.
 
-    Generated once, as `clone`'s copiers are: the dataclass's keyword-only `__init__` (a
-    type call, keyword matching, a call of each default factory) costs about twice this on
-    the loop's per-turn path (issue 38). Every field of `Batch` is named, so a field added
-    to it gets its default here without a change.
+    Every other field gets its default: each list a new one, each other factory called anew.
+
+    Generated once, as `clone`'s copiers are: a dataclass's keyword-only `__init__` (a type
+    call, keyword matching, a call of each default factory) costs about twice this on the
+    loop's per-call path (issue 38). Every field of `cls` is named, so a field added to it
+    gets its default here without a change. `signature` is the generated function's
+    parameter list (default: `given`, no defaults).
     """
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": Batch}
-    lines = ["def new_batch(run=None):", "    n = new(cls)", "    n.run = run"]
-    for f in fields(Batch):
-        if f.name == "run":
-            continue
-        if f.default_factory is list:
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    lines = [f"def make({signature or ', '.join(given)}):", "    n = new(cls)"]
+    for f in fields(cls):
+        if f.name in given:
+            lines.append(f"    n.{f.name} = {f.name}")
+        elif f.default_factory is list:
             lines.append(f"    n.{f.name} = []")  # a literal: no call
         elif f.default_factory is not MISSING:
             namespace[f"factory_{f.name}"] = f.default_factory
@@ -296,11 +300,11 @@ def _batch_maker() -> Callable[[RunRecord | None], Batch]:
             lines.append(f"    n.{f.name} = default_{f.name}")
     lines.append("    return n")
     exec("\n".join(lines) + "\n", namespace)
-    make: Callable[[RunRecord | None], Batch] = namespace["new_batch"]
+    make: Callable[..., Any] = namespace["make"]
     return make
 
 
-new_batch = _batch_maker()
+new_batch: Callable[[RunRecord | None], Batch] = positional_maker(Batch, ("run",), "run=None")
 """`new_batch(run=None)`: `Batch(run=run)` for the per-turn path, without its `__init__`."""
 
 

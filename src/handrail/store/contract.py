@@ -47,6 +47,7 @@ from handrail.store._records import (
     RunStatus,
     clone,
     new_batch,
+    positional_maker,
     update,
 )
 
@@ -77,6 +78,7 @@ __all__ = [
     "new_batch",
     "new_owner",
     "owner_is_on_this_host",
+    "positional_maker",
     "principal",
     "redacted_url",
     "register_backend",
