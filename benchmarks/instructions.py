@@ -7,6 +7,13 @@ store's open and close cancel out. User-space instructions only (a syscall's ker
 not counted: an fsync is as cheap here as a write), of this one process (an MCP server is a
 child valgrind does not follow: its own work is not counted either, on either side).
 
+The `libcrypto` column is the part of a call's instructions spent in OpenSSL's libcrypto:
+the audit chain's SHA-256 (issue 42; the floor hashes nothing). Valgrind hides the CPU's SHA
+extensions (SHA-NI) from the program it runs, so OpenSSL takes its software path there: about
+33 k instructions for a 1,000-byte SHA-256, which natively takes 1.2 µs with SHA-NI and 3.1 µs
+without it (`OPENSSL_ia32cap=":~0x20000000"`) on the 2-core VM of benchmarks/README.md. Read
+that column as "on a CPU without SHA extensions"; the rest of the count is unaffected.
+
 Cases (rows):
 
 - `floor_memory`: `../shared/bench-peers/floor.py`'s floor, memory — a scripted call, pydantic
@@ -87,7 +94,20 @@ def child(case: str, n: int, floor: str) -> None:
 
 
 # -------------------------------------------------------------------------------- the driver
-def _instructions(case: str, n: int, floor: str, source: str | None) -> int:
+def _crypto_share(out_file: str) -> int:
+    """The instructions of a callgrind output spent in libcrypto (`callgrind_annotate`)."""
+    listing = subprocess.run(["callgrind_annotate", "--threshold=100", out_file],
+                             capture_output=True, text=True, check=True).stdout
+    total = 0
+    for line in listing.splitlines():
+        found = re.match(r"\s*([\d,]+) \(.*\[[^\]]*/libcrypto[^\]/]*\]\s*$", line)
+        if found:
+            total += int(found.group(1).replace(",", ""))
+    return total
+
+
+def _instructions(case: str, n: int, floor: str, source: str | None) -> tuple[int, int]:
+    """Instructions of the child at size `n`: all of them, and libcrypto's."""
     # One hash seed: set and dict orders (and so the collector's passes) are the same in
     # every child, which keeps two trees' counts comparable to a fraction of a percent.
     env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -98,10 +118,10 @@ def _instructions(case: str, n: int, floor: str, source: str | None) -> int:
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
              sys.executable, __file__, "--child", case, str(n), "--floor", floor],
             env=env, capture_output=True, text=True, check=False)
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    if out.returncode != 0 or found is None:
-        raise RuntimeError(f"{case} at N={n} failed:\n{out.stderr[-2000:]}")
-    return int(found.group(1))
+        found = re.search(r"Collected : (\d+)", out.stderr)
+        if out.returncode != 0 or found is None:
+            raise RuntimeError(f"{case} at N={n} failed:\n{out.stderr[-2000:]}")
+        return int(found.group(1)), _crypto_share(f"{tmp}/cg.out")
 
 
 def main() -> None:
@@ -129,22 +149,28 @@ def main() -> None:
     if args.against:
         rows += [(f"{c} (before)", c, args.against) for c in cases if c in HANDRAIL_CASES]
     per_call: dict[str, float | None] = {}
+    crypto: dict[str, float] = {}
     load = os.getloadavg()[0]
     for label, case, source in rows:
         if case.startswith("floor_") and not Path(args.floor).exists():
             per_call[label] = None
             continue
-        small = _instructions(case, n1, args.floor, source)
-        big = _instructions(case, n2, args.floor, source)
+        (small, small_crypto) = _instructions(case, n1, args.floor, source)
+        (big, big_crypto) = _instructions(case, n2, args.floor, source)
         per_call[label] = (big - small) / (n2 - n1)
-        print(f"  {label}: {per_call[label]:,.0f} instructions a call", file=sys.stderr)
+        crypto[label] = (big_crypto - small_crypto) / (n2 - n1)
+        print(f"  {label}: {per_call[label]:,.0f} instructions a call "
+              f"({crypto[label]:,.0f} in libcrypto)", file=sys.stderr)
     print(f"\n## Instructions per call (callgrind, marginal N={n1} -> {n2}; load {load:.1f} "
           "does not move them)\n")
-    print("| case | instructions / call |")
-    print("|---|---|")
+    print("| case | instructions / call | of which libcrypto (SHA-256, software path) |")
+    print("|---|---|---|")
     for label, _, _ in rows:
         value = per_call[label]
-        print(f"| {label} | {'missing (--floor)' if value is None else f'{value:,.0f}'} |")
+        if value is None:
+            print(f"| {label} | missing (--floor) | - |")
+        else:
+            print(f"| {label} | {value:,.0f} | {crypto[label]:,.0f} |")
     print("\n| ratio | measured | target |")
     print("|---|---|---|")
     for suffix in ("", " (before)"):
