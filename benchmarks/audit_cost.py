@@ -1,0 +1,225 @@
+"""What the audit chain costs a durable SQLite call, in CPU, with a confidence interval.
+
+    .venv/bin/python benchmarks/audit_cost.py [--pairs 30] [--calls 1000] [--src src]
+
+Issue 42's target is a cost per durable call ≤ 10 µs over the same code without the chain.
+On a shared 2-core VM one run's CPU per call moves ±25% between runs a minute apart (±35 µs
+around a ~150 µs call), so a handful of runs cannot tell 15 µs from 40. This script measures
+the difference the only way that noise allows: many pairs of fresh processes, the build as
+it is (`--src`, default this checkout's `src/`) and a copy of it with the chain taken out
+(`scripts/audit_nochain_patch.py`, made here in a temporary folder), run alternately (ABBA:
+a drift of the machine falls on both), each doing one warm-up run and then one agent run of
+`--calls` calls of a tool on a new SQLite store. Each child reports, per call, for the run
+and the store's close (its fold) apart:
+
+- CPU time, user and kernel (`getrusage`, the process: the store's thread included);
+- minor page faults (memory touched for the first time: the page cache, the heap);
+- write system calls and bytes written (`/proc/self/io`: the WAL's frames, two writes each).
+
+The parent prints each measure's median for both builds, the median of the pairs'
+differences and its 95% interval (a bootstrap over the pairs, seeded: the same data give
+the same interval), then what one fault and one appended WAL frame cost on this machine
+(measured here), so the kernel's share of the difference can be read in µs. Instructions,
+which no load moves, are `benchmarks/instructions.py --cases handrail_sqlite --against
+COPY`'s; this script is the CPU side, which instructions do not show (kernel time, faults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import mmap
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+TARGET_US = 10.0
+"""Issue 42: the chain's cost a durable call, at most."""
+MEASURES = ("cpu", "user", "sys", "faults", "writes", "bytes")
+UNITS = {"cpu": "µs", "user": "µs", "sys": "µs", "faults": "", "writes": "", "bytes": "B"}
+WARMUP_CALLS = 20
+
+
+def _counters() -> dict[str, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out = {"user": usage.ru_utime * 1e6, "sys": usage.ru_stime * 1e6,
+           "faults": float(usage.ru_minflt), "writes": 0.0, "bytes": 0.0}
+    try:
+        with open("/proc/self/io") as f:
+            io = dict(line.split(":") for line in f)
+        out["writes"], out["bytes"] = float(io["syscw"]), float(io["wchar"])
+    except (OSError, KeyError, ValueError):
+        pass  # (no /proc here: those two columns read 0 for both builds)
+    return out
+
+
+def _per_call(before: dict[str, float], after: dict[str, float], n: int) -> dict[str, float]:
+    d = {k: (after[k] - before[k]) / n for k in before}
+    d["cpu"] = d["user"] + d["sys"]
+    return d
+
+
+def child(n: int) -> None:
+    """One process's measurement, printed as JSON: {"run": {...}, "close": {...}}."""
+    import handrail as hr
+    from handrail.models import Scripted, call, reply
+
+    @hr.tool(mutates=False)
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    async def once(calls: int, folder: str) -> tuple[dict[str, float], dict[str, float]]:
+        turns: list[Any] = [call("add", {"a": i, "b": 1}) for i in range(calls)]
+        turns.append(reply("done"))
+        agent = hr.Agent(Scripted(turns), [add], policy=hr.Policy.default(),
+                         max_steps=calls + 5)
+        store = hr.Store.open(os.path.join(folder, f"runs-{calls}.db"))
+        gc.collect()
+        start = _counters()
+        result = await agent.run("add things", store=store)
+        ran = _counters()
+        await store.close()
+        closed = _counters()
+        if result.output != "done":
+            raise SystemExit(f"the run did not finish: {result.outcome}")
+        return _per_call(start, ran, calls), _per_call(ran, closed, calls)
+
+    async def main() -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            await once(WARMUP_CALLS, folder)  # imports, the policy's compile, first caches
+            run, close = await once(n, folder)
+        print(json.dumps({"run": run, "close": close}))
+
+    asyncio.run(main())
+
+
+def _chainless(src: Path, folder: Path) -> Path:
+    """A copy of `src` with the chain taken out (`scripts/audit_nochain_patch.py`)."""
+    copy = folder / "src"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    sys.path.insert(0, str(HERE.parent / "scripts"))
+    import audit_nochain_patch
+
+    audit_nochain_patch.patch(copy)
+    return copy
+
+
+def _measure(src: Path, n: int) -> dict[str, dict[str, float]]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run([sys.executable, __file__, "--child", str(n)], env=env,
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"a child failed ({src}):\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _interval(diffs: list[float], rounds: int = 2000) -> tuple[float, float]:
+    """The median's 95% interval, by bootstrap over the pairs (seeded)."""
+    rng = random.Random(42)
+    medians = sorted(statistics.median(rng.choices(diffs, k=len(diffs)))
+                     for _ in range(rounds))
+    return medians[int(0.025 * rounds)], medians[int(0.975 * rounds) - 1]
+
+
+def _calibrate() -> tuple[float, float]:
+    """This machine's kernel CPU for a minor fault and for appending one 4 KB WAL frame."""
+    pages = 20_000
+    area = mmap.mmap(-1, pages * 4096)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for i in range(pages):
+        area[i * 4096] = 1
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    faults = max(after.ru_minflt - before.ru_minflt, 1)
+    fault = ((after.ru_stime - before.ru_stime) + (after.ru_utime - before.ru_utime)) / faults
+    area.close()
+    frame_header, page = b"h" * 24, b"p" * 4096
+    with tempfile.NamedTemporaryFile(dir=tempfile.gettempdir()) as f:
+        fd = f.fileno()
+        frames = 10_000
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        for i in range(frames):  # as SQLite appends a frame: its header, then its page
+            os.pwrite(fd, frame_header, i * 4120)
+            os.pwrite(fd, page, i * 4120 + 24)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+    frame = ((after.ru_stime - before.ru_stime) + (after.ru_utime - before.ru_utime)) / frames
+    return fault * 1e6, frame * 1e6
+
+
+def _report(pairs: list[tuple[dict[str, Any], dict[str, Any]]], n: int) -> float:
+    print(f"\n{len(pairs)} pairs of processes, {n} calls a run, per call "
+          "(medians; the difference is the median of the pairs' differences):\n")
+    print("| phase | measure | chain on | chain off | difference | 95% interval |")
+    print("|---|---|---:|---:|---:|---:|")
+    total = [0.0] * len(pairs)
+    for phase in ("run", "close"):
+        for key in MEASURES:
+            on = [p[0][phase][key] for p in pairs]
+            off = [p[1][phase][key] for p in pairs]
+            diffs = [a - b for a, b in zip(on, off, strict=True)]
+            if key == "cpu":
+                total = [t + d for t, d in zip(total, diffs, strict=True)]
+            low, high = _interval(diffs)
+            unit = UNITS[key]
+            digits = 2 if key in ("faults", "writes") else 1
+            print(f"| {phase} | {key} {unit} | {statistics.median(on):,.{digits}f} | "
+                  f"{statistics.median(off):,.{digits}f} | "
+                  f"{statistics.median(diffs):+,.{digits}f} | "
+                  f"{low:+,.{digits}f} .. {high:+,.{digits}f} |")
+    cost = statistics.median(total)
+    low, high = _interval(total)
+    fault, frame = _calibrate()
+    print(f"\nthis machine: a minor fault {fault:.1f} µs, an appended WAL frame (two writes) "
+          f"{frame:.1f} µs of CPU")
+    verdict = "met" if high <= TARGET_US else ("not met" if low > TARGET_US else "undecided")
+    print(f"the chain's cost a durable call (run + close): {cost:+.1f} µs, 95% interval "
+          f"{low:+.1f} .. {high:+.1f}; target ≤ {TARGET_US:.0f} µs: {verdict}")
+    return cost
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=30, help="pairs of processes (≥ 2)")
+    parser.add_argument("--calls", type=int, default=1000, help="calls a measured run (≥ 1)")
+    parser.add_argument("--src", default=str(HERE.parent / "src"),
+                        help="the build with the chain (a handrail src/ folder)")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        child(args.child)
+        return
+    if args.pairs < 2 or args.calls < 1:
+        parser.error("--pairs must be at least 2 and --calls at least 1")
+    src = Path(args.src).resolve()
+    if not (src / "handrail" / "store" / "_sqlite.py").is_file():
+        parser.error(f"--src {src}: not a handrail src/ folder (no handrail/store/_sqlite.py)")
+    with tempfile.TemporaryDirectory(prefix="audit-cost-") as folder:
+        off_src = _chainless(src, Path(folder))
+        pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        started = time.monotonic()
+        for i in range(args.pairs):
+            if i % 2 == 0:  # ABBA: on first, then off first
+                on = _measure(src, args.calls)
+                off = _measure(off_src, args.calls)
+            else:
+                off = _measure(off_src, args.calls)
+                on = _measure(src, args.calls)
+            pairs.append((on, off))
+            print(f"pair {i + 1}/{args.pairs}: run cpu {on['run']['cpu']:.1f} vs "
+                  f"{off['run']['cpu']:.1f} µs a call ({time.monotonic() - started:.0f} s)",
+                  file=sys.stderr)
+    _report(pairs, args.calls)
+
+
+if __name__ == "__main__":
+    main()
