@@ -49,7 +49,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the loop and the MCP paths are agent_loop.py's and mcp_gateway.py's
-from agent_loop import FLOOR, _floor  # noqa: E402
+from agent_loop import FLOOR, _floor, compiled  # noqa: E402
 from agent_loop import _handrail as _loop  # noqa: E402
 
 DEFAULT_FLOOR = FLOOR or HERE.parent.parent / "shared" / "bench-peers" / "floor.py"
@@ -145,6 +145,7 @@ def main() -> None:
         parser.error("--ns takes two sizes N1,N2 with 0 < N1 < N2")
     if subprocess.run(["which", "valgrind"], capture_output=True).returncode != 0:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
+    compiled(HERE.parent / "src", *([args.against] if args.against else []))
     rows: list[tuple[str, str, str | None]] = [(c, c, None) for c in cases]
     if args.against:
         rows += [(f"{c} (before)", c, args.against) for c in cases if c in HANDRAIL_CASES]

@@ -126,3 +126,22 @@ def test_the_interval_holds_the_median_and_narrows_with_agreement() -> None:
     assert narrow[0] <= 11.9 <= narrow[1]
     assert narrow[1] - narrow[0] < (wide[1] - wide[0]) / 10
     assert cost["_interval"]([1.0, 2.0, 3.0]) == cost["_interval"]([1.0, 2.0, 3.0])  # seeded
+
+
+def test_the_builds_compared_are_both_compiled(tmp_path: Path) -> None:
+    # A child that compiles its sources at start-up runs with a different heap (fewer page
+    # faults): the benchmarks compile every tree they compare first (`agent_loop.compiled`).
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        compiled = runpy.run_path(str(ROOT / "benchmarks" / "agent_loop.py"))["compiled"]
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    copy = _copy(tmp_path)
+    compiled(copy)
+    sources = sorted(copy.rglob("*.py"))
+    assert sources
+    for source in sources:
+        cached = source.parent / "__pycache__" / (
+            f"{source.stem}.{sys.implementation.cache_tag}.pyc")
+        assert cached.is_file(), cached
+        assert cached.stat().st_mtime >= source.stat().st_mtime

@@ -1087,20 +1087,11 @@ def _chain(db: sqlite3.Connection, facts: Sequence[Fact], tips: _Tips, *,
         n += 1
         if row is not None:
             # A call's body is its row, in this write (`STORED_BODY`): its hash alone is kept.
-            # Hashed in two parts, not as `prev + body`: that join is a ~600-byte buffer
-            # from the C heap a call, freed at once, among the page cache's long-lived 4 KB
-            # pages, and it left the heap fragmented: 0.44 minor page faults a call more (a
-            # fault is 3-4 µs of kernel time here), which the instruction counts never show
-            # (issue 42, benchmarks/audit_cost.py).
-            h = sha256(prev)
-            h.update(body)  # type: ignore[arg-type]
-            digest = h.digest()
+            digest = sha256(prev + body).digest()  # type: ignore[operator]
             link = sha256(link + digest).digest()
             rows.append((*row, seq, n, bytearray(digest), bytearray(link), at))
         else:
-            h = sha256(prev)
-            h.update(body.encode())  # type: ignore[union-attr]
-            digest = h.digest()
+            digest = sha256(prev + body.encode()).digest()  # type: ignore[union-attr]
             link = sha256(link + digest).digest()
             rows.append((2, run_id, kind, ref, body, *_NO_CALL, seq, n, bytearray(digest),
                          bytearray(link), at))
