@@ -145,3 +145,18 @@ def test_the_builds_compared_are_both_compiled(tmp_path: Path) -> None:
             f"{source.stem}.{sys.implementation.cache_tag}.pyc")
         assert cached.is_file(), cached
         assert cached.stat().st_mtime >= source.stat().st_mtime
+
+
+def test_native_shares_names_the_objects_perf_reports() -> None:
+    # `benchmarks/native_shares.py` sums perf's samples by shared object under short names
+    # (one row for every version of a library, and for each of CPython's extension modules).
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        name = runpy.run_path(str(ROOT / "benchmarks" / "native_shares.py"))["_dso_name"]
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert name("libsqlite3.so.0.8.6") == "libsqlite3"
+    assert name("/usr/lib/x86_64-linux-gnu/libcrypto.so.3") == "libcrypto"
+    assert name("_pydantic_core.cpython-311-x86_64-linux-gnu.so") == "_pydantic_core"
+    assert name("libpython3.11.so.1.0") == "libpython3.11"
+    assert name("[kernel.kallsyms]  ") == "[kernel.kallsyms]"
