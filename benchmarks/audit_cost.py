@@ -51,14 +51,14 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the floor and the compile step are agent_loop.py's
+from agent_loop import FLOOR, _floor, compiled  # noqa: E402
+
 TARGET_US = 10.0
 """Issue 42: the chain's cost a durable call, at most."""
 MEASURES = ("cpu", "user", "sys", "faults", "writes", "bytes")
 UNITS = {"cpu": "µs", "user": "µs", "sys": "µs", "faults": "", "writes": "", "bytes": "B"}
 WARMUP_CALLS = 20
-FLOOR = next((p / "shared" / "bench-peers" / "floor.py" for p in HERE.parents
-              if (p / "shared" / "bench-peers" / "floor.py").exists()), None)
-"""The floor of a durable call, when it lies beside this checkout."""
 FLOOR_US_THEN = 37.0
 """The floor's durable call on the machine issue 42's ≤ 10 µs was stated for (issue 38)."""
 
@@ -118,19 +118,12 @@ def child(n: int) -> None:
 
 def floor_child(n: int) -> None:
     """The floor's CPU a durable call (its SQLite mode "one"), printed as JSON."""
-    import importlib.util
-
-    assert FLOOR is not None
-    spec = importlib.util.spec_from_file_location("floor", FLOOR)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    with tempfile.TemporaryDirectory() as folder:
-        asyncio.run(module.floor_loop(WARMUP_CALLS, "one", os.path.join(folder, "warm.db")))
-        gc.collect()
-        start = _counters()
-        asyncio.run(module.floor_loop(n, "one", os.path.join(folder, "floor.db")))
-        print(json.dumps({"floor": _per_call(start, _counters(), n)}))
+    asyncio.run(_floor(WARMUP_CALLS, "one")())
+    run = _floor(n, "one")
+    gc.collect()
+    start = _counters()
+    asyncio.run(run())
+    print(json.dumps({"floor": _per_call(start, _counters(), n)}))
 
 
 def _builds(src: Path, folder: Path) -> tuple[Path, Path]:
@@ -147,9 +140,6 @@ def _builds(src: Path, folder: Path) -> tuple[Path, Path]:
     import audit_nochain_patch
 
     audit_nochain_patch.patch(off)
-    sys.path.insert(0, str(HERE))
-    from agent_loop import compiled
-
     compiled(on, off)
     return on, off
 
@@ -198,7 +188,7 @@ def _calibrate() -> tuple[float, float]:
 
 
 def _report(pairs: list[tuple[dict[str, Any], dict[str, Any]]], n: int,
-            floors: list[float]) -> float:
+            floors: list[float]) -> None:
     print(f"\n{len(pairs)} pairs of processes, {n} calls a run, per call "
           "(medians; the difference is the median of the pairs' differences):\n")
     print("| phase | measure | chain on | chain off | difference | 95% interval |")
@@ -234,7 +224,6 @@ def _report(pairs: list[tuple[dict[str, Any], dict[str, Any]]], n: int,
               f"{high / floor:.0%}); the target read as a share of the floor (≤ "
               f"{TARGET_US:.0f} µs where it costs {FLOOR_US_THEN:.0f} µs: ≤ {share:.0%}): "
               f"{_verdict(low / floor, high / floor, share)}")
-    return cost
 
 
 def _verdict(low: float, high: float, target: float) -> str:

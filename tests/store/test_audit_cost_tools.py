@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -51,8 +52,6 @@ def _patch(copy: Path) -> None:
 
 
 def _copy(tmp_path: Path) -> Path:
-    import shutil
-
     copy = tmp_path / "src"
     shutil.copytree(SRC, copy, ignore=shutil.ignore_patterns("__pycache__"))
     return copy
