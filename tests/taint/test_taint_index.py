@@ -260,3 +260,50 @@ def test_an_output_of_number_separators_alone_is_indexed(output: str) -> None:
     corpus = Corpus()
     corpus.add(("c", "t"), [output])
     assert corpus.find(output) is not None
+
+
+# `\U00010a40` and `\u19da`: digits to `str.isdigit`, not to `\d` (nor changed by NFKC).
+_TOKEN_ALPHABET = " \t\n.:!?*,;|()[]\"'`-_+0123456789abcé\u2003\u3000٣\U00010a40\u19da"
+
+
+def _reference_index(strings: list[str]) -> tuple[set[str], set[str]]:
+    """What `Corpus.add` indexes by its definition (module doc): the exact entries (short
+    whole strings, every token as written and without its edge punctuation) and the number
+    keys (`_NUMBER` over the text, each through `_number_key`)."""
+    from handrail.tools._taint import _EDGE, _NOT_NUMERIC, _NUMBER, MIN_SUBSTRING, _number_key
+
+    parts = [normalise(s) for s in strings if s]
+    text = "\x00".join(parts) + "\x00"
+    exact = {p.strip() for p in parts if len(p.strip()) < MIN_SUBSTRING}
+    tokens = set(re.findall(r"[^\s\x00\"'`()\[\]{}<>,;|]+", text))
+    exact |= (tokens | {t.strip(_EDGE) for t in tokens}) - {""}
+    numbers = {_number_key(m) for m in _NUMBER.findall(text.translate(_NOT_NUMERIC))}
+    numbers.discard(None)
+    return exact, numbers  # type: ignore[return-value]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(alphabet=_TOKEN_ALPHABET, max_size=40), max_size=4),
+       st.booleans())
+def test_an_output_is_indexed_as_its_definition_says(strings: list[str], ascii: bool) -> None:
+    """Issue 38 cut indexing's passes (ASCII text through `bytes.translate`, no set of the
+    tokens or the number runs, a leading zero looked for once): what is indexed stays the
+    definition's, for ASCII text and not, a token of edge punctuation alone included."""
+    if ascii:
+        strings = [s.encode("ascii", "ignore").decode() for s in strings]
+    corpus = Corpus()
+    corpus.add(("c", "t"), strings)
+    exact, numbers = _reference_index(strings)
+    assert set(corpus._exact) == exact
+    assert set(corpus._numbers) == numbers
+
+
+def test_a_blank_whole_string_stays_an_entry_beside_a_token_of_punctuation() -> None:
+    """A whole string of white space is its own (empty) exact entry; a token that strips to
+    nothing (`...`) is not one: dropping the second must not drop the first."""
+    corpus = Corpus()
+    corpus.add(("c", "t"), ["   ", "wait ... ok"])
+    assert "" in corpus._exact
+    corpus = Corpus()
+    corpus.add(("c", "t"), ["wait ... ok"])
+    assert "" not in corpus._exact and "..." in corpus._exact
