@@ -737,4 +737,7 @@ def _report(args: Any, ns: list[int], names: list[str],
 
 
 if __name__ == "__main__":
-    main()
+    import calibration
+
+    with calibration.beside():
+        main()

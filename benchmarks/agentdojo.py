@@ -455,4 +455,7 @@ def table(per_suite: Mapping[str, Mapping[str, list[Pair]]], names: Sequence[str
 
 
 if __name__ == "__main__":
-    main()
+    import calibration
+
+    with calibration.beside():
+        main()

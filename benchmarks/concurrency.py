@@ -334,4 +334,7 @@ def _drive(args: argparse.Namespace, levels: list[int], stores: list[str],
 
 
 if __name__ == "__main__":
-    main()
+    import calibration
+
+    with calibration.beside():
+        main()

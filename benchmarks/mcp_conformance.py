@@ -500,4 +500,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import calibration
+
+    with calibration.beside():
+        code = main()
+    sys.exit(code)

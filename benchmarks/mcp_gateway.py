@@ -436,24 +436,27 @@ def in_process(calls: int, reps: int, baseline: str | None) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--baseline", metavar="DIR",
-                        help="also serve (b) and (b') from the handrail tree in DIR")
-    parser.add_argument("--gateway-only", action="store_true", help="leave out (c) and (e)")
-    parser.add_argument("--in-process", action="store_true",
-                        help="handrail's own share: GatewaySession.call, no transport")
-    parser.add_argument("--instructions", metavar="N1,N2",
-                        help="instructions per call of each server process (callgrind)")
-    parser.add_argument("--gc-off", action="store_true",
-                        help="with --instructions: the cyclic collector off in the servers")
-    options = parser.parse_args()
-    source = str(Path(options.baseline).resolve() / "src") if options.baseline else None
-    if options.instructions:
-        first, second = (int(x) for x in options.instructions.split(","))
-        anyio.run(instructions, (first, second), source, options.gc_off)
-    elif options.in_process:
-        in_process(options.calls, options.reps, source)
-    else:
-        anyio.run(main, options.calls, options.reps, source, options.gateway_only)
+    import calibration
+
+    with calibration.beside():
+        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        parser.add_argument("--calls", type=int, default=300)
+        parser.add_argument("--reps", type=int, default=5)
+        parser.add_argument("--baseline", metavar="DIR",
+                            help="also serve (b) and (b') from the handrail tree in DIR")
+        parser.add_argument("--gateway-only", action="store_true", help="leave out (c) and (e)")
+        parser.add_argument("--in-process", action="store_true",
+                            help="handrail's own share: GatewaySession.call, no transport")
+        parser.add_argument("--instructions", metavar="N1,N2",
+                            help="instructions per call of each server process (callgrind)")
+        parser.add_argument("--gc-off", action="store_true",
+                            help="with --instructions: the cyclic collector off in the servers")
+        options = parser.parse_args()
+        source = str(Path(options.baseline).resolve() / "src") if options.baseline else None
+        if options.instructions:
+            first, second = (int(x) for x in options.instructions.split(","))
+            anyio.run(instructions, (first, second), source, options.gc_off)
+        elif options.in_process:
+            in_process(options.calls, options.reps, source)
+        else:
+            anyio.run(main, options.calls, options.reps, source, options.gateway_only)

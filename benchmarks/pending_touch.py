@@ -98,4 +98,7 @@ def main() -> None:
 real_expire = _sqlite._expire_due
 
 if __name__ == "__main__":
-    main()
+    import calibration
+
+    with calibration.beside():
+        main()

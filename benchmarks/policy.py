@@ -126,4 +126,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import calibration
+
+    with calibration.beside():
+        main()

@@ -280,4 +280,7 @@ def _lsn(url: str) -> int:
 
 
 if __name__ == "__main__":
-    main()
+    import calibration
+
+    with calibration.beside():
+        main()

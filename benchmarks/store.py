@@ -456,5 +456,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("BENCH_EFFECTS", os.devnull)
-    main()
+    import calibration
+
+    with calibration.beside():
+        os.environ.setdefault("BENCH_EFFECTS", os.devnull)
+        main()

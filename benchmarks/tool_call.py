@@ -94,8 +94,11 @@ async def main(calls: int, repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=10_000)
-    parser.add_argument("--repeats", type=int, default=7)
-    options = parser.parse_args()
-    anyio.run(main, options.calls, options.repeats)
+    import calibration
+
+    with calibration.beside():
+        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        parser.add_argument("--calls", type=int, default=10_000)
+        parser.add_argument("--repeats", type=int, default=7)
+        options = parser.parse_args()
+        anyio.run(main, options.calls, options.repeats)

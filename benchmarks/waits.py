@@ -121,6 +121,9 @@ async def main(repeats: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    anyio.run(main, parser.parse_args().repeats)
+    import calibration
+
+    with calibration.beside():
+        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        parser.add_argument("--repeats", type=int, default=5)
+        anyio.run(main, parser.parse_args().repeats)
