@@ -455,6 +455,8 @@ def table(per_suite: Mapping[str, Mapping[str, list[Pair]]], names: Sequence[str
 
 
 if __name__ == "__main__":
+    # (this folder left sys.path above: back at its end, after the packages)
+    sys.path.append(str(Path(__file__).resolve().parent))
     import calibration
 
     with calibration.beside():

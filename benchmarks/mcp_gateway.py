@@ -436,6 +436,8 @@ def in_process(calls: int, reps: int, baseline: str | None) -> None:
 
 
 if __name__ == "__main__":
+    # (this folder left sys.path above: back at its end, after the packages)
+    sys.path.append(str(Path(__file__).resolve().parent))
     import calibration
 
     with calibration.beside():

@@ -149,7 +149,7 @@ def main() -> None:
         one = {"content": [{"kind": "text", "text": history(1000, seed=1)[0]}]}
         rows.setdefault("index one more 1 KB output (stage 9)", []).append(
             median_us(lambda r=one: Provenance().add_output(("c", "t"), r, trusted=False),
-                      number=50))
+                      number=200, repeat=15))
         # The lookup that finds more than 64 KB not yet in the gram index builds it (once per
         # 64 KB of new text): its cost, measured on fresh histories.
         built = []
