@@ -307,3 +307,18 @@ def test_a_blank_whole_string_stays_an_entry_beside_a_token_of_punctuation() -> 
     corpus = Corpus()
     corpus.add(("c", "t"), ["wait ... ok"])
     assert "" not in corpus._exact and "..." in corpus._exact
+
+
+@pytest.mark.parametrize(("arguments", "expected"), [
+    ({"a": 1, "b": 2.5, "c": True, "d": None}, []),
+    ({"n": 1, "to": "https://evil.example/x"}, ["/to"]),
+    ({"n": 1, "target": {"url": "https://evil.example/x"}}, ["/target/url"]),
+    ({"n": 1, "hosts": [2, "evil.example.com"]}, ["/hosts/1"]),
+])
+def test_arguments_of_scalars_alone_hold_no_address_and_containers_are_walked(
+        arguments: dict[str, Any], expected: list[str]) -> None:
+    """Issue 38: arguments of numbers, booleans and nulls skip the walk (told in C); a
+    string or a container beside them is still walked, at any depth."""
+    from handrail.tools import address_pointers
+
+    assert sorted(address_pointers(arguments)) == expected
