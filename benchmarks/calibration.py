@@ -42,9 +42,9 @@ from agent_loop import FLOOR, _floor  # noqa: E402
 CALIBRATED = "HANDRAIL_BENCH_CALIBRATED"
 """Set in a calibrated benchmark's environment: its children print no calibration."""
 
-CHILD_FLAGS = frozenset({"--child", "--floor-child", "--worker"})
-"""The flags that start a benchmark's own child (its parent, or a test, reads its output):
-a process started with one prints no calibration, whoever started it."""
+CHILD_FLAGS = frozenset({"--child", "--floor-child", "--worker", "--index-rounds"})
+"""The flags that start a benchmark's own child (its parent, or a test, reads its output),
+or a run for callgrind to count: a process started with one prints no calibration."""
 
 MODES = {"memory": "the floor's call", "one": "with one WAL commit"}
 """floor.py's modes measured, and how the line names them."""

@@ -30,6 +30,12 @@ the exact path). Rows:
 
 Figures are medians of repeats, in microseconds of this process's CPU time (not wall time:
 on a shared machine a wall clock counts the time other processes held the core).
+
+    valgrind --tool=callgrind .venv/bin/python benchmarks/taint.py --index-rounds N
+
+indexes 8 outputs of 1 KB N times (each into a fresh `Provenance`, as the indexing row) and
+prints nothing: two counts at two N give the instructions an output costs, which no load
+moves (PYTHONPATH=SRC for another build).
 """
 
 from __future__ import annotations
@@ -188,8 +194,28 @@ def main() -> None:
         f"{p / i:,.1f}x at {s:,} B" for s, p, i in zip(sizes, peer, index, strict=True)))
 
 
+def index_rounds(rounds: int) -> None:
+    """Index 8 outputs of 1 KB `rounds` times, once first (for callgrind: see the module doc)."""
+    outputs = [{"content": [{"kind": "text", "text": history(1000, seed=s)[0]}]}
+               for s in range(1, 9)]
+    for _ in range(rounds + 1):
+        for output in outputs:
+            Provenance().add_output(("c", "t"), output, trusted=False)
+
+
 if __name__ == "__main__":
+    import argparse
+
     import calibration
 
     with calibration.beside():
-        main()
+        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+        parser.add_argument("--index-rounds", type=int, metavar="N",
+                            help="only index 8 outputs N times, print nothing (callgrind)")
+        rounds = parser.parse_args().index_rounds
+        if rounds is None:
+            main()
+        elif rounds < 0:
+            parser.error(f"--index-rounds takes a count of 0 or more, not {rounds}")
+        else:
+            index_rounds(rounds)
