@@ -30,8 +30,11 @@ with `--baseline`, the baseline tree's children alternate with this tree's.
 marginal cost between N1 and N2 calls, as benchmarks/instructions.py counts a client): the
 SDK's own server, and `handrail serve` (memory store) serving a local tool and fronting that
 SDK server (whose own instructions are not counted: it is a child callgrind does not follow).
-A collection of the cyclic GC's oldest generation falling in one run and not the other
-moves the difference by a hundred thousand or more a call (serve's heap holds the SDK and
+Each count is read from the running server (`callgrind_control -e`) before and after its
+calls, so its start-up and exit are not in it: they moved a run's total by ~15,000,000
+instructions, which a marginal of 200 calls read as ±75,000 a call (the 540,000-1,018,000
+that (c) gave for the same code). A collection of the cyclic GC's oldest generation falling
+in one run and not the other moves the difference by a hundred thousand or more a call (serve's heap holds the SDK and
 pydantic's models); `--gc-off` disables the collector in the server processes, leaving the
 work of the call itself.
 """
@@ -42,6 +45,7 @@ import argparse
 import contextlib
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -336,31 +340,51 @@ anyio.run(main, sys.argv[1], int(sys.argv[2]))
 '''
 
 
+def _running_count(pid: int) -> int:
+    """The instructions a process running under callgrind has executed so far, all threads.
+
+    Read from the running process (`callgrind_control -e`, through valgrind's gdbserver),
+    which goes on: the count of a batch of calls is the difference of two reads, without
+    the process's start or exit in it.
+    """
+    done = subprocess.run(["callgrind_control", "-e", str(pid)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    counts = [int(line.split()[2].replace(",", "")) for line in done.stdout.splitlines()
+              if line.split()[:1] == ["Th"] and len(line.split()) >= 3]
+    if done.returncode != 0 or not counts:
+        raise SystemExit(f"callgrind_control could not read process {pid}: "
+                         f"{(done.stderr or done.stdout).strip()[:300]}")
+    return sum(counts)
+
+
 async def _server_instructions(params: StdioServerParameters, name: str, n: int,
                                gc_off: bool) -> int:
-    """User-space instructions the server process of `params` spends over 30 + `n` calls.
+    """User-space instructions the server process of `params` spends on `n` calls.
 
     The server runs under callgrind (`--trace-children=no`: an upstream it starts is not
-    counted); the count is read from callgrind's totals when the session has closed. With
+    counted), and its count is read while it runs, before and after the `n` calls
+    (`_running_count`), after the session's start and 30 warm-up calls: its start-up and
+    exit, whose count moved by ~15,000,000 instructions between runs of the same code
+    (serve waits for its upstream's start, then for its exit), are not in it. With
     `gc_off`, a `sitecustomize` disables the cyclic collector in the server process.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg.out"
         env = {**(params.env or os.environ), "PYTHONHASHSEED": "0"}
         if gc_off:
             (Path(tmp) / "sitecustomize.py").write_text("import gc\ngc.disable()\n")
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [tmp, env.get("PYTHONPATH")]))
         wrapped = StdioServerParameters(
             command="valgrind",
-            args=["--tool=callgrind", f"--callgrind-out-file={out}", params.command,
-                  *params.args],
+            args=["--tool=callgrind", f"--callgrind-out-file={Path(tmp) / 'cg.out'}",
+                  params.command, *params.args],
             env=env, cwd=params.cwd)
         session = _Session(wrapped, name)
         async with session:
+            (pid,) = session.pids  # (valgrind runs the server in its own process)
+            before = _running_count(pid)  # (the server waits for a request meanwhile)
             await session.batch(n)
-        # The server has exited (stdio_client waits for it): its totals are written.
-        found = [line for line in out.read_text().splitlines() if line.startswith("totals:")]
-        return int(found[-1].split()[1])
+            after = _running_count(pid)
+        return after - before
 
 
 async def instructions(ns: tuple[int, int], baseline: str | None, gc_off: bool) -> None:
@@ -408,7 +432,6 @@ async def instructions(ns: tuple[int, int], baseline: str | None, gc_off: bool) 
 def in_process(calls: int, reps: int, baseline: str | None) -> None:
     """`GatewaySession.call` in a loop, in fresh child processes, trees alternating."""
     import json
-    import subprocess
 
     trees = [("this tree", None)] + ([("baseline", baseline)] if baseline else [])
     samples: dict[tuple[str, str], list[dict[str, float]]] = {}
