@@ -179,3 +179,38 @@ def test_each_bound_at_its_edge(keyword: str) -> None:
         for value in (bound, bound + 1, bound - 1, bound + 0.5, bound - 0.5, True, None,
                       "", "ab", "a" * int(bound), [], [1, 2], [0] * int(bound)):
             assert check(value) == validator.is_valid(value), (schema, value)
+
+
+@pytest.mark.parametrize(("depth", "compiled"), [(5, True), (31, True), (40, False)])
+def test_deep_schemas_compile_to_functions_not_nested_blocks(depth: int,
+                                                             compiled: bool) -> None:
+    # Python refuses more than 20 statically nested blocks: each nested object schema gets
+    # a generated function of its own, so any depth up to the bound compiles.
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    check = compile_check(schema)
+    assert (check is not None) is compiled
+    if check is not None:
+        value: Any = 1
+        for _ in range(depth):
+            value = {"a": value}
+        assert check(value)
+        assert not check({"a": None} if depth > 1 else {"a": "x"})
+
+
+def test_a_schemas_names_are_values_of_the_check_never_its_source() -> None:
+    # A server's schema is someone else's text: a property named like code stays a name.
+    hostile = "'] or True or x0['"
+    schema = {"type": "object", "required": [hostile, '"q"'],
+              "properties": {hostile: {"type": "integer"}, "__class__": {"type": "string"}},
+              "additionalProperties": False}
+    check = compile_check(schema)
+    assert check is not None
+    assert check({hostile: 1, '"q"': 2, "__class__": "s"}) is False  # `"q"` not declared
+    schema["properties"]['"q"'] = {"enum": ["a"]}  # type: ignore[index]
+    check = compile_check(schema)
+    assert check is not None
+    assert check({hostile: 1, '"q"': "a", "__class__": "s"})
+    assert not check({hostile: "1", '"q"': "a"})
+    assert not check({'"q"': "a"})  # the hostile name is required

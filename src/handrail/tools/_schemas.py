@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from handrail.errors import Issue
 
@@ -60,7 +60,6 @@ def schema_issues(validator: Any, value: Any,
 
 
 Check = Callable[[Any], bool]
-Keyword = Callable[[dict[str, Any], Any, int], list[Check]]
 
 # Keywords that only annotate (jsonschema asserts none of them: no validator here is given a
 # format checker, so `format` is an annotation too, as the 2020-12 default vocabulary says).
@@ -88,56 +87,28 @@ def compile_check(schema: Any) -> Check | None:
     strings, `anyOf`, `allOf`, numeric bounds, length and item-count bounds, and annotations.
     A False from the predicate means "ask jsonschema", not "invalid": it is conservative
     where Python types and JSON types do not line up (a tuple, a Decimal).
+
+    The predicate is Python source generated from the schema and compiled once: a function
+    of `if ...: return False` lines per schema object (issue 38: closures combined with
+    `all()` over generator expressions cost ~500 bytecodes a call for a two-integer
+    object, in and out, a fourteenth of `handrail serve`'s). Only names it makes itself
+    appear in the source: every value from the schema (a property's name, a bound, an
+    enum) is bound in the function's namespace, never written into its text.
     """
     if isinstance(schema, Mapping) and schema.get("$schema") not in _DRAFTS:
         return None
-    try:
-        return _compile(schema, 0)
-    except _Uncompiled:
-        return None
-
-
-def _is_integer(v: Any) -> bool:
-    t = type(v)
-    return t is int or (t is float and v.is_integer())
-
-
-def _is_number(v: Any) -> bool:
-    t = type(v)
-    return t is int or t is float
-
-
-_TYPES: dict[str, Check] = {
-    "object": lambda v: type(v) is dict,
-    "array": lambda v: type(v) is list,
-    "string": lambda v: type(v) is str,
-    "integer": _is_integer,
-    "number": _is_number,
-    "boolean": lambda v: type(v) is bool,
-    "null": lambda v: v is None,
-}
-
-
-def _compile(schema: Any, depth: int) -> Check:
     if schema is True:
         return _always
     if schema is False:
         return _never
-    if type(schema) is not dict or depth > _MAX_DEPTH:
-        raise _Uncompiled
-    checks: list[Check] = []
-    for key, value in schema.items():
-        if key in _ANNOTATIONS:
-            continue
-        keyword = _KEYWORDS.get(key)
-        if keyword is None:
-            raise _Uncompiled
-        checks.extend(keyword(schema, value, depth))
-    if not checks:
-        return _always
-    if len(checks) == 1:
-        return checks[0]
-    return _all_of(checks)
+    try:
+        source = _Source()
+        entry = source.function(schema, 0)
+    except _Uncompiled:
+        return None
+    namespace: dict[str, Any] = dict(source.constants)
+    exec(compile("\n".join(source.functions), "<compile_check>", "exec"), namespace)
+    return cast(Check, namespace[entry])
 
 
 def _always(v: Any) -> bool:
@@ -148,139 +119,157 @@ def _never(v: Any) -> bool:
     return False
 
 
-def _all_of(checks: list[Check]) -> Check:
-    def check(v: Any) -> bool:
-        return all(c(v) for c in checks)
-    return check
-
-
-def _any_of(checks: list[Check]) -> Check:
-    def check(v: Any) -> bool:
-        return any(c(v) for c in checks)
-    return check
-
-
-def _type(schema: dict[str, Any], value: Any, depth: int) -> list[Check]:
-    names = [value] if type(value) is str else value
-    if type(names) is not list or not names or any(n not in _TYPES for n in names):
-        raise _Uncompiled
-    preds = [_TYPES[n] for n in names]
-    return [preds[0] if len(preds) == 1 else _any_of(preds)]
-
-
-def _properties(schema: dict[str, Any], value: Any, depth: int) -> list[Check]:
-    if type(value) is not dict:
-        raise _Uncompiled
-    props = [(name, _compile(sub, depth + 1)) for name, sub in value.items()]
-
-    def check(v: Any) -> bool:
-        return type(v) is not dict or all(c(v[name]) for name, c in props if name in v)
-    return [check]
-
-
-def _required(schema: dict[str, Any], value: Any, depth: int) -> list[Check]:
-    if type(value) is not list or any(type(n) is not str for n in value):
-        raise _Uncompiled
-    names = list(value)
-
-    def check(v: Any) -> bool:
-        return type(v) is not dict or all(n in v for n in names)
-    return [check]
-
-
-def _additional(schema: dict[str, Any], value: Any, depth: int) -> list[Check]:
-    if "patternProperties" in schema or type(schema.get("properties", {})) is not dict:
-        raise _Uncompiled
-    known = frozenset(schema.get("properties") or ())
-    extra = _compile(value, depth + 1)
-
-    def check(v: Any) -> bool:
-        return type(v) is not dict or all(extra(item) for name, item in v.items()
-                                          if name not in known)
-    return [check]
-
-
-def _items(schema: dict[str, Any], value: Any, depth: int) -> list[Check]:
-    if "prefixItems" in schema:
-        raise _Uncompiled
-    each = _compile(value, depth + 1)  # a list (draft 7's tuple form) is not a dict: refused
-
-    def check(v: Any) -> bool:
-        return type(v) is not list or all(map(each, v))
-    return [check]
-
-
-def _enum(schema: dict[str, Any], value: Any, depth: int) -> list[Check]:
-    if type(value) is not list or any(type(x) is not str for x in value):
-        raise _Uncompiled
-    allowed = frozenset(value)
-
-    def check(v: Any) -> bool:
-        return type(v) is str and v in allowed
-    return [check]
-
-
-def _branches(schema: dict[str, Any], value: Any, depth: int) -> list[Check]:
-    if type(value) is not list or not value:
-        raise _Uncompiled
-    return [_compile(sub, depth + 1) for sub in value]
-
-
-def _any_keyword(schema: dict[str, Any], value: Any, depth: int) -> list[Check]:
-    return [_any_of(_branches(schema, value, depth))]
-
-
-def _bound(kind: str) -> Keyword:
-    # Only a number is bounded (a string or null passes a bound); a bool is not a number.
-    def keyword(schema: dict[str, Any], value: Any, depth: int) -> list[Check]:
-        if type(value) not in (int, float) or not math.isfinite(value):
-            raise _Uncompiled
-        bound = value
-
-        def check(v: Any) -> bool:
-            if not _is_number(v):
-                return True
-            if kind == "minimum":
-                return bool(v >= bound)
-            if kind == "maximum":
-                return bool(v <= bound)
-            if kind == "exclusiveMinimum":
-                return bool(v > bound)
-            return bool(v < bound)
-        return [check]
-    return keyword
-
-
-def _size(kind: type[str] | type[list[Any]], least: bool) -> Keyword:
-    # minLength/maxLength count code points (len of a str); min/maxItems the list's length.
-    def keyword(schema: dict[str, Any], value: Any, depth: int) -> list[Check]:
-        if type(value) is not int or value < 0:
-            raise _Uncompiled
-        n = value
-
-        def check(v: Any) -> bool:
-            if type(v) is not kind:
-                return True
-            return len(v) >= n if least else len(v) <= n
-        return [check]
-    return keyword
-
-
-_KEYWORDS: dict[str, Keyword] = {
-    "type": _type,
-    "properties": _properties,
-    "required": _required,
-    "additionalProperties": _additional,
-    "items": _items,
-    "enum": _enum,
-    "anyOf": _any_keyword,
-    "allOf": _branches,
-    "minimum": _bound("minimum"),
-    "maximum": _bound("maximum"),
-    "exclusiveMinimum": _bound("exclusiveMinimum"),
-    "exclusiveMaximum": _bound("exclusiveMaximum"),
-    "minLength": _size(str, True),
-    "maxLength": _size(str, False),
-    "minItems": _size(list, True),
-    "maxItems": _size(list, False),
+# A JSON type's test of the value named `{0}`.
+_TYPES: dict[str, str] = {
+    "object": "type({0}) is dict",
+    "array": "type({0}) is list",
+    "string": "type({0}) is str",
+    "integer": "(type({0}) is int or (type({0}) is float and {0}.is_integer()))",
+    "number": "(type({0}) is int or type({0}) is float)",
+    "boolean": "type({0}) is bool",
+    "null": "{0} is None",
 }
+_NUMBER = "(type({0}) is int or type({0}) is float)"  # a bound's (a bool is not a number)
+# Keywords whose subschemas are checked in a function of their own: the lines of a schema
+# object stay a few blocks deep (Python refuses more than 20 nested blocks).
+_NESTING = frozenset({"properties", "additionalProperties", "items", "anyOf", "allOf"})
+_BOUNDS = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+_SIZES = {"minLength": ("str", "<"), "maxLength": ("str", ">"),
+          "minItems": ("list", "<"), "maxItems": ("list", ">")}
+
+
+class _Source:
+    """The functions `compile_check` generates for a schema, and the values they name."""
+
+    def __init__(self) -> None:
+        self.functions: list[str] = []
+        self.constants: dict[str, Any] = {}
+        self._names = 0
+
+    def constant(self, value: Any) -> str:
+        name = f"_k{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def variable(self) -> str:
+        self._names += 1
+        return f"x{self._names}"
+
+    def function(self, schema: Any, depth: int) -> str:
+        """A function of one value for `schema`; its name."""
+        name = f"_f{len(self.functions)}"
+        self.functions.append("")  # (its place: nested ones come after it)
+        lines = self.lines(schema, "x0", depth, 1)
+        self.functions[int(name[2:])] = "\n".join(
+            [f"def {name}(x0):", *lines, "    return True"])
+        return name
+
+    def check(self, schema: Any, x: str, depth: int, indent: int) -> list[str]:
+        """`schema`'s lines for the value `x`: inline when flat, else a call of its own."""
+        if type(schema) is dict and _NESTING & schema.keys():
+            if depth + 1 > _MAX_DEPTH:
+                raise _Uncompiled
+            return [f"{'    ' * indent}if not {self.function(schema, depth + 1)}({x}): "
+                    "return False"]
+        return self.lines(schema, x, depth + 1, indent)
+
+    def lines(self, schema: Any, x: str, depth: int, indent: int) -> list[str]:
+        """Lines that return False when `x` fails `schema` (and fall through when it passes)."""
+        pad = "    " * indent
+        if schema is True:
+            return []
+        if schema is False:
+            return [f"{pad}return False"]
+        if type(schema) is not dict or depth > _MAX_DEPTH:
+            raise _Uncompiled
+        out: list[str] = []
+        for key, value in schema.items():
+            if key in _ANNOTATIONS:
+                continue
+            if key == "type":
+                names = [value] if type(value) is str else value
+                if type(names) is not list or not names or any(
+                        type(n) is not str or n not in _TYPES for n in names):
+                    raise _Uncompiled
+                test = " or ".join(_TYPES[n].format(x) for n in names)
+                out.append(f"{pad}if not ({test}): return False")
+            elif key == "properties":
+                if type(value) is not dict:
+                    raise _Uncompiled
+                inner: list[str] = []
+                for name, sub in value.items():
+                    y = self.variable()
+                    body = self.check(sub, y, depth, indent + 2)
+                    if body:
+                        k = self.constant(name)
+                        inner += [f"{pad}    if {k} in {x}:", f"{pad}        {y} = {x}[{k}]",
+                                  *body]
+                if inner:
+                    out += [f"{pad}if type({x}) is dict:", *inner]
+            elif key == "required":
+                if type(value) is not list or any(type(n) is not str for n in value):
+                    raise _Uncompiled
+                if value:
+                    k = self.constant(frozenset(value))
+                    out.append(f"{pad}if type({x}) is dict and not {x}.keys() >= {k}: "
+                               "return False")
+            elif key == "additionalProperties":
+                if "patternProperties" in schema or type(schema.get("properties", {})) \
+                        is not dict:
+                    raise _Uncompiled
+                known = self.constant(frozenset(schema.get("properties") or ()))
+                if value is False:
+                    out.append(f"{pad}if type({x}) is dict and not {known}.issuperset({x}): "
+                               "return False")
+                    continue
+                key_var, y = self.variable(), self.variable()
+                body = self.check(value, y, depth, indent + 3)
+                if body:
+                    out += [f"{pad}if type({x}) is dict:",
+                            f"{pad}    for {key_var}, {y} in {x}.items():",
+                            f"{pad}        if {key_var} not in {known}:", *body]
+            elif key == "items":
+                if "prefixItems" in schema:
+                    raise _Uncompiled
+                y = self.variable()
+                body = self.check(value, y, depth, indent + 2)  # a list (draft 7): refused
+                if body:
+                    out += [f"{pad}if type({x}) is list:", f"{pad}    for {y} in {x}:", *body]
+            elif key == "enum":
+                if type(value) is not list or any(type(e) is not str for e in value):
+                    raise _Uncompiled
+                k = self.constant(frozenset(value))
+                out.append(f"{pad}if not (type({x}) is str and {x} in {k}): return False")
+            elif key in ("anyOf", "allOf"):
+                if type(value) is not list or not value:
+                    raise _Uncompiled
+                if key == "allOf":
+                    for sub in value:
+                        out += self.check(sub, x, depth, indent)
+                    continue
+                branches = []
+                for sub in value:
+                    if sub is True:
+                        branches.append("True")
+                    elif sub is False:
+                        branches.append("False")
+                    else:
+                        if type(sub) is not dict or depth + 1 > _MAX_DEPTH:
+                            raise _Uncompiled
+                        branches.append(f"{self.function(sub, depth + 1)}({x})")
+                out.append(f"{pad}if not ({' or '.join(branches)}): return False")
+            elif key in _BOUNDS:
+                if type(value) not in (int, float) or not math.isfinite(value):
+                    raise _Uncompiled
+                k = self.constant(value)
+                out.append(f"{pad}if {_NUMBER.format(x)} and not {x} {_BOUNDS[key]} {k}: "
+                           "return False")
+            elif key in _SIZES:
+                if type(value) is not int or value < 0:
+                    raise _Uncompiled
+                kind, fails = _SIZES[key]
+                out.append(f"{pad}if type({x}) is {kind} and len({x}) {fails} "
+                           f"{self.constant(value)}: return False")
+            else:
+                raise _Uncompiled
+        return out
