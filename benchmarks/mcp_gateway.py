@@ -34,9 +34,9 @@ Each count is read from the running server (`callgrind_control -e`) before and a
 calls, so its start-up and exit are not in it: they moved a run's total by ~15,000,000
 instructions, which a marginal of 200 calls read as ±75,000 a call (the 540,000-1,018,000
 that (c) gave for the same code). A collection of the cyclic GC's oldest generation falling
-in one run and not the other moves the difference by a hundred thousand or more a call (serve's heap holds the SDK and
-pydantic's models); `--gc-off` disables the collector in the server processes, leaving the
-work of the call itself.
+in one run and not the other moves the difference by a hundred thousand or more a call
+(serve's heap holds the SDK and pydantic's models); `--gc-off` disables the collector in
+the server processes, leaving the work of the call itself.
 """
 
 from __future__ import annotations
