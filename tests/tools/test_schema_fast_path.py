@@ -214,3 +214,27 @@ def test_a_schemas_names_are_values_of_the_check_never_its_source() -> None:
     assert check({hostile: 1, '"q"': "a", "__class__": "s"})
     assert not check({hostile: "1", '"q"': "a"})
     assert not check({'"q"': "a"})  # the hostile name is required
+
+
+def test_a_schema_too_large_to_generate_is_left_to_jsonschema() -> None:
+    # A server can send any schema: past `_MAX_LINES` its check is not compiled (that
+    # would cost ~0.15 ms a line, seconds for a large one) and jsonschema says the same.
+    def schema(n: int) -> dict[str, Any]:
+        return {"type": "object", "required": ["p0"], "additionalProperties": False,
+                "properties": {f"p{i}": {"type": "integer", "minimum": 0} for i in range(n)}}
+
+    assert compile_check(schema(1000)) is not None
+    large = schema(5000)
+    assert compile_check(large) is None
+    tool = SchemaTool(hr.ToolSpec(id=hr.ToolId.parse("big/t"), description="d",
+                                  input_schema=large),
+                      lambda arguments, ctx: None)  # type: ignore[arg-type, return-value]
+    assert tool.validate({"p0": 1, "p4999": 2}) == {"p0": 1, "p4999": 2}
+    for bad in ({"p0": -1}, {"p1": 1}, {"p0": 1, "q": 1}):
+        with pytest.raises(hr.InvalidArguments):
+            tool.validate(bad)
+
+
+def test_a_type_list_with_repeats_checks_as_its_set() -> None:
+    check = compile_check({"type": ["integer"] * 1000 + ["string"]})
+    assert check is not None and check(1) and check("a") and not check(1.5)

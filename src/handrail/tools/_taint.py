@@ -583,7 +583,7 @@ def _number_keys(text: str) -> list[str]:
     plain = list(filter(str.isdigit, runs if ascii else filter(str.isascii, runs)))
     keys = plain
     # Plain digits' canonical form: without leading zeros (`007` is 7, `000` is 0). The
-    # least run in text order starts with a zero when any does (one C pass, `min`).
+    # least run in string order starts with a zero when any does (one C pass, `min`).
     if plain and min(plain)[0] == "0":
         keys = [run.lstrip("0") or "0" for run in plain]
     if len(plain) < len(runs):
