@@ -34,10 +34,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from agent_loop import FLOOR, _floor  # noqa: E402
+# (agent_loop.py is beside this file, whose folder is on sys.path however it was found:
+# not put first again, where it would shadow a package for a script that took it off.)
+from agent_loop import FLOOR, _floor
 
 CALIBRATED = "HANDRAIL_BENCH_CALIBRATED"
 """Set in a calibrated benchmark's environment: its children print no calibration."""
