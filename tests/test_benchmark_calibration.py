@@ -71,7 +71,8 @@ def test_the_floor_is_measured_as_marginal_cpu_per_call(calibration, tmp_path: P
     assert figures["memory"] == pytest.approx(50, rel=0.3)
     assert figures["one"] == pytest.approx(100, rel=0.3)
     text = calibration.line(figures)
-    assert "the floor's call 5" in text and "with one WAL commit 1" in text and "load" in text
+    assert f"the floor's call {figures['memory']:.1f} µs" in text
+    assert f"with one WAL commit {figures['one']:.1f} µs" in text and "load" in text
 
 
 def test_bad_sizes_are_refused_with_what_to_pass(calibration) -> None:
