@@ -1,6 +1,7 @@
 """What the audit chain costs a durable SQLite call, in CPU, with a confidence interval.
 
     .venv/bin/python benchmarks/audit_cost.py [--pairs 30] [--calls 1000] [--src src]
+                                              [--against OTHER_SRC]
 
 Issue 42's target is a cost per durable call ≤ 10 µs over the same code without the chain.
 On a shared 2-core VM one run's CPU per call moves ±25% between runs a minute apart (±35 µs
@@ -23,6 +24,11 @@ the same interval), then what one fault and one appended WAL frame cost on this 
 (measured here), so the kernel's share of the difference can be read in µs. Instructions,
 which no load moves, are `benchmarks/instructions.py --cases handrail_sqlite --against
 COPY`'s; this script is the CPU side, which instructions do not show (kernel time, faults).
+
+`--against SRC` compares with another build as it is instead of the chain-less copy. With
+the tree of the day issue 42 was written (before the chain: `git archive b57629e^ src`),
+it reads the issue's "≤ 10 µs more than today" as written: what a durable call costs now,
+chain included, over what it cost then.
 
 A figure in µs describes the machine (issue 38): with each pair, a third process runs the
 floor of a durable call (`../shared/bench-peers/floor.py`, one WAL commit of one row, when
@@ -126,20 +132,22 @@ def floor_child(n: int) -> None:
     print(json.dumps({"floor": _per_call(start, _counters(), n)}))
 
 
-def _builds(src: Path, folder: Path) -> tuple[Path, Path]:
+def _builds(src: Path, folder: Path, against: Path | None = None) -> tuple[Path, Path]:
     """Two copies of `src`, as alike as can be but for the chain: (with it, without it).
 
     Both are copied (paths of the same length) and compiled to bytecode here
     (`agent_loop.compiled`: a child that compiles its sources at start-up takes fewer page
     faults in its run, which a comparison would read as the difference of the builds).
+    With `against`, the second is a copy of that build as it is instead (no patch).
     """
     on, off = folder / "on" / "src", folder / "off" / "src"
-    for copy in (on, off):
-        shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    sys.path.insert(0, str(HERE.parent / "scripts"))
-    import audit_nochain_patch
+    for origin, copy in ((src, on), (against or src, off)):
+        shutil.copytree(origin, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if against is None:
+        sys.path.insert(0, str(HERE.parent / "scripts"))
+        import audit_nochain_patch
 
-    audit_nochain_patch.patch(off)
+        audit_nochain_patch.patch(off)
     compiled(on, off)
     return on, off
 
@@ -188,10 +196,11 @@ def _calibrate() -> tuple[float, float]:
 
 
 def _report(pairs: list[tuple[dict[str, Any], dict[str, Any]]], n: int,
-            floors: list[float]) -> None:
+            floors: list[float], against: Path | None = None) -> None:
     print(f"\n{len(pairs)} pairs of processes, {n} calls a run, per call "
           "(medians; the difference is the median of the pairs' differences):\n")
-    print("| phase | measure | chain on | chain off | difference | 95% interval |")
+    other = "chain off" if against is None else f"--against {against}"
+    print(f"| phase | measure | chain on | {other} | difference | 95% interval |")
     print("|---|---|---:|---:|---:|---:|")
     total = [0.0] * len(pairs)
     for phase in ("run", "close"):
@@ -213,14 +222,16 @@ def _report(pairs: list[tuple[dict[str, Any], dict[str, Any]]], n: int,
     fault, frame = _calibrate()
     print(f"\nthis machine: a minor fault {fault:.1f} µs, an appended WAL frame (two writes) "
           f"{frame:.1f} µs of CPU")
-    print(f"the chain's cost a durable call (run + close): {cost:+.1f} µs, 95% interval "
+    what = ("the chain's cost a durable call" if against is None else
+            "a durable call's cost over the --against build")
+    print(f"{what} (run + close): {cost:+.1f} µs, 95% interval "
           f"{low:+.1f} .. {high:+.1f}; target ≤ {TARGET_US:.0f} µs on this machine: "
           f"{_verdict(low, high, TARGET_US)}")
     if floors:
         floor = statistics.median(floors)
         share = TARGET_US / FLOOR_US_THEN
         print(f"the floor's durable call here: {floor:.1f} µs of CPU (median of {len(floors)}); "
-              f"the chain costs {cost / floor:.0%} of it ({low / floor:.0%} .. "
+              f"the difference is {cost / floor:.0%} of it ({low / floor:.0%} .. "
               f"{high / floor:.0%}); the target read as a share of the floor (≤ "
               f"{TARGET_US:.0f} µs where it costs {FLOOR_US_THEN:.0f} µs: ≤ {share:.0%}): "
               f"{_verdict(low / floor, high / floor, share)}")
@@ -236,6 +247,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000, help="calls a measured run (≥ 1)")
     parser.add_argument("--src", default=str(HERE.parent / "src"),
                         help="the build with the chain (a handrail src/ folder)")
+    parser.add_argument("--against", default=None,
+                        help="compare with this build (a src/ folder) instead of a copy of "
+                        "--src without the chain; e.g. the tree before the chain, to read "
+                        "issue 42's '≤ 10 µs more than today' as written: "
+                        "git archive b57629e^ src | tar -x -C DIR")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--floor-child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -248,10 +264,13 @@ def main() -> None:
     if args.pairs < 2 or args.calls < 1:
         parser.error("--pairs must be at least 2 and --calls at least 1")
     src = Path(args.src).resolve()
-    if not (src / "handrail" / "store" / "_sqlite.py").is_file():
-        parser.error(f"--src {src}: not a handrail src/ folder (no handrail/store/_sqlite.py)")
+    against = None if args.against is None else Path(args.against).resolve()
+    for flag, build in (("--src", src), ("--against", against)):
+        if build is not None and not (build / "handrail" / "store" / "_sqlite.py").is_file():
+            parser.error(f"{flag} {build}: not a handrail src/ folder "
+                         "(no handrail/store/_sqlite.py)")
     with tempfile.TemporaryDirectory(prefix="audit-cost-") as folder:
-        on_src, off_src = _builds(src, Path(folder))
+        on_src, off_src = _builds(src, Path(folder), against)
         pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
         floors: list[float] = []
         if FLOOR is None:
@@ -271,7 +290,7 @@ def main() -> None:
             print(f"pair {i + 1}/{args.pairs}: run cpu {on['run']['cpu']:.1f} vs "
                   f"{off['run']['cpu']:.1f} µs a call ({time.monotonic() - started:.0f} s)",
                   file=sys.stderr)
-    _report(pairs, args.calls, floors)
+    _report(pairs, args.calls, floors, against)
 
 
 if __name__ == "__main__":

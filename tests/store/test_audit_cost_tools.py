@@ -159,3 +159,32 @@ def test_native_shares_names_the_objects_perf_reports() -> None:
     assert name("_pydantic_core.cpython-311-x86_64-linux-gnu.so") == "_pydantic_core"
     assert name("libpython3.11.so.1.0") == "libpython3.11"
     assert name("[kernel.kallsyms]  ") == "[kernel.kallsyms]"
+
+
+def test_against_compares_with_another_build_as_it_is(tmp_path: Path) -> None:
+    # `--against SRC` (issue 42's "≤ 10 µs more than today", read against the tree of that
+    # day): the second build is that tree, copied and compiled, not patched.
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        builds = runpy.run_path(str(ROOT / "benchmarks" / "audit_cost.py"))["_builds"]
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    other = _copy(tmp_path / "other")
+    marker = other / "handrail" / "MARKER.py"
+    marker.write_text("# the other build\n")
+    on, off = builds(SRC, tmp_path / "work", other)
+    assert (off / "handrail" / "MARKER.py").is_file()
+    assert not (on / "handrail" / "MARKER.py").exists()
+    sqlite = "handrail/store/_sqlite.py"
+    # Unpatched: the copy still chains, byte for byte the tree it was given.
+    assert (off / sqlite).read_text() == (other / sqlite).read_text()
+    on2, off2 = builds(SRC, tmp_path / "work2")
+    assert (off2 / sqlite).read_text() != (on2 / sqlite).read_text()  # the patched copy
+
+
+def test_against_refuses_a_folder_that_is_not_a_build(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "audit_cost.py"),
+                          "--against", str(tmp_path), "--pairs", "2"], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert f"--against {tmp_path}: not a handrail src/ folder" in out.stderr
