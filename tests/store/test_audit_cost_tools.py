@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +50,15 @@ asyncio.run(main())
 
 def _patch(copy: Path) -> None:
     runpy.run_path(str(ROOT / "scripts" / "audit_nochain_patch.py"))["patch"](copy)
+
+
+def _benchmark_name(script: str, name: str) -> Any:
+    """`name` from running benchmarks/`script` (with that folder on the path, as when run)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return runpy.run_path(str(ROOT / "benchmarks" / script))[name]
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 def _copy(tmp_path: Path) -> Path:
@@ -130,11 +140,7 @@ def test_the_interval_holds_the_median_and_narrows_with_agreement() -> None:
 def test_the_builds_compared_are_both_compiled(tmp_path: Path) -> None:
     # A child that compiles its sources at start-up runs with a different heap (fewer page
     # faults): the benchmarks compile every tree they compare first (`agent_loop.compiled`).
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        compiled = runpy.run_path(str(ROOT / "benchmarks" / "agent_loop.py"))["compiled"]
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    compiled = _benchmark_name("agent_loop.py", "compiled")
     copy = _copy(tmp_path)
     compiled(copy)
     sources = sorted(copy.rglob("*.py"))
@@ -149,11 +155,7 @@ def test_the_builds_compared_are_both_compiled(tmp_path: Path) -> None:
 def test_native_shares_names_the_objects_perf_reports() -> None:
     # `benchmarks/native_shares.py` sums perf's samples by shared object under short names
     # (one row for every version of a library, and for each of CPython's extension modules).
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        name = runpy.run_path(str(ROOT / "benchmarks" / "native_shares.py"))["_dso_name"]
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    name = _benchmark_name("native_shares.py", "_dso_name")
     assert name("libsqlite3.so.0.8.6") == "libsqlite3"
     assert name("/usr/lib/x86_64-linux-gnu/libcrypto.so.3") == "libcrypto"
     assert name("_pydantic_core.cpython-311-x86_64-linux-gnu.so") == "_pydantic_core"
@@ -164,11 +166,7 @@ def test_native_shares_names_the_objects_perf_reports() -> None:
 def test_against_compares_with_another_build_as_it_is(tmp_path: Path) -> None:
     # `--against SRC` (issue 42's "≤ 10 µs more than today", read against the tree of that
     # day): the second build is that tree, copied and compiled, not patched.
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        builds = runpy.run_path(str(ROOT / "benchmarks" / "audit_cost.py"))["_builds"]
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    builds = _benchmark_name("audit_cost.py", "_builds")
     other = _copy(tmp_path / "other")
     marker = other / "handrail" / "MARKER.py"
     marker.write_text("# the other build\n")
